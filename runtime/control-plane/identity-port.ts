@@ -1,0 +1,36 @@
+/**
+ * What the control plane needs from the identity authority. The decision core depends only on
+ * this interface; `identity-client.ts` implements it over HTTP (with a VP cache), tests may pass
+ * an in-process implementation. Every method must resolve (never reject) with a fail-closed
+ * answer on timeout or error: `{ok:false, reason}`.
+ */
+export interface DelegationQuery {
+  actor: string;
+  task: string;
+  action: string;
+  resource: string;
+}
+
+export interface DelegationAnswer {
+  ok: boolean;
+  reason: string;
+  delegationId?: string;
+  vcJti?: string;
+  /** Epoch seconds. */
+  notAfter?: number;
+}
+
+export interface PresentationAnswer {
+  ok: boolean;
+  agentName?: string;
+  agentDid?: string;
+  reason: string;
+}
+
+export interface IdentityPort {
+  /** GET /v1/delegations/check on the identity authority. */
+  checkDelegation(q: DelegationQuery): Promise<DelegationAnswer>;
+  /** POST /v1/agents/verify-presentation (cached by token hash). */
+  verifyPresentation(vp: string, audience?: string): Promise<PresentationAnswer>;
+  close?(): Promise<void>;
+}
