@@ -1,0 +1,103 @@
+/**
+ * Shared control-plane records (SPEC 2.1-2.4). zod schemas validate the management API and
+ * type everything else; the decision core and the stores use the inferred types.
+ */
+import { z } from 'zod';
+
+export const KINDS = ['', 'service', 'agent', 'model', 'tool'] as const;
+export const DATA_CLASSES = ['', 'public', 'internal', 'regulated'] as const;
+
+/** `host:port` with a DNS name, IPv4 or bracketed IPv6 host and a port 1-65535. */
+export const UPSTREAM_RE = /^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):(?:[1-9]\d{0,4})$/;
+
+export const BudgetSchema = z
+  .object({
+    tokensPerHour: z.number().int().nonnegative().optional(),
+    callsPerHour: z.number().int().nonnegative().optional(),
+    costUsdPerDay: z.number().nonnegative().finite().optional(),
+  })
+  .strict();
+export type Budget = z.infer<typeof BudgetSchema>;
+
+const nameList = z.array(z.string().min(1).max(253)).max(10_000);
+
+export const ServiceSchema = z
+  .object({
+    name: z.string().min(1).max(253).regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'name: letters, digits and . _ : / - only'),
+    upstream: z
+      .string()
+      .regex(UPSTREAM_RE, 'upstream must be host:port')
+      .refine((u) => Number(u.slice(u.lastIndexOf(':') + 1)) <= 65535, 'upstream port must be 1-65535'),
+    owner: z.string().max(253).optional(),
+    requireScope: z.string().max(253).optional(),
+    public: z.boolean().optional(),
+    registeredAt: z.iso.datetime({ offset: true }).optional(),
+    kind: z.enum(KINDS).optional(),
+    allowModels: nameList.optional(),
+    allowTools: nameList.optional(),
+    allowAgents: nameList.optional(),
+    /** Forward proxy deny-by-default list (SPEC 2.1 `EgressAllow`): registry names or host[:port]. */
+    egressAllow: nameList.optional(),
+    budget: BudgetSchema.optional(),
+    dataClass: z.enum(DATA_CLASSES).optional(),
+  })
+  .strict();
+export type Service = z.infer<typeof ServiceSchema>;
+
+export const UsageSchema = z
+  .object({
+    agent: z.string().min(1).max(253),
+    model: z.string().max(253),
+    tokens: z.number().int().nonnegative(),
+    costUsd: z.number().nonnegative().finite(),
+  })
+  .strict();
+export type UsageReport = z.infer<typeof UsageSchema>;
+
+export const AUDIT_ACTIONS = [
+  'authz',
+  'egress',
+  'model.invoke',
+  'tool.read',
+  'agent.invoke',
+  'egress.proxy',
+  'egress.approval',
+  'registry.upsert',
+] as const;
+export type AuditAction = (typeof AUDIT_ACTIONS)[number];
+export type Rule = 'identity' | 'registry' | 'inline' | 'opa' | 'delegation';
+
+/** What a caller hands to the audit chain. */
+export interface AuditEntry {
+  action: AuditAction;
+  subject?: string;
+  actor?: string;
+  task?: string;
+  service?: string;
+  allow: boolean;
+  reason: string;
+  rule?: Rule;
+  delegationId?: string;
+  /** Epoch seconds. */
+  delegationExp?: number;
+}
+
+/** A chained audit record (SPEC 2.3). */
+export interface AuditRecord extends AuditEntry {
+  seq: number;
+  /** RFC 3339 time the record was appended. */
+  time: string;
+  prevHash: string;
+  hash: string;
+}
+
+/** Outcome of a decision: pure data, rendered by /authz and by the forward proxy. */
+export interface Decision {
+  allow: boolean;
+  status: 200 | 401 | 403;
+  reason: string;
+  rule: Rule;
+  headers: Record<string, string>;
+  /** Set when the egress target needs a human decision (regulated, no delegation). */
+  needsApproval?: boolean;
+}
