@@ -1,0 +1,209 @@
+/**
+ * Verifiable credentials as VC-JWTs (W3C VC data model 1.1, JWT encoding): issuance with jose,
+ * and the pure verification core of SPEC 4.4 (steps 1 and 2: holder signature + audience +
+ * nonce + validity, then the issuer-signed Membership VC for this holder). Revocation and the
+ * DID -> agent mapping (step 3) need the store and are applied by the caller.
+ */
+import { randomUUID, verify as edVerify, type KeyObject } from 'node:crypto';
+import { SignJWT } from 'jose';
+import { W3C_VC_CONTEXT } from './client.js';
+import { didKeyVerificationMethod, publicKeyFromDidKey, publicKeyObject } from './did.js';
+
+export const MEMBERSHIP_TYPE = 'AgentMembershipCredential';
+export const CAPABILITY_TYPE = 'AgentCapabilityCredential';
+export const DELEGATION_TYPE = 'TaskDelegationCredential';
+
+export interface IssuerKey {
+  did: string;
+  /** Verification method id, the JWT `kid`. */
+  kid: string;
+  privateKey: KeyObject;
+  publicKey: KeyObject;
+  publicMultibase: string;
+}
+
+export interface IssueInput {
+  subjectDid: string;
+  type: string;
+  claims: Record<string, unknown>;
+  ttlSeconds: number;
+  nowSec: number;
+  /** URL of the status list the credential is listed on when revoked. */
+  statusListUrl?: string;
+}
+
+export interface Issued {
+  jwt: string;
+  jti: string;
+  nbf: number;
+  exp: number;
+}
+
+export async function issueCredential(issuer: IssuerKey, input: IssueInput): Promise<Issued> {
+  const jti = `urn:uuid:${randomUUID()}`;
+  const nbf = input.nowSec;
+  const exp = input.nowSec + Math.floor(input.ttlSeconds);
+  const vc: Record<string, unknown> = {
+    '@context': [W3C_VC_CONTEXT],
+    type: ['VerifiableCredential', input.type],
+    credentialSubject: { id: input.subjectDid, ...input.claims },
+  };
+  if (input.statusListUrl) vc.credentialStatus = { id: `${input.statusListUrl}#${encodeURIComponent(jti)}`, type: 'RevocationList' };
+  const jwt = await new SignJWT({ vc })
+    .setProtectedHeader({ alg: 'EdDSA', typ: 'JWT', kid: issuer.kid })
+    .setIssuer(issuer.did)
+    .setSubject(input.subjectDid)
+    .setJti(jti)
+    .setIssuedAt(nbf)
+    .setNotBefore(nbf)
+    .setExpirationTime(exp)
+    .sign(issuer.privateKey);
+  return { jwt, jti, nbf, exp };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verification core. A compact-JWS check with node:crypto (EdDSA only, no `crit`, no unencoded
+// payloads): the hot path of egress, so it avoids jose's generic machinery and key imports; the
+// interop tests show an independent library (did-jwt-vc) agrees with it.
+
+type Json = Record<string, unknown>;
+
+export interface Jws {
+  header: Json;
+  payload: Json;
+  signingInput: Buffer;
+  signature: Buffer;
+}
+
+const B64U = /^[A-Za-z0-9_-]*$/;
+
+function decodeJson(part: string): Json | undefined {
+  try {
+    const v = JSON.parse(Buffer.from(part, 'base64url').toString('utf8')) as unknown;
+    return v && typeof v === 'object' && !Array.isArray(v) ? (v as Json) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Parses a compact JWS; undefined when it is not one. */
+export function parseJws(token: unknown): Jws | undefined {
+  if (typeof token !== 'string' || token.length > 64 * 1024) return undefined;
+  const parts = token.split('.');
+  if (parts.length !== 3 || !parts.every((p) => B64U.test(p))) return undefined;
+  const [h, p, s] = parts as [string, string, string];
+  const header = decodeJson(h);
+  const payload = decodeJson(p);
+  if (!header || !payload) return undefined;
+  return { header, payload, signingInput: Buffer.from(`${h}.${p}`), signature: Buffer.from(s, 'base64url') };
+}
+
+function signatureOk(jws: Jws, key: KeyObject): boolean {
+  const alg = jws.header.alg;
+  if (alg !== 'EdDSA' && alg !== 'Ed25519') return false;
+  if ('crit' in jws.header || jws.header.b64 === false) return false;
+  if (jws.signature.length !== 64) return false;
+  try {
+    return edVerify(null, jws.signingInput, key, jws.signature);
+  } catch {
+    return false;
+  }
+}
+
+// did:key -> KeyObject import is the one costly step besides the signatures; DIDs are few.
+const keyCache = new Map<string, KeyObject>();
+const KEY_CACHE_MAX = 10_000;
+
+function holderKey(did: string): KeyObject | undefined {
+  let k = keyCache.get(did);
+  if (k) return k;
+  try {
+    k = publicKeyObject(publicKeyFromDidKey(did));
+  } catch {
+    return undefined;
+  }
+  if (keyCache.size >= KEY_CACHE_MAX) keyCache.clear();
+  keyCache.set(did, k);
+  return k;
+}
+
+export interface VerifyOptions {
+  issuerDid: string;
+  issuerKey: KeyObject;
+  /** Required `aud` of the VP. */
+  audience: string;
+  /** When set, the VP's nonce must equal it; a nonce must be present in any case. */
+  nonce?: string;
+  nowSec: number;
+  /** Allowed clock skew on nbf/exp, seconds. */
+  skewSec?: number;
+}
+
+export type PresentationCheck =
+  | { ok: true; holderDid: string; membershipJti: string; membershipExp: number; vpExp: number; vpJti?: string }
+  | { ok: false; reason: string; holderDid?: string };
+
+const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
+const audOf = (aud: unknown): string[] => (typeof aud === 'string' ? [aud] : Array.isArray(aud) ? aud.filter((a): a is string => typeof a === 'string') : []);
+
+function typesOf(vc: unknown): string[] {
+  const t = (vc as Json | undefined)?.type;
+  return typeof t === 'string' ? [t] : Array.isArray(t) ? t.filter((x): x is string => typeof x === 'string') : [];
+}
+
+/** SPEC 4.4 steps 1-2 without the store: every failure is ok=false with a specific reason. */
+export function checkPresentation(vpJwt: unknown, o: VerifyOptions): PresentationCheck {
+  const skew = o.skewSec ?? 30;
+  const vp = parseJws(vpJwt);
+  if (!vp) return { ok: false, reason: 'presentation is not a compact JWT' };
+  const p = vp.payload;
+  const holder = p.iss;
+  if (typeof holder !== 'string' || !holder.startsWith('did:key:')) return { ok: false, reason: 'presentation issuer is not a did:key' };
+  const key = holderKey(holder);
+  if (!key) return { ok: false, reason: 'presentation issuer is not a valid Ed25519 did:key' };
+  const kid = vp.header.kid;
+  if (kid !== undefined && kid !== didKeyVerificationMethod(holder) && kid !== holder) {
+    return { ok: false, reason: 'presentation kid does not belong to the holder did', holderDid: holder };
+  }
+  if (!signatureOk(vp, key)) return { ok: false, reason: 'presentation signature invalid', holderDid: holder };
+  if (p.sub !== undefined && p.sub !== holder) return { ok: false, reason: 'presentation sub differs from holder', holderDid: holder };
+  if (!audOf(p.aud).includes(o.audience)) return { ok: false, reason: 'presentation audience mismatch', holderDid: holder };
+  if (typeof p.nonce !== 'string' || p.nonce === '') return { ok: false, reason: 'presentation nonce missing', holderDid: holder };
+  if (o.nonce !== undefined && p.nonce !== o.nonce) return { ok: false, reason: 'presentation nonce mismatch', holderDid: holder };
+  const exp = num(p.exp);
+  if (exp === undefined) return { ok: false, reason: 'presentation has no expiry', holderDid: holder };
+  if (exp + skew <= o.nowSec) return { ok: false, reason: 'presentation expired', holderDid: holder };
+  const nbf = num(p.nbf) ?? num(p.iat);
+  if (nbf !== undefined && nbf - skew > o.nowSec) return { ok: false, reason: 'presentation not yet valid', holderDid: holder };
+  const body = p.vp as Json | undefined;
+  if (!body || typeof body !== 'object' || !typesOf(body).includes('VerifiablePresentation')) {
+    return { ok: false, reason: 'presentation has no vp claim', holderDid: holder };
+  }
+  if (body.holder !== undefined && body.holder !== holder) return { ok: false, reason: 'presentation holder differs from issuer', holderDid: holder };
+  const creds = Array.isArray(body.verifiableCredential) ? body.verifiableCredential : [];
+
+  // Step 2: the Membership VC. Non-membership entries are ignored; the first membership decides.
+  let membership: Jws | undefined;
+  for (const c of creds) {
+    const j = parseJws(c);
+    if (j && typesOf(j.payload.vc).includes(MEMBERSHIP_TYPE)) {
+      membership = j;
+      break;
+    }
+  }
+  if (!membership) return { ok: false, reason: 'no membership credential in presentation', holderDid: holder };
+  const m = membership.payload;
+  if (m.iss !== o.issuerDid) return { ok: false, reason: 'membership credential not issued by this issuer', holderDid: holder };
+  if (!signatureOk(membership, o.issuerKey)) return { ok: false, reason: 'membership credential signature invalid', holderDid: holder };
+  const subjectId = ((m.vc as Json).credentialSubject as Json | undefined)?.id;
+  if (m.sub !== holder || (subjectId !== undefined && subjectId !== holder)) {
+    return { ok: false, reason: 'membership credential not issued to the presentation holder', holderDid: holder };
+  }
+  const mExp = num(m.exp);
+  if (mExp === undefined) return { ok: false, reason: 'membership credential has no expiry', holderDid: holder };
+  if (mExp + skew <= o.nowSec) return { ok: false, reason: 'membership credential expired', holderDid: holder };
+  const mNbf = num(m.nbf);
+  if (mNbf !== undefined && mNbf - skew > o.nowSec) return { ok: false, reason: 'membership credential not yet valid', holderDid: holder };
+  if (typeof m.jti !== 'string' || m.jti === '') return { ok: false, reason: 'membership credential has no jti', holderDid: holder };
+  return { ok: true, holderDid: holder, membershipJti: m.jti, membershipExp: mExp, vpExp: exp, vpJti: typeof p.jti === 'string' ? p.jti : undefined };
+}
