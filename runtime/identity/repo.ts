@@ -1,0 +1,158 @@
+/**
+ * Store access of the identity authority, scoped to one tenant by construction: every query
+ * goes through `identityRepo(store, tenant)` and carries its tenant_id. Multi-row writes run in
+ * one transaction; state moves are guarded by the current status so concurrent calls serialize.
+ */
+import { and, asc, desc, eq, inArray, or, sql } from 'drizzle-orm';
+import type { Store } from '../store/factory.js';
+import { rowsOf } from '../store/factory.js';
+import { agents, credentials, delegations, revocations, type Capability } from '../store/schema/identity.js';
+
+export type AgentRow = typeof agents.$inferSelect;
+export type DelegationRow = typeof delegations.$inferSelect;
+export type CredentialKind = 'membership' | 'capability' | 'delegation';
+
+export interface NewCredential {
+  jti: string;
+  kind: CredentialKind;
+  subjectDid: string;
+  agentName: string;
+  delegationId?: string | null;
+  exp: number;
+}
+
+export const DEFAULT_TENANT = 'default';
+export const DEFAULT_LIST = 'default';
+
+export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
+  const db = store.db;
+  const iso = (ms: number) => new Date(ms).toISOString();
+
+  return {
+    /** Creates the agent or updates role/capabilities (keys and DID untouched). */
+    async upsertAgent(a: { name: string; role: string; capabilities: Capability[] }, nowMs: number): Promise<void> {
+      await db
+        .insert(agents)
+        .values({ tenantId: tenant, name: a.name, role: a.role, capabilities: a.capabilities, createdAt: iso(nowMs), updatedAt: iso(nowMs) })
+        .onConflictDoUpdate({ target: [agents.tenantId, agents.name], set: { role: a.role, capabilities: a.capabilities, updatedAt: iso(nowMs) } });
+    },
+
+    async getAgent(name: string): Promise<AgentRow | undefined> {
+      return (await db.select().from(agents).where(and(eq(agents.tenantId, tenant), eq(agents.name, name))))[0];
+    },
+
+    async listAgents(): Promise<AgentRow[]> {
+      return db.select().from(agents).where(eq(agents.tenantId, tenant)).orderBy(asc(agents.name));
+    },
+
+    async agentByDid(did: string): Promise<AgentRow | undefined> {
+      return (await db.select().from(agents).where(and(eq(agents.tenantId, tenant), eq(agents.did, did))))[0];
+    },
+
+    /**
+     * Binds a new key to the agent: revokes its previous membership and capability credentials,
+     * records the new ones, in one transaction (row lock on the agent serializes re-provisions).
+     */
+    async provision(name: string, p: { did: string; publicKey: string; membershipJti: string; membershipExp: number; creds: NewCredential[] }, nowMs: number): Promise<boolean> {
+      return db.transaction(async (tx) => {
+        const locked = await tx.select({ name: agents.name }).from(agents).where(and(eq(agents.tenantId, tenant), eq(agents.name, name))).for('update');
+        if (!locked.length) return false;
+        const old = await tx
+          .select({ jti: credentials.jti })
+          .from(credentials)
+          .where(and(eq(credentials.tenantId, tenant), eq(credentials.agentName, name), inArray(credentials.kind, ['membership', 'capability'])));
+        if (old.length) {
+          await tx
+            .insert(revocations)
+            .values(old.map((o) => ({ jti: o.jti, tenantId: tenant, list: DEFAULT_LIST, revokedAt: iso(nowMs) })))
+            .onConflictDoNothing();
+        }
+        await tx
+          .update(agents)
+          .set({ did: p.did, publicKey: p.publicKey, membershipJti: p.membershipJti, membershipExp: p.membershipExp, provisionedAt: iso(nowMs), updatedAt: iso(nowMs) })
+          .where(and(eq(agents.tenantId, tenant), eq(agents.name, name)));
+        await tx.insert(credentials).values(p.creds.map((c) => ({ ...c, delegationId: c.delegationId ?? null, tenantId: tenant, issuedAt: iso(nowMs) })));
+        return true;
+      });
+    },
+
+    async insertDelegation(d: Omit<typeof delegations.$inferInsert, 'tenantId' | 'seq'>): Promise<DelegationRow> {
+      const rows = await db.insert(delegations).values({ ...d, tenantId: tenant }).returning();
+      return rows[0]!;
+    },
+
+    async listDelegations(): Promise<DelegationRow[]> {
+      return db.select().from(delegations).where(eq(delegations.tenantId, tenant)).orderBy(desc(delegations.seq));
+    },
+
+    async getDelegation(id: string): Promise<DelegationRow | undefined> {
+      return (await db.select().from(delegations).where(and(eq(delegations.tenantId, tenant), eq(delegations.id, id))))[0];
+    },
+
+    /** pending -> approved with its VC; undefined when it was no longer pending (lost the race). */
+    async approveDelegation(id: string, a: { approver: string; vc: string; vcJti: string; notAfter: number; cred: NewCredential }, nowMs: number): Promise<DelegationRow | undefined> {
+      return db.transaction(async (tx) => {
+        const rows = await tx
+          .update(delegations)
+          .set({ status: 'approved', approver: a.approver, approvedAt: iso(nowMs), vc: a.vc, vcJti: a.vcJti, notAfter: a.notAfter })
+          .where(and(eq(delegations.tenantId, tenant), eq(delegations.id, id), eq(delegations.status, 'pending')))
+          .returning();
+        if (!rows.length) return undefined;
+        await tx.insert(credentials).values({ ...a.cred, delegationId: id, tenantId: tenant, issuedAt: iso(nowMs) });
+        return rows[0];
+      });
+    },
+
+    async denyDelegation(id: string, d: { approver: string; reason: string }, nowMs: number): Promise<DelegationRow | undefined> {
+      const rows = await db
+        .update(delegations)
+        .set({ status: 'denied', approver: d.approver, deniedAt: iso(nowMs), denyReason: d.reason })
+        .where(and(eq(delegations.tenantId, tenant), eq(delegations.id, id), eq(delegations.status, 'pending')))
+        .returning();
+      return rows[0];
+    },
+
+    async approvedFor(actor: string, task: string, action: string): Promise<DelegationRow[]> {
+      return db
+        .select()
+        .from(delegations)
+        .where(
+          and(
+            eq(delegations.tenantId, tenant),
+            or(eq(delegations.actorName, actor), eq(delegations.actorDid, actor)),
+            eq(delegations.task, task),
+            eq(delegations.action, action),
+            eq(delegations.status, 'approved'),
+          ),
+        );
+    },
+
+    async credentialExists(jti: string): Promise<boolean> {
+      return (await db.select({ jti: credentials.jti }).from(credentials).where(and(eq(credentials.tenantId, tenant), eq(credentials.jti, jti)))).length > 0;
+    },
+
+    async revoke(jti: string, nowMs: number, list = DEFAULT_LIST): Promise<void> {
+      await db.insert(revocations).values({ jti, tenantId: tenant, list, revokedAt: iso(nowMs) }).onConflictDoNothing();
+    },
+
+    async revokedAmong(jtis: string[]): Promise<Set<string>> {
+      if (!jtis.length) return new Set();
+      const rows = await db.select({ jti: revocations.jti }).from(revocations).where(and(eq(revocations.tenantId, tenant), inArray(revocations.jti, jtis)));
+      return new Set(rows.map((r) => r.jti));
+    },
+
+    async revokedList(list?: string): Promise<string[]> {
+      const where = list === undefined ? eq(revocations.tenantId, tenant) : and(eq(revocations.tenantId, tenant), eq(revocations.list, list));
+      return (await db.select({ jti: revocations.jti }).from(revocations).where(where).orderBy(asc(revocations.seq))).map((r) => r.jti);
+    },
+
+    /** Cheap version tag of a revocation list (count and newest seq) for conditional GETs. */
+    async revocationVersion(list?: string): Promise<string> {
+      const filter = list === undefined ? sql`tenant_id = ${tenant}` : sql`tenant_id = ${tenant} and list = ${list}`;
+      const r = await rowsOf<{ n: number | string; m: number | string }>(db, sql`select count(*) as n, coalesce(max(seq), 0) as m from identity_revocations where ${filter}`);
+      return `${r[0]?.n ?? 0}-${r[0]?.m ?? 0}`;
+    },
+  };
+}
+
+export type IdentityRepo = ReturnType<typeof identityRepo>;

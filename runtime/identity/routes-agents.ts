@@ -1,0 +1,165 @@
+/** Agents: register, provision (did:key + Membership and capability VCs), read, verify a VP. */
+import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import { generateKeyPairSync, createPublicKey } from 'node:crypto';
+import { notFound } from '../lib/errors.js';
+import type { Capability } from '../store/schema/identity.js';
+import type { IdentityContext } from './context.js';
+import { didKeyFromPublicKey, rawPrivateSeed, rawPublicKey } from './did.js';
+import { identityRepo, type AgentRow, type NewCredential } from './repo.js';
+import { AgentCreateSchema, AgentName, AgentRecordSchema, body, err, errors, json, ProvisionSchema, VerifyRequestSchema, VerifyResponseSchema } from './schemas.js';
+import { CAPABILITY_TYPE, checkPresentation, issueCredential, MEMBERSHIP_TYPE } from './vc.js';
+
+const NameParam = z.object({ name: AgentName.openapi({ param: { name: 'name', in: 'path' } }) });
+
+export const agentRecord = (a: AgentRow) => ({ name: a.name, role: a.role, did: a.did, capabilities: a.capabilities, provisioned: a.did !== null });
+
+export interface VerifyAnswer {
+  ok: boolean;
+  agentName: string | null;
+  agentDid: string | null;
+  reason: string;
+  membershipJti: string | null;
+  exp: number | null;
+}
+
+/** SPEC 4.4 verify-presentation, all three steps; never throws. */
+export async function verifyPresentation(ctx: IdentityContext, vp: string, audience?: string, nonce?: string): Promise<VerifyAnswer> {
+  const fail = (reason: string, agentDid: string | null = null): VerifyAnswer => ({ ok: false, agentName: null, agentDid, reason, membershipJti: null, exp: null });
+  const issuer = ctx.issuer();
+  const r = checkPresentation(vp, {
+    issuerDid: issuer.did,
+    issuerKey: issuer.publicKey,
+    audience: audience ?? ctx.settings.defaultAudience,
+    nonce,
+    nowSec: Math.floor(ctx.now() / 1000),
+    skewSec: ctx.settings.clockSkewSeconds,
+  });
+  if (!r.ok) return fail(r.reason, r.holderDid ?? null);
+  const repo = identityRepo(ctx.store);
+  const [revoked, agent] = await Promise.all([repo.revokedAmong([r.membershipJti]), repo.agentByDid(r.holderDid)]);
+  if (revoked.size) return fail('membership credential revoked', r.holderDid);
+  if (!agent) return fail('holder did is not a registered agent (unknown or rotated key)', r.holderDid);
+  return { ok: true, agentName: agent.name, agentDid: r.holderDid, reason: 'verified', membershipJti: r.membershipJti, exp: Math.min(r.vpExp, r.membershipExp) };
+}
+
+export function registerAgentRoutes(app: OpenAPIHono, ctx: IdentityContext): void {
+  app.openapi(
+    createRoute({
+      method: 'post',
+      path: '/v1/agents',
+      tags: ['agents'],
+      summary: 'Register an agent (idempotent on name; a repeat updates role and capabilities)',
+      request: { body: body(AgentCreateSchema) },
+      responses: { 201: json(z.object({ name: z.string(), status: z.literal('registered') }), 'Registered'), ...errors },
+    }),
+    async (c) => {
+      const a = c.req.valid('json');
+      await identityRepo(ctx.store).upsertAgent({ name: a.name, role: a.role, capabilities: a.capabilities as Capability[] }, ctx.now());
+      return c.json({ name: a.name, status: 'registered' as const }, 201);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/agents',
+      tags: ['agents'],
+      summary: 'List agents (never with keys)',
+      responses: { 200: json(z.array(AgentRecordSchema)), ...errors },
+    }),
+    async (c) => c.json((await identityRepo(ctx.store).listAgents()).map(agentRecord), 200),
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/agents/{name}',
+      tags: ['agents'],
+      summary: 'One agent',
+      request: { params: NameParam },
+      responses: { 200: json(AgentRecordSchema), 404: err('Unknown agent'), ...errors },
+    }),
+    async (c) => {
+      const { name } = c.req.valid('param');
+      const a = await identityRepo(ctx.store).getAgent(name);
+      if (!a) throw notFound('agent', name);
+      return c.json(agentRecord(a), 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'post',
+      path: '/v1/agents/{name}/provision',
+      tags: ['agents'],
+      summary: 'Issue a did:key, a Membership VC and capability VCs. Re-provisioning rotates the key and revokes the previous credentials.',
+      request: { params: NameParam },
+      responses: { 200: json(ProvisionSchema), 404: err('Unknown agent'), ...errors },
+    }),
+    async (c) => {
+      const { name } = c.req.valid('param');
+      const repo = identityRepo(ctx.store);
+      const agent = await repo.getAgent(name);
+      if (!agent) throw notFound('agent', name);
+      const issuer = ctx.issuer();
+      const { privateKey } = generateKeyPairSync('ed25519');
+      const pub = rawPublicKey(createPublicKey(privateKey));
+      const did = didKeyFromPublicKey(pub);
+      const nowSec = Math.floor(ctx.now() / 1000);
+      const statusListUrl = `${ctx.settings.publicUrl}/status/default`;
+      const membership = await issueCredential(issuer, {
+        subjectDid: did,
+        type: MEMBERSHIP_TYPE,
+        claims: { name: agent.name, role: agent.role, memberOf: issuer.did },
+        ttlSeconds: ctx.settings.membershipTtlSeconds,
+        nowSec,
+        statusListUrl,
+      });
+      const caps = await Promise.all(
+        agent.capabilities.map((cap) =>
+          issueCredential(issuer, {
+            subjectDid: did,
+            type: CAPABILITY_TYPE,
+            claims: { agent: agent.name, action: cap.action, resource: cap.resource, ...(cap.constraints ? { constraints: cap.constraints } : {}) },
+            ttlSeconds: ctx.settings.capabilityTtlSeconds,
+            nowSec,
+            statusListUrl,
+          }),
+        ),
+      );
+      const creds: NewCredential[] = [
+        { jti: membership.jti, kind: 'membership', subjectDid: did, agentName: name, exp: membership.exp },
+        ...caps.map((v) => ({ jti: v.jti, kind: 'capability' as const, subjectDid: did, agentName: name, exp: v.exp })),
+      ];
+      const ok = await repo.provision(name, { did, publicKey: Buffer.from(pub).toString('base64'), membershipJti: membership.jti, membershipExp: membership.exp, creds }, ctx.now());
+      if (!ok) throw notFound('agent', name);
+      return c.json(
+        {
+          name,
+          did,
+          privateKeyB64: Buffer.from(rawPrivateSeed(privateKey)).toString('base64'),
+          membershipVc: membership.jwt,
+          capabilityVcs: caps.map((v) => v.jwt),
+          issuerDid: issuer.did,
+          membershipJti: membership.jti,
+        },
+        200,
+      );
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'post',
+      path: '/v1/agents/verify-presentation',
+      tags: ['agents'],
+      summary: 'Verify an agent VP: holder signature, audience, nonce, issuer-signed Membership VC for this holder, not revoked, registered agent',
+      request: { body: body(VerifyRequestSchema) },
+      responses: { 200: json(VerifyResponseSchema), ...errors },
+    }),
+    async (c) => {
+      const b = c.req.valid('json');
+      return c.json(await verifyPresentation(ctx, b.vp, b.audience, b.nonce), 200);
+    },
+  );
+}

@@ -1,0 +1,209 @@
+/** Task-scoped delegations (SPEC 3.3, 4.4): request, list, get, approve, deny, vc, check. */
+import { randomUUID } from 'node:crypto';
+import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import { ApiError, conflict, notFound } from '../lib/errors.js';
+import type { IdentityContext } from './context.js';
+import { checkDelegation } from './delegation-core.js';
+import { identityRepo, type DelegationRow } from './repo.js';
+import {
+  ApprovedSchema,
+  ApproveSchema,
+  body,
+  CheckQuerySchema,
+  CheckResponseSchema,
+  DEFAULT_DELEGATION_TTL,
+  DelegationRequestSchema,
+  DelegationSchema,
+  DenySchema,
+  err,
+  errors,
+  json,
+} from './schemas.js';
+import { DELEGATION_TYPE, issueCredential } from './vc.js';
+
+const IdParam = z.object({ id: z.string().min(1).max(128).openapi({ param: { name: 'id', in: 'path' } }) });
+
+export function delegationRecord(d: DelegationRow) {
+  return {
+    id: d.id,
+    status: d.status,
+    actorName: d.actorName,
+    actorDid: d.actorDid,
+    task: d.task,
+    action: d.action,
+    resource: d.resource,
+    reason: d.reason,
+    ttlSeconds: d.ttlSeconds,
+    requestedAt: d.requestedAt,
+    approver: d.approver,
+    approvedAt: d.approvedAt,
+    deniedAt: d.deniedAt,
+    denyReason: d.denyReason,
+    vcJti: d.vcJti,
+    notAfter: d.notAfter,
+  };
+}
+
+const notPending = (d: DelegationRow) => conflict('not_pending', `delegation ${d.id} is ${d.status}, not pending`);
+
+export function registerDelegationRoutes(app: OpenAPIHono, ctx: IdentityContext): void {
+  app.openapi(
+    createRoute({
+      method: 'post',
+      path: '/v1/delegations/request',
+      tags: ['delegations'],
+      summary: 'Request a task-scoped delegation for a provisioned agent',
+      request: { body: body(DelegationRequestSchema) },
+      responses: { 201: json(DelegationSchema, 'Created (pending)'), 404: err('Unknown or unprovisioned agent'), ...errors },
+    }),
+    async (c) => {
+      const b = c.req.valid('json');
+      const repo = identityRepo(ctx.store);
+      const agent = await repo.getAgent(b.actorName);
+      if (!agent) throw notFound('agent', b.actorName);
+      if (!agent.did) throw new ApiError(404, 'agent_not_provisioned', `agent ${JSON.stringify(b.actorName)} is not provisioned`);
+      const row = await repo.insertDelegation({
+        id: randomUUID(),
+        status: 'pending',
+        actorName: agent.name,
+        actorDid: agent.did,
+        task: b.task,
+        action: b.action,
+        resource: b.resource,
+        reason: b.reason,
+        ttlSeconds: b.ttlSeconds ?? DEFAULT_DELEGATION_TTL,
+        requestedAt: new Date(ctx.now()).toISOString(),
+      });
+      return c.json(delegationRecord(row), 201);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/delegations',
+      tags: ['delegations'],
+      summary: 'All delegations, newest first',
+      responses: { 200: json(z.array(DelegationSchema)), ...errors },
+    }),
+    async (c) => c.json((await identityRepo(ctx.store).listDelegations()).map(delegationRecord), 200),
+  );
+
+  // Declared before /{id} so "check" is never taken for an id.
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/delegations/check',
+      tags: ['delegations'],
+      summary: 'Is there an approved, unexpired, unrevoked delegation for actor, task, action and resource (trailing /* glob)?',
+      request: { query: CheckQuerySchema },
+      responses: { 200: json(CheckResponseSchema), ...errors },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const repo = identityRepo(ctx.store);
+      const rows = await repo.approvedFor(q.actor, q.task, q.action);
+      const revoked = await repo.revokedAmong(rows.map((r) => r.vcJti).filter((j): j is string => !!j));
+      const v = checkDelegation(rows, q, Math.floor(ctx.now() / 1000), (j) => revoked.has(j));
+      return c.json(v, 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/delegations/{id}',
+      tags: ['delegations'],
+      summary: 'One delegation',
+      request: { params: IdParam },
+      responses: { 200: json(DelegationSchema), 404: err('Unknown delegation'), ...errors },
+    }),
+    async (c) => {
+      const { id } = c.req.valid('param');
+      const d = await identityRepo(ctx.store).getDelegation(id);
+      if (!d) throw notFound('delegation', id);
+      return c.json(delegationRecord(d), 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'post',
+      path: '/v1/delegations/{id}/approve',
+      tags: ['delegations'],
+      summary: 'Approve a pending delegation: issues the delegation VC bound to the actor DID, task, action and resource',
+      request: { params: IdParam, body: body(ApproveSchema) },
+      responses: { 200: json(ApprovedSchema), 404: err('Unknown delegation'), 409: err('Not pending'), ...errors },
+    }),
+    async (c) => {
+      const { id } = c.req.valid('param');
+      const { approver } = c.req.valid('json');
+      const repo = identityRepo(ctx.store);
+      const d = await repo.getDelegation(id);
+      if (!d) throw notFound('delegation', id);
+      if (d.status !== 'pending') throw notPending(d);
+      const issuer = ctx.issuer();
+      const nowSec = Math.floor(ctx.now() / 1000);
+      const subject = d.actorDid ?? `urn:agent:${encodeURIComponent(d.actorName)}`;
+      const vc = await issueCredential(issuer, {
+        subjectDid: subject,
+        type: DELEGATION_TYPE,
+        claims: { delegationId: d.id, actorName: d.actorName, task: d.task, action: d.action, resource: d.resource, approver },
+        ttlSeconds: d.ttlSeconds,
+        nowSec,
+        statusListUrl: `${ctx.settings.publicUrl}/status/default`,
+      });
+      const row = await repo.approveDelegation(
+        id,
+        { approver, vc: vc.jwt, vcJti: vc.jti, notAfter: vc.exp, cred: { jti: vc.jti, kind: 'delegation', subjectDid: subject, agentName: d.actorName, exp: vc.exp } },
+        ctx.now(),
+      );
+      if (!row) {
+        // Lost a race with another approve/deny: report the state that won.
+        const now = await repo.getDelegation(id);
+        throw now ? notPending(now) : notFound('delegation', id);
+      }
+      return c.json({ id, status: 'approved' as const, vc: vc.jwt, vcJti: vc.jti, notAfter: vc.exp }, 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'post',
+      path: '/v1/delegations/{id}/deny',
+      tags: ['delegations'],
+      summary: 'Deny a pending delegation',
+      request: { params: IdParam, body: body(DenySchema) },
+      responses: { 200: json(DelegationSchema), 404: err('Unknown delegation'), 409: err('Not pending'), ...errors },
+    }),
+    async (c) => {
+      const { id } = c.req.valid('param');
+      const b = c.req.valid('json');
+      const repo = identityRepo(ctx.store);
+      const row = await repo.denyDelegation(id, b, ctx.now());
+      if (!row) {
+        const now = await repo.getDelegation(id);
+        throw now ? notPending(now) : notFound('delegation', id);
+      }
+      return c.json(delegationRecord(row), 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/delegations/{id}/vc',
+      tags: ['delegations'],
+      summary: 'The delegation VC (JWT) of an approved delegation',
+      request: { params: IdParam },
+      responses: { 200: json(z.object({ vc: z.string() })), 404: err('Unknown delegation'), 409: err('Not approved'), ...errors },
+    }),
+    async (c) => {
+      const { id } = c.req.valid('param');
+      const d = await identityRepo(ctx.store).getDelegation(id);
+      if (!d) throw notFound('delegation', id);
+      if (d.status !== 'approved' || !d.vc) throw conflict('not_approved', `delegation ${id} is ${d.status}, not approved`);
+      return c.json({ vc: d.vc }, 200);
+    },
+  );
+}

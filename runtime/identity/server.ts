@@ -1,0 +1,159 @@
+/**
+ * The identity authority (SPEC 4.4, management port :8090): discovery, agents, VPs,
+ * task-scoped delegations, revocation, plus the enterprise routes mounted through their seam.
+ * `createIdentityAuthority` builds the app in-process; `startIdentityAuthority` serves it.
+ */
+import { createAdaptorServer } from '@hono/node-server';
+import { swaggerUI } from '@hono/swagger-ui';
+import type http from 'node:http';
+import { createApi } from '../lib/api.js';
+import { BRAND_TITLE, VP_AUDIENCE } from '../lib/brand.js';
+import { int, oneOf, optional, str, type Env } from '../lib/config.js';
+import { envelope } from '../lib/errors.js';
+import { close as closeServer, listen } from '../lib/http.js';
+import { errMsg, logger } from '../lib/log.js';
+import { openStore, type Store } from '../store/factory.js';
+import type { OpenAPIHono } from '@hono/zod-openapi';
+import { registerEnterpriseRoutes } from './enterprise/index.js';
+import { notReady, type IdentityContext, type IdentitySettings } from './context.js';
+import { didWeb } from './did.js';
+import { loadIssuerKey } from './issuer-key.js';
+import { registerAgentRoutes } from './routes-agents.js';
+import { registerDelegationRoutes } from './routes-delegations.js';
+import { registerDiscoveryRoutes } from './routes-discovery.js';
+import type { IssuerKey } from './vc.js';
+
+const log = logger('identity');
+
+export const DEFAULT_ISSUER_HOST = 'localhost:8090';
+
+export function settingsFromEnv(env: Env): IdentitySettings {
+  const host = str(env, 'IDP_ISSUER_HOST', DEFAULT_ISSUER_HOST);
+  const issuerDid = didWeb(host);
+  const plainHost = host.replace(/^https?:\/\//, '').replace(/%3A/gi, ':').replace(/\/+$/, '');
+  return {
+    issuerDid,
+    publicUrl: str(env, 'IDP_PUBLIC_URL', `${/^(localhost|127\.|\[::1\])/.test(plainHost) ? 'http' : 'https'}://${plainHost}`).replace(/\/+$/, ''),
+    membershipTtlSeconds: int(env, 'IDP_MEMBERSHIP_TTL_SECONDS', 30 * 24 * 3600),
+    capabilityTtlSeconds: int(env, 'IDP_CAPABILITY_TTL_SECONDS', 30 * 24 * 3600),
+    defaultAudience: str(env, 'IDP_VP_AUDIENCE', VP_AUDIENCE),
+    clockSkewSeconds: int(env, 'IDP_CLOCK_SKEW_SECONDS', 30),
+  };
+}
+
+export interface IdentityAuthority {
+  app: OpenAPIHono;
+  ready(): boolean;
+  /** Resolves once the issuer key is loaded (rejects only if closed first). */
+  whenReady(): Promise<void>;
+  issuerDid: string;
+  context: IdentityContext;
+  close(): Promise<void>;
+}
+
+/** Paths answered before the issuer key is loaded. */
+const ALWAYS = new Set(['/healthz', '/readyz', '/openapi.json', '/docs']);
+
+export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () => number }): IdentityAuthority {
+  const env = o.env ?? process.env;
+  const now = o.now ?? Date.now;
+  const settings = settingsFromEnv(env);
+  let key: IssuerKey | undefined;
+  let closed = false;
+  let retry: NodeJS.Timeout | undefined;
+  let resolveReady!: () => void;
+  let rejectReady!: (e: Error) => void;
+  const readyP = new Promise<void>((res, rej) => {
+    resolveReady = res;
+    rejectReady = rej;
+  });
+  readyP.catch(() => {});
+
+  const ctx: IdentityContext = {
+    store: o.store,
+    now,
+    settings,
+    issuer: () => {
+      if (!key) throw notReady();
+      return key;
+    },
+  };
+
+  // The store is migrated by openStore; the key load is the remaining readiness step. It is
+  // retried so a briefly unreachable database does not leave the replica unready forever.
+  const load = () => {
+    loadIssuerKey(o.store, { did: settings.issuerDid, secret: optional(env, 'IDP_KEY_ENCRYPTION_KEY') })
+      .then((k) => {
+        if (closed) return;
+        key = k;
+        log.info('issuer key loaded', { issuerDid: k.did });
+        resolveReady();
+      })
+      .catch((e) => {
+        if (closed) return;
+        log.error('issuer key load failed; retrying in 2 s', { err: errMsg(e) });
+        retry = setTimeout(load, 2000);
+        retry.unref();
+      });
+  };
+  load();
+
+  const app = createApi();
+  app.use('*', async (c, next) => {
+    if (!key && !ALWAYS.has(c.req.path)) return c.json(envelope('not_ready', 'identity authority is starting'), 503);
+    return next();
+  });
+  registerDiscoveryRoutes(app, ctx, () => key !== undefined);
+  registerAgentRoutes(app, ctx);
+  registerDelegationRoutes(app, ctx);
+  registerEnterpriseRoutes(app, { store: o.store, now, env });
+  app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: `${BRAND_TITLE} identity authority`, version: '1.0.0' } });
+  app.get('/docs', swaggerUI({ url: '/openapi.json' }));
+
+  return {
+    app,
+    ready: () => key !== undefined,
+    whenReady: () => readyP,
+    issuerDid: settings.issuerDid,
+    context: ctx,
+    close: async () => {
+      closed = true;
+      if (retry) clearTimeout(retry);
+      rejectReady(new Error('identity authority closed'));
+    },
+  };
+}
+
+export interface StartOptions {
+  /** An open store; when absent one is opened from IDP_STORE_BACKEND / IDP_DB_URL / IDP_DATA_DIR and closed on close. */
+  store?: Store;
+  env?: Env;
+  /** Listen address, default `:${PORT || 8090}`. */
+  addr?: string;
+  now?: () => number;
+}
+
+export async function startIdentityAuthority(o: StartOptions = {}): Promise<{ port: number; authority: IdentityAuthority; close(): Promise<void> }> {
+  const env = o.env ?? process.env;
+  const ownStore = !o.store;
+  const store =
+    o.store ??
+    (await openStore({
+      backend: oneOf(env, 'IDP_STORE_BACKEND', ['postgres', 'pglite', 'memory'] as const, optional(env, 'IDP_DB_URL') ? 'postgres' : 'pglite'),
+      url: optional(env, 'IDP_DB_URL'),
+      dataDir: str(env, 'IDP_DATA_DIR', '.data/identity'),
+    }));
+  const authority = createIdentityAuthority({ store, env, now: o.now });
+  const server = createAdaptorServer({ fetch: authority.app.fetch }) as http.Server;
+  const port = await listen(server, o.addr ?? `:${str(env, 'PORT', '8090')}`);
+  log.info('identity authority listening', { port, issuerDid: authority.issuerDid });
+  return {
+    port,
+    authority,
+    close: async () => {
+      await authority.close();
+      await closeServer(server);
+      if (ownStore) await store.close();
+    },
+  };
+}
