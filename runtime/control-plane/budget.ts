@@ -1,0 +1,151 @@
+/**
+ * Agent budget meters (SPEC 2.1, 8): tokens and calls over a sliding hour, USD over a sliding
+ * day, all in memory (the hot path never waits on the database). Each window is a ring of
+ * buckets; a window of span S with n buckets counts the last n+1 buckets, so an event stays
+ * counted for at least S and at most S + S/n (the meter errs towards denying, never towards
+ * letting spend through early). Zero or absent ceilings mean no limit on that dimension.
+ */
+import type { Budget } from './types.js';
+import type { BudgetPort } from './decision/types.js';
+
+export const HOUR_MS = 3_600_000;
+export const DAY_MS = 86_400_000;
+
+interface Window {
+  bucketMs: number;
+  idx: Float64Array;
+  val: Float64Array;
+}
+
+function newWindow(spanMs: number, buckets: number): Window {
+  const w = { bucketMs: spanMs / buckets, idx: new Float64Array(buckets + 1), val: new Float64Array(buckets + 1) };
+  w.idx.fill(-Infinity);
+  return w;
+}
+
+function addTo(w: Window, now: number, v: number): void {
+  const b = Math.floor(now / w.bucketMs);
+  const i = b % w.idx.length;
+  if (w.idx[i] !== b) {
+    w.idx[i] = b;
+    w.val[i] = 0;
+  }
+  w.val[i] = (w.val[i] ?? 0) + v;
+}
+
+function sumOf(w: Window, now: number): number {
+  const b = Math.floor(now / w.bucketMs);
+  const oldest = b - (w.idx.length - 1);
+  let s = 0;
+  for (let i = 0; i < w.idx.length; i++) {
+    const k = w.idx[i] ?? -Infinity;
+    if (k >= oldest && k <= b) s += w.val[i] ?? 0;
+  }
+  return s;
+}
+
+interface AgentMeter {
+  tokens: Window;
+  calls: Window;
+  cost: Window;
+}
+
+export interface BudgetUsage {
+  tokensLastHour: number;
+  callsLastHour: number;
+  costUsdLastDay: number;
+}
+
+export interface BudgetMeter extends BudgetPort {
+  /** Adds a usage report (tokens and USD) to the agent's windows. */
+  recordUsage(agent: string, tokens: number, costUsd: number, now: number): void;
+  /** Current window totals of an agent (zeros when never seen). */
+  usage(agent: string, now: number): BudgetUsage;
+  /** Number of agents metered (bounded by maxAgents). */
+  size(): number;
+}
+
+export interface BudgetMeterOptions {
+  /** Buckets per hour window (default 60: one-minute resolution). */
+  hourBuckets?: number;
+  /** Buckets per day window (default 96: fifteen-minute resolution). */
+  dayBuckets?: number;
+  /** Bound on metered agents; idle meters are dropped first (default 100 000). */
+  maxAgents?: number;
+}
+
+const fmt = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(4).replace(/0+$/, '').replace(/\.$/, ''));
+
+export function createBudgetMeter(opts: BudgetMeterOptions = {}): BudgetMeter {
+  const hourBuckets = opts.hourBuckets ?? 60;
+  const dayBuckets = opts.dayBuckets ?? 96;
+  const maxAgents = opts.maxAgents ?? 100_000;
+  const meters = new Map<string, AgentMeter>();
+
+  const idle = (m: AgentMeter, now: number) => sumOf(m.tokens, now) === 0 && sumOf(m.calls, now) === 0 && sumOf(m.cost, now) === 0;
+
+  function meterFor(agent: string, now: number): AgentMeter {
+    let m = meters.get(agent);
+    if (m) return m;
+    if (meters.size >= maxAgents) {
+      for (const [k, v] of meters) if (idle(v, now)) meters.delete(k);
+      // Still full: drop the oldest-created meter rather than grow without bound.
+      if (meters.size >= maxAgents) {
+        const oldest = meters.keys().next();
+        if (!oldest.done) meters.delete(oldest.value);
+      }
+    }
+    m = { tokens: newWindow(HOUR_MS, hourBuckets), calls: newWindow(HOUR_MS, hourBuckets), cost: newWindow(DAY_MS, dayBuckets) };
+    meters.set(agent, m);
+    return m;
+  }
+
+  return {
+    check(agent: string, budget: Budget | undefined, now: number): string | undefined {
+      if (!budget) return undefined;
+      const m = meters.get(agent);
+      if (!m) return undefined;
+      const { tokensPerHour: tph = 0, callsPerHour: cph = 0, costUsdPerDay: cpd = 0 } = budget;
+      if (tph > 0) {
+        const used = sumOf(m.tokens, now);
+        if (used >= tph) return `token budget exceeded: ${fmt(used)} of ${tph} tokens per hour`;
+      }
+      if (cph > 0) {
+        const used = sumOf(m.calls, now);
+        if (used >= cph) return `call budget exceeded: ${fmt(used)} of ${cph} calls per hour`;
+      }
+      if (cpd > 0) {
+        const used = sumOf(m.cost, now);
+        if (used >= cpd) return `cost budget exceeded: ${fmt(used)} of ${cpd} USD per day`;
+      }
+      return undefined;
+    },
+    reserveCall(agent: string, now: number): () => void {
+      addTo(meterFor(agent, now).calls, now, 1);
+      let released = false;
+      return () => {
+        if (released) return;
+        released = true;
+        // Undo in the bucket the call landed in, if it is still in the ring.
+        const m = meters.get(agent);
+        if (m) {
+          const b = Math.floor(now / m.calls.bucketMs);
+          const i = b % m.calls.idx.length;
+          if (m.calls.idx[i] === b) m.calls.val[i] = Math.max(0, (m.calls.val[i] ?? 0) - 1);
+        }
+      };
+    },
+    recordUsage(agent: string, tokens: number, costUsd: number, now: number): void {
+      if (!(tokens >= 0) || !(costUsd >= 0) || !Number.isFinite(tokens) || !Number.isFinite(costUsd)) return;
+      const m = meterFor(agent, now);
+      if (tokens > 0) addTo(m.tokens, now, tokens);
+      if (costUsd > 0) addTo(m.cost, now, costUsd);
+    },
+    usage(agent: string, now: number): BudgetUsage {
+      const m = meters.get(agent);
+      if (!m) return { tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 };
+      return { tokensLastHour: sumOf(m.tokens, now), callsLastHour: sumOf(m.calls, now), costUsdLastDay: sumOf(m.cost, now) };
+    },
+    size: () => meters.size,
+  };
+}

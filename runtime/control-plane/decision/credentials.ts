@@ -1,0 +1,50 @@
+/** Pure parsing of the credentials a decision sees. Nothing here verifies a signature. */
+
+/** The token of `Authorization: Bearer <token>`, or undefined for any other shape. */
+export function bearerToken(authorization: string | undefined): string | undefined {
+  if (!authorization) return undefined;
+  const m = /^Bearer[ \t]+([^\s]+)[ \t]*$/i.exec(authorization);
+  return m ? m[1] : undefined;
+}
+
+/**
+ * True when `token` is a compact JWS whose (unverified) payload carries a `vp` claim: a
+ * Verifiable Presentation in VC-JWT form. Used only to route the agent token to VP verification;
+ * the identity authority verifies it.
+ */
+export function isVpJwt(token: string): boolean {
+  const parts = token.split('.');
+  if (parts.length !== 3 || !parts[1]) return false;
+  try {
+    const payload = JSON.parse(Buffer.from(parts[1], 'base64url').toString('utf8')) as unknown;
+    return typeof payload === 'object' && payload !== null && 'vp' in payload;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Scopes granted by an OAuth access token: `scope` (RFC 8693/9068, space-separated) and `scp`
+ * (Entra: space-separated string; Okta: array).
+ */
+export function grantedScopes(claims: Record<string, unknown>): Set<string> {
+  const out = new Set<string>();
+  const add = (v: unknown) => {
+    if (typeof v === 'string') {
+      for (const s of v.split(/\s+/)) if (s) out.add(s);
+    } else if (Array.isArray(v)) {
+      for (const s of v) if (typeof s === 'string' && s) out.add(s);
+    }
+  };
+  add(claims.scope);
+  add(claims.scp);
+  return out;
+}
+
+/** Every scope of a (space-separated) requirement must be granted. Empty requirement: any caller. */
+export function hasScopes(claims: Record<string, unknown>, required: string | undefined): boolean {
+  const need = (required ?? '').split(/\s+/).filter(Boolean);
+  if (need.length === 0) return true;
+  const got = grantedScopes(claims);
+  return need.every((s) => got.has(s));
+}

@@ -1,0 +1,83 @@
+/**
+ * Ingress (north-south) decision, SPEC 4.1: identity, then registry, then inline rules, then the
+ * optional OPA veto. Audit and metrics are the caller's (see pipeline.ts) so the proxy and a dry
+ * run can reuse this function. Any exception is a deny (fail closed).
+ */
+import { errMsg } from '../../lib/log.js';
+import { H } from '../../lib/brand.js';
+import type { Service } from '../types.js';
+import { bearerToken, hasScopes } from './credentials.js';
+import { ANONYMOUS, UNKNOWN_LABEL, allow, auditOf, deny, resolveHost } from './outcome.js';
+import type { DecisionDeps, IngressFacts, Outcome, Rule } from './types.js';
+
+export async function decideIngress(facts: IngressFacts, deps: DecisionDeps): Promise<Outcome> {
+  let stage: Rule = 'identity';
+  let subject = ANONYMOUS;
+  let target: Service | undefined;
+  const requested = facts.service ?? facts.host;
+  const done = (d: Outcome['decision']): Outcome => ({
+    decision: d,
+    audit: auditOf('authz', d, { subject, service: target?.name ?? requested }),
+    serviceLabel: target?.name ?? UNKNOWN_LABEL,
+  });
+  try {
+    // 1. Identity. With workforce OIDC on, a presented credential must verify; with it off
+    //    (development posture) any bearer credential passes anonymously.
+    const token = bearerToken(facts.authorization);
+    const presented = !!facts.authorization;
+    let claims: Record<string, unknown> | undefined;
+    if (deps.oidc && presented) {
+      if (!token) return done(deny(401, 'identity', 'credential is not a bearer token'));
+      const v = await deps.oidc.verify(token);
+      if (!v.ok) return done(deny(401, 'identity', `invalid credential: ${v.reason}`));
+      subject = v.subject;
+      claims = v.claims;
+    }
+
+    // 2. Registry.
+    stage = 'registry';
+    target = facts.service !== undefined ? deps.registry.get(facts.service) : facts.host ? resolveHost(deps.registry, facts.host) : undefined;
+    if (!target) {
+      return done(deny(403, 'registry', requested ? `unknown service ${JSON.stringify(requested)}` : 'no target service named'));
+    }
+
+    // 3. Inline rules.
+    stage = 'inline';
+    let reason: string;
+    if (target.public) {
+      reason = 'public service';
+    } else if (deps.oidc) {
+      if (!claims) return done(deny(401, 'identity', 'credential required'));
+      if (!hasScopes(claims, target.requireScope)) {
+        return done(deny(403, 'inline', `missing required scope ${JSON.stringify(target.requireScope)}`));
+      }
+      reason = target.requireScope ? `authenticated with scope ${target.requireScope}` : 'authenticated';
+    } else {
+      if (!token) return done(deny(403, 'inline', 'private service needs credentials'));
+      // A scope cannot be checked without a verifier: fail closed.
+      if (target.requireScope?.trim()) {
+        return done(deny(403, 'inline', 'required scope cannot be verified: workforce OIDC is not configured'));
+      }
+      reason = 'credential accepted (OIDC off, development posture)';
+    }
+
+    // 4. Optional org-wide veto.
+    if (deps.opa) {
+      stage = 'opa';
+      const v = await deps.opa.evaluate({
+        path: 'ingress',
+        service: target.name,
+        subject,
+        method: facts.method ?? '',
+        requestPath: facts.path ?? '',
+        public: !!target.public,
+        requireScope: target.requireScope ?? '',
+        claims: claims ?? {},
+      });
+      if (!v.allow) return done(deny(403, 'opa', `opa: ${v.reason}`));
+    }
+    return done(allow('inline', reason, { [H.subject]: subject, [H.upstream]: target.upstream }));
+  } catch (e) {
+    return done(deny(403, stage, `decision error: ${errMsg(e)}`));
+  }
+}
