@@ -1,0 +1,135 @@
+/**
+ * The pure core of the audit chain: entry normalization, the canonical encoding, the record hash
+ * and chain verification. No I/O, no clocks.
+ *
+ * Canonical encoding (what `hash` covers). Take the record's known fields
+ *   seq, time, prevHash, action, subject, actor, task, service, allow, reason, rule,
+ *   delegationId, delegationExp
+ * drop the ones that are undefined, sort the keys by UTF-16 code units and serialize as JSON
+ * with no whitespace. Every value is a string, a boolean or a finite number, so this is exactly
+ * RFC 8785 (JSON Canonicalization Scheme) of the record without `hash`, e.g.
+ *   {"action":"authz","allow":true,"prevHash":"000…0","reason":"ok","seq":1,"time":"2026-01-01T00:00:00.000Z"}
+ * hash = lower-case hex SHA-256 of the UTF-8 bytes of that string. The first record of a chain
+ * has seq 1 and prevHash = 64 zeros (GENESIS). Anyone can re-verify an exported log with a JCS
+ * library and sha256sum.
+ */
+import { createHash } from 'node:crypto';
+import { AUDIT_ACTIONS, type AuditEntry, type AuditRecord, type Rule } from '../types.js';
+
+export const GENESIS_HASH = '0'.repeat(64);
+
+/** The link before the first record a verification covers: seq 0 / GENESIS for a fresh chain. */
+export interface ChainAnchor {
+  seq: number;
+  hash: string;
+}
+export const GENESIS: ChainAnchor = Object.freeze({ seq: 0, hash: GENESIS_HASH });
+
+export interface VerifyResult {
+  ok: boolean;
+  /** -1 when ok, else the first seq where the chain breaks. */
+  brokenAtSeq: number;
+}
+
+const HASHED_FIELDS = [
+  'seq',
+  'time',
+  'prevHash',
+  'action',
+  'subject',
+  'actor',
+  'task',
+  'service',
+  'allow',
+  'reason',
+  'rule',
+  'delegationId',
+  'delegationExp',
+] as const;
+const SORTED_FIELDS = [...HASHED_FIELDS].sort();
+
+const STRING_FIELDS = ['subject', 'actor', 'task', 'service', 'reason', 'delegationId'] as const;
+const RULES: ReadonlySet<string> = new Set<Rule>(['identity', 'registry', 'inline', 'opa', 'delegation']);
+const ACTIONS: ReadonlySet<string> = new Set(AUDIT_ACTIONS);
+
+/** Longest string field kept in a record; bounds the ring's memory (1000 records). */
+export const MAX_FIELD_CHARS = 8192;
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+/**
+ * Makes a string storable byte-for-byte in PostgreSQL text: lone surrogates and NUL (which
+ * Postgres rejects or rewrites) become U+FFFD, and very long values are cut. Doing it before
+ * hashing keeps the hash recomputable from the stored row after a restart.
+ */
+function clean(s: string): string {
+  let out = s.replace(LONE_SURROGATE, '\uFFFD').replaceAll('\u0000', '\uFFFD');
+  if (out.length > MAX_FIELD_CHARS) out = out.slice(0, MAX_FIELD_CHARS - 12) + '[truncated]';
+  return out;
+}
+
+/**
+ * Validates and copies an entry to its stored form (known fields only, strings cleaned).
+ * Throws TypeError on a programming error (unknown action or rule, wrong types): such an entry
+ * would otherwise poison the durable shipper.
+ */
+export function normalizeEntry(e: AuditEntry): AuditEntry {
+  if (!e || typeof e !== 'object') throw new TypeError('audit entry must be an object');
+  if (!ACTIONS.has(e.action)) throw new TypeError(`audit entry: unknown action ${JSON.stringify(e.action)}`);
+  if (typeof e.allow !== 'boolean') throw new TypeError('audit entry: allow must be a boolean');
+  if (typeof e.reason !== 'string') throw new TypeError('audit entry: reason must be a string');
+  for (const k of STRING_FIELDS) {
+    if (e[k] !== undefined && typeof e[k] !== 'string') throw new TypeError(`audit entry: ${k} must be a string`);
+  }
+  if (e.rule !== undefined && !RULES.has(e.rule)) throw new TypeError(`audit entry: unknown rule ${JSON.stringify(e.rule)}`);
+  if (e.delegationExp !== undefined && (typeof e.delegationExp !== 'number' || !Number.isFinite(e.delegationExp))) {
+    throw new TypeError('audit entry: delegationExp must be a finite number (epoch seconds)');
+  }
+  // Built in the spec's field order (SPEC 2.3) so served records read naturally.
+  const out: AuditEntry = { action: e.action } as AuditEntry;
+  if (e.subject !== undefined) out.subject = clean(e.subject);
+  if (e.actor !== undefined) out.actor = clean(e.actor);
+  if (e.task !== undefined) out.task = clean(e.task);
+  if (e.service !== undefined) out.service = clean(e.service);
+  out.allow = e.allow;
+  out.reason = clean(e.reason);
+  if (e.rule !== undefined) out.rule = e.rule;
+  if (e.delegationId !== undefined) out.delegationId = clean(e.delegationId);
+  if (e.delegationExp !== undefined) out.delegationExp = e.delegationExp;
+  return out;
+}
+
+/** The canonical (RFC 8785) string a record's hash covers; see the file comment. */
+export function canonical(r: Omit<AuditRecord, 'hash'> & { hash?: string }): string {
+  const o: Record<string, unknown> = {};
+  for (const k of SORTED_FIELDS) {
+    const v = (r as unknown as Record<string, unknown>)[k];
+    if (v !== undefined) o[k] = v;
+  }
+  return JSON.stringify(o);
+}
+
+export function hashRecord(r: Omit<AuditRecord, 'hash'> & { hash?: string }): string {
+  return createHash('sha256').update(canonical(r), 'utf8').digest('hex');
+}
+
+/** Builds the next record of a chain from a normalized entry. */
+export function link(entry: AuditEntry, prev: ChainAnchor, time: string): AuditRecord {
+  const body = { seq: prev.seq + 1, time, ...entry, prevHash: prev.hash };
+  return { ...body, hash: hashRecord(body) };
+}
+
+/**
+ * Verifies consecutive records against the link before them. Reports the first seq where
+ * the sequence skips (the seq that was expected), the prevHash does not equal the previous
+ * record's hash, or the hash does not match the record's content.
+ */
+export function verifyChain(records: readonly AuditRecord[], anchor: ChainAnchor = GENESIS): VerifyResult {
+  let prev = anchor;
+  for (const r of records) {
+    const expected = prev.seq + 1;
+    if (r.seq !== expected) return { ok: false, brokenAtSeq: expected };
+    if (r.prevHash !== prev.hash || hashRecord(r) !== r.hash) return { ok: false, brokenAtSeq: r.seq };
+    prev = { seq: r.seq, hash: r.hash };
+  }
+  return { ok: true, brokenAtSeq: -1 };
+}

@@ -1,0 +1,166 @@
+/**
+ * Ordered, durable, batched shipping of audit records to a store.
+ *
+ * One worker drains a FIFO queue: it writes the oldest up-to-`maxBatch` records in one call,
+ * removes them only after the write resolved, and on failure retries the SAME batch with
+ * exponential backoff (never reorders, never drops, never skips ahead).
+ *
+ * Memory policy while the store is down: at most `maxPending` records wait in memory. Past
+ * that, `push` throws AuditBackpressureError: the control plane fails closed (a decision it
+ * cannot audit durably is denied) instead of silently losing records or growing without bound.
+ */
+import { errMsg, logger, type Logger } from '../../lib/log.js';
+
+export class AuditBackpressureError extends Error {
+  constructor(pending: number) {
+    super(`audit store unavailable: ${pending} records waiting to be stored`);
+    this.name = 'AuditBackpressureError';
+  }
+}
+
+export interface ShipperOptions<T> {
+  /** Stores a batch, all or nothing; must be idempotent for a retried batch. */
+  write(batch: T[]): Promise<void>;
+  maxBatch?: number;
+  maxPending?: number;
+  retryMinMs?: number;
+  retryMaxMs?: number;
+  log?: Logger;
+}
+
+export interface ShipperStats {
+  pending: number;
+  /** Highest seq known stored (0 before the first write of this process). */
+  shippedSeq: number;
+  failures: number;
+  lastError?: string;
+}
+
+export interface Shipper<T extends { seq: number }> {
+  push(rec: T): void;
+  /** Resolves once every record pushed so far is stored; rejects after timeoutMs if given. */
+  flush(timeoutMs?: number): Promise<void>;
+  stats(): ShipperStats;
+  /** Flushes (bounded by timeoutMs), then stops the worker. */
+  close(timeoutMs?: number): Promise<void>;
+}
+
+export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): Shipper<T> {
+  const maxBatch = o.maxBatch ?? 500;
+  const maxPending = o.maxPending ?? 100_000;
+  const retryMin = o.retryMinMs ?? 100;
+  const retryMax = o.retryMaxMs ?? 5_000;
+  const log = o.log ?? logger('audit-shipper');
+
+  let queue: T[] = [];
+  let head = 0; // index of the oldest unshipped record in `queue`
+  let pushedSeq = 0;
+  let shippedSeq = 0;
+  let failures = 0;
+  let lastError: string | undefined;
+  let running = false;
+  let stopped = false;
+  let sleepTimer: NodeJS.Timeout | undefined;
+  let wake: (() => void) | undefined;
+  const waiters: { seq: number; resolve: () => void }[] = [];
+
+  const pending = () => queue.length - head;
+
+  function settle(): void {
+    for (let i = waiters.length - 1; i >= 0; i--) {
+      const w = waiters[i]!;
+      if (w.seq <= shippedSeq || pending() === 0) {
+        waiters.splice(i, 1);
+        w.resolve();
+      }
+    }
+  }
+
+  async function run(): Promise<void> {
+    running = true;
+    try {
+      while (!stopped && pending() > 0) {
+        const batch = queue.slice(head, head + maxBatch);
+        try {
+          await o.write(batch);
+        } catch (e) {
+          failures++;
+          lastError = errMsg(e);
+          const delay = Math.min(retryMax, retryMin * 2 ** Math.min(failures - 1, 16));
+          log.warn('audit batch not stored; retrying', { err: lastError, failures, pending: pending(), retryMs: delay });
+          await new Promise<void>((resolve) => {
+            wake = resolve;
+            sleepTimer = setTimeout(resolve, delay);
+          });
+          wake = undefined;
+          continue;
+        }
+        if (failures > 0) log.info('audit store reachable again', { failures, pending: pending() });
+        failures = 0;
+        lastError = undefined;
+        head += batch.length;
+        shippedSeq = batch[batch.length - 1]!.seq;
+        // Compact the consumed prefix now and then instead of shifting per batch.
+        if (head > 4096 && head * 2 > queue.length) {
+          queue = queue.slice(head);
+          head = 0;
+        }
+        settle();
+      }
+    } finally {
+      running = false;
+    }
+  }
+
+  function kick(): void {
+    if (!running && !stopped) void run();
+  }
+
+  function flush(timeoutMs?: number): Promise<void> {
+    if (pending() === 0) return Promise.resolve();
+    const target = pushedSeq;
+    return new Promise<void>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const w = {
+        seq: target,
+        resolve: () => {
+          if (timer) clearTimeout(timer);
+          resolve();
+        },
+      };
+      waiters.push(w);
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          const i = waiters.indexOf(w);
+          if (i >= 0) waiters.splice(i, 1);
+          reject(new Error(`audit flush timed out: ${pending()} records not yet stored${lastError ? ` (${lastError})` : ''}`));
+        }, timeoutMs);
+      }
+      kick();
+    });
+  }
+
+  return {
+    push(rec) {
+      if (stopped) throw new Error('audit chain is closed');
+      if (pending() >= maxPending) throw new AuditBackpressureError(pending());
+      queue.push(rec);
+      pushedSeq = rec.seq;
+      kick();
+    },
+    flush,
+    stats: () => ({ pending: pending(), shippedSeq, failures, ...(lastError ? { lastError } : {}) }),
+    async close(timeoutMs) {
+      // Cut a retry sleep short so a clean shutdown tries the store right away.
+      if (sleepTimer) clearTimeout(sleepTimer);
+      wake?.();
+      try {
+        await flush(timeoutMs);
+      } finally {
+        stopped = true;
+        if (sleepTimer) clearTimeout(sleepTimer);
+        wake?.();
+      }
+    },
+  };
+}

@@ -1,0 +1,81 @@
+/**
+ * audit_log persistence: row <-> record mapping, the idempotent batch insert the shipper uses,
+ * and the tail load that gives a reopened chain its seq, prevHash and ring.
+ */
+import { and, desc, eq, inArray } from 'drizzle-orm';
+import type { Store } from '../../store/factory.js';
+import { auditLog } from '../../store/schema/control-plane.js';
+import type { AuditAction, AuditRecord, Rule } from '../types.js';
+
+type Row = typeof auditLog.$inferSelect;
+type NewRow = typeof auditLog.$inferInsert;
+
+export function toRow(chain: string, r: AuditRecord): NewRow {
+  return {
+    chain,
+    seq: r.seq,
+    time: r.time,
+    action: r.action,
+    subject: r.subject ?? null,
+    actor: r.actor ?? null,
+    task: r.task ?? null,
+    service: r.service ?? null,
+    allow: r.allow,
+    reason: r.reason,
+    rule: r.rule ?? null,
+    delegationId: r.delegationId ?? null,
+    delegationExp: r.delegationExp ?? null,
+    prevHash: r.prevHash,
+    hash: r.hash,
+  };
+}
+
+/** Rebuilds the record exactly as it was hashed: NULL columns are absent fields. */
+export function fromRow(row: Row): AuditRecord {
+  const r = { seq: Number(row.seq), time: row.time, action: row.action as AuditAction } as AuditRecord;
+  if (row.subject !== null) r.subject = row.subject;
+  if (row.actor !== null) r.actor = row.actor;
+  if (row.task !== null) r.task = row.task;
+  if (row.service !== null) r.service = row.service;
+  r.allow = row.allow;
+  r.reason = row.reason;
+  if (row.rule !== null) r.rule = row.rule as Rule;
+  if (row.delegationId !== null) r.delegationId = row.delegationId;
+  if (row.delegationExp !== null) r.delegationExp = Number(row.delegationExp);
+  r.prevHash = row.prevHash;
+  r.hash = row.hash;
+  return r;
+}
+
+/**
+ * Inserts a batch in one statement (atomic). A retried batch whose first attempt did commit
+ * (acknowledgement lost) finds its rows already there: those are accepted when their hashes
+ * match, and anything else means a second writer on the same chain id, which is an error.
+ */
+export async function insertBatch(store: Store, chain: string, batch: AuditRecord[]): Promise<void> {
+  if (batch.length === 0) return;
+  const inserted = await store.db
+    .insert(auditLog)
+    .values(batch.map((r) => toRow(chain, r)))
+    .onConflictDoNothing()
+    .returning({ seq: auditLog.seq });
+  if (inserted.length === batch.length) return;
+  const got = new Set(inserted.map((r) => Number(r.seq)));
+  const missing = batch.filter((r) => !got.has(r.seq));
+  const existing = await store.db
+    .select({ seq: auditLog.seq, hash: auditLog.hash })
+    .from(auditLog)
+    .where(and(eq(auditLog.chain, chain), inArray(auditLog.seq, missing.map((r) => r.seq))));
+  const byseq = new Map(existing.map((e) => [Number(e.seq), e.hash]));
+  for (const r of missing) {
+    if (byseq.get(r.seq) !== r.hash) {
+      throw new Error(`audit chain ${JSON.stringify(chain)}: seq ${r.seq} is already stored with a different hash (two writers on one chain id?)`);
+    }
+  }
+}
+
+/** The newest `n` records of a chain, oldest first. */
+export async function loadTail(store: Store, chain: string, n: number): Promise<AuditRecord[]> {
+  const rows = await store.db.select().from(auditLog).where(eq(auditLog.chain, chain)).orderBy(desc(auditLog.seq)).limit(n);
+  return rows.reverse().map(fromRow);
+}

@@ -1,0 +1,37 @@
+/** Drizzle view of the control-plane tables (migration 0001_control_plane). */
+import { bigint, boolean, doublePrecision, jsonb, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
+import type { Service } from '../../control-plane/types.js';
+
+const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'string' });
+
+export const registryServices = pgTable('registry_services', {
+  name: text('name').primaryKey(),
+  doc: jsonb('doc').$type<Service>().notNull(),
+  rev: bigint('rev', { mode: 'number' }).notNull().default(1),
+  registeredAt: ts('registered_at').notNull(),
+  updatedAt: ts('updated_at').notNull(),
+});
+
+export const auditLog = pgTable(
+  'audit_log',
+  {
+    chain: text('chain').notNull(),
+    seq: bigint('seq', { mode: 'number' }).notNull(),
+    /** The exact RFC 3339 string that was hashed. */
+    time: text('time').notNull(),
+    action: text('action').notNull(),
+    subject: text('subject'),
+    actor: text('actor'),
+    task: text('task'),
+    service: text('service'),
+    allow: boolean('allow').notNull(),
+    reason: text('reason').notNull(),
+    rule: text('rule'),
+    delegationId: text('delegation_id'),
+    delegationExp: doublePrecision('delegation_exp'),
+    prevHash: text('prev_hash').notNull(),
+    hash: text('hash').notNull(),
+    storedAt: ts('stored_at').notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.chain, t.seq] })],
+);
