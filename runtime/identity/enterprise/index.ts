@@ -5,6 +5,9 @@
  */
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Store } from '../../store/factory.js';
+import { registerDirectoryRoutes, SYNC_BODY_LIMIT } from './directory/routes.js';
+
+export { SYNC_BODY_LIMIT };
 
 export interface EnterpriseContext {
   store: Store;
@@ -13,6 +16,14 @@ export interface EnterpriseContext {
   env: Record<string, string | undefined>;
 }
 
-export function registerEnterpriseRoutes(_app: OpenAPIHono, _ctx: EnterpriseContext): void {
-  // Filled in by the enterprise capability (directory, governance, authority, keys, preview).
+/**
+ * Largest request body an enterprise route accepts, for servers whose global body limit must
+ * make room: the SCIM sync takes up to SYNC_BODY_LIMIT, everything else the API default.
+ */
+export function enterpriseBodyLimit(path: string): number | undefined {
+  return path === '/v1/directory/sync' ? SYNC_BODY_LIMIT : undefined;
+}
+
+export function registerEnterpriseRoutes(app: OpenAPIHono, ctx: EnterpriseContext): void {
+  registerDirectoryRoutes(app, { db: ctx.store.db, now: ctx.now });
 }

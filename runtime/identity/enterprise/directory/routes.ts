@@ -1,0 +1,180 @@
+/**
+ * Directory routes (SPEC 4.4): SCIM snapshot sync and tenant-scoped reads.
+ *
+ * Reads that name no `tenant` answer for every tenant: the list of tenants is read once and each
+ * tenant's rows are then read through its own `directoryRepo`, so no single query ever spans
+ * tenants. Reads by key derive the tenant from the key (subject `<idp>:<tenant>:<ext>`, group key
+ * `<tenant>:<ext>`); an optional `tenant` that disagrees with the key is a 404.
+ */
+import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import { bodyLimit } from 'hono/body-limit';
+import { envelope, notFound } from '../../../lib/errors.js';
+import type { Db } from '../../../store/factory.js';
+import { tenantOfGroupKey, tenantOfSubject } from '../tenant.js';
+import { body, errorResponse, invalid, json, Limit, TenantId } from './http.js';
+import { conflictsOfRows } from './plan.js';
+import { directoryRepo, directoryTenants, type EmployeeRecord, type GroupRecord, type SyncRunRecord } from './repo.js';
+import { ConflictSchema, EmployeeSchema, GroupSchema, SyncRequestSchema, SyncRunSchema } from './schemas.js';
+import { syncDirectory, type CascadeFn, type SyncStage } from './sync.js';
+
+/**
+ * Body limit of POST /v1/directory/sync: a 100k-user snapshot of Entra-style resources is about
+ * 80 MiB of JSON, so 256 MiB leaves headroom. Every other enterprise route keeps the API default.
+ * NOTE: createApi() installs a global limit first; the server must allow this size on this path.
+ */
+export const SYNC_BODY_LIMIT = 256 * 1024 * 1024;
+
+export interface DirectoryRouteDeps {
+  db: Db;
+  now: () => number;
+  cascade?: CascadeFn;
+  failpoint?: (stage: SyncStage) => void | Promise<void>;
+}
+
+const TenantQuery = z.object({ tenant: TenantId.optional().openapi({ param: { name: 'tenant', in: 'query' } }) });
+const SubjectParam = z.object({ subject: z.string().min(1).max(600).openapi({ param: { name: 'subject', in: 'path' } }) });
+const GroupKeyParam = z.object({ group_key: z.string().min(1).max(400).openapi({ param: { name: 'group_key', in: 'path' } }) });
+
+/** Runs `read` for the named tenant, or for every tenant in name order when none is named. */
+async function perTenant<T>(db: Db, tenant: string | undefined, read: (tenantId: string) => Promise<T[]>): Promise<T[]> {
+  const tenants = tenant !== undefined ? [tenant] : await directoryTenants(db);
+  const out: T[] = [];
+  for (const t of tenants) out.push(...(await read(t)));
+  return out;
+}
+
+export function registerDirectoryRoutes(app: OpenAPIHono, deps: DirectoryRouteDeps): void {
+  const { db } = deps;
+
+  app.use(
+    '/v1/directory/sync',
+    bodyLimit({
+      maxSize: SYNC_BODY_LIMIT,
+      onError: (c) => c.json(envelope('payload_too_large', `request body exceeds ${SYNC_BODY_LIMIT} bytes`), 413),
+    }),
+  );
+  app.openapi(
+    createRoute({
+      method: 'post',
+      path: '/v1/directory/sync',
+      tags: ['directory'],
+      summary: 'Reconcile a SCIM 2.0 snapshot for one tenant (one transaction; the revocation cascade runs in it)',
+      request: { body: body(SyncRequestSchema) },
+      responses: { 200: json(SyncRunSchema, 'The sync-run record with the cascade block'), 413: errorResponse('Body too large'), ...invalid },
+    }),
+    async (c) => {
+      const b = c.req.valid('json');
+      const run = await syncDirectory(
+        { db, now: deps.now, cascade: deps.cascade, failpoint: deps.failpoint },
+        { tenantId: b.tenantId, idp: b.idp, mode: b.mode, users: b.users, groups: b.groups },
+      );
+      return c.json(run as z.infer<typeof SyncRunSchema>, 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/directory/employees',
+      tags: ['directory'],
+      summary: 'Employees, by subject; every tenant when `tenant` is absent',
+      request: {
+        query: TenantQuery.extend({ status: z.enum(['active', 'inactive']).optional().openapi({ param: { name: 'status', in: 'query' } }) }),
+      },
+      responses: { 200: json(z.array(EmployeeSchema), 'Employees'), ...invalid },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const list = await perTenant<EmployeeRecord>(db, q.tenant, (t) => directoryRepo(db, t).listEmployees({ status: q.status }));
+      return c.json(list, 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/directory/employees/{subject}',
+      tags: ['directory'],
+      summary: 'One employee by stable subject',
+      request: { params: SubjectParam, query: TenantQuery },
+      responses: { 200: json(EmployeeSchema, 'Employee'), 404: errorResponse('Unknown employee'), ...invalid },
+    }),
+    async (c) => {
+      const { subject } = c.req.valid('param');
+      const { tenant } = c.req.valid('query');
+      const t = tenantOfSubject(subject);
+      const e = t !== undefined && (tenant === undefined || tenant === t) ? await directoryRepo(db, t).getEmployee(subject) : undefined;
+      if (!e) throw notFound('employee', subject);
+      return c.json(e, 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/directory/groups',
+      tags: ['directory'],
+      summary: 'Directory groups; every tenant when `tenant` is absent',
+      request: { query: TenantQuery },
+      responses: { 200: json(z.array(GroupSchema), 'Groups'), ...invalid },
+    }),
+    async (c) => {
+      const { tenant } = c.req.valid('query');
+      return c.json(await perTenant<GroupRecord>(db, tenant, (t) => directoryRepo(db, t).listGroups()), 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/directory/groups/{group_key}',
+      tags: ['directory'],
+      summary: 'One group by key `<tenant>:<external_id>`',
+      request: { params: GroupKeyParam, query: TenantQuery },
+      responses: { 200: json(GroupSchema, 'Group'), 404: errorResponse('Unknown group'), ...invalid },
+    }),
+    async (c) => {
+      const { group_key } = c.req.valid('param');
+      const { tenant } = c.req.valid('query');
+      const t = tenantOfGroupKey(group_key);
+      const g = t !== undefined && (tenant === undefined || tenant === t) ? await directoryRepo(db, t).getGroup(group_key) : undefined;
+      if (!g) throw notFound('group', group_key);
+      return c.json(g, 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/directory/syncs',
+      tags: ['directory'],
+      summary: 'Sync-run history, newest first (every tenant when `tenant` is absent)',
+      request: { query: TenantQuery.extend({ limit: Limit(100, 1000).optional().openapi({ param: { name: 'limit', in: 'query' } }) }) },
+      responses: { 200: json(z.array(SyncRunSchema), 'Sync runs'), ...invalid },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const limit = q.limit ?? 100;
+      const runs = await perTenant<SyncRunRecord>(db, q.tenant, (t) => directoryRepo(db, t).listSyncRuns(limit));
+      // Across tenants: newest first by start time (per tenant the order is the insertion sequence).
+      if (q.tenant === undefined) runs.sort((a, b) => (a.started_at < b.started_at ? 1 : a.started_at > b.started_at ? -1 : 0));
+      return c.json(runs.slice(0, limit) as z.infer<typeof SyncRunSchema>[], 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/directory/conflicts',
+      tags: ['directory'],
+      summary: 'Manager conflicts of the tenant, computed now from the stored directory',
+      request: { query: z.object({ tenant: TenantId.openapi({ param: { name: 'tenant', in: 'query', required: true } }) }) },
+      responses: { 200: json(z.array(ConflictSchema), 'Conflicts'), ...invalid },
+    }),
+    async (c) => {
+      const { tenant } = c.req.valid('query');
+      const rows = await directoryRepo(db, tenant).loadEmployeeRows();
+      return c.json(conflictsOfRows(tenant, rows), 200);
+    },
+  );
+}

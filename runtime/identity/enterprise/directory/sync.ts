@@ -1,0 +1,207 @@
+/**
+ * SCIM snapshot sync (SPEC 3.5): one transaction per tenant that loads the tenant's rows once,
+ * plans in memory (plan.ts), writes only the changed rows in batched multi-row upserts, records
+ * the sync run and runs the revocation cascade. A failure anywhere rolls everything back, so the
+ * previous directory state stays intact; concurrent syncs of one tenant serialise on an advisory
+ * lock, other tenants are not blocked.
+ */
+import { randomUUID } from 'node:crypto';
+import { sql } from 'drizzle-orm';
+import type { Db } from '../../../store/factory.js';
+import { employees, groups, syncRuns } from '../../../store/schema/directory.js';
+import { logger } from '../../../lib/log.js';
+import type { DbOrTx } from '../tenant.js';
+import { directoryRepo, iso, type SyncRunRecord } from './repo.js';
+import { planSync, type EmployeeWrite, type Idp } from './plan.js';
+import type { GroupRow } from './repo.js';
+
+const log = logger('directory-sync');
+
+/** Counts returned by the governance revocation cascade (SPEC 2.7 `cascade`, 4.4). */
+export interface CascadeCounts {
+  agents_suspended: number;
+  agents_quarantined: number;
+  delegations_revoked: number;
+  delegations_invalidated: number;
+  delegations_expired: number;
+  by_reason: Record<string, number>;
+}
+
+/** Shape of governance's `runCascade`: it runs inside the sync's transaction. `now` is epoch ms. */
+export type CascadeFn = (
+  tx: DbOrTx,
+  tenantId: string,
+  opts: { now: number; source: 'auto' | 'admin'; by: string },
+) => Promise<CascadeCounts>;
+
+export type SyncStage = 'planned' | 'employees' | 'groups' | 'run' | 'cascade';
+
+export interface SyncDeps {
+  db: Db;
+  /** Epoch milliseconds. */
+  now: () => number;
+  /** The governance cascade; when absent the response's `cascade` is null (nothing ran). */
+  cascade?: CascadeFn;
+  /** Test hook called inside the transaction after each stage; throwing aborts the sync. */
+  failpoint?: (stage: SyncStage) => void | Promise<void>;
+  /** Rows per multi-row upsert statement (default 2000). */
+  batchSize?: number;
+}
+
+export interface SyncRequest {
+  tenantId: string;
+  idp: Idp;
+  mode: 'snapshot';
+  users: readonly unknown[];
+  /** Omitted: group records and memberships are not reconciled (see plan.ts). */
+  groups?: readonly unknown[];
+}
+
+export type SyncResponse = Omit<SyncRunRecord, 'cascade'> & { cascade: CascadeCounts | null };
+
+/** The principal recorded on cascade log rows caused by a sync. */
+export const SYNC_ACTOR = 'directory-sync';
+
+export async function syncDirectory(deps: SyncDeps, req: SyncRequest): Promise<SyncResponse> {
+  const batch = deps.batchSize ?? 2000;
+  const startedMs = deps.now();
+  const startedAt = new Date(startedMs).toISOString();
+  const id = randomUUID();
+  const result = await deps.db.transaction(async (tx) => {
+    await tx.execute(sql`select pg_advisory_xact_lock(hashtext(${`writ.directory.sync:${req.tenantId}`}))`);
+    const repo = directoryRepo(tx, req.tenantId);
+    const [currentEmployees, currentGroups] = [await repo.loadEmployeeRows(), await repo.loadGroupRows()];
+    const plan = planSync({
+      tenantId: req.tenantId,
+      idp: req.idp,
+      users: req.users,
+      groups: req.groups,
+      currentEmployees,
+      currentGroups,
+      now: startedAt,
+    });
+    await deps.failpoint?.('planned');
+    for (let i = 0; i < plan.employeeWrites.length; i += batch) {
+      await upsertEmployees(tx, plan.employeeWrites.slice(i, i + batch));
+    }
+    await deps.failpoint?.('employees');
+    for (let i = 0; i < plan.groupWrites.length; i += batch) {
+      await upsertGroups(tx, plan.groupWrites.slice(i, i + batch));
+    }
+    await deps.failpoint?.('groups');
+    // The cascade sees the new directory state (same transaction) and commits or rolls back with it.
+    const cascade = deps.cascade
+      ? await deps.cascade(tx, req.tenantId, { now: deps.now(), source: 'auto', by: SYNC_ACTOR })
+      : null;
+    await deps.failpoint?.('cascade');
+    const finishedAt = new Date(deps.now()).toISOString();
+    await tx.insert(syncRuns).values({
+      id,
+      tenantId: req.tenantId,
+      idp: req.idp,
+      startedAt,
+      finishedAt,
+      status: plan.status,
+      counts: { ...plan.counts },
+      errors: plan.errors,
+      conflicts: plan.conflicts,
+      cascade: cascade as Record<string, unknown> | null,
+    });
+    await deps.failpoint?.('run');
+    return { plan, cascade, finishedAt };
+  });
+  const { plan, cascade, finishedAt } = result;
+  log.info('sync', { tenant: req.tenantId, idp: req.idp, status: plan.status, ...plan.counts, ms: deps.now() - startedMs });
+  return {
+    id,
+    tenant_id: req.tenantId,
+    idp: req.idp,
+    started_at: startedAt,
+    finished_at: iso(finishedAt),
+    status: plan.status,
+    counts: { ...plan.counts },
+    errors: plan.errors,
+    conflicts: plan.conflicts,
+    cascade,
+  };
+}
+
+/*
+ * Batched writes: one statement per batch, rows shipped as ONE jsonb parameter and expanded
+ * server-side by jsonb_to_recordset. That keeps a 2000-row upsert to a single bind parameter
+ * (no 65535-parameter ceiling, no per-value binding cost) on both Postgres and PGlite.
+ */
+
+async function upsertEmployees(tx: DbOrTx, rows: readonly EmployeeWrite[]): Promise<void> {
+  if (!rows.length) return;
+  const payload = JSON.stringify(
+    rows.map((r) => ({
+      employee_subject: r.employeeSubject,
+      tenant_id: r.tenantId,
+      idp: r.idp,
+      external_id: r.externalId,
+      external_idp_id: r.externalIdpId,
+      email: r.email,
+      display_name: r.displayName,
+      given_name: r.givenName,
+      family_name: r.familyName,
+      title: r.title,
+      department: r.department,
+      manager_subject: r.managerSubject,
+      groups: r.groups,
+      roles: r.roles,
+      app_assignments: r.appAssignments,
+      status: r.status,
+      source: r.source,
+      created_at: r.createdAt,
+      updated_at: r.updatedAt,
+      deactivated_at: r.deactivatedAt,
+      last_synced_at: r.lastSyncedAt,
+    })),
+  );
+  // `session` is deliberately absent from both column lists: only identity resolution sets it.
+  await tx.execute(sql`
+    insert into ${employees} (employee_subject, tenant_id, idp, external_id, external_idp_id, email, display_name,
+      given_name, family_name, title, department, manager_subject, groups, roles, app_assignments, status, source,
+      created_at, updated_at, deactivated_at, last_synced_at)
+    select employee_subject, tenant_id, idp, external_id, external_idp_id, email, display_name,
+      given_name, family_name, title, department, manager_subject, groups, roles, app_assignments, status, source,
+      created_at, updated_at, deactivated_at, last_synced_at
+    from jsonb_to_recordset(${payload}::jsonb) as r(employee_subject text, tenant_id text, idp text, external_id text,
+      external_idp_id text, email text, display_name text, given_name text, family_name text, title text,
+      department text, manager_subject text, groups jsonb, roles jsonb, app_assignments jsonb, status text,
+      source text, created_at timestamptz, updated_at timestamptz, deactivated_at timestamptz, last_synced_at timestamptz)
+    on conflict (employee_subject) do update set
+      external_idp_id = excluded.external_idp_id, email = excluded.email, display_name = excluded.display_name,
+      given_name = excluded.given_name, family_name = excluded.family_name, title = excluded.title,
+      department = excluded.department, manager_subject = excluded.manager_subject, groups = excluded.groups,
+      roles = excluded.roles, app_assignments = excluded.app_assignments, status = excluded.status,
+      source = excluded.source, updated_at = excluded.updated_at, deactivated_at = excluded.deactivated_at,
+      last_synced_at = excluded.last_synced_at
+    where directory_employees.tenant_id = excluded.tenant_id`);
+}
+
+async function upsertGroups(tx: DbOrTx, rows: readonly GroupRow[]): Promise<void> {
+  if (!rows.length) return;
+  const payload = JSON.stringify(
+    rows.map((r) => ({
+      group_key: r.groupKey,
+      tenant_id: r.tenantId,
+      external_id: r.externalId,
+      display_name: r.displayName,
+      members: r.members,
+      created_at: r.createdAt,
+      updated_at: r.updatedAt,
+      last_synced_at: r.lastSyncedAt,
+    })),
+  );
+  await tx.execute(sql`
+    insert into ${groups} (group_key, tenant_id, external_id, display_name, members, created_at, updated_at, last_synced_at)
+    select group_key, tenant_id, external_id, display_name, members, created_at, updated_at, last_synced_at
+    from jsonb_to_recordset(${payload}::jsonb) as r(group_key text, tenant_id text, external_id text,
+      display_name text, members jsonb, created_at timestamptz, updated_at timestamptz, last_synced_at timestamptz)
+    on conflict (group_key) do update set
+      display_name = excluded.display_name, members = excluded.members, updated_at = excluded.updated_at,
+      last_synced_at = excluded.last_synced_at
+    where directory_groups.tenant_id = excluded.tenant_id`);
+}
