@@ -18,6 +18,13 @@ export class AuditBackpressureError extends Error {
   }
 }
 
+/** The driver's own message (drizzle wraps it with the whole statement and its parameters). */
+function shortError(e: unknown): string {
+  const cause = e instanceof Error && e.cause instanceof Error ? e.cause : e;
+  const m = errMsg(cause);
+  return m.length > 300 ? m.slice(0, 300) + '…' : m;
+}
+
 export interface ShipperOptions<T> {
   /** Stores a batch, all or nothing; must be idempotent for a retried batch. */
   write(batch: T[]): Promise<void>;
@@ -85,7 +92,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
           await o.write(batch);
         } catch (e) {
           failures++;
-          lastError = errMsg(e);
+          lastError = shortError(e);
           const delay = Math.min(retryMax, retryMin * 2 ** Math.min(failures - 1, 16));
           log.warn('audit batch not stored; retrying', { err: lastError, failures, pending: pending(), retryMs: delay });
           await new Promise<void>((resolve) => {
