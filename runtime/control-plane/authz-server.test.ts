@@ -1,0 +1,143 @@
+/** The /authz listener over a real socket, with in-memory registry and audit fakes. */
+import http from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { H } from '../lib/brand.js';
+import { close, listen } from '../lib/http.js';
+import { createAuthzServer } from './authz-server.js';
+import { createBudgetMeter } from './budget.js';
+import type { PipelineDeps } from './decision/pipeline.js';
+import type { AuditEntry, Service } from './types.js';
+
+const services: Service[] = [
+  { name: 'web', upstream: 'web.svc:80', public: true },
+  { name: 'orders', upstream: 'orders.svc:8080' },
+  { name: 'bot', upstream: 'bot.svc:80', kind: 'agent', allowTools: ['search', 'ledger'] },
+  { name: 'search', upstream: 'search.svc:80', kind: 'tool' },
+  { name: 'ledger', upstream: 'ledger.svc:80', kind: 'tool', dataClass: 'regulated' },
+];
+
+interface Reply {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+function call(port: number, method: string, path: string, headers: Record<string, string> = {}, body?: string): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method, path, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }));
+    });
+    req.on('error', reject);
+    if (body !== undefined) req.write(body);
+    req.end();
+  });
+}
+
+describe('/authz listener', () => {
+  let server: http.Server;
+  let port: number;
+  const audit: AuditEntry[] = [];
+
+  beforeAll(async () => {
+    const m = new Map(services.map((s) => [s.name, s]));
+    const deps: PipelineDeps = {
+      registry: { get: (n) => m.get(n), list: () => [...m.values()] },
+      budget: createBudgetMeter(),
+      identityMode: 'header',
+      identity: {
+        verifyPresentation: async () => ({ ok: false, reason: 'unused' }),
+        checkDelegation: async () => ({ ok: false, reason: 'no approved delegation' }),
+      },
+      now: Date.now,
+      audit: { append: (e) => audit.push(e) },
+    };
+    server = createAuthzServer(deps, { maxBodyBytes: 1024 });
+    port = await listen(server, '127.0.0.1:0');
+  });
+  afterAll(() => close(server));
+
+  it.each(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'])('%s /authz and /authz/<path> decide', async (method) => {
+    for (const path of ['/authz', '/authz/api/v1/things?x=1', '/authz?probe']) {
+      const r = await call(port, method, path, { [H.service]: 'web' });
+      expect(r.status).toBe(200);
+      expect(r.headers[H.upstream]).toBe('web.svc:80');
+      expect(r.headers[H.subject]).toBe('anonymous');
+      expect(JSON.parse(r.body)).toEqual({ allow: true, reason: 'public service', rule: 'inline' });
+    }
+  });
+
+  it('HEAD gets the status and headers without a body', async () => {
+    const r = await call(port, 'HEAD', '/authz/x', { [H.service]: 'orders' });
+    expect(r.status).toBe(403);
+    expect(r.body).toBe('');
+  });
+
+  it('private service without credentials: 403 JSON deny', async () => {
+    const r = await call(port, 'GET', '/authz', { [H.service]: 'orders' });
+    expect(r.status).toBe(403);
+    expect(r.headers['content-type']).toBe('application/json');
+    expect(JSON.parse(r.body)).toMatchObject({ allow: false, rule: 'inline' });
+    expect(r.headers[H.upstream]).toBeUndefined();
+  });
+
+  it('ingress by host header', async () => {
+    expect((await call(port, 'GET', '/authz', { host: 'web.svc:80' })).status).toBe(200);
+    expect((await call(port, 'GET', '/authz', { host: 'nowhere:1' })).status).toBe(403);
+  });
+
+  it('egress allow stamps actor, subject and upstream; audit action by kind', async () => {
+    const before = audit.length;
+    const r = await call(port, 'POST', '/authz/v1/search', { [H.actor]: 'bot', [H.service]: 'search', [H.onBehalfOf]: 'alice' }, '{"q":"x"}');
+    expect(r.status).toBe(200);
+    expect(r.headers[H.actor]).toBe('bot');
+    expect(r.headers[H.subject]).toBe('alice');
+    expect(r.headers[H.upstream]).toBe('search.svc:80');
+    expect(r.headers[H.agentDid]).toBeUndefined();
+    expect(audit.slice(before)).toMatchObject([{ action: 'tool.read', actor: 'bot', allow: true }]);
+  });
+
+  it('regulated egress without a delegation: 401 with the needs-approval header', async () => {
+    const r = await call(port, 'GET', '/authz', { [H.actor]: 'bot', [H.service]: 'ledger', [H.task]: 't', [H.action]: 'ledger:read', [H.resource]: 'acct/1' });
+    expect(r.status).toBe(401);
+    expect(r.headers[H.needsApproval]).toBe('true');
+    expect(JSON.parse(r.body)).toMatchObject({ allow: false, rule: 'delegation' });
+  });
+
+  it('drains bodies (chunked too) and keeps the connection usable', async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const r = await new Promise<number>((resolve, reject) => {
+          const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/authz', agent, headers: { [H.service]: 'web', 'transfer-encoding': 'chunked' } }, (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          });
+          req.on('error', reject);
+          req.write('a'.repeat(300));
+          req.end('b'.repeat(300));
+        });
+        expect(r).toBe(200);
+      }
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it('oversized body: 413 and no decision recorded', async () => {
+    const before = audit.length;
+    const r = await call(port, 'POST', '/authz', { [H.service]: 'web' }, 'x'.repeat(5000));
+    expect(r.status).toBe(413);
+    expect(audit.length).toBe(before);
+  });
+
+  it('other paths are 404; /healthz answers', async () => {
+    expect((await call(port, 'GET', '/authzx')).status).toBe(404);
+    expect((await call(port, 'GET', '/')).status).toBe(404);
+    expect((await call(port, 'GET', '/v1/registry/services')).status).toBe(404);
+    const h = await call(port, 'GET', '/healthz');
+    expect(h.status).toBe(200);
+    expect(JSON.parse(h.body)).toEqual({ ok: true });
+  });
+});

@@ -1,0 +1,107 @@
+/**
+ * The `/authz` decision listener (SPEC 4.1, DECISION_ADDR, default `:9191`). Bare node:http:
+ * this is the hot path. Envoy's ext_authz HTTP mode appends the original path to the prefix,
+ * so `/authz`, `/authz/<anything>` and `/authz?<query>` are all the endpoint, for every method.
+ * Request bodies are drained (up to a limit) and ignored. `GET /healthz` answers liveness;
+ * anything else is 404. A decision never answers 500: the core fails closed to a deny.
+ */
+import http from 'node:http';
+import { H } from '../lib/brand.js';
+import { errMsg, logger } from '../lib/log.js';
+import { factsFromHeaders } from './decision/facts.js';
+import { authorizeEgress, authorizeIngress, type PipelineDeps } from './decision/pipeline.js';
+import type { Decision } from './types.js';
+
+const log = logger('authz');
+
+export interface AuthzServerOptions {
+  /** Largest request body drained before answering 413 (default 1 MiB). */
+  maxBodyBytes?: number;
+  /** Largest request header block (default 64 KiB: VPs in headers are a few KiB). */
+  maxHeaderBytes?: number;
+}
+
+/** Header values node would refuse (control characters) are dropped rather than crash a reply. */
+const SAFE_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+const JSON_TYPE = 'application/json';
+
+function isAuthzPath(url: string): { ok: boolean; path: string; rest: string } {
+  const q = url.indexOf('?');
+  const path = q === -1 ? url : url.slice(0, q);
+  if (path === '/authz') return { ok: true, path, rest: '/' };
+  if (path.startsWith('/authz/')) return { ok: true, path, rest: path.slice(6) };
+  return { ok: false, path, rest: '' };
+}
+
+/** Resolves true when the body was drained, false when it exceeded the limit. */
+function drain(req: http.IncomingMessage, limit: number): Promise<boolean> | true {
+  const declared = req.headers['content-length'];
+  if (!req.headers['transfer-encoding'] && (declared === undefined || declared === '0')) {
+    req.resume();
+    return true;
+  }
+  if (declared !== undefined && Number(declared) > limit) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    let n = 0;
+    req.on('data', (c: Buffer) => {
+      n += c.length;
+      if (n > limit) resolve(false);
+    });
+    req.on('end', () => resolve(true));
+    req.on('error', () => resolve(false));
+    req.resume();
+  });
+}
+
+function send(req: http.IncomingMessage, res: http.ServerResponse, status: number, body: object, headers: Record<string, string> = {}): void {
+  const data = JSON.stringify(body);
+  const out: Record<string, string | number> = { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(data) };
+  for (const [k, v] of Object.entries(headers)) if (SAFE_VALUE.test(v)) out[k] = v;
+  res.writeHead(status, out);
+  res.end(req.method === 'HEAD' ? undefined : data);
+}
+
+function render(req: http.IncomingMessage, res: http.ServerResponse, d: Decision): void {
+  const headers = d.needsApproval ? { ...d.headers, [H.needsApproval]: 'true' } : d.headers;
+  send(req, res, d.status, { allow: d.allow, reason: d.reason, rule: d.rule }, headers);
+}
+
+export function createAuthzHandler(deps: PipelineDeps, opts: AuthzServerOptions = {}): http.RequestListener {
+  const maxBody = opts.maxBodyBytes ?? 1024 * 1024;
+  return (req, res) => {
+    const url = req.url ?? '/';
+    const route = isAuthzPath(url);
+    if (!route.ok) {
+      req.resume();
+      if (route.path === '/healthz' && (req.method === 'GET' || req.method === 'HEAD')) return send(req, res, 200, { ok: true });
+      return send(req, res, 404, { error: 'not found' });
+    }
+    const decide = () => {
+      const f = factsFromHeaders(req.headers, { method: req.method, path: route.rest });
+      const decided = f.path === 'egress' ? authorizeEgress(f.facts, deps) : authorizeIngress(f.facts, deps);
+      decided.then(
+        (out) => render(req, res, out.decision),
+        (e: unknown) => {
+          // The pipeline does not reject; this is a last line of defence, still a deny.
+          log.error('decision failed', { err: errMsg(e) });
+          send(req, res, 403, { allow: false, reason: 'internal decision error', rule: 'inline' });
+        },
+      );
+    };
+    const drained = drain(req, maxBody);
+    if (drained === true) return decide();
+    // With a body, decide only once it is drained: an oversized request gets 413 and no audit row.
+    void drained.then((ok) => {
+      if (ok) return decide();
+      res.setHeader('connection', 'close');
+      send(req, res, 413, { allow: false, reason: `request body exceeds ${maxBody} bytes`, rule: 'inline' });
+    });
+  };
+}
+
+export function createAuthzServer(deps: PipelineDeps, opts: AuthzServerOptions = {}): http.Server {
+  const server = http.createServer({ maxHeaderSize: opts.maxHeaderBytes ?? 64 * 1024, keepAliveTimeout: 65_000 }, createAuthzHandler(deps, opts));
+  // Envoy and nginx keep connection pools open; let idle sockets live a little longer than theirs.
+  server.headersTimeout = 66_000;
+  return server;
+}

@@ -1,0 +1,208 @@
+/**
+ * Composition of the control plane: registry snapshot + audit chain (store-backed), budget
+ * meters, metrics, the decision deps (identity authority, workforce OIDC, OPA veto) and the two
+ * listeners: `/authz` on DECISION_ADDR (bare node:http) and the management app on MGMT_ADDR.
+ *
+ * Env: AGENT_IDENTITY_MODE (header|vc), AGENT_IDP_URL, AGENT_IDP_TIMEOUT_MS, AGENT_VP_AUDIENCE,
+ * OPA_URL, OPA_TIMEOUT_MS, OIDC_ISSUER / OIDC_JWKS_URL / OIDC_AUDIENCE, AUDIT_CHAIN_ID,
+ * DECISION_ADDR, MGMT_ADDR. See README.md.
+ */
+import type http from 'node:http';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { createAdaptorServer } from '@hono/node-server';
+import type { Hono } from 'hono';
+import { int, oneOf, optional, str, type Env } from '../lib/config.js';
+import { close as closeServer, listen } from '../lib/http.js';
+import { errMsg, logger } from '../lib/log.js';
+import type { Store } from '../store/factory.js';
+import { openAuditChain, type AuditChain } from './audit/index.js';
+import { createAuthzServer } from './authz-server.js';
+import { createBudgetMeter, type BudgetMeter } from './budget.js';
+import type { PipelineDeps } from './decision/pipeline.js';
+import type { IdentityMode } from './decision/types.js';
+import type { IdentityPort } from './identity-port.js';
+import { createMetrics, type ControlPlaneMetrics } from './metrics.js';
+import { createMgmtApp } from './mgmt.js';
+import { createOidcVerifier, oidcFromEnv } from './oidc.js';
+import { createOpaClient, type OpaClient } from './opa.js';
+import { createRegistry, type Registry } from './registry/index.js';
+import type { UsageReport } from './types.js';
+
+const log = logger('control-plane');
+
+/** What extra management routes (egress approvals, engineer D2) get to work with. */
+export interface ControlPlaneParts {
+  registry: Registry;
+  audit: AuditChain;
+  budget: BudgetMeter;
+  metrics: ControlPlaneMetrics;
+  /** The decision deps, for callers that run the same egress decision (the forward proxy). */
+  decision: PipelineDeps;
+  identity?: IdentityPort;
+  now: () => number;
+}
+
+export interface ControlPlaneOptions {
+  store: Store;
+  env?: Env;
+  /** An identity authority client; overrides AGENT_IDP_URL (tests inject an in-process one). */
+  identity?: IdentityPort;
+  /** Clock for budgets, audit and registry (epoch ms); default Date.now. */
+  now?: () => number;
+  /** Mounts more routes on the management app, e.g. `(app, p) => registerEgressRoutes(app, {...})`. */
+  extraRoutes?: (app: Hono, parts: ControlPlaneParts) => void;
+  /** Workforce OIDC override (tests); default from OIDC_* env. */
+  oidc?: Parameters<typeof createOidcVerifier>[0];
+}
+
+export interface ControlPlane extends ControlPlaneParts {
+  /** The `/authz` listener (not yet listening). */
+  authzServer: http.Server;
+  /** The management app (registry, usage, audit, metrics, extra routes). */
+  mgmtApp: Hono;
+  /** Feeds a usage report to the budget meters and the token/cost counters. */
+  recordUsage(r: UsageReport): void;
+  /** Flushes the audit shipper and releases everything this plane opened (not the store). */
+  close(): Promise<void>;
+}
+
+/** Loads engineer B's HTTP IdentityPort when AGENT_IDP_URL is set and the module is present. */
+async function identityFromEnv(env: Env): Promise<IdentityPort | undefined> {
+  const baseUrl = optional(env, 'AGENT_IDP_URL');
+  if (!baseUrl) return undefined;
+  const file = fileURLToPath(new URL('./identity-client.ts', import.meta.url));
+  if (!existsSync(file) && !existsSync(file.replace(/\.ts$/, '.js'))) {
+    throw new Error('AGENT_IDP_URL is set but runtime/control-plane/identity-client.ts is not available; inject `identity` instead');
+  }
+  const spec = './identity-client.js';
+  const mod = (await import(spec)) as { createIdentityClient(o: { baseUrl: string; timeoutMs?: number; audience?: string }): IdentityPort };
+  return mod.createIdentityClient({ baseUrl, timeoutMs: int(env, 'AGENT_IDP_TIMEOUT_MS', 2000) });
+}
+
+export async function createControlPlane(opts: ControlPlaneOptions): Promise<ControlPlane> {
+  const env = opts.env ?? process.env;
+  const now = opts.now ?? Date.now;
+  const identityMode: IdentityMode = oneOf(env, 'AGENT_IDENTITY_MODE', ['header', 'vc'] as const, 'header');
+  // Validate every setting before opening anything, so a bad config leaves nothing behind.
+  const oidc = opts.oidc ? createOidcVerifier(opts.oidc) : oidcFromEnv(env);
+  const opaUrl = optional(env, 'OPA_URL');
+  const opaTimeout = int(env, 'OPA_TIMEOUT_MS', 500);
+  const identityTimeoutMs = int(env, 'AGENT_IDP_TIMEOUT_MS', 2000);
+  const ownIdentity = opts.identity ? undefined : await identityFromEnv(env);
+  const identity = opts.identity ?? ownIdentity;
+  const opa: OpaClient | undefined = opaUrl ? createOpaClient({ url: opaUrl, timeoutMs: opaTimeout }) : undefined;
+
+  const audit = await openAuditChain(opts.store, { chain: str(env, 'AUDIT_CHAIN_ID', 'default'), now });
+  let registry: Registry;
+  try {
+    registry = await createRegistry(opts.store, { audit, now });
+  } catch (e) {
+    await audit.close().catch(() => {});
+    await opa?.close();
+    throw e;
+  }
+  const budget = createBudgetMeter();
+  const metrics = createMetrics({ known: (n) => registry.get(n) !== undefined });
+
+  const decision: PipelineDeps = {
+    registry,
+    budget,
+    identity,
+    oidc,
+    opa,
+    identityMode,
+    vpAudience: optional(env, 'AGENT_VP_AUDIENCE'),
+    identityTimeoutMs,
+    now,
+    audit,
+    meter: metrics,
+  };
+
+  const recordUsage = (r: UsageReport) => {
+    budget.recordUsage(r.agent, r.tokens, r.costUsd, now());
+    metrics.recordUsage(r.agent, r.model, r.tokens, r.costUsd);
+  };
+
+  const parts: ControlPlaneParts = { registry, audit, budget, metrics, decision, identity, now };
+  let closed = false;
+  const mgmtApp = createMgmtApp({
+    registry,
+    audit,
+    usage: recordUsage,
+    metricsText: () => metrics.text(),
+    ready: () => !closed,
+    extraRoutes: opts.extraRoutes ? (app) => opts.extraRoutes!(app, parts) : undefined,
+  });
+  const authzServer = createAuthzServer(decision);
+
+  log.info('control plane ready', {
+    identityMode,
+    identityAuthority: !!identity,
+    workforceOidc: !!oidc,
+    opa: !!opa,
+    services: registry.list().length,
+  });
+
+  return {
+    ...parts,
+    authzServer,
+    mgmtApp,
+    recordUsage,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await registry.close();
+      try {
+        await audit.close();
+      } catch (e) {
+        log.error('audit flush on close failed', { err: errMsg(e) });
+      }
+      await opa?.close();
+      await ownIdentity?.close?.();
+    },
+  };
+}
+
+export interface StartOptions extends ControlPlaneOptions {
+  /** Default DECISION_ADDR or `:9191`. */
+  decisionAddr?: string;
+  /** Default MGMT_ADDR or `:8181`. */
+  mgmtAddr?: string;
+}
+
+export interface RunningControlPlane {
+  decisionPort: number;
+  mgmtPort: number;
+  plane: ControlPlane;
+  close(): Promise<void>;
+}
+
+export async function startControlPlane(opts: StartOptions): Promise<RunningControlPlane> {
+  const env = opts.env ?? process.env;
+  const plane = await createControlPlane(opts);
+  const decisionAddr = opts.decisionAddr ?? str(env, 'DECISION_ADDR', ':9191');
+  const mgmtAddr = opts.mgmtAddr ?? str(env, 'MGMT_ADDR', ':8181');
+  let mgmt: http.Server | undefined;
+  try {
+    const decisionPort = await listen(plane.authzServer, decisionAddr);
+    const mgmtServer = createAdaptorServer({ fetch: plane.mgmtApp.fetch }) as http.Server;
+    mgmt = mgmtServer;
+    const mgmtPort = await listen(mgmtServer, mgmtAddr);
+    log.info('listening', { decision: decisionPort, mgmt: mgmtPort });
+    return {
+      decisionPort,
+      mgmtPort,
+      plane,
+      async close() {
+        await Promise.all([closeServer(plane.authzServer), closeServer(mgmtServer)]);
+        await plane.close();
+      },
+    };
+  } catch (e) {
+    if (plane.authzServer.listening) await closeServer(plane.authzServer);
+    if (mgmt?.listening) await closeServer(mgmt);
+    await plane.close();
+    throw e;
+  }
+}
