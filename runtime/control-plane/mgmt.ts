@@ -57,7 +57,8 @@ export function createMgmtApp(deps: MgmtDeps): Hono {
     '*',
     bodyLimit({
       maxSize: MGMT_BODY_LIMIT,
-      onError: (c) => c.json({ error: `body too large: limit ${MGMT_BODY_LIMIT} bytes` }, 413),
+      // The rest of the body is never read, so the connection cannot be reused: say so.
+      onError: (c) => c.json({ error: `body too large: limit ${MGMT_BODY_LIMIT} bytes` }, 413, { connection: 'close' }),
     }),
   );
 

@@ -1,0 +1,235 @@
+import type { Server } from 'node:http';
+import { createAdaptorServer } from '@hono/node-server';
+import { Counter, Registry as PromRegistry } from 'prom-client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { metric } from '../lib/brand.js';
+import { close, listen } from '../lib/http.js';
+import { setLogLevel } from '../lib/log.js';
+import type { Store } from '../store/factory.js';
+import { openTestPglite } from '../store/testing.js';
+import { openAuditChain, type AuditChain } from './audit/chain.js';
+import { createMgmtApp, METRICS_CONTENT_TYPE, MGMT_BODY_LIMIT, type MgmtDeps } from './mgmt.js';
+import { createRegistry, type Registry } from './registry/registry.js';
+import type { UsageReport } from './types.js';
+
+setLogLevel('error');
+
+async function serveApp(deps: MgmtDeps): Promise<{ base: string; server: Server }> {
+  const server = createAdaptorServer({ fetch: createMgmtApp(deps).fetch }) as Server;
+  const port = await listen(server, '127.0.0.1:0');
+  return { base: `http://127.0.0.1:${port}`, server };
+}
+
+describe('management API over HTTP', () => {
+  let store: Store;
+  let audit: AuditChain;
+  let registry: Registry;
+  let server: Server;
+  let base: string;
+  let isReady = false;
+  const usage: UsageReport[] = [];
+  const prom = new PromRegistry();
+  const decisions = new Counter({ name: metric('authz_decisions_total'), help: 'decisions', labelNames: ['service', 'decision', 'rule'], registers: [prom] });
+
+  beforeAll(async () => {
+    store = await openTestPglite();
+    audit = await openAuditChain(store);
+    registry = await createRegistry(store, { audit });
+    ({ base, server } = await serveApp({
+      registry,
+      audit,
+      usage: (r) => usage.push(r),
+      metricsText: () => prom.metrics(),
+      ready: () => isReady,
+      extraRoutes: (app) => app.get('/v1/egress/requests', (c) => c.json([])),
+    }));
+  });
+  afterAll(async () => {
+    await close(server);
+    await registry.close();
+    await audit.close();
+    await store.close();
+  });
+
+  const get = (path: string) => fetch(base + path);
+  const post = (path: string, body: string, headers: Record<string, string> = { 'content-type': 'application/json' }) =>
+    fetch(base + path, { method: 'POST', body, headers });
+  const postJson = (path: string, body: unknown) => post(path, JSON.stringify(body));
+
+  it('GET /healthz is 200; /readyz is 503 until ready', async () => {
+    const h = await get('/healthz');
+    expect(h.status).toBe(200);
+    expect(await h.json()).toEqual({ ok: true });
+    const notYet = await get('/readyz');
+    expect(notYet.status).toBe(503);
+    expect((await notYet.json()).ready).toBe(false);
+    isReady = true;
+    const r = await get('/readyz');
+    expect(r.status).toBe(200);
+    expect(await r.json()).toEqual({ ready: true });
+  });
+
+  it('registry: POST echoes the stored service, GET lists sorted, GET by name or 404', async () => {
+    expect(await (await get('/v1/registry/services')).json()).toEqual([]);
+    const p = await postJson('/v1/registry/services', { name: 'orders', upstream: 'orders.svc:8080', owner: 'shop' });
+    expect(p.status).toBe(200);
+    const stored = await p.json();
+    expect(stored).toMatchObject({ name: 'orders', upstream: 'orders.svc:8080', owner: 'shop', requireScope: '', public: false });
+    expect(typeof stored.registeredAt).toBe('string');
+    expect((await postJson('/v1/registry/services', { name: 'agent/alpha', upstream: 'alpha.svc:80', kind: 'agent', allowModels: ['gpt'] })).status).toBe(200);
+    expect((await postJson('/v1/registry/services', { name: 'billing', upstream: 'billing.svc:80' })).status).toBe(200);
+    const list = await (await get('/v1/registry/services')).json();
+    expect(list.map((s: { name: string }) => s.name)).toEqual(['agent/alpha', 'billing', 'orders']);
+    const one = await get('/v1/registry/services/orders');
+    expect(one.status).toBe(200);
+    expect(await one.json()).toEqual(stored);
+    const slashed = await get('/v1/registry/services/agent/alpha');
+    expect(slashed.status).toBe(200);
+    expect((await slashed.json()).allowModels).toEqual(['gpt']);
+    const missing = await get('/v1/registry/services/nope');
+    expect(missing.status).toBe(404);
+    expect((await missing.json()).error).toMatch(/not found/);
+    // Each upsert is audited.
+    const upserts = audit.recent(1000).filter((r) => r.action === 'registry.upsert');
+    expect(upserts.map((r) => r.service)).toEqual(['orders', 'agent/alpha', 'billing']);
+    expect(upserts[0]!.subject).toBe('mgmt-api');
+  });
+
+  it('registry: every bad input is a 400 naming the field, and changes nothing', async () => {
+    const before = await (await get('/v1/registry/services')).json();
+    const seq = audit.stats().lastSeq;
+    const cases: [string, RegExp][] = [
+      ['{"name": "orders", "upstream": ', /malformed JSON/],
+      ['', /malformed JSON/],
+      ['null', /expected object/],
+      ['[1,2]', /expected object/],
+      ['"orders"', /expected object/],
+      [JSON.stringify({ name: 'orders', upstream: 'x.svc:1', colour: 'red' }), /colour/],
+      [JSON.stringify({ name: 'orders', upstream: 'x.svc' }), /upstream/],
+      [JSON.stringify({ name: 'orders', upstream: 'x.svc:99999' }), /upstream/],
+      [JSON.stringify({ name: 'orders', upstream: 'x.svc:1', kind: 'robot' }), /kind/],
+      [JSON.stringify({ name: 'orders', upstream: 'x.svc:1', dataClass: 'top-secret' }), /dataClass/],
+      [JSON.stringify({ name: 'orders', upstream: 'x.svc:1', budget: { tokensPerHour: -5 } }), /budget\.tokensPerHour/],
+      [JSON.stringify({ name: 'orders', upstream: 'x.svc:1', public: 'true' }), /public/],
+      [JSON.stringify({ name: 7, upstream: 'x.svc:1' }), /name/],
+      [JSON.stringify({ upstream: 'x.svc:1' }), /name/],
+    ];
+    for (const [body, message] of cases) {
+      const r = await post('/v1/registry/services', body);
+      expect(r.status, body).toBe(400);
+      const j = await r.json();
+      expect(j.error, body).toMatch(message);
+    }
+    const detailed = await (await postJson('/v1/registry/services', { name: 'orders', upstream: 'x.svc:1', kind: 'robot' })).json();
+    expect(detailed.detail[0].loc).toEqual(['body', 'kind']);
+    expect(await (await get('/v1/registry/services')).json()).toEqual(before);
+    expect(audit.stats().lastSeq).toBe(seq);
+  });
+
+  it('oversize bodies are refused with 413 (declared or streamed), nothing stored', async () => {
+    const big = JSON.stringify({ name: 'huge', upstream: 'h.svc:1', owner: 'x'.repeat(MGMT_BODY_LIMIT) });
+    const declared = await post('/v1/registry/services', big);
+    expect(declared.status).toBe(413);
+    expect((await declared.json()).error).toBe(`body too large: limit ${MGMT_BODY_LIMIT} bytes`);
+    const chunk = new TextEncoder().encode('x'.repeat(64 * 1024));
+    let sent = 0;
+    const stream = new ReadableStream<Uint8Array>({
+      pull(c) {
+        if (sent > MGMT_BODY_LIMIT + chunk.length) return c.close();
+        sent += chunk.length;
+        c.enqueue(chunk);
+      },
+    });
+    const streamed = await fetch(base + '/v1/usage', { method: 'POST', body: stream, duplex: 'half' } as RequestInit);
+    expect(streamed.status).toBe(413);
+    expect(registry.get('huge')).toBeUndefined();
+    expect(usage).toHaveLength(0);
+  });
+
+  it('POST /v1/usage: 200 {ok:true} and feeds the meter; any bad body is exactly 400 {error:"invalid body"}; no audit row', async () => {
+    const seq = audit.stats().lastSeq;
+    const ok = await postJson('/v1/usage', { agent: 'agent-a', model: 'gpt', tokens: 120, costUsd: 0.25 });
+    expect(ok.status).toBe(200);
+    expect(await ok.json()).toEqual({ ok: true });
+    expect(usage).toEqual([{ agent: 'agent-a', model: 'gpt', tokens: 120, costUsd: 0.25 }]);
+    const bad = [
+      '{"agent":',
+      '',
+      'null',
+      '[]',
+      JSON.stringify({ model: 'gpt', tokens: 1, costUsd: 0 }),
+      JSON.stringify({ agent: 'a', model: 'gpt', tokens: -1, costUsd: 0 }),
+      JSON.stringify({ agent: 'a', model: 'gpt', tokens: 1.5, costUsd: 0 }),
+      JSON.stringify({ agent: 'a', model: 'gpt', tokens: '10', costUsd: 0 }),
+      JSON.stringify({ agent: 'a', model: 'gpt', tokens: 1, costUsd: -1 }),
+      JSON.stringify({ agent: 'a', model: 'gpt', tokens: 1, costUsd: 0, extra: true }),
+      JSON.stringify({ agent: '', model: 'gpt', tokens: 1, costUsd: 0 }),
+    ];
+    for (const body of bad) {
+      const r = await post('/v1/usage', body);
+      expect(r.status, body).toBe(400);
+      expect(await r.json(), body).toEqual({ error: 'invalid body' });
+    }
+    expect(usage).toHaveLength(1);
+    expect(audit.stats().lastSeq).toBe(seq);
+  });
+
+  it('GET /v1/audit: newest last, default 200, capped at 1000, bad limits are 400', async () => {
+    for (let i = 0; i < 1100; i++) audit.append({ action: 'authz', subject: `u${i}`, service: 'orders', allow: i % 2 === 0, reason: 'test', rule: 'registry' });
+    const last = audit.stats().lastSeq;
+    const def = await (await get('/v1/audit')).json();
+    expect(def).toHaveLength(200);
+    expect(def[199].seq).toBe(last);
+    expect(def[0].seq).toBe(last - 199);
+    const five = await (await get('/v1/audit?limit=5')).json();
+    expect(five.map((r: { seq: number }) => r.seq)).toEqual([last - 4, last - 3, last - 2, last - 1, last]);
+    expect(five[4]).toEqual(audit.recent(1)[0]);
+    expect(await (await get('/v1/audit?limit=5000')).json()).toHaveLength(1000);
+    expect(await (await get('/v1/audit?limit=99999999999999999999999')).json()).toHaveLength(1000);
+    for (const q of ['0', '-1', 'abc', '1.5', '', '1e3', ' 5']) {
+      const r = await get(`/v1/audit?limit=${encodeURIComponent(q)}`);
+      expect(r.status, q).toBe(400);
+      expect((await r.json()).error, q).toMatch(/limit/);
+    }
+  });
+
+  it('GET /v1/audit/verify: ok on the live chain', async () => {
+    const r = await get('/v1/audit/verify');
+    expect(r.status).toBe(200);
+    expect(await r.json()).toEqual({ ok: true, brokenAtSeq: -1 });
+  });
+
+  it('GET /v1/audit/verify: reports the seq of a record altered in the store', async () => {
+    const c = await openAuditChain(store, { chain: 'tampered' });
+    for (let i = 0; i < 10; i++) c.append({ action: 'egress', actor: 'a', subject: 's', service: 'x', allow: true, reason: 'ok' });
+    await c.close();
+    await store.exec(`update audit_log set allow = false where chain = 'tampered' and seq = 4`);
+    const reopened = await openAuditChain(store, { chain: 'tampered' });
+    const other = await serveApp({ registry, audit: reopened, usage: () => {}, metricsText: async () => '', ready: () => true });
+    try {
+      expect(await (await fetch(other.base + '/v1/audit/verify')).json()).toEqual({ ok: false, brokenAtSeq: 4 });
+    } finally {
+      await close(other.server);
+      await reopened.close();
+    }
+  });
+
+  it('GET /metrics serves the Prometheus exposition', async () => {
+    decisions.inc({ service: 'orders', decision: 'allow', rule: 'registry' });
+    const r = await get('/metrics');
+    expect(r.status).toBe(200);
+    expect(r.headers.get('content-type')).toBe(METRICS_CONTENT_TYPE);
+    expect(await r.text()).toContain(`${metric('authz_decisions_total')}{service="orders",decision="allow",rule="registry"} 1`);
+  });
+
+  it('extra routes are mounted; unknown routes are 404 JSON', async () => {
+    const extra = await get('/v1/egress/requests');
+    expect(extra.status).toBe(200);
+    expect(await extra.json()).toEqual([]);
+    const r = await get('/v1/nothing-here');
+    expect(r.status).toBe(404);
+    expect(await r.json()).toEqual({ error: 'not found' });
+    const wrongMethod = await fetch(base + '/v1/audit', { method: 'DELETE' });
+    expect(wrongMethod.status).toBe(404);
+  });
+});
