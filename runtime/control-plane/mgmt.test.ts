@@ -14,6 +14,10 @@ import type { UsageReport } from './types.js';
 
 setLogLevel('error');
 
+/** Response whose JSON body the assertions inspect freely. */
+type Res = Omit<Response, 'json'> & { json(): Promise<any> };
+const req = (url: string, init?: RequestInit) => fetch(url, init) as Promise<Res>;
+
 async function serveApp(deps: MgmtDeps): Promise<{ base: string; server: Server }> {
   const server = createAdaptorServer({ fetch: createMgmtApp(deps).fetch }) as Server;
   const port = await listen(server, '127.0.0.1:0');
@@ -51,9 +55,9 @@ describe('management API over HTTP', () => {
     await store.close();
   });
 
-  const get = (path: string) => fetch(base + path);
+  const get = (path: string) => req(base + path);
   const post = (path: string, body: string, headers: Record<string, string> = { 'content-type': 'application/json' }) =>
-    fetch(base + path, { method: 'POST', body, headers });
+    req(base + path, { method: 'POST', body, headers });
   const postJson = (path: string, body: unknown) => post(path, JSON.stringify(body));
 
   it('GET /healthz is 200; /readyz is 503 until ready', async () => {
@@ -207,7 +211,7 @@ describe('management API over HTTP', () => {
     const reopened = await openAuditChain(store, { chain: 'tampered' });
     const other = await serveApp({ registry, audit: reopened, usage: () => {}, metricsText: async () => '', ready: () => true });
     try {
-      expect(await (await fetch(other.base + '/v1/audit/verify')).json()).toEqual({ ok: false, brokenAtSeq: 4 });
+      expect(await (await req(other.base + '/v1/audit/verify')).json()).toEqual({ ok: false, brokenAtSeq: 4 });
     } finally {
       await close(other.server);
       await reopened.close();
