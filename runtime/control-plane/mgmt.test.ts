@@ -218,6 +218,21 @@ describe('management API over HTTP', () => {
     }
   });
 
+  it('a registry store that is down answers 503, not 500', async () => {
+    const down = await openTestPglite();
+    const reg = await createRegistry(down);
+    await down.close();
+    const other = await serveApp({ registry: reg, audit, usage: () => {}, metricsText: async () => '', ready: () => true });
+    try {
+      const r = await req(other.base + '/v1/registry/services', { method: 'POST', body: JSON.stringify({ name: 'x', upstream: 'x.svc:1' }) });
+      expect(r.status).toBe(503);
+      expect(await r.json()).toEqual({ error: 'registry store unavailable' });
+    } finally {
+      await close(other.server);
+      await reg.close().catch(() => {});
+    }
+  });
+
   it('GET /metrics serves the Prometheus exposition', async () => {
     decisions.inc({ service: 'orders', decision: 'allow', rule: 'registry' });
     const r = await get('/metrics');
