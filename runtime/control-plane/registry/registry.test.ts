@@ -178,6 +178,29 @@ describe.each(testBackends())('registry on $name', (b) => {
     }
   });
 
+  it('a commit that fails after the audit append is recorded as not committed, and changes nothing', async () => {
+    // A deferred constraint trigger fires at COMMIT, i.e. after the in-transaction audit append.
+    await store.exec(`
+      create or replace function fail_at_commit() returns trigger language plpgsql as $f$
+      begin raise exception 'commit refused for %', new.name; end $f$;
+      create constraint trigger fail_at_commit after insert or update on registry_services
+        deferrable initially deferred for each row when (new.name = 'doomed') execute function fail_at_commit();`);
+    try {
+      const seq = audit.stats().lastSeq;
+      const rows = await rowCount(store);
+      await expect(reg.upsert({ name: 'doomed', upstream: 'd.svc:1' })).rejects.toThrow();
+      expect(await rowCount(store)).toBe(rows);
+      expect(reg.get('doomed')).toBeUndefined();
+      const [attempt, outcome] = audit.recent(2);
+      expect(attempt).toMatchObject({ seq: seq + 1, action: 'registry.upsert', service: 'doomed', allow: true });
+      expect(outcome).toMatchObject({ seq: seq + 2, action: 'registry.upsert', service: 'doomed', allow: false });
+      expect(outcome!.reason).toMatch(/^not committed: .*commit refused for doomed/);
+      expect(outcome!.reason.length).toBeLessThan(400);
+    } finally {
+      await store.exec('drop trigger fail_at_commit on registry_services; drop function fail_at_commit()');
+    }
+  });
+
   it('a new instance on the same store loads every service; instances converge through NOTIFY', async () => {
     const other = await createRegistry(store, { resyncMs: 0 });
     try {

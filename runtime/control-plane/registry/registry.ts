@@ -136,7 +136,8 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
       const at = new Date(now()).toISOString();
       const registeredAt = svc.registeredAt ? new Date(svc.registeredAt).toISOString() : at;
       const doc = storedShape(svc, registeredAt);
-      const stored = await store.db.transaction(async (tx) => {
+      let audited = false;
+      const write = store.db.transaction(async (tx) => {
         const [row] = await tx
           .insert(registryServices)
           .values({ name: doc.name, doc, rev: 1, registeredAt, updatedAt: at })
@@ -162,7 +163,17 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
           allow: true,
           reason: rev === 1 ? 'registered' : `updated (rev ${rev})`,
         });
+        audited = true;
         return { doc: row.doc, rev };
+      });
+      const stored = await write.catch((e: unknown) => {
+        // The commit itself failed after the record was appended: say so in the chain too.
+        if (audited) {
+          try {
+            opts.audit?.append({ action: 'registry.upsert', subject: o.by ?? 'api', service: doc.name, allow: false, reason: `not committed: ${errMsg(e)}` });
+          } catch {}
+        }
+        throw e;
       });
       apply(stored.doc, stored.rev);
       // The version this call stored (a newer concurrent one may already be in the snapshot).
