@@ -4,3 +4,4 @@ export type { AuditChain, AuditChainOptions, AuditSink, AuditReader } from './ch
 export { AuditBackpressureError } from './shipper.js';
 export { canonical, hashRecord, verifyChain, GENESIS, GENESIS_HASH, MAX_FIELD_CHARS } from './hash.js';
 export type { ChainAnchor, VerifyResult } from './hash.js';
+export { verifyStored } from './store.js';
