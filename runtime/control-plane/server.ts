@@ -52,6 +52,11 @@ export interface ControlPlaneOptions {
   now?: () => number;
   /** Mounts more routes on the management app, e.g. `(app, p) => registerEgressRoutes(app, {...})`. */
   extraRoutes?: (app: Hono, parts: ControlPlaneParts) => void;
+  /**
+   * Ship audit records to the store (default true). false keeps the chain in memory only (the
+   * 1000-record ring): for dry runs and the benchmark's decision-path figure, never production.
+   */
+  durableAudit?: boolean;
   /** Workforce OIDC override (tests); default from OIDC_* env. */
   oidc?: Parameters<typeof createOidcVerifier>[0];
 }
@@ -93,7 +98,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const identity = opts.identity ?? ownIdentity;
   const opa: OpaClient | undefined = opaUrl ? createOpaClient({ url: opaUrl, timeoutMs: opaTimeout }) : undefined;
 
-  const audit = await openAuditChain(opts.store, { chain: str(env, 'AUDIT_CHAIN_ID', 'default'), now });
+  const audit = await openAuditChain(opts.durableAudit === false ? undefined : opts.store, { chain: str(env, 'AUDIT_CHAIN_ID', 'default'), now });
   let registry: Registry;
   try {
     registry = await createRegistry(opts.store, { audit, now });
