@@ -15,7 +15,7 @@ import type { Hono } from 'hono';
 import { int, oneOf, optional, str, type Env } from '../lib/config.js';
 import { close as closeServer, listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
-import type { Store } from '../store/factory.js';
+import type { Store, StoreOptions } from '../store/factory.js';
 import { openAuditChain, type AuditChain } from './audit/index.js';
 import { createAuthzServer } from './authz-server.js';
 import { createBudgetMeter, type BudgetMeter } from './budget.js';
@@ -30,6 +30,18 @@ import { createRegistry, type Registry } from './registry/index.js';
 import type { UsageReport } from './types.js';
 
 const log = logger('control-plane');
+
+/**
+ * Store options of the control plane from REGISTRY_BACKEND (`postgres`, `pglite`, `memory`),
+ * REGISTRY_DB_URL and REGISTRY_DATA_DIR (PGlite folder, default `.data/control-plane`).
+ * A URL without a backend means postgres; neither means PGlite in the data folder.
+ */
+export function controlPlaneStoreOptions(env: Env): StoreOptions {
+  const url = optional(env, 'REGISTRY_DB_URL');
+  const backend = oneOf(env, 'REGISTRY_BACKEND', ['postgres', 'pglite', 'memory'] as const, url ? 'postgres' : 'pglite');
+  if (backend === 'postgres' && !url) throw new Error('REGISTRY_BACKEND=postgres needs REGISTRY_DB_URL');
+  return { backend, url: backend === 'postgres' ? url : undefined, dataDir: str(env, 'REGISTRY_DATA_DIR', '.data/control-plane') };
+}
 
 /** What extra management routes (egress approvals, engineer D2) get to work with. */
 export interface ControlPlaneParts {

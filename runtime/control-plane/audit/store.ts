@@ -2,8 +2,8 @@
  * audit_log persistence: row <-> record mapping, the idempotent batch insert the shipper uses,
  * and the tail load that gives a reopened chain its seq, prevHash and ring.
  */
-import { and, asc, desc, eq, gt, inArray } from 'drizzle-orm';
-import type { Store } from '../../store/factory.js';
+import { and, asc, desc, eq, gt, inArray, sql } from 'drizzle-orm';
+import { rowsOf, type Store } from '../../store/factory.js';
 import { auditLog } from '../../store/schema/control-plane.js';
 import type { AuditAction, AuditRecord, Rule } from '../types.js';
 import { GENESIS, verifyChain, type VerifyResult } from './hash.js';
@@ -55,11 +55,19 @@ export function fromRow(row: Row): AuditRecord {
  */
 export async function insertBatch(store: Store, chain: string, batch: AuditRecord[]): Promise<void> {
   if (batch.length === 0) return;
-  const inserted = await store.db
-    .insert(auditLog)
-    .values(batch.map((r) => toRow(chain, r)))
-    .onConflictDoNothing()
-    .returning({ seq: auditLog.seq });
+  // One JSON parameter expanded server-side: far cheaper than 15 bind parameters per row, and
+  // exact (strings are already storable; numbers round-trip through their shortest decimal).
+  const json = JSON.stringify(batch.map((r) => toRow(chain, r)));
+  const inserted = await rowsOf<{ seq: string | number }>(
+    store.db,
+    sql`insert into audit_log (chain, seq, time, action, subject, actor, task, service, allow, reason, rule, delegation_id, delegation_exp, prev_hash, hash)
+        select chain, seq, time, action, subject, actor, task, service, allow, reason, rule, "delegationId", "delegationExp", "prevHash", hash
+        from jsonb_to_recordset(${json}::jsonb) as x(chain text, seq bigint, time text, action text, subject text, actor text, task text,
+          service text, allow boolean, reason text, rule text, "delegationId" text, "delegationExp" double precision, "prevHash" text, hash text)
+        order by seq
+        on conflict (chain, seq) do nothing
+        returning seq`,
+  );
   if (inserted.length === batch.length) return;
   const got = new Set(inserted.map((r) => Number(r.seq)));
   const missing = batch.filter((r) => !got.has(r.seq));
