@@ -21,7 +21,10 @@ create table if not exists directory_employees (
   created_at timestamptz not null,
   updated_at timestamptz not null,
   deactivated_at timestamptz,
-  last_synced_at timestamptz
+  last_synced_at timestamptz,
+  -- Digest of the snapshot-owned columns, written by the sync: an unchanged re-sync compares
+  -- digests instead of loading and parsing every column (null = compare as changed).
+  sync_hash text
 );
 create index if not exists directory_employees_tenant on directory_employees (tenant_id, status);
 create index if not exists directory_employees_email on directory_employees (tenant_id, lower(email));

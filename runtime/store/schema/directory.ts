@@ -28,6 +28,8 @@ export const employees = pgTable(
     updatedAt: ts('updated_at').notNull(),
     deactivatedAt: ts('deactivated_at'),
     lastSyncedAt: ts('last_synced_at'),
+    /** Digest of the snapshot-owned columns (directory sync only). */
+    syncHash: text('sync_hash'),
   },
   (t) => [index('directory_employees_tenant').on(t.tenantId, t.status)],
 );

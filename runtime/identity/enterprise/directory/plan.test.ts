@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { planSync, managerConflicts, type EmployeeWrite } from './plan.js';
-import type { EmployeeRow, GroupRow } from './repo.js';
+import { planSync, managerConflicts, type CurrentEmployee, type EmployeeWrite, type SyncPlan } from './plan.js';
+import type { GroupRow } from './repo.js';
 import { ENTRA, entraSnapshot, entraUser, OKTA, oktaSnapshot } from './fixtures.js';
 import { parseGroup, parseUser, SCHEMA_GROUP } from './scim.js';
 
@@ -8,12 +8,31 @@ const T0 = '2026-01-01T00:00:00.000Z';
 const T1 = '2026-01-02T00:00:00.000Z';
 const subj = (ext: string, tenant = 'contoso', idp = 'idp_a') => `${idp}:${tenant}:${ext}`;
 
-/** Applies a plan's writes to the "current" rows, as the database would. */
-function apply(cur: EmployeeRow[], writes: EmployeeWrite[]): EmployeeRow[] {
+type Row = Omit<EmployeeWrite, 'syncHash'> & { syncHash: string | null };
+/** Applies a plan's employee writes and deactivations to the rows, as sync.ts does in SQL. */
+function apply(cur: Row[], plan: Pick<SyncPlan, 'employeeWrites' | 'deactivations'>, now = T1): Row[] {
   const m = new Map(cur.map((r) => [r.employeeSubject, r]));
-  for (const w of writes) m.set(w.employeeSubject, { ...w, session: m.get(w.employeeSubject)?.session ?? null });
+  for (const w of plan.employeeWrites) m.set(w.employeeSubject, w);
+  for (const s of plan.deactivations) {
+    const r = m.get(s)!;
+    m.set(s, { ...r, status: 'inactive', groups: [], updatedAt: now, lastSyncedAt: now, deactivatedAt: now, syncHash: null });
+  }
   return [...m.values()];
 }
+/** The columns sync.ts loads for the planner. */
+const state = (rows: Row[]): CurrentEmployee[] =>
+  rows.map((r) => ({
+    employeeSubject: r.employeeSubject,
+    tenantId: r.tenantId,
+    idp: r.idp,
+    externalId: r.externalId,
+    status: r.status,
+    managerSubject: r.managerSubject,
+    groupsJson: JSON.stringify(r.groups),
+    createdAt: r.createdAt,
+    deactivatedAt: r.deactivatedAt,
+    syncHash: r.syncHash,
+  }));
 function applyGroups(cur: GroupRow[], writes: GroupRow[]): GroupRow[] {
   const m = new Map(cur.map((r) => [r.groupKey, r]));
   for (const w of writes) m.set(w.groupKey, w);
@@ -23,7 +42,7 @@ function applyGroups(cur: GroupRow[], writes: GroupRow[]): GroupRow[] {
 function first() {
   const snap = entraSnapshot();
   const plan = planSync({ tenantId: 'contoso', idp: 'idp_a', ...snap, currentEmployees: [], currentGroups: [], now: T0 });
-  return { snap, plan, rows: apply([], plan.employeeWrites), groups: applyGroups([], plan.groupWrites) };
+  return { snap, plan, rows: apply([], plan, T0), groups: applyGroups([], plan.groupWrites) };
 }
 
 describe('scim parsing', () => {
@@ -89,7 +108,7 @@ describe('planSync', () => {
 
   it('plans nothing for the same snapshot twice', () => {
     const { snap, rows, groups } = first();
-    const again = planSync({ tenantId: 'contoso', idp: 'idp_a', ...snap, currentEmployees: rows, currentGroups: groups, now: T1 });
+    const again = planSync({ tenantId: 'contoso', idp: 'idp_a', ...snap, currentEmployees: state(rows), currentGroups: groups, now: T1 });
     expect(again.employeeWrites).toEqual([]);
     expect(again.groupWrites).toEqual([]);
     expect(again.counts).toMatchObject({ users_unchanged: 7, groups_unchanged: 3, users_created: 0, users_updated: 0 });
@@ -100,9 +119,10 @@ describe('planSync', () => {
     const users = snap.users
       .filter((u) => u.externalId !== ENTRA.bob && u.externalId !== ENTRA.engMgr)
       .map((u) => (u.externalId === ENTRA.alice ? { ...u, title: 'Principal Engineer' } : u.externalId === ENTRA.dave ? { ...u, active: true } : u));
-    const p = planSync({ tenantId: 'contoso', idp: 'idp_a', users, groups: snap.groups, currentEmployees: rows, currentGroups: groups, now: T1 });
+    const p = planSync({ tenantId: 'contoso', idp: 'idp_a', users, groups: snap.groups, currentEmployees: state(rows), currentGroups: groups, now: T1 });
     expect(p.counts).toMatchObject({ users_updated: 1, users_deactivated: 2, users_reactivated: 1, users_unchanged: 3, groups_updated: 2 });
-    const after = apply(rows, p.employeeWrites);
+    expect(p.deactivations.sort()).toEqual([subj(ENTRA.engMgr), subj(ENTRA.bob)].sort());
+    const after = apply(rows, p);
     const bob = after.find((r) => r.externalId === ENTRA.bob)!;
     expect(bob).toMatchObject({ status: 'inactive', deactivatedAt: T1, groups: [], createdAt: T0 });
     const dave = after.find((r) => r.externalId === ENTRA.dave)!;
@@ -123,7 +143,7 @@ describe('planSync', () => {
     const { snap, rows, groups } = first();
     const users = snap.users.map((u) => (u.externalId === ENTRA.bob ? { ...u, active: 'maybe' } : u));
     users.push({ userName: 'noid@contoso.com' }, { externalId: ENTRA.alice, displayName: 'dup' });
-    const p = planSync({ tenantId: 'contoso', idp: 'idp_a', users, groups: [...snap.groups, { displayName: 'no id' }], currentEmployees: rows, currentGroups: groups, now: T1 });
+    const p = planSync({ tenantId: 'contoso', idp: 'idp_a', users, groups: [...snap.groups, { displayName: 'no id' }], currentEmployees: state(rows), currentGroups: groups, now: T1 });
     expect(p.status).toBe('partial');
     expect(p.counts.errors).toBe(4);
     expect(p.errors).toEqual([
@@ -133,6 +153,7 @@ describe('planSync', () => {
       { resource_type: 'Group', external_id: 'groups[3]', error: expect.stringContaining('externalId is required') },
     ]);
     expect(p.employeeWrites.find((w) => w.externalId === ENTRA.bob)).toBeUndefined();
+    expect(p.deactivations).toEqual([]);
     // bob stays a member of his group: the group's member list still resolves him
     expect(p.groupWrites).toEqual([]);
   });
@@ -152,23 +173,23 @@ describe('planSync', () => {
 
   it('leaves groups alone when the snapshot omits them', () => {
     const { snap, rows, groups } = first();
-    const p = planSync({ tenantId: 'contoso', idp: 'idp_a', users: snap.users, groups: undefined, currentEmployees: rows, currentGroups: groups, now: T1 });
+    const p = planSync({ tenantId: 'contoso', idp: 'idp_a', users: snap.users, groups: undefined, currentEmployees: state(rows), currentGroups: groups, now: T1 });
     expect(p.employeeWrites).toEqual([]);
     expect(p.groupWrites).toEqual([]);
   });
 
   it('empties the members of a group that left the snapshot', () => {
     const { snap, rows, groups } = first();
-    const p = planSync({ tenantId: 'contoso', idp: 'idp_a', users: snap.users, groups: snap.groups.slice(1), currentEmployees: rows, currentGroups: groups, now: T1 });
+    const p = planSync({ tenantId: 'contoso', idp: 'idp_a', users: snap.users, groups: snap.groups.slice(1), currentEmployees: state(rows), currentGroups: groups, now: T1 });
     expect(p.groupWrites).toEqual([expect.objectContaining({ externalId: ENTRA.gEng, members: [] })]);
     expect(p.counts.users_updated).toBe(4);
   });
 
   it('never deactivates another idp of the same tenant, nor another tenant', () => {
     const { rows } = first();
-    const p = planSync({ tenantId: 'contoso', idp: 'idp_b', users: [], groups: undefined, currentEmployees: rows, currentGroups: [], now: T1 });
+    const p = planSync({ tenantId: 'contoso', idp: 'idp_b', users: [], groups: undefined, currentEmployees: state(rows), currentGroups: [], now: T1 });
     expect(p.employeeWrites).toEqual([]);
-    const q = planSync({ tenantId: 'fabrikam', idp: 'idp_a', users: [], groups: [], currentEmployees: rows, currentGroups: [], now: T1 });
+    const q = planSync({ tenantId: 'fabrikam', idp: 'idp_a', users: [], groups: [], currentEmployees: state(rows), currentGroups: [], now: T1 });
     expect(q.employeeWrites).toEqual([]);
   });
 

@@ -1,5 +1,5 @@
 /**
- * The pure core of a snapshot sync: current rows of one tenant + a raw SCIM snapshot -> the rows
+ * The pure core of a snapshot sync: current state of one tenant + a raw SCIM snapshot -> the rows
  * to write, the counts, the per-record errors and the manager conflicts. No I/O, no clock (the
  * caller passes `now`), so the whole lifecycle of SPEC 3.5 is testable with tables.
  *
@@ -10,15 +10,19 @@
  * - a duplicate externalId in one snapshot: the first record wins, later ones are errors.
  * - absent from the snapshot (same tenant and idp) or `active:false` -> inactive; reappearing
  *   active -> reactivated. An absent user also loses its group memberships (deleted at the IdP);
- *   an `active:false` user keeps what the IdP still reports. `session` and `created_at` are never written by a sync.
+ *   an `active:false` user keeps what the IdP still reports. `session` and `created_at` are never
+ *   written by a sync.
  * - employee `groups` = group external ids from Group resources' members plus the User's own
  *   `groups[]`, sorted and deduplicated; group `members` = employee subjects, sorted.
  * - groups of the tenant absent from the snapshot keep their record with `members: []`.
- * - only rows whose content changed are written, so an identical snapshot writes nothing.
+ * - only rows whose content changed are written, so an identical snapshot writes nothing. Change
+ *   is detected by a digest of the snapshot-owned columns (`sync_hash`), so the current state
+ *   needed is small (no names, roles or entitlements are loaded).
  */
+import * as crypto from 'node:crypto';
 import type { EmployeeRow, GroupRow, SyncError, Conflict } from './repo.js';
 import { parseGroup, parseUser, type ScimGroup, type ScimUser } from './scim.js';
-import { employeeSubject, groupKey } from '../tenant.js';
+import { groupKey } from '../tenant.js';
 
 export type Idp = 'idp_a' | 'idp_b';
 
@@ -34,11 +38,29 @@ export interface SyncCounts {
   errors: number;
 }
 
+/** What the planner needs of an existing employee (sync.ts loads exactly these columns). */
+export interface CurrentEmployee {
+  employeeSubject: string;
+  tenantId: string;
+  idp: string;
+  externalId: string;
+  status: 'active' | 'inactive';
+  managerSubject: string | null;
+  /** The stored `groups` as JSON text, parsed only when memberships must be carried over. */
+  groupsJson: string;
+  createdAt: string;
+  deactivatedAt: string | null;
+  syncHash: string | null;
+}
+
 /** An employee row as written by the sync: every column except `session` (sync never sets it). */
-export type EmployeeWrite = Omit<EmployeeRow, 'session'>;
+export type EmployeeWrite = Omit<EmployeeRow, 'session'> & { syncHash: string };
 
 export interface SyncPlan {
+  /** Created, updated, reactivated or deactivated-by-snapshot employees: full rows to upsert. */
   employeeWrites: EmployeeWrite[];
+  /** Subjects absent from the snapshot: set inactive with no groups (a targeted update). */
+  deactivations: string[];
   groupWrites: GroupRow[];
   counts: SyncCounts;
   errors: SyncError[];
@@ -55,34 +77,62 @@ export interface PlanInput {
    * its previous memberships unless its own User resource carries a `groups` attribute.
    */
   groups: readonly unknown[] | undefined;
-  /** The tenant's employee rows before the sync (any idp; only `idp` rows are reconciled). */
-  currentEmployees: readonly EmployeeRow[];
+  /** The tenant's employees before the sync (any idp; only `idp` rows are reconciled). */
+  currentEmployees: readonly CurrentEmployee[];
   currentGroups: readonly GroupRow[];
   /** RFC 3339 time stamped on written rows. */
   now: string;
 }
 
-const sameList = (a: readonly string[], b: readonly string[]) => a.length === b.length && a.every((x, i) => x === b[i]);
-const sorted = (s: Iterable<string>) => [...new Set(s)].sort();
+const sameList = (a: readonly string[], b: readonly string[]) => {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+};
+/** Sorted and deduplicated (input order irrelevant). */
+function sortedUnique(list: string[]): string[] {
+  if (list.length < 2) return list;
+  list.sort();
+  let w = 1;
+  for (let i = 1; i < list.length; i++) if (list[i] !== list[w - 1]) list[w++] = list[i]!;
+  list.length = w;
+  return list;
+}
 
-/** Fields a snapshot owns; equal fields mean the row is unchanged and is not rewritten. */
-function sameContent(a: Omit<EmployeeWrite, 'createdAt' | 'updatedAt' | 'lastSyncedAt' | 'deactivatedAt'>, b: EmployeeRow): boolean {
-  return (
-    a.idp === b.idp &&
-    a.externalId === b.externalId &&
-    a.externalIdpId === b.externalIdpId &&
-    a.email === b.email &&
-    a.displayName === b.displayName &&
-    a.givenName === b.givenName &&
-    a.familyName === b.familyName &&
-    a.title === b.title &&
-    a.department === b.department &&
-    a.managerSubject === b.managerSubject &&
-    a.status === b.status &&
-    a.source === b.source &&
-    sameList(a.groups, b.groups) &&
-    sameList(a.roles, b.roles) &&
-    sameList(a.appAssignments, b.appAssignments)
+type Content = Omit<EmployeeWrite, 'createdAt' | 'updatedAt' | 'lastSyncedAt' | 'deactivatedAt' | 'syncHash'>;
+
+/** Length-prefixed encoding: unambiguous whatever the values contain, and cheap to build. */
+function enc(v: string | null): string {
+  return v === null ? '~' : `${v.length}:${v}`;
+}
+function encList(l: readonly string[]): string {
+  let out = `[${l.length}`;
+  for (const x of l) out += enc(x);
+  return out;
+}
+
+// One-shot crypto.hash (Node >= 20.12) avoids a Hash object per row; createHash otherwise.
+const oneShot = (crypto as { hash?: (alg: string, data: string, enc: 'base64url') => string }).hash;
+const sha256 = (s: string): string => (oneShot ? oneShot('sha256', s, 'base64url') : crypto.createHash('sha256').update(s).digest('base64url'));
+
+/** Digest of every snapshot-owned column; equal digests mean the row is not rewritten. */
+export function contentHash(c: Content): string {
+  return sha256(
+    enc(c.idp) +
+      enc(c.externalId) +
+      enc(c.externalIdpId) +
+      enc(c.email) +
+      enc(c.displayName) +
+      enc(c.givenName) +
+      enc(c.familyName) +
+      enc(c.title) +
+      enc(c.department) +
+      enc(c.managerSubject) +
+      encList(c.groups) +
+      encList(c.roles) +
+      encList(c.appAssignments) +
+      enc(c.status) +
+      enc(c.source),
   );
 }
 
@@ -100,13 +150,23 @@ export function emptyCounts(): SyncCounts {
   };
 }
 
+const parseGroupsJson = (s: string): string[] => {
+  try {
+    const v = JSON.parse(s) as unknown;
+    return Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : [];
+  } catch {
+    return [];
+  }
+};
+
 export function planSync(input: PlanInput): SyncPlan {
   const { tenantId, idp, now } = input;
-  const subjectOf = (ext: string) => employeeSubject(idp, tenantId, ext);
+  const subjectPrefix = `${idp}:${tenantId}:`;
+  const subjectOf = (ext: string) => subjectPrefix + ext;
   const errors: SyncError[] = [];
   const counts = emptyCounts();
 
-  const current = new Map<string, EmployeeRow>();
+  const current = new Map<string, CurrentEmployee>();
   for (const r of input.currentEmployees) if (r.tenantId === tenantId) current.set(r.employeeSubject, r);
 
   // 1. Parse users. Skipped subjects (bad record, externalId readable) are left untouched.
@@ -128,7 +188,7 @@ export function planSync(input: PlanInput): SyncPlan {
     users.set(u.externalId, u);
     if (u.id !== null && !userByScimId.has(u.id)) userByScimId.set(u.id, u.externalId);
   });
-  for (const s of skipped) if (users.has(s.slice(idp.length + tenantId.length + 2))) skipped.delete(s);
+  for (const s of skipped) if (users.has(s.slice(subjectPrefix.length))) skipped.delete(s);
 
   // A reference (member value, manager.value) is an externalId or a SCIM id of a snapshot user.
   const resolveUserRef = (ref: string): string | undefined => {
@@ -162,16 +222,17 @@ export function planSync(input: PlanInput): SyncPlan {
   });
   for (const ext of groups.keys()) skippedGroups.delete(ext);
 
-  const groupsOf = new Map<string, Set<string>>(); // subject -> group external ids
-  const membersOf = new Map<string, Set<string>>(); // group ext -> subjects
+  // Plain arrays, deduplicated when sorted: far fewer allocations than a Set per employee.
+  const groupsOf = new Map<string, string[]>(); // subject -> group external ids
+  const membersOf = new Map<string, string[]>(); // group ext -> subjects
   const relate = (subject: string, gExt: string) => {
-    let a = groupsOf.get(subject);
-    if (!a) groupsOf.set(subject, (a = new Set()));
-    a.add(gExt);
+    const a = groupsOf.get(subject);
+    if (a) a.push(gExt);
+    else groupsOf.set(subject, [gExt]);
     if (groups.has(gExt)) {
-      let b = membersOf.get(gExt);
-      if (!b) membersOf.set(gExt, (b = new Set()));
-      b.add(subject);
+      const b = membersOf.get(gExt);
+      if (b) b.push(subject);
+      else membersOf.set(gExt, [subject]);
     }
   };
   for (const g of groups.values()) {
@@ -183,27 +244,32 @@ export function planSync(input: PlanInput): SyncPlan {
   for (const u of users.values()) {
     // User.groups[].value is the group's SCIM id per RFC 7643; accept an externalId too, and keep
     // an unknown value as-is (the IdP asserts the membership even if it did not send the group).
-    for (const ref of u.groupRefs ?? []) relate(subjectOf(u.externalId), groupExtByRef.get(ref) ?? ref);
+    if (u.groupRefs) for (const ref of u.groupRefs) relate(subjectOf(u.externalId), groupExtByRef.get(ref) ?? ref);
   }
 
   // 3. Employees: desired state of every snapshot user, then deactivation of the absent ones.
   const employeeWrites: EmployeeWrite[] = [];
+  const deactivations: string[] = [];
   const finalStatus = new Map<string, 'active' | 'inactive'>(); // for conflicts, every tenant subject
-  for (const r of current.values()) finalStatus.set(r.employeeSubject, r.status);
   const finalManager = new Map<string, string | null>();
-  for (const r of current.values()) finalManager.set(r.employeeSubject, r.managerSubject);
+  for (const r of current.values()) {
+    finalStatus.set(r.employeeSubject, r.status);
+    finalManager.set(r.employeeSubject, r.managerSubject);
+  }
 
   for (const u of users.values()) {
     const subject = subjectOf(u.externalId);
     const prev = current.get(subject);
     const status: 'active' | 'inactive' = u.active ? 'active' : 'inactive';
-    let groupList = groupsOf.get(subject) ?? new Set<string>();
-    if (!reconcileGroups && u.groupRefs === null) groupList = new Set(prev?.groups ?? []);
-    else if (prev && skippedGroups.size) {
-      const kept = prev.groups.filter((g) => skippedGroups.has(g));
-      if (kept.length) groupList = new Set([...groupList, ...kept]);
+    let groupList: string[];
+    if (!reconcileGroups && u.groupRefs === null) groupList = prev ? parseGroupsJson(prev.groupsJson) : [];
+    else {
+      groupList = groupsOf.get(subject) ?? [];
+      if (prev && skippedGroups.size) for (const g of parseGroupsJson(prev.groupsJson)) if (skippedGroups.has(g)) groupList.push(g);
     }
-    const content = {
+    // One object literal per row with every column: spreading a 17-field record into a new
+    // one per row was the planner's hottest line at 100k users.
+    const w: EmployeeWrite = {
       employeeSubject: subject,
       tenantId,
       idp,
@@ -216,32 +282,40 @@ export function planSync(input: PlanInput): SyncPlan {
       title: u.title,
       department: u.department,
       managerSubject: u.managerRef === null ? null : (resolveUserRef(u.managerRef) ?? subjectOf(u.managerRef)),
-      groups: sorted(groupList),
+      groups: sortedUnique(groupList),
       roles: u.roles,
       appAssignments: u.appAssignments,
       status,
       source: 'scim',
+      syncHash: '',
+      createdAt: now,
+      updatedAt: now,
+      lastSyncedAt: now,
+      deactivatedAt: null,
     };
+    w.syncHash = contentHash(w);
     finalStatus.set(subject, status);
-    finalManager.set(subject, content.managerSubject);
+    finalManager.set(subject, w.managerSubject);
     if (!prev) {
       counts.users_created++;
-      employeeWrites.push({ ...content, createdAt: now, updatedAt: now, lastSyncedAt: now, deactivatedAt: status === 'inactive' ? now : null });
+      if (status === 'inactive') w.deactivatedAt = now;
+      employeeWrites.push(w);
       continue;
     }
-    if (sameContent(content, prev)) {
+    if (prev.syncHash === w.syncHash && prev.status === status) {
       counts.users_unchanged++;
       continue;
     }
-    let deactivatedAt = prev.deactivatedAt;
+    w.createdAt = prev.createdAt;
+    w.deactivatedAt = prev.deactivatedAt;
     if (prev.status === 'active' && status === 'inactive') {
       counts.users_deactivated++;
-      deactivatedAt = now;
+      w.deactivatedAt = now;
     } else if (prev.status === 'inactive' && status === 'active') {
       counts.users_reactivated++;
-      deactivatedAt = null;
+      w.deactivatedAt = null;
     } else counts.users_updated++;
-    employeeWrites.push({ ...content, createdAt: prev.createdAt, updatedAt: now, lastSyncedAt: now, deactivatedAt });
+    employeeWrites.push(w);
   }
   for (const prev of current.values()) {
     if (prev.idp !== idp || users.has(prev.externalId) || skipped.has(prev.employeeSubject)) continue;
@@ -251,9 +325,7 @@ export function planSync(input: PlanInput): SyncPlan {
     }
     counts.users_deactivated++;
     finalStatus.set(prev.employeeSubject, 'inactive');
-    const { session: _session, ...rest } = prev;
-    // Absent means deleted at the IdP: no durable memberships remain (mirrors the groups' members).
-    employeeWrites.push({ ...rest, groups: [], status: 'inactive', updatedAt: now, lastSyncedAt: now, deactivatedAt: now });
+    deactivations.push(prev.employeeSubject);
   }
 
   // 4. Groups.
@@ -263,7 +335,7 @@ export function planSync(input: PlanInput): SyncPlan {
   for (const g of groups.values()) {
     const key = groupKey(tenantId, g.externalId);
     const prev = currentGroups.get(key);
-    const members = sorted(membersOf.get(g.externalId) ?? []);
+    const members = sortedUnique(membersOf.get(g.externalId) ?? []);
     if (!prev) {
       counts.groups_created++;
       groupWrites.push({ groupKey: key, tenantId, externalId: g.externalId, displayName: g.displayName, members, createdAt: now, updatedAt: now, lastSyncedAt: now });
@@ -283,6 +355,7 @@ export function planSync(input: PlanInput): SyncPlan {
   counts.errors = errors.length;
   return {
     employeeWrites,
+    deactivations,
     groupWrites,
     counts,
     errors,
@@ -313,7 +386,10 @@ export function managerConflicts(
 }
 
 /** Conflicts computed on demand from stored rows (GET /v1/directory/conflicts). */
-export function conflictsOfRows(tenantId: string, rows: readonly EmployeeRow[]): Conflict[] {
+export function conflictsOfRows(
+  tenantId: string,
+  rows: readonly Pick<EmployeeRow, 'tenantId' | 'employeeSubject' | 'status' | 'managerSubject'>[],
+): Conflict[] {
   const status = new Map<string, 'active' | 'inactive'>();
   const manager = new Map<string, string | null>();
   for (const r of rows) {

@@ -9,7 +9,8 @@
  */
 import { and, asc, desc, eq, sql } from 'drizzle-orm';
 import { employees, groups, syncRuns } from '../../../store/schema/directory.js';
-import { rowsOf } from '../../../store/factory.js';
+import { rowsOf, type Db } from '../../../store/factory.js';
+import type { CurrentEmployee } from './plan.js';
 import { groupKey as makeGroupKey, tenantOfGroupKey, tenantOfSubject, type DbOrTx } from '../tenant.js';
 
 export type EmployeeRow = typeof employees.$inferSelect;
@@ -173,8 +174,10 @@ export interface DirectoryRepo {
   managerChain(subject: string): Promise<EmployeeRecord[]>;
   /** Sync-run history, newest first. */
   listSyncRuns(limit?: number): Promise<SyncRunRecord[]>;
-  /** Raw rows of the tenant, for the sync's in-memory diff. */
+  /** Raw rows of the tenant (conflicts on demand). */
   loadEmployeeRows(): Promise<EmployeeRow[]>;
+  /** The few columns the sync planner diffs against, without per-column mapping or JSON parsing. */
+  loadSyncState(): Promise<CurrentEmployee[]>;
   loadGroupRows(): Promise<GroupRow[]>;
   /** Employees with a session (identity resolution), newest sign-in first. */
   listSessions(limit: number): Promise<EmployeeRecord[]>;
@@ -268,6 +271,36 @@ export function directoryRepo(db: DbOrTx, tenantId: string): DirectoryRepo {
       return rows.map(syncRunOut);
     },
     loadEmployeeRows: () => db.select().from(employees).where(inTenant),
+    async loadSyncState() {
+      const rows = await rowsOf<{
+        s: string;
+        i: string;
+        x: string;
+        st: 'active' | 'inactive';
+        m: string | null;
+        g: string;
+        c: string;
+        d: string | null;
+        h: string | null;
+      }>(
+        db as Db,
+        sql`select employee_subject as s, idp as i, external_id as x, status as st, manager_subject as m,
+              groups::text as g, created_at::text as c, deactivated_at::text as d, sync_hash as h
+            from ${employees} where tenant_id = ${tenantId}`,
+      );
+      return rows.map((r) => ({
+        employeeSubject: r.s,
+        tenantId,
+        idp: r.i,
+        externalId: r.x,
+        status: r.st,
+        managerSubject: r.m,
+        groupsJson: r.g,
+        createdAt: r.c,
+        deactivatedAt: r.d,
+        syncHash: r.h,
+      }));
+    },
     loadGroupRows: () => db.select().from(groups).where(eq(groups.tenantId, tenantId)),
     async listSessions(limit) {
       const rows = await db
@@ -291,7 +324,7 @@ export const groupKeyOf = makeGroupKey;
  */
 export async function directoryTenants(db: DbOrTx): Promise<string[]> {
   const rows = await rowsOf<{ tenant_id: string }>(
-    db as never,
+    db as Db,
     sql`select tenant_id from ${employees} union select tenant_id from ${groups} union select tenant_id from ${syncRuns} order by 1`,
   );
   return rows.map((r) => r.tenant_id);

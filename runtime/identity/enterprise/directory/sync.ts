@@ -70,7 +70,7 @@ export async function syncDirectory(deps: SyncDeps, req: SyncRequest): Promise<S
   const result = await deps.db.transaction(async (tx) => {
     await tx.execute(sql`select pg_advisory_xact_lock(hashtext(${`writ.directory.sync:${req.tenantId}`}))`);
     const repo = directoryRepo(tx, req.tenantId);
-    const [currentEmployees, currentGroups] = [await repo.loadEmployeeRows(), await repo.loadGroupRows()];
+    const [currentEmployees, currentGroups] = [await repo.loadSyncState(), await repo.loadGroupRows()];
     const plan = planSync({
       tenantId: req.tenantId,
       idp: req.idp,
@@ -83,6 +83,9 @@ export async function syncDirectory(deps: SyncDeps, req: SyncRequest): Promise<S
     await deps.failpoint?.('planned');
     for (let i = 0; i < plan.employeeWrites.length; i += batch) {
       await upsertEmployees(tx, plan.employeeWrites.slice(i, i + batch));
+    }
+    for (let i = 0; i < plan.deactivations.length; i += batch) {
+      await deactivate(tx, req.tenantId, plan.deactivations.slice(i, i + batch), startedAt);
     }
     await deps.failpoint?.('employees');
     for (let i = 0; i < plan.groupWrites.length; i += batch) {
@@ -157,28 +160,42 @@ async function upsertEmployees(tx: DbOrTx, rows: readonly EmployeeWrite[]): Prom
       updated_at: r.updatedAt,
       deactivated_at: r.deactivatedAt,
       last_synced_at: r.lastSyncedAt,
+      sync_hash: r.syncHash,
     })),
   );
   // `session` is deliberately absent from both column lists: only identity resolution sets it.
   await tx.execute(sql`
     insert into ${employees} (employee_subject, tenant_id, idp, external_id, external_idp_id, email, display_name,
       given_name, family_name, title, department, manager_subject, groups, roles, app_assignments, status, source,
-      created_at, updated_at, deactivated_at, last_synced_at)
+      created_at, updated_at, deactivated_at, last_synced_at, sync_hash)
     select employee_subject, tenant_id, idp, external_id, external_idp_id, email, display_name,
       given_name, family_name, title, department, manager_subject, groups, roles, app_assignments, status, source,
-      created_at, updated_at, deactivated_at, last_synced_at
+      created_at, updated_at, deactivated_at, last_synced_at, sync_hash
     from jsonb_to_recordset(${payload}::jsonb) as r(employee_subject text, tenant_id text, idp text, external_id text,
       external_idp_id text, email text, display_name text, given_name text, family_name text, title text,
       department text, manager_subject text, groups jsonb, roles jsonb, app_assignments jsonb, status text,
-      source text, created_at timestamptz, updated_at timestamptz, deactivated_at timestamptz, last_synced_at timestamptz)
+      source text, created_at timestamptz, updated_at timestamptz, deactivated_at timestamptz, last_synced_at timestamptz,
+      sync_hash text)
     on conflict (employee_subject) do update set
       external_idp_id = excluded.external_idp_id, email = excluded.email, display_name = excluded.display_name,
       given_name = excluded.given_name, family_name = excluded.family_name, title = excluded.title,
       department = excluded.department, manager_subject = excluded.manager_subject, groups = excluded.groups,
       roles = excluded.roles, app_assignments = excluded.app_assignments, status = excluded.status,
       source = excluded.source, updated_at = excluded.updated_at, deactivated_at = excluded.deactivated_at,
-      last_synced_at = excluded.last_synced_at
+      last_synced_at = excluded.last_synced_at, sync_hash = excluded.sync_hash
     where directory_employees.tenant_id = excluded.tenant_id`);
+}
+
+/**
+ * Absent from the snapshot: inactive, no memberships. Only these columns change, so the digest is
+ * cleared (the next time the user appears it is rewritten in full).
+ */
+async function deactivate(tx: DbOrTx, tenantId: string, subjects: readonly string[], now: string): Promise<void> {
+  await tx.execute(sql`
+    update ${employees} set status = 'inactive', groups = '[]'::jsonb, updated_at = ${now}, last_synced_at = ${now},
+      deactivated_at = ${now}, sync_hash = null
+    where tenant_id = ${tenantId} and status = 'active'
+      and employee_subject in (select jsonb_array_elements_text(${JSON.stringify(subjects)}::jsonb))`);
 }
 
 async function upsertGroups(tx: DbOrTx, rows: readonly GroupRow[]): Promise<void> {
