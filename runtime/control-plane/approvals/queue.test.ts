@@ -1,0 +1,296 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'drizzle-orm';
+import { ApiError } from '../../lib/errors.js';
+import { rowsOf, type Store } from '../../store/factory.js';
+import { openTestPostgres, testBackends, testSchema, TEST_DATABASE_URL } from '../../store/testing.js';
+import type { AuditEntry } from '../types.js';
+import { createApprovalQueue, type ApprovalQueue } from './queue.js';
+import { parseDurationMs, approvalTimeoutFromEnv } from './record.js';
+
+function memoryAudit() {
+  const rows: AuditEntry[] = [];
+  return { rows, append: (e: AuditEntry) => void rows.push(e) };
+}
+
+const input = (over: Partial<Parameters<ApprovalQueue['create']>[0]> = {}) => ({
+  actor: 'bot',
+  actorDid: 'did:key:z6MkTest',
+  target: 'example.com:443',
+  service: 'external',
+  action: 'http:connect',
+  resource: 'https://example.com:443',
+  reason: 'external host not in egressAllow',
+  ...over,
+});
+
+async function apiError(p: Promise<unknown>): Promise<ApiError> {
+  try {
+    await p;
+  } catch (e) {
+    if (e instanceof ApiError) return e;
+    throw e;
+  }
+  throw new Error('expected an ApiError');
+}
+
+let replicaSeq = 0;
+const replica = () => `r${++replicaSeq}`;
+
+describe('approval timeout parsing', () => {
+  it('accepts Go-style durations and bare seconds, rejects the rest', () => {
+    expect(parseDurationMs('120')).toBe(120_000);
+    expect(parseDurationMs('2m')).toBe(120_000);
+    expect(parseDurationMs('1500ms')).toBe(1500);
+    expect(approvalTimeoutFromEnv({})).toBe(120_000);
+    expect(approvalTimeoutFromEnv({ EGRESS_APPROVAL_TIMEOUT: '30s' })).toBe(30_000);
+    expect(() => parseDurationMs('soon')).toThrow(/duration/);
+    expect(() => parseDurationMs('0')).toThrow(/between/);
+    expect(() => parseDurationMs('48h')).toThrow(/between/);
+  });
+});
+
+describe.each(testBackends())('approval queue on $name', (b) => {
+  let store: Store;
+  beforeAll(async () => {
+    store = await b.open();
+  });
+  afterAll(async () => {
+    await store.close();
+  });
+
+  it('creates pending records (SPEC 2.4 fields) and lists them newest first with a status filter', async () => {
+    const audit = memoryAudit();
+    const q = await createApprovalQueue({ store, audit, replicaId: replica(), timeoutMs: 60_000 });
+    try {
+      const a = await q.create(input({ target: 'a.example:443' }));
+      const c = await q.create(input({ target: 'c.example:443' }));
+      expect(a).toMatchObject({ status: 'pending', actor: 'bot', actorDid: 'did:key:z6MkTest', target: 'a.example:443', service: 'external', approver: null, decidedAt: null });
+      expect(a.id).toMatch(/^[0-9a-f-]{36}$/);
+      expect(new Date(a.requestedAt).toISOString()).toBe(a.requestedAt);
+      expect(Date.parse(a.expiresAt) - Date.parse(a.requestedAt)).toBe(60_000);
+      await q.deny(a.id, 'alice', 'not today');
+      const all = await q.list();
+      const ids = all.map((r) => r.id);
+      expect(ids.indexOf(c.id)).toBeLessThan(ids.indexOf(a.id));
+      const pending = await q.list({ status: 'pending' });
+      expect(pending.map((r) => r.id)).toContain(c.id);
+      expect(pending.map((r) => r.id)).not.toContain(a.id);
+      expect((await q.list({ status: 'denied' })).find((r) => r.id === a.id)).toMatchObject({ approver: 'alice', denyReason: 'not today' });
+      expect(await q.list({ limit: 1 })).toHaveLength(1);
+    } finally {
+      await q.close();
+    }
+  });
+
+  it('hold then approve: the hold wakes approved, one egress.approval audit row, second decision is 409', async () => {
+    const audit = memoryAudit();
+    const q = await createApprovalQueue({ store, audit, replicaId: replica(), timeoutMs: 60_000, pollMs: 60_000 });
+    try {
+      const r = await q.create(input());
+      const held = q.hold(r.id);
+      await new Promise((res) => setTimeout(res, 20));
+      expect(q.holding()).toBe(1);
+      const approved = await q.approve(r.id, 'alice');
+      expect(await held).toBe('approved');
+      expect(q.holding()).toBe(0);
+      expect(approved).toMatchObject({ status: 'approved', approver: 'alice', denyReason: null });
+      expect(approved.decidedAt).not.toBeNull();
+      expect(audit.rows).toEqual([
+        expect.objectContaining({ action: 'egress.approval', subject: 'alice', actor: 'bot', service: 'external', allow: true }),
+      ]);
+      expect((await apiError(q.approve(r.id, 'bob'))).status).toBe(409);
+      expect((await apiError(q.deny(r.id, 'bob', 'late'))).status).toBe(409);
+      expect(audit.rows).toHaveLength(1);
+      // A hold on an already decided request answers at once.
+      expect(await q.hold(r.id)).toBe('approved');
+    } finally {
+      await q.close();
+    }
+  });
+
+  it('hold then deny: the hold wakes denied with the reason stored and audited', async () => {
+    const audit = memoryAudit();
+    const q = await createApprovalQueue({ store, audit, replicaId: replica(), timeoutMs: 60_000, pollMs: 60_000 });
+    try {
+      const r = await q.create(input());
+      const held = q.hold(r.id);
+      const denied = await q.deny(r.id, 'carol', 'exfiltration risk');
+      expect(await held).toBe('denied');
+      expect(denied).toMatchObject({ status: 'denied', approver: 'carol', denyReason: 'exfiltration risk' });
+      expect(audit.rows[0]).toMatchObject({ action: 'egress.approval', allow: false, subject: 'carol' });
+      expect(audit.rows[0]!.reason).toContain('exfiltration risk');
+    } finally {
+      await q.close();
+    }
+  });
+
+  it('unknown or malformed ids are 404', async () => {
+    const q = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000 });
+    try {
+      expect((await apiError(q.approve('00000000-0000-4000-8000-000000000000', 'a'))).status).toBe(404);
+      expect((await apiError(q.deny('not-a-uuid', 'a', 'r'))).status).toBe(404);
+      expect((await apiError(q.hold('00000000-0000-4000-8000-000000000000'))).status).toBe(404);
+      expect(await q.get('nope')).toBeUndefined();
+      expect(q.holding()).toBe(0);
+    } finally {
+      await q.close();
+    }
+  });
+
+  it('a hold past the timeout expires the request in the store (fail closed); a late approve is 409', async () => {
+    const audit = memoryAudit();
+    const q = await createApprovalQueue({ store, audit, replicaId: replica(), timeoutMs: 150 });
+    try {
+      const r = await q.create(input());
+      expect(await q.hold(r.id)).toBe('expired');
+      expect(await q.get(r.id)).toMatchObject({ status: 'expired', denyReason: 'approval timed out', approver: null });
+      expect((await apiError(q.approve(r.id, 'alice'))).status).toBe(409);
+      expect(audit.rows).toHaveLength(0);
+    } finally {
+      await q.close();
+    }
+  });
+
+  it('the client disconnecting while held expires the request', async () => {
+    const q = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000 });
+    try {
+      const r = await q.create(input());
+      const ac = new AbortController();
+      const held = q.hold(r.id, ac.signal);
+      await new Promise((res) => setTimeout(res, 20));
+      ac.abort();
+      expect(await held).toBe('expired');
+      expect(await q.get(r.id)).toMatchObject({ status: 'expired', denyReason: 'client disconnected while held' });
+    } finally {
+      await q.close();
+    }
+  });
+
+  it('exactly one of concurrent decisions wins', async () => {
+    const audit = memoryAudit();
+    const q = await createApprovalQueue({ store, audit, replicaId: replica(), timeoutMs: 60_000 });
+    try {
+      const r = await q.create(input());
+      const held = q.hold(r.id);
+      const results = await Promise.allSettled([q.approve(r.id, 'a'), q.deny(r.id, 'b', 'no'), q.approve(r.id, 'c'), q.deny(r.id, 'd', 'no')]);
+      const won = results.filter((x) => x.status === 'fulfilled');
+      expect(won).toHaveLength(1);
+      for (const x of results) if (x.status === 'rejected') expect((x.reason as ApiError).status).toBe(409);
+      const final = (won[0] as PromiseFulfilledResult<{ status: string }>).value.status;
+      expect(await held).toBe(final);
+      expect(audit.rows).toHaveLength(1);
+    } finally {
+      await q.close();
+    }
+  });
+
+  it('a refused audit append rolls the decision back (503, still pending)', async () => {
+    const q = await createApprovalQueue({
+      store,
+      audit: {
+        append: () => {
+          throw new Error('backpressure');
+        },
+      },
+      replicaId: replica(),
+      timeoutMs: 60_000,
+    });
+    try {
+      const r = await q.create(input());
+      const e = await apiError(q.approve(r.id, 'alice'));
+      expect(e.status).toBe(503);
+      expect((await q.get(r.id))?.status).toBe('pending');
+    } finally {
+      await q.close();
+    }
+  });
+
+  it('on start, expires the pending requests this replica held before a restart and any past deadline', async () => {
+    const id = replica();
+    const other = replica();
+    const first = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: id, timeoutMs: 60_000 });
+    const mine = await first.create(input());
+    // Simulated crash: the process dies without close(), its rows stay pending.
+    await first.close().catch(() => {});
+    await store.db.execute(sql`update egress_requests set status = 'pending', decided_at = null, deny_reason = null where id = ${mine.id}`);
+    const peer = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: other, timeoutMs: 60_000 });
+    const theirs = await peer.create(input());
+    const theirsOld = await peer.create(input());
+    await store.db.execute(sql`update egress_requests set expires_at = now() - interval '1 second' where id = ${theirsOld.id}`);
+    const restarted = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: id, timeoutMs: 60_000 });
+    try {
+      expect(await restarted.get(mine.id)).toMatchObject({ status: 'expired', denyReason: 'proxy restarted; the held connection was lost' });
+      expect((await restarted.get(theirsOld.id))?.status).toBe('expired');
+      // Another live replica's in-deadline hold is left alone.
+      expect((await restarted.get(theirs.id))?.status).toBe('pending');
+    } finally {
+      await restarted.close();
+      await peer.close();
+    }
+  });
+
+  it('close() expires the holds of this process and wakes them', async () => {
+    const q = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000 });
+    const r = await q.create(input());
+    const held = q.hold(r.id);
+    await new Promise((res) => setTimeout(res, 20));
+    await q.close();
+    expect(await held).toBe('expired');
+    const [row] = await rowsOf<{ status: string }>(store.db, sql`select status from egress_requests where id = ${r.id}`);
+    expect(row?.status).toBe('expired');
+    expect((await apiError(q.create(input()))).status).toBe(503);
+  });
+});
+
+describe.skipIf(!TEST_DATABASE_URL)('approval queue across replicas on postgres', () => {
+  const schema = testSchema();
+  let a: Store;
+  let b: Store;
+  beforeAll(async () => {
+    a = await openTestPostgres({ schema, keepSchema: true });
+    b = await openTestPostgres({ schema });
+  });
+  afterAll(async () => {
+    await a.close();
+    await b.close();
+  });
+
+  it('an approval made on one replica wakes the hold on another through NOTIFY', async () => {
+    // Polls far longer than the test: only the notification can wake the hold.
+    const qa = await createApprovalQueue({ store: a, audit: memoryAudit(), replicaId: 'replica-a', timeoutMs: 60_000, pollMs: 600_000 });
+    const auditB = memoryAudit();
+    const qb = await createApprovalQueue({ store: b, audit: auditB, replicaId: 'replica-b', timeoutMs: 60_000, pollMs: 600_000 });
+    try {
+      const r1 = await qa.create(input());
+      const h1 = qa.hold(r1.id);
+      await new Promise((res) => setTimeout(res, 50));
+      await qb.approve(r1.id, 'alice');
+      expect(await h1).toBe('approved');
+      expect(auditB.rows).toHaveLength(1);
+
+      const r2 = await qa.create(input());
+      const h2 = qa.hold(r2.id);
+      await new Promise((res) => setTimeout(res, 50));
+      await qb.deny(r2.id, 'bob', 'no');
+      expect(await h2).toBe('denied');
+      // Replica b sees replica a's rows (one store), and a's in-deadline hold survived b's start.
+      expect((await qb.list()).map((r) => r.id)).toEqual(expect.arrayContaining([r1.id, r2.id]));
+    } finally {
+      await qa.close();
+      await qb.close();
+    }
+  });
+
+  it('a lost notification is covered by the poll of held ids', async () => {
+    const qa = await createApprovalQueue({ store: a, audit: memoryAudit(), replicaId: 'replica-a2', timeoutMs: 60_000, pollMs: 100 });
+    try {
+      const r = await qa.create(input());
+      const held = qa.hold(r.id);
+      // A decision written behind the queue's back: no NOTIFY at all.
+      await b.db.execute(sql`update egress_requests set status = 'approved', approver = 'dba' where id = ${r.id}`);
+      expect(await held).toBe('approved');
+    } finally {
+      await qa.close();
+    }
+  });
+});

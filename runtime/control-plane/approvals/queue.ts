@@ -1,0 +1,366 @@
+/**
+ * The egress approval queue (SPEC 2.4, 3.2). The forward proxy `create`s a pending request and
+ * `hold`s the client connection until a human approves or denies it on the management API, the
+ * hold times out (ApprovalTimeout, default 120 s), or the client goes away; the last two expire
+ * the request (fail closed).
+ *
+ * Rows are durable (`egress_requests`), and every status change is one guarded
+ * `update ... where status = 'pending'`, so exactly one of approve / deny / expire wins even across
+ * replicas. A decision wakes the hold in this process directly and in other replicas through
+ * NOTIFY; a slow poll of the held ids covers a lost notification (a listener reconnecting).
+ *
+ * Restart: a held connection dies with its process. On start the queue expires the pending rows
+ * this replica (`replicaId`) held before, and any row past its deadline whoever held it.
+ */
+import { randomUUID } from 'node:crypto';
+import { and, desc, eq, inArray, lt, or } from 'drizzle-orm';
+import { BRAND } from '../../lib/brand.js';
+import type { Env } from '../../lib/config.js';
+import { ApiError, conflict, notFound } from '../../lib/errors.js';
+import { errMsg, logger } from '../../lib/log.js';
+import type { Store } from '../../store/factory.js';
+import { egressRequests } from '../../store/schema/egress.js';
+import type { AuditSink } from '../decision/types.js';
+import {
+  EGRESS_STATUSES,
+  UUID_RE,
+  approvalTimeoutFromEnv,
+  clip,
+  replicaIdFromEnv,
+  toRecord,
+  type EgressRequest,
+  type EgressRequestInput,
+  type EgressStatus,
+  type HoldResult,
+} from './record.js';
+
+const log = logger('approvals');
+
+/** NOTIFY channel carrying `{id, status}` of every decision. */
+export const EGRESS_CHANNEL = `${BRAND}_egress_requests`;
+export const DEFAULT_LIST_LIMIT = 200;
+export const MAX_LIST_LIMIT = 1000;
+
+export interface ApprovalQueueOptions {
+  store: Store;
+  audit: AuditSink;
+  /** Clock, epoch ms (default Date.now). */
+  now?: () => number;
+  /** Hold timeout (ApprovalTimeout); default EGRESS_APPROVAL_TIMEOUT or 120 s. */
+  timeoutMs?: number;
+  /** This replica's stable id; default EGRESS_REPLICA_ID, POD_NAME or the host name. */
+  replicaId?: string;
+  /** Safety re-read of held requests, in case a notification is lost (default 5000 ms). */
+  pollMs?: number;
+  env?: Env;
+}
+
+export interface ListOptions {
+  status?: EgressStatus;
+  /** Newest first; default 200, at most 1000. */
+  limit?: number;
+}
+
+export interface ApprovalQueue {
+  readonly timeoutMs: number;
+  readonly replicaId: string;
+  /** Inserts a pending request held by this replica. */
+  create(input: EgressRequestInput): Promise<EgressRequest>;
+  /**
+   * Waits for the decision. Resolves (never rejects once the request exists) with 'approved',
+   * 'denied' or 'expired'; an abort of `signal` (the client went away) or the deadline expires it.
+   * Rejects with a 404 ApiError for an unknown id.
+   */
+  hold(id: string, signal?: AbortSignal): Promise<HoldResult>;
+  /** 404 ApiError unknown, 409 not pending, 503 audit unavailable. Appends an `egress.approval` row. */
+  approve(id: string, approver: string): Promise<EgressRequest>;
+  deny(id: string, approver: string, reason: string): Promise<EgressRequest>;
+  get(id: string): Promise<EgressRequest | undefined>;
+  list(opts?: ListOptions): Promise<EgressRequest[]>;
+  /** Expires pending rows past their deadline; returns how many. */
+  sweep(): Promise<number>;
+  /** Number of holds waiting in this process. */
+  holding(): number;
+  /** Expires this process's held requests (their connections close with it) and unsubscribes. */
+  close(): Promise<void>;
+}
+
+interface Waiter {
+  finish(status: HoldResult): void;
+}
+
+export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<ApprovalQueue> {
+  const { store, audit } = opts;
+  const env = opts.env ?? process.env;
+  const now = opts.now ?? Date.now;
+  const timeoutMs = opts.timeoutMs ?? approvalTimeoutFromEnv(env);
+  if (!Number.isFinite(timeoutMs) || timeoutMs < 1) throw new Error('approval timeoutMs must be a positive number');
+  const replicaId = opts.replicaId ?? replicaIdFromEnv(env);
+  const pollMs = opts.pollMs ?? 5000;
+  const db = store.db;
+  const t = egressRequests;
+  const waiters = new Map<string, Set<Waiter>>();
+  let closed = false;
+  let poller: NodeJS.Timeout | undefined;
+
+  const stamp = () => new Date(now()).toISOString();
+
+  const wake = (id: string, status: EgressStatus) => {
+    if (status === 'pending') return;
+    const set = waiters.get(id);
+    if (set) for (const w of [...set]) w.finish(status);
+  };
+
+  const announce = async (id: string, status: EgressStatus) => {
+    wake(id, status);
+    try {
+      await store.notify(EGRESS_CHANNEL, JSON.stringify({ id, status }));
+    } catch (e) {
+      // Other replicas still learn it from their poll.
+      log.warn('egress decision notify failed', { id, err: errMsg(e) });
+    }
+  };
+
+  const unlisten = await store.listen(EGRESS_CHANNEL, (payload) => {
+    try {
+      const m = JSON.parse(payload) as { id?: unknown; status?: unknown };
+      if (typeof m.id === 'string' && (EGRESS_STATUSES as readonly unknown[]).includes(m.status)) wake(m.id, m.status as EgressStatus);
+    } catch {
+      log.warn('ignoring malformed egress notification');
+    }
+  });
+
+  const getRow = async (id: string) => {
+    if (!UUID_RE.test(id)) return undefined;
+    const rows = await db.select().from(t).where(eq(t.id, id)).limit(1);
+    return rows[0];
+  };
+
+  /** Guarded pending -> expired. Returns the status the request ends with (whoever won). */
+  const expireOne = async (id: string, why: string): Promise<HoldResult> => {
+    try {
+      const rows = await db
+        .update(t)
+        .set({ status: 'expired', decidedAt: stamp(), denyReason: why })
+        .where(and(eq(t.id, id), eq(t.status, 'pending')))
+        .returning({ id: t.id });
+      if (rows.length > 0) {
+        await announce(id, 'expired');
+        return 'expired';
+      }
+      const row = await getRow(id);
+      return row && row.status !== 'pending' ? row.status : 'expired';
+    } catch (e) {
+      // Fail closed; the deadline sweep expires the row once the store is back.
+      log.error('expiring egress request failed; treating as expired', { id, err: errMsg(e) });
+      return 'expired';
+    }
+  };
+
+  const sweep = async (): Promise<number> => {
+    const rows = await db
+      .update(t)
+      .set({ status: 'expired', decidedAt: stamp(), denyReason: 'approval timed out' })
+      .where(and(eq(t.status, 'pending'), lt(t.expiresAt, stamp())))
+      .returning({ id: t.id });
+    for (const r of rows) await announce(r.id, 'expired');
+    return rows.length;
+  };
+
+  const poll = async () => {
+    const ids = [...waiters.keys()];
+    if (ids.length === 0) return;
+    try {
+      const rows = await db.select({ id: t.id, status: t.status }).from(t).where(inArray(t.id, ids));
+      for (const r of rows) wake(r.id, r.status);
+    } catch (e) {
+      log.warn('egress hold poll failed', { err: errMsg(e) });
+    }
+  };
+
+  const ensurePoller = () => {
+    if (poller || closed) return;
+    poller = setInterval(() => {
+      if (waiters.size === 0) {
+        clearInterval(poller);
+        poller = undefined;
+        return;
+      }
+      void poll();
+    }, pollMs);
+    poller.unref();
+  };
+
+  // Restart: this replica's held connections are gone; so are those of any replica past deadline.
+  try {
+    const stale = await db
+      .update(t)
+      .set({ status: 'expired', decidedAt: stamp(), denyReason: 'proxy restarted; the held connection was lost' })
+      .where(and(eq(t.status, 'pending'), or(eq(t.holder, replicaId), lt(t.expiresAt, stamp()))))
+      .returning({ id: t.id });
+    for (const r of stale) await announce(r.id, 'expired');
+    if (stale.length) log.info('expired egress requests held before restart', { count: stale.length, replicaId });
+  } catch (e) {
+    await unlisten();
+    throw e;
+  }
+
+  const decide = async (id: string, approver: string, to: 'approved' | 'denied', denyReason: string | null): Promise<EgressRequest> => {
+    if (closed) throw new ApiError(503, 'unavailable', 'egress approval queue is closed');
+    if (!UUID_RE.test(id)) throw notFound('egress request', id);
+    const row = await db.transaction(async (tx) => {
+      const rows = await tx
+        .update(t)
+        .set({ status: to, approver, decidedAt: stamp(), denyReason })
+        .where(and(eq(t.id, id), eq(t.status, 'pending')))
+        .returning();
+      const r = rows[0];
+      if (!r) {
+        const cur = await tx.select({ status: t.status }).from(t).where(eq(t.id, id)).limit(1);
+        if (!cur[0]) throw notFound('egress request', id);
+        throw conflict('not_pending', `egress request ${id} is ${cur[0].status}, not pending`, { status: cur[0].status });
+      }
+      // Inside the transaction: if the audit chain refuses the row, the decision is rolled back.
+      try {
+        audit.append({
+          action: 'egress.approval',
+          subject: approver,
+          actor: r.actor,
+          service: r.service,
+          allow: to === 'approved',
+          reason:
+            to === 'approved'
+              ? `egress request ${id} to ${r.target} approved by ${approver}`
+              : `egress request ${id} to ${r.target} denied by ${approver}: ${denyReason ?? ''}`,
+        });
+      } catch (e) {
+        throw new ApiError(503, 'audit_unavailable', `audit log unavailable; decision not recorded: ${errMsg(e)}`);
+      }
+      return r;
+    });
+    await announce(id, to);
+    return toRecord(row);
+  };
+
+  return {
+    timeoutMs,
+    replicaId,
+
+    async create(input) {
+      if (closed) throw new ApiError(503, 'unavailable', 'egress approval queue is closed');
+      const at = now();
+      const [row] = await db
+        .insert(t)
+        .values({
+          id: randomUUID(),
+          status: 'pending',
+          actor: clip(input.actor),
+          actorDid: clip(input.actorDid),
+          target: clip(input.target),
+          service: clip(input.service),
+          action: clip(input.action),
+          resource: clip(input.resource),
+          reason: clip(input.reason),
+          requestedAt: new Date(at).toISOString(),
+          expiresAt: new Date(at + timeoutMs).toISOString(),
+          holder: replicaId,
+        })
+        .returning();
+      return toRecord(row!);
+    },
+
+    hold(id, signal) {
+      return new Promise<HoldResult>((resolve, reject) => {
+        let done = false;
+        let timer: NodeJS.Timeout | undefined;
+        const cleanup = () => {
+          clearTimeout(timer);
+          signal?.removeEventListener('abort', onAbort);
+          const set = waiters.get(id);
+          set?.delete(w);
+          if (set && set.size === 0) waiters.delete(id);
+        };
+        const w: Waiter = {
+          finish(status) {
+            if (done) return;
+            done = true;
+            cleanup();
+            resolve(status);
+          },
+        };
+        const expire = (why: string) => {
+          if (done) return;
+          void expireOne(id, why).then((s) => w.finish(s));
+        };
+        const onAbort = () => expire('client disconnected while held');
+        // Register before reading the row, so a decision landing in between still wakes us.
+        let set = waiters.get(id);
+        if (!set) waiters.set(id, (set = new Set()));
+        set.add(w);
+        ensurePoller();
+        getRow(id).then(
+          (row) => {
+            if (done) return;
+            if (!row) {
+              done = true;
+              cleanup();
+              reject(notFound('egress request', id));
+              return;
+            }
+            if (row.status !== 'pending') return w.finish(row.status);
+            if (closed) return expire('proxy shutting down');
+            if (signal?.aborted) return onAbort();
+            signal?.addEventListener('abort', onAbort, { once: true });
+            const left = Math.max(0, Date.parse(row.expiresAt) - now());
+            timer = setTimeout(() => expire('approval timed out'), Math.min(left, timeoutMs));
+            timer.unref?.();
+          },
+          (e: unknown) => {
+            log.error('reading held egress request failed; expiring', { id, err: errMsg(e) });
+            expire('store unavailable while holding');
+          },
+        );
+      });
+    },
+
+    approve: (id, approver) => decide(id, approver, 'approved', null),
+    deny: (id, approver, reason) => decide(id, approver, 'denied', reason),
+
+    async get(id) {
+      const row = await getRow(id);
+      return row ? toRecord(row) : undefined;
+    },
+
+    async list(o = {}) {
+      const limit = Math.min(Math.max(1, Math.floor(o.limit ?? DEFAULT_LIST_LIMIT)), MAX_LIST_LIMIT);
+      // Rows past their deadline are expired whoever held them, so the list never shows a
+      // request as pending after its connection is certainly gone.
+      await sweep();
+      const q = db.select().from(t);
+      const rows = await (o.status ? q.where(eq(t.status, o.status)) : q).orderBy(desc(t.seq)).limit(limit);
+      return rows.map(toRecord);
+    },
+
+    sweep,
+    holding: () => [...waiters.values()].reduce((n, s) => n + s.size, 0),
+
+    async close() {
+      if (closed) return;
+      closed = true;
+      clearInterval(poller);
+      poller = undefined;
+      const held = [...waiters.keys()];
+      await Promise.all(
+        held.map(async (id) => {
+          const s = await expireOne(id, 'proxy shutting down');
+          wake(id, s);
+        }),
+      );
+      try {
+        await unlisten();
+      } catch (e) {
+        log.warn('unlisten failed', { err: errMsg(e) });
+      }
+    },
+  };
+}

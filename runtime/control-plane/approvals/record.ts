@@ -1,0 +1,103 @@
+/** The egress approval request as served (SPEC 2.4) and the pure helpers around it. */
+import { hostname } from 'node:os';
+import { optional, type Env } from '../../lib/config.js';
+import { envName } from '../../lib/brand.js';
+import { EGRESS_STATUSES, type EgressStatus, type egressRequests } from '../../store/schema/egress.js';
+
+export { EGRESS_STATUSES, type EgressStatus };
+export type HoldResult = Exclude<EgressStatus, 'pending'>;
+
+/** SPEC 2.4, plus `denyReason` (why a human denied, or why it expired) and `expiresAt` (hold deadline). */
+export interface EgressRequest {
+  id: string;
+  status: EgressStatus;
+  actor: string;
+  actorDid: string;
+  target: string;
+  /** `external` or a registry name. */
+  service: string;
+  action: string;
+  resource: string;
+  reason: string;
+  requestedAt: string;
+  expiresAt: string;
+  approver: string | null;
+  decidedAt: string | null;
+  denyReason: string | null;
+}
+
+/** What the proxy hands to `create`. */
+export interface EgressRequestInput {
+  actor: string;
+  actorDid?: string;
+  /** `host:port`. */
+  target: string;
+  service: string;
+  action?: string;
+  resource?: string;
+  reason?: string;
+}
+
+/** SPEC 8 `ApprovalTimeout`. */
+export const DEFAULT_APPROVAL_TIMEOUT_MS = 120_000;
+/** Env var of the hold timeout: `120`, `120s`, `2m`, `1500ms`. */
+export const APPROVAL_TIMEOUT_ENV = 'EGRESS_APPROVAL_TIMEOUT';
+/** Env var naming this replica (default POD_NAME, else the host name). */
+export const REPLICA_ENV = 'EGRESS_REPLICA_ID';
+
+const FIELD_MAX = 4096;
+
+/** Go-style duration or bare seconds -> milliseconds; throws on anything else. */
+export function parseDurationMs(raw: string, name = APPROVAL_TIMEOUT_ENV): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$/.exec(raw);
+  if (!m) throw new Error(`${name} must be a duration like 120s, 2m or 1500ms, got ${JSON.stringify(raw)}`);
+  const n = Number(m[1]);
+  const unit = m[2] ?? 's';
+  const ms = unit === 'ms' ? n : unit === 's' ? n * 1000 : unit === 'm' ? n * 60_000 : n * 3_600_000;
+  if (!(ms >= 1) || ms > 24 * 3_600_000) throw new Error(`${name} must be between 1 ms and 24 h, got ${JSON.stringify(raw)}`);
+  return Math.round(ms);
+}
+
+export function approvalTimeoutFromEnv(env: Env = process.env): number {
+  const v = optional(env, APPROVAL_TIMEOUT_ENV);
+  return v === undefined ? DEFAULT_APPROVAL_TIMEOUT_MS : parseDurationMs(v);
+}
+
+/** Stable id of this replica: a restarted process with the same id expires its own leftovers. */
+export function replicaIdFromEnv(env: Env = process.env): string {
+  return optional(env, REPLICA_ENV) ?? optional(env, envName('POD_NAME')) ?? optional(env, 'POD_NAME') ?? hostname();
+}
+
+/** Timestamps come back as `2026-01-01 10:00:00.123+00` (either engine); serve RFC 3339. */
+export function iso(v: string | null): string | null {
+  if (v === null) return null;
+  const t = Date.parse(v);
+  return Number.isNaN(t) ? v : new Date(t).toISOString();
+}
+
+export function toRecord(row: typeof egressRequests.$inferSelect): EgressRequest {
+  return {
+    id: row.id,
+    status: row.status,
+    actor: row.actor,
+    actorDid: row.actorDid,
+    target: row.target,
+    service: row.service,
+    action: row.action,
+    resource: row.resource,
+    reason: row.reason,
+    requestedAt: iso(row.requestedAt) ?? row.requestedAt,
+    expiresAt: iso(row.expiresAt) ?? row.expiresAt,
+    approver: row.approver,
+    decidedAt: iso(row.decidedAt),
+    denyReason: row.denyReason,
+  };
+}
+
+/** Long free-text fields (URLs) are informational: cap them instead of refusing the request. */
+export function clip(s: string | undefined): string {
+  const v = (s ?? '').replace(/[\r\n]+/g, ' ');
+  return v.length > FIELD_MAX ? v.slice(0, FIELD_MAX - 1) + '…' : v;
+}
+
+export const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

@@ -1,0 +1,100 @@
+/**
+ * Egress approval routes on the control-plane management app (SPEC 4.3):
+ *   GET  /v1/egress/requests?status=&limit=      newest first
+ *   POST /v1/egress/requests/{id}/approve        {approver}
+ *   POST /v1/egress/requests/{id}/deny           {approver, reason}
+ * Errors follow the management app's shape `{error: string}` (validation adds `detail`):
+ * 400 bad body or query, 404 unknown id, 409 not pending, 503 queue disabled (no forward proxy)
+ * or store/audit unavailable.
+ */
+import type { Context, Hono } from 'hono';
+import { z } from 'zod';
+import { ApiError, zodDetail } from '../../lib/errors.js';
+import { errMsg, logger } from '../../lib/log.js';
+import type { ApprovalQueue } from './queue.js';
+import { EGRESS_STATUSES, type EgressStatus } from './record.js';
+
+const log = logger('approvals');
+
+const Approver = z.string().trim().min(1, 'approver must not be empty').max(253);
+export const ApproveBody = z.object({ approver: Approver }).strict();
+export const DenyBody = z.object({ approver: Approver, reason: z.string().trim().min(1, 'reason must not be empty').max(4096) }).strict();
+
+export interface EgressRoutesDeps {
+  /** Undefined when the forward proxy (and so the queue) is disabled: every route answers 503. */
+  queue: ApprovalQueue | undefined;
+}
+
+const DISABLED = 'egress approval queue is disabled: the forward proxy runs only when AGENT_IDP_URL is set';
+
+function fail(c: Context, e: unknown) {
+  if (e instanceof ApiError) {
+    const body: Record<string, unknown> = { error: e.message };
+    if (e.extra.status) body.status = e.extra.status;
+    return c.json(body, e.status);
+  }
+  log.error('egress queue operation failed', { err: errMsg(e) });
+  return c.json({ error: 'egress queue store unavailable' }, 503);
+}
+
+async function body<T>(c: Context, schema: z.ZodType<T>): Promise<{ ok: true; value: T } | { ok: false; res: Response }> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(await c.req.text()) as unknown;
+  } catch (e) {
+    return { ok: false, res: c.json({ error: `malformed JSON body: ${errMsg(e)}` }, 400) };
+  }
+  const r = schema.safeParse(raw);
+  if (!r.success) {
+    const detail = zodDetail(r.error, 'body');
+    return { ok: false, res: c.json({ error: `invalid body: ${detail.map((d) => `${d.loc.slice(1).join('.') || 'body'}: ${d.msg}`).join('; ')}`, detail }, 400) };
+  }
+  return { ok: true, value: r.data };
+}
+
+export function registerEgressRoutes(app: Hono, deps: EgressRoutesDeps): void {
+  const { queue } = deps;
+
+  app.get('/v1/egress/requests', async (c) => {
+    if (!queue) return c.json({ error: DISABLED }, 503);
+    const status = c.req.query('status');
+    const rawLimit = c.req.query('limit');
+    if (status !== undefined && status !== '' && !(EGRESS_STATUSES as readonly string[]).includes(status)) {
+      return c.json({ error: `status must be one of ${EGRESS_STATUSES.join(', ')} (got ${JSON.stringify(status)})` }, 400);
+    }
+    if (rawLimit !== undefined && (!/^\d+$/.test(rawLimit) || Number(rawLimit) < 1)) {
+      return c.json({ error: `limit must be an integer >= 1 (got ${JSON.stringify(rawLimit)})` }, 400);
+    }
+    try {
+      const list = await queue.list({
+        status: status ? (status as EgressStatus) : undefined,
+        limit: rawLimit === undefined ? undefined : Number(rawLimit),
+      });
+      return c.json(list);
+    } catch (e) {
+      return fail(c, e);
+    }
+  });
+
+  app.post('/v1/egress/requests/:id/approve', async (c) => {
+    if (!queue) return c.json({ error: DISABLED }, 503);
+    const b = await body(c, ApproveBody);
+    if (!b.ok) return b.res;
+    try {
+      return c.json(await queue.approve(c.req.param('id'), b.value.approver));
+    } catch (e) {
+      return fail(c, e);
+    }
+  });
+
+  app.post('/v1/egress/requests/:id/deny', async (c) => {
+    if (!queue) return c.json({ error: DISABLED }, 503);
+    const b = await body(c, DenyBody);
+    if (!b.ok) return b.res;
+    try {
+      return c.json(await queue.deny(c.req.param('id'), b.value.approver, b.value.reason));
+    } catch (e) {
+      return fail(c, e);
+    }
+  });
+}
