@@ -1,0 +1,91 @@
+/**
+ * OpenAI-style error bodies `{error:{message,type,param,code}}`: what every OpenAI SDK parses
+ * into its APIError classes. Pure. Messages are built here, never from a stack trace.
+ */
+
+export interface OpenAIError {
+  status: number;
+  type: string;
+  code: string;
+  message: string;
+  /** Extra response headers (retry-after, x-should-retry, needs-approval). */
+  headers?: Record<string, string>;
+}
+
+export function errorBody(e: OpenAIError): { error: { message: string; type: string; param: null; code: string } } {
+  return { error: { message: e.message, type: e.type, param: null, code: e.code } };
+}
+
+/** `x-should-retry: false` tells the OpenAI SDKs not to retry an error a retry cannot fix. */
+const NO_RETRY = { 'x-should-retry': 'false' };
+
+export const invalidRequest = (message: string, code = 'invalid_request'): OpenAIError => ({
+  status: 400,
+  type: 'invalid_request_error',
+  code,
+  message,
+  headers: NO_RETRY,
+});
+
+export const missingActor = (headerName: string): OpenAIError => ({
+  status: 401,
+  type: 'authentication_error',
+  code: 'missing_actor',
+  message: `missing ${headerName} header: the broker needs the name of the calling agent`,
+  headers: NO_RETRY,
+});
+
+export const modelNotFound = (model: string): OpenAIError => ({
+  status: 404,
+  type: 'invalid_request_error',
+  code: 'model_not_found',
+  message: `The model ${JSON.stringify(model)} does not exist or is not served by this broker`,
+  headers: NO_RETRY,
+});
+
+export const notFound = (method: string, path: string): OpenAIError => ({
+  status: 404,
+  type: 'invalid_request_error',
+  code: 'not_found',
+  message: `no route for ${method} ${path}`,
+  headers: NO_RETRY,
+});
+
+export const methodNotAllowed = (method: string, path: string, allow: string): OpenAIError => ({
+  status: 405,
+  type: 'invalid_request_error',
+  code: 'method_not_allowed',
+  message: `${method} is not allowed on ${path}`,
+  headers: { ...NO_RETRY, allow },
+});
+
+export const bodyTooLarge = (limit: number): OpenAIError => ({
+  status: 413,
+  type: 'invalid_request_error',
+  code: 'request_too_large',
+  message: `request body exceeds ${limit} bytes`,
+  headers: { ...NO_RETRY, connection: 'close' },
+});
+
+export const denied = (status: 401 | 403, reason: string, extra: Record<string, string> = {}): OpenAIError => ({
+  status,
+  type: status === 401 ? 'authentication_error' : 'permission_error',
+  code: status === 401 ? 'unauthenticated' : 'permission_denied',
+  message: `denied by policy: ${reason}`,
+  headers: { ...NO_RETRY, ...extra },
+});
+
+/** The decision engine could not answer: the request is refused (fail closed) and may be retried. */
+export const decisionUnavailable = (why: string): OpenAIError => ({
+  status: 503,
+  type: 'service_unavailable',
+  code: 'decision_unavailable',
+  message: `authorization decision unavailable (${why}); request refused`,
+});
+
+export const shuttingDown = (): OpenAIError => ({
+  status: 503,
+  type: 'service_unavailable',
+  code: 'shutting_down',
+  message: 'the broker is shutting down',
+});

@@ -1,0 +1,109 @@
+/**
+ * Server-sent-events pass-through for streamed completions. Upstream bytes are forwarded event by
+ * event as soon as an event is complete (only a partial event is ever held), so the client sees
+ * every chunk when the provider sends it. On the way the scanner reads each `data:` JSON chunk
+ * to pick up the provider's usage (the final chunk when `stream_options.include_usage` is on),
+ * counts generated characters (for an estimate if the stream is cut short) and, when the client
+ * did not ask for usage itself, drops that extra usage-only chunk so the client sees exactly what
+ * it asked for.
+ */
+import { StringDecoder } from 'node:string_decoder';
+import { Transform, type TransformCallback } from 'node:stream';
+import { chunkTextChars, usageOf, type TokenUsage } from './usage.js';
+
+export interface SseScanState {
+  usage?: TokenUsage;
+  completionChars: number;
+  /** True once `data: [DONE]` went by. */
+  done: boolean;
+}
+
+const BOUNDARY = /\r\n\r\n|\n\n|\r\r/g;
+
+/** The `data:` payload of one event (multi-line data joined with \n), or undefined. */
+export function eventData(event: string): string | undefined {
+  let data: string | undefined;
+  for (const line of event.split(/\r\n|\n|\r/)) {
+    if (!line.startsWith('data:')) continue;
+    const v = line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5);
+    data = data === undefined ? v : `${data}\n${v}`;
+  }
+  return data;
+}
+
+/**
+ * Pure core of the scanner: feed decoded text, get back the text to forward. Events are split on
+ * a blank line (any of the three line-ending styles SSE allows).
+ */
+export function createSseScanner(opts: { stripUsageChunk: boolean }) {
+  const state: SseScanState = { completionChars: 0, done: false };
+  let tail = '';
+
+  /** Returns the event text to forward, or '' to drop it. */
+  const onEvent = (event: string): string => {
+    const data = eventData(event);
+    if (data === undefined) return event;
+    if (data === '[DONE]') {
+      state.done = true;
+      return event;
+    }
+    // Cheap pre-check: only JSON-looking payloads are parsed.
+    if (data.charCodeAt(0) !== 123 /* { */) return event;
+    let chunk: unknown;
+    try {
+      chunk = JSON.parse(data);
+    } catch {
+      return event;
+    }
+    state.completionChars += chunkTextChars(chunk);
+    const u = usageOf(chunk);
+    if (u) {
+      state.usage = u;
+      const choices = (chunk as { choices?: unknown }).choices;
+      if (opts.stripUsageChunk && Array.isArray(choices) && choices.length === 0) return '';
+    }
+    return event;
+  };
+
+  return {
+    state,
+    push(text: string): string {
+      const s = tail + text;
+      let out = '';
+      let start = 0;
+      BOUNDARY.lastIndex = 0;
+      for (let m = BOUNDARY.exec(s); m; m = BOUNDARY.exec(s)) {
+        const end = m.index + m[0].length;
+        const ev = onEvent(s.slice(start, m.index));
+        if (ev) out += ev + m[0];
+        start = end;
+      }
+      tail = s.slice(start);
+      return out;
+    },
+    /** Whatever is left when the upstream ends (an unterminated last event). */
+    end(): string {
+      const rest = tail;
+      tail = '';
+      if (!rest) return '';
+      return onEvent(rest);
+    },
+  };
+}
+
+/** A Transform around the scanner; `state` is read once the stream has ended or been cut. */
+export function sseTransform(opts: { stripUsageChunk: boolean }): Transform & { scan: SseScanState } {
+  const scanner = createSseScanner(opts);
+  const decoder = new StringDecoder('utf8');
+  const t = new Transform({
+    transform(chunk: Buffer, _enc, cb: TransformCallback) {
+      const out = scanner.push(decoder.write(chunk));
+      cb(null, out ? Buffer.from(out, 'utf8') : undefined);
+    },
+    flush(cb: TransformCallback) {
+      const out = scanner.push(decoder.end()) + scanner.end();
+      cb(null, out ? Buffer.from(out, 'utf8') : undefined);
+    },
+  });
+  return Object.assign(t, { scan: scanner.state });
+}
