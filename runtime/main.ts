@@ -1,0 +1,132 @@
+/**
+ * All-in-one Writ (the embedded default of `npm start`): every listener in one process, wired
+ * together. One PGlite data folder serves both the control plane and the identity authority
+ * unless REGISTRY_DB_URL / IDP_DB_URL (or the *_BACKEND settings) say otherwise.
+ *
+ *   identity authority  PORT (8090)       control plane  DECISION_ADDR (:9191), MGMT_ADDR (:8181)
+ *   forward proxy       EGRESS_PROXY_ADDR (:9092)        model broker   BROKER_ADDR (:8080)
+ *
+ * AGENT_IDP_URL defaults to this process's identity authority, which turns on the regulated
+ * delegation check and the forward proxy. Example resources (runtime/examples/registry.yaml) are
+ * loaded into an empty registry unless WRIT_EXAMPLES=false.
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
+import { envName } from './lib/brand.js';
+import { bool, optional, str, type Env } from './lib/config.js';
+import { errMsg, logger } from './lib/log.js';
+import { openStore, type Store, type StoreOptions } from './store/factory.js';
+import { controlPlaneStoreOptions, startControlPlane, type RunningControlPlane } from './control-plane/server.js';
+import type { Registry } from './control-plane/registry/index.js';
+import { startIdentityAuthority, type IdentityAuthority } from './identity/server.js';
+
+const log = logger('main');
+
+export const EXAMPLES_FILE = fileURLToPath(new URL('./examples/registry.yaml', import.meta.url));
+
+export interface Writ {
+  ports: { identity: number; decision: number; mgmt: number; proxy?: number; broker?: number };
+  close(): Promise<void>;
+}
+
+interface Closer {
+  name: string;
+  close(): Promise<void>;
+}
+
+/** True when no store setting names a database or backend: one shared PGlite folder then. */
+function embeddedDefault(env: Env): boolean {
+  return ['REGISTRY_DB_URL', 'REGISTRY_BACKEND', 'IDP_DB_URL', 'IDP_STORE_BACKEND'].every((k) => optional(env, k) === undefined);
+}
+
+/** Loads the example registry entries and identity agents that do not exist yet. */
+export async function loadExamples(registry: Registry, authority: IdentityAuthority, file = EXAMPLES_FILE): Promise<number> {
+  const doc = (parseYaml(readFileSync(file, 'utf8')) ?? {}) as { services?: unknown[]; agents?: unknown[] };
+  let added = 0;
+  for (const s of doc.services ?? []) {
+    const name = (s as { name?: unknown }).name;
+    if (typeof name === 'string' && registry.get(name)) continue;
+    await registry.upsert(s, { by: 'examples' });
+    added++;
+  }
+  await authority.whenReady();
+  for (const a of doc.agents ?? []) {
+    // Create is idempotent on name: an agent that exists (perhaps provisioned) is left as it is.
+    const res = await authority.app.request('/v1/agents', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(a) });
+    if (res.status >= 300) throw new Error(`example agent rejected: ${res.status} ${await res.text()}`);
+  }
+  return added;
+}
+
+/** Starts every listener; on any failure closes what already started and rethrows. */
+export async function startWrit(env: Env = process.env): Promise<Writ> {
+  const closers: Closer[] = [];
+  const closeAll = async () => {
+    for (const c of closers.reverse()) {
+      try {
+        await c.close();
+      } catch (e) {
+        log.error('close failed', { part: c.name, err: errMsg(e) });
+      }
+    }
+    closers.length = 0;
+  };
+  try {
+    let shared: Store | undefined;
+    if (embeddedDefault(env)) {
+      const opts: StoreOptions = { backend: 'pglite', dataDir: str(env, envName('DATA_DIR'), '.data/writ') };
+      shared = await openStore(opts);
+      closers.push({ name: 'store', close: () => shared!.close() });
+    }
+    const idp = await startIdentityAuthority({ store: shared, env });
+    closers.push({ name: 'identity', close: () => idp.close() });
+
+    const cpStore = shared ?? (await openStore(controlPlaneStoreOptions(env)));
+    if (!shared) closers.push({ name: 'control-plane store', close: () => cpStore.close() });
+    const cpEnv: Env = { ...env, AGENT_IDP_URL: optional(env, 'AGENT_IDP_URL') ?? `http://127.0.0.1:${idp.port}` };
+    const cp: RunningControlPlane = await startControlPlane({ store: cpStore, env: cpEnv });
+    closers.push({ name: 'control plane', close: () => cp.close() });
+
+    if (bool(env, envName('EXAMPLES'), true)) {
+      const added = await loadExamples(cp.plane.registry, idp.authority);
+      log.info('examples loaded', { added });
+    }
+
+    const ports: Writ['ports'] = { identity: idp.port, decision: cp.decisionPort, mgmt: cp.mgmtPort };
+    log.info('writ is up', { ...ports, agentIdpUrl: cpEnv.AGENT_IDP_URL });
+    return { ports, close: closeAll };
+  } catch (e) {
+    await closeAll();
+    throw e;
+  }
+}
+
+async function main(): Promise<void> {
+  let writ: Writ;
+  try {
+    writ = await startWrit();
+  } catch (e) {
+    log.error('start failed', { err: errMsg(e) });
+    process.exit(1);
+  }
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info('stopping', { signal });
+    const force = setTimeout(() => process.exit(1), 15_000);
+    force.unref();
+    writ.close().then(
+      () => process.exit(0),
+      (e: unknown) => {
+        log.error('stop failed', { err: errMsg(e) });
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) void main();
