@@ -89,3 +89,47 @@ export const shuttingDown = (): OpenAIError => ({
   code: 'shutting_down',
   message: 'the broker is shutting down',
 });
+
+/** The upstream did not answer (or stalled between chunks) within the broker's timeout. */
+export const upstreamTimeout = (ms: number): OpenAIError => ({
+  status: 504,
+  type: 'timeout_error',
+  code: 'upstream_timeout',
+  message: `the model provider did not answer within ${ms} ms`,
+});
+
+/** Connection refused, reset or DNS failure on the way to the provider. */
+export const upstreamUnreachable = (why: string): OpenAIError => ({
+  status: 502,
+  type: 'api_error',
+  code: 'upstream_unreachable',
+  message: `the model provider could not be reached (${why})`,
+});
+
+/** The provider refused the broker's own key: a broker configuration problem, not the caller's. */
+export const upstreamAuth = (status: number, keyVar: string, placeholder: boolean): OpenAIError => ({
+  status: 502,
+  type: 'api_error',
+  code: 'upstream_auth_failed',
+  message: placeholder
+    ? `the model provider rejected the broker's provider key (${status}): no key is configured, set ${keyVar}`
+    : `the model provider rejected the broker's provider key (${status}); check ${keyVar}`,
+  headers: NO_RETRY,
+});
+
+/** An upstream 5xx or a malformed upstream answer. */
+export const upstreamFailed = (message: string): OpenAIError => ({
+  status: 502,
+  type: 'api_error',
+  code: 'upstream_error',
+  message,
+});
+
+/** An upstream 4xx (other than auth) passed through with the provider's own message. */
+export const upstreamRejected = (status: number, type: string, code: string, message: string, extra: Record<string, string> = {}): OpenAIError => ({
+  status,
+  type,
+  code,
+  message,
+  headers: extra,
+});

@@ -1,0 +1,391 @@
+/**
+ * The broker over real sockets: the official `openai` client -> broker -> a local
+ * OpenAI-compatible upstream (node:http, both modes), with the real control plane (registry,
+ * /authz, budgets, /v1/usage) on in-memory PGlite deciding and receiving usage.
+ */
+import http from 'node:http';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { H } from '../lib/brand.js';
+import { close, listen } from '../lib/http.js';
+import { startControlPlane, type RunningControlPlane } from '../control-plane/server.js';
+import { openStore, type Store } from '../store/factory.js';
+import { parseConfig, type BrokerConfig } from './config.js';
+import { startBroker, type RunningBroker } from './server.js';
+
+const BROKER_KEY = 'sk-broker-secret-0123456789';
+const CALLER_KEY = 'sk-caller-own-key';
+const USAGE = { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 };
+
+interface Seen {
+  auth?: string;
+  body: { model: string; stream?: boolean; stream_options?: { include_usage?: boolean }; messages: unknown[] };
+}
+
+/** Settles when `f` returns true, polling the (asynchronously fed) control plane. */
+async function until(f: () => boolean | Promise<boolean>, what: string, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await f())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+function deferred<T = void>() {
+  let resolve!: (v: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+const chunk = (delta: object, finish: string | null = null) =>
+  `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+const usageChunk = () => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [], usage: USAGE })}\n\n`;
+
+describe('model broker', () => {
+  let store: Store;
+  let cp: RunningControlPlane;
+  let upstream: http.Server;
+  let broker: RunningBroker;
+  let base: string;
+  let upBase: string;
+  let client: OpenAI;
+  const seen: Seen[] = [];
+  let gate = deferred();
+  let hangArrived = deferred();
+  let hangClosed = deferred();
+  const logged: string[] = [];
+  const realWrite = process.stderr.write.bind(process.stderr);
+
+  const config = (apiBase: string): BrokerConfig =>
+    parseConfig({
+      models: [
+        { name: 'gpt-mini', model: 'provider-ok', apiBase, priceInputPer1k: 1, priceOutputPer1k: 2 },
+        { name: 'gpt-500', model: 'provider-500', apiBase },
+        { name: 'gpt-429', model: 'provider-429', apiBase },
+        { name: 'gpt-hang', model: 'provider-hang', apiBase },
+        { name: 'gpt-reset', model: 'provider-reset', apiBase },
+        { name: 'gpt-badjson', model: 'provider-badjson', apiBase },
+        { name: 'gpt-401', model: 'provider-401', apiBase },
+        { name: 'gpt-gated', model: 'provider-gated', apiBase },
+        { name: 'gpt-cut', model: 'provider-cut', apiBase },
+        { name: 'forbidden', model: 'provider-ok', apiBase },
+      ],
+    });
+  const used = () => cp.plane.budget.usage('bot', Date.now());
+  const agentClient = (actor: string | undefined, opts: { baseURL?: string } = {}) =>
+    new OpenAI({ apiKey: CALLER_KEY, baseURL: opts.baseURL ?? `${base}/v1`, maxRetries: 0, defaultHeaders: actor ? { [H.actor]: actor } : {} });
+  const post = (body: string | Buffer, headers: Record<string, string> = { [H.actor]: 'bot' }) =>
+    fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+
+  beforeAll(async () => {
+    process.stderr.write = ((s: string | Uint8Array, ...rest: unknown[]) => {
+      logged.push(String(s));
+      return (realWrite as (...a: unknown[]) => boolean)(s, ...rest);
+    }) as typeof process.stderr.write;
+    upstream = http.createServer((req, res) => {
+      let text = '';
+      req.on('data', (c: Buffer) => (text += c.toString()));
+      req.on('end', () => {
+        const body = JSON.parse(text) as Seen['body'];
+        seen.push({ auth: req.headers.authorization, body });
+        const json = (status: number, b: unknown, h: Record<string, string> = {}) => {
+          res.writeHead(status, { 'content-type': 'application/json', ...h });
+          res.end(JSON.stringify(b));
+        };
+        const sse = () => res.writeHead(200, { 'content-type': 'text/event-stream' });
+        switch (body.model) {
+          case 'provider-ok':
+            if (!body.stream) {
+              return json(200, {
+                id: 'c1',
+                object: 'chat.completion',
+                created: 1,
+                model: body.model,
+                choices: [{ index: 0, message: { role: 'assistant', content: 'hello', refusal: null }, finish_reason: 'stop', logprobs: null }],
+                usage: USAGE,
+              }, { 'x-request-id': 'req-up-1', 'x-ratelimit-remaining-tokens': '999' });
+            }
+            sse();
+            res.write(chunk({ role: 'assistant', content: '' }));
+            res.write(chunk({ content: 'Hel' }));
+            res.write(chunk({ content: 'lo' }));
+            res.write(chunk({}, 'stop'));
+            if (body.stream_options?.include_usage) res.write(usageChunk());
+            return res.end('data: [DONE]\n\n');
+          case 'provider-gated':
+            sse();
+            res.write(chunk({ role: 'assistant', content: 'first' }));
+            void gate.promise.then(() => {
+              res.write(chunk({ content: ' second' }, 'stop'));
+              if (body.stream_options?.include_usage) res.write(usageChunk());
+              res.end('data: [DONE]\n\n');
+            });
+            return;
+          case 'provider-cut':
+            sse();
+            res.write(chunk({ role: 'assistant', content: 'x'.repeat(40) }));
+            setImmediate(() => res.socket?.destroy());
+            return;
+          case 'provider-500':
+            return json(500, { error: { message: 'model overloaded', type: 'server_error', code: null } });
+          case 'provider-429':
+            return json(429, { error: { message: 'slow down', type: 'requests', code: 'rate_limit_exceeded' } }, { 'retry-after': '7' });
+          case 'provider-401':
+            return json(401, { error: { message: `Incorrect API key provided: ${String(req.headers.authorization)}`, type: 'invalid_request_error', code: 'invalid_api_key' } });
+          case 'provider-badjson':
+            res.writeHead(200, { 'content-type': 'application/json' });
+            return res.end('{"id": "c1", "choices": [');
+          case 'provider-reset':
+            return req.socket.destroy();
+          case 'provider-hang':
+            hangArrived.resolve();
+            res.on('close', () => hangClosed.resolve());
+            return; // never answers
+          default:
+            return json(404, { error: { message: `unknown model ${body.model}`, type: 'invalid_request_error', code: 'model_not_found' } });
+        }
+      });
+    });
+    const upPort = await listen(upstream, '127.0.0.1:0');
+    upBase = `http://127.0.0.1:${upPort}/v1`;
+    store = await openStore({ backend: 'memory' });
+    cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    const models = config('http://x/v1').models.map((m) => m.name);
+    for (const name of models) await cp.plane.registry.upsert({ name, upstream: 'broker.default.svc:8080', kind: 'model' });
+    await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: models.filter((m) => m !== 'forbidden') });
+    await cp.plane.registry.upsert({ name: 'thrifty', upstream: 'thrifty.agents.svc:8080', kind: 'agent', allowModels: ['gpt-mini'], budget: { tokensPerHour: 15 } });
+    broker = await startBroker({
+      env: {},
+      addr: '127.0.0.1:0',
+      config: config(upBase),
+      authzUrl: `http://127.0.0.1:${cp.decisionPort}/authz`,
+      usageUrl: `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
+      providerKey: BROKER_KEY,
+      upstreamTimeoutMs: 800,
+      maxBodyBytes: 64 * 1024,
+    });
+    base = `http://127.0.0.1:${broker.port}`;
+    client = agentClient('bot');
+  });
+
+  afterAll(async () => {
+    process.stderr.write = realWrite;
+    gate.resolve();
+    await broker?.close(500);
+    await cp?.close();
+    await store?.close();
+    if (upstream) await close(upstream);
+  });
+
+  it('completes (non-streaming) with the broker key, maps the model, and lands usage and cost', async () => {
+    const before = used();
+    const n = seen.length;
+    const r = await client.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
+    expect(r.data.choices[0]?.message.content).toBe('hello');
+    expect(r.data.usage?.total_tokens).toBe(20);
+    expect(r.response.headers.get('x-request-id')).toBe('req-up-1');
+    expect(r.response.headers.get('x-ratelimit-remaining-tokens')).toBeNull();
+    expect(seen[n]?.auth).toBe(`Bearer ${BROKER_KEY}`);
+    expect(seen[n]?.body.model).toBe('provider-ok');
+    expect(seen[n]?.body.stream_options).toBeUndefined();
+    await until(() => used().tokensLastHour === before.tokensLastHour + 20, 'usage to land');
+    // 12 prompt tokens at 1 USD/1k + 8 completion tokens at 2 USD/1k
+    expect(used().costUsdLastDay - before.costUsdLastDay).toBeCloseTo(0.028, 9);
+    const audit = (await (await fetch(`http://127.0.0.1:${cp.mgmtPort}/v1/audit?limit=5`)).json()) as { action: string; actor?: string; service?: string; allow: boolean }[];
+    expect(audit.some((a) => a.action === 'model.invoke' && a.actor === 'bot' && a.service === 'gpt-mini' && a.allow)).toBe(true);
+  });
+
+  it('streams, strips the usage chunk the client did not ask for, and still lands usage', async () => {
+    const before = used();
+    const n = seen.length;
+    const stream = await client.chat.completions.create({ model: 'gpt-mini', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    let text = '';
+    let usageChunks = 0;
+    for await (const c of stream) {
+      text += c.choices[0]?.delta.content ?? '';
+      if (c.usage) usageChunks++;
+    }
+    expect(text).toBe('Hello');
+    expect(usageChunks).toBe(0);
+    expect(seen[n]?.body.stream_options?.include_usage).toBe(true);
+    expect(seen[n]?.auth).toBe(`Bearer ${BROKER_KEY}`);
+    await until(() => used().tokensLastHour === before.tokensLastHour + 20, 'stream usage to land');
+  });
+
+  it('passes the usage chunk through when the client asked for it', async () => {
+    const stream = await client.chat.completions.create({ model: 'gpt-mini', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hi' }] });
+    const usages: number[] = [];
+    for await (const c of stream) if (c.usage) usages.push(c.usage.total_tokens);
+    expect(usages).toEqual([20]);
+  });
+
+  it('forwards each chunk as the upstream sends it (the client reads chunk 1 before chunk 2 exists)', async () => {
+    gate = deferred();
+    const stream = await client.chat.completions.create({ model: 'gpt-gated', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    const parts: string[] = [];
+    for await (const c of stream) {
+      parts.push(c.choices[0]?.delta.content ?? '');
+      if (parts.length === 1) gate.resolve(); // the upstream holds chunk 2 until the client has chunk 1
+    }
+    expect(parts.join('')).toBe('first second');
+  });
+
+  it('lists the logical models', async () => {
+    const ids: string[] = [];
+    for await (const m of client.models.list()) ids.push(m.id);
+    expect(ids).toContain('gpt-mini');
+    expect(ids).not.toContain('provider-ok');
+  });
+
+  it('denies a model outside the allowlist with a 403 OpenAI error, before any upstream call', async () => {
+    const n = seen.length;
+    const e = await client.chat.completions.create({ model: 'forbidden', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(OpenAI.PermissionDeniedError);
+    const err = e as InstanceType<typeof OpenAI.PermissionDeniedError>;
+    expect(err.status).toBe(403);
+    expect(err.code).toBe('permission_denied');
+    expect(err.message).toMatch(/forbidden is not in bot\.allowModels/);
+    expect(seen.length).toBe(n);
+  });
+
+  it('denies once the budget is spent (after the usage lands)', async () => {
+    const thrifty = agentClient('thrifty');
+    const r = await thrifty.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] });
+    expect(r.usage?.total_tokens).toBe(20);
+    await until(() => cp.plane.budget.usage('thrifty', Date.now()).tokensLastHour >= 20, 'thrifty usage');
+    const e = await thrifty.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'again' }] }).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(OpenAI.PermissionDeniedError);
+    expect((e as Error).message).toMatch(/token budget exceeded: 20 of 15/);
+  });
+
+  it('requires the actor header and a known model', async () => {
+    const e1 = await agentClient(undefined).chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x);
+    expect(e1).toBeInstanceOf(OpenAI.AuthenticationError);
+    expect((e1 as InstanceType<typeof OpenAI.APIError>).code).toBe('missing_actor');
+    const e2 = await client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x);
+    expect(e2).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((e2 as InstanceType<typeof OpenAI.APIError>).code).toBe('model_not_found');
+    const r = await post(JSON.stringify({ model: 'gpt-mini', messages: [{ role: 'user', content: 'x' }] }), { [H.actor]: 'a,b' });
+    expect(r.status).toBe(400);
+    expect(((await r.json()) as { error: { code: string } }).error.code).toBe('invalid_actor');
+  });
+
+  it('maps upstream 500 to 502, 429 to 429 with retry-after, 401 to a broker-key error, bad JSON to 502', async () => {
+    const call = (model: string) => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x as InstanceType<typeof OpenAI.APIError>);
+    const e500 = await call('gpt-500');
+    expect(e500.status).toBe(502);
+    expect(e500.code).toBe('upstream_error');
+    expect(e500.message).toMatch(/model overloaded/);
+    const e429 = await call('gpt-429');
+    expect(e429).toBeInstanceOf(OpenAI.RateLimitError);
+    expect(e429.headers?.get('retry-after')).toBe('7');
+    const e401 = await call('gpt-401');
+    expect(e401.status).toBe(502);
+    expect(e401.code).toBe('upstream_auth_failed');
+    expect(e401.message).not.toContain(BROKER_KEY);
+    const bad = await call('gpt-badjson');
+    expect(bad.status).toBe(502);
+    expect(bad.message).toMatch(/invalid JSON/);
+  });
+
+  it('maps a reset connection to 502 and a hung upstream to 504', async () => {
+    const reset = await client.chat.completions.create({ model: 'gpt-reset', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x as InstanceType<typeof OpenAI.APIError>);
+    expect(reset.status).toBe(502);
+    expect(reset.code).toBe('upstream_unreachable');
+    hangArrived = deferred();
+    hangClosed = deferred();
+    const hung = await client.chat.completions.create({ model: 'gpt-hang', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x as InstanceType<typeof OpenAI.APIError>);
+    expect(hung.status).toBe(504);
+    expect(hung.code).toBe('upstream_timeout');
+    await hangClosed.promise; // the broker let go of the upstream call
+  });
+
+  it('aborts the upstream call when the client goes away', async () => {
+    hangArrived = deferred();
+    hangClosed = deferred();
+    const before = used();
+    const ac = new AbortController();
+    const p = client.chat.completions.create({ model: 'gpt-hang', messages: [{ role: 'user', content: 'hi' }] }, { signal: ac.signal }).catch((x: unknown) => x);
+    await hangArrived.promise;
+    ac.abort();
+    expect(await p).toBeInstanceOf(OpenAI.APIUserAbortError);
+    await hangClosed.promise;
+    // The provider may have started: the prompt ('hi' -> 1 token) is charged as an estimate.
+    await until(() => used().tokensLastHour === before.tokensLastHour + 1, 'prompt estimate');
+  });
+
+  it('charges an estimate when the upstream stream is cut short', async () => {
+    const before = used();
+    const stream = await client.chat.completions.create({ model: 'gpt-cut', stream: true, messages: [{ role: 'user', content: 'abcdefgh' }] });
+    const e = await (async () => {
+      for await (const _c of stream) void _c;
+    })().catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(Error);
+    // 8 prompt chars -> 2 tokens, 40 completion chars -> 10 tokens
+    await until(() => used().tokensLastHour === before.tokensLastHour + 12, `estimated usage (have ${used().tokensLastHour - before.tokensLastHour})`);
+  });
+
+  it('rejects bad JSON, bad shapes and oversize bodies with OpenAI-style errors', async () => {
+    const bad = await post('{"model": ');
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toEqual({ error: { message: 'request body is not valid JSON', type: 'invalid_request_error', param: null, code: 'invalid_json' } });
+    expect((await post('[1,2]')).status).toBe(400);
+    const noMsgs = await post(JSON.stringify({ model: 'gpt-mini' }));
+    expect(((await noMsgs.json()) as { error: { code: string } }).error.code).toBe('invalid_messages');
+    expect((await post(JSON.stringify({ model: 'gpt-mini', messages: [{ role: 'user', content: 'x' }], stream: 'yes' }))).status).toBe(400);
+    const big = await post(JSON.stringify({ model: 'gpt-mini', messages: [{ role: 'user', content: 'x'.repeat(70_000) }] }));
+    expect(big.status).toBe(413);
+    expect(((await big.json()) as { error: { code: string } }).error.code).toBe('request_too_large');
+  });
+
+  it('answers probes, 404 and 405 in OpenAI shape', async () => {
+    expect((await fetch(`${base}/health/liveliness`)).status).toBe(200);
+    expect((await fetch(`${base}/health/readiness`)).status).toBe(200);
+    const nf = await fetch(`${base}/v1/embeddings`, { method: 'POST', body: '{}' });
+    expect(nf.status).toBe(404);
+    expect(((await nf.json()) as { error: { type: string } }).error.type).toBe('invalid_request_error');
+    const na = await fetch(`${base}/v1/chat/completions`);
+    expect(na.status).toBe(405);
+    expect(na.headers.get('allow')).toBe('POST');
+  });
+
+  it('refuses (503) when the decision engine is unreachable, and with a placeholder key names the variable', async () => {
+    const dead = http.createServer();
+    const deadPort = await listen(dead, '127.0.0.1:0');
+    await close(dead);
+    const b2 = await startBroker({
+      env: {},
+      addr: '127.0.0.1:0',
+      config: config(upBase),
+      authzUrl: `http://127.0.0.1:${deadPort}/authz`,
+      usageUrl: `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
+      decisionTimeoutMs: 500,
+    });
+    const b3 = await startBroker({
+      env: {},
+      addr: '127.0.0.1:0',
+      config: config(upBase),
+      authzUrl: `http://127.0.0.1:${cp.decisionPort}/authz`,
+      usageUrl: `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
+    });
+    try {
+      const n = seen.length;
+      const e = await agentClient('bot', { baseURL: `http://127.0.0.1:${b2.port}/v1` }).chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x as InstanceType<typeof OpenAI.APIError>);
+      expect(e.status).toBe(503);
+      expect(e.code).toBe('decision_unavailable');
+      expect(seen.length).toBe(n);
+      const p = await agentClient('bot', { baseURL: `http://127.0.0.1:${b3.port}/v1` }).chat.completions.create({ model: 'gpt-401', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x as InstanceType<typeof OpenAI.APIError>);
+      expect(p.status).toBe(502);
+      expect(p.message).toMatch(/no key is configured, set BROKER_PROVIDER_KEY/);
+    } finally {
+      await b2.close(100);
+      await b3.close(100);
+    }
+  });
+
+  it('never writes the provider key or the caller key to the log', () => {
+    expect(logged.length).toBeGreaterThan(0);
+    expect(logged.join('')).not.toContain(BROKER_KEY);
+    expect(logged.join('')).not.toContain(CALLER_KEY);
+  });
+});

@@ -1,0 +1,483 @@
+/**
+ * The model broker (SPEC 4.7, BROKER_ADDR, default `:8080`): an OpenAI-compatible front for the
+ * model providers. Agents call it with a logical model name and their name in `x-<brand>-actor`;
+ * the broker asks the control plane's `/authz` (allowlist + budget, fail closed), calls the
+ * provider with its own key (the only holder of that key), passes the answer back (SSE chunk by
+ * chunk for `stream: true`), and posts the usage to the control plane's `/v1/usage` without
+ * making the agent wait for it. Bare node:http: this sits on every model call.
+ *
+ * Env: BROKER_ADDR, BROKER_CONFIG, BROKER_PROVIDER_KEY (fallback OPENAI_API_KEY), BROKER_AUTHZ_URL,
+ * BROKER_USAGE_URL, BROKER_UPSTREAM_TIMEOUT_MS, BROKER_DECISION_TIMEOUT_MS, BROKER_MAX_BODY_BYTES.
+ */
+import http from 'node:http';
+import { pipeline } from 'node:stream';
+import { Agent, type Dispatcher } from 'undici';
+import { H } from '../lib/brand.js';
+import { int, optional, str, type Env } from '../lib/config.js';
+import { listen } from '../lib/http.js';
+import { errMsg, logger } from '../lib/log.js';
+import { DEFAULT_CONFIG_PATH, loadConfigFile, modelTable, type BrokerConfig, type ModelEntry } from './config.js';
+import { createDecisionClient, PASSTHROUGH_HEADERS, type DecisionClient } from './decision-client.js';
+import {
+  bodyTooLarge,
+  decisionUnavailable,
+  denied,
+  errorBody,
+  invalidRequest,
+  methodNotAllowed,
+  missingActor,
+  modelNotFound,
+  notFound,
+  shuttingDown,
+  upstreamAuth,
+  upstreamFailed,
+  upstreamRejected,
+  upstreamTimeout,
+  upstreamUnreachable,
+  type OpenAIError,
+} from './openai-error.js';
+import { sseTransform } from './sse.js';
+import { costUsd, estimateUsage, promptChars, usageOf, type TokenUsage } from './usage.js';
+import { createUsageReporter, type UsageReporter } from './usage-reporter.js';
+
+const log = logger('broker');
+
+/** Provider key variables, first set wins. */
+export const PROVIDER_KEY_VARS = ['BROKER_PROVIDER_KEY', 'OPENAI_API_KEY'] as const;
+/** Lets the stack start without a key; a live completion then fails with `upstream_auth_failed`. */
+export const PLACEHOLDER_KEY = 'sk-placeholder-no-provider-key';
+
+const ACTOR_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,252}$/;
+const MAX_UPSTREAM_ERROR_BYTES = 64 * 1024;
+const JSON_TYPE = 'application/json';
+/** Upstream response headers worth handing to the agent (never the provider's rate-limit state of our key). */
+const PASS_RESPONSE_HEADERS = ['x-request-id', 'openai-processing-ms'];
+
+export interface BrokerOptions {
+  env?: Env;
+  /** Listen address; default BROKER_ADDR or `:8080`. */
+  addr?: string;
+  /** Model table; default loaded from BROKER_CONFIG or the bundled models.yaml. */
+  config?: BrokerConfig;
+  /** The control plane's decision endpoint; default BROKER_AUTHZ_URL or http://127.0.0.1:9191/authz. */
+  authzUrl?: string;
+  /** The control plane's usage endpoint; default BROKER_USAGE_URL or http://127.0.0.1:8181/v1/usage. */
+  usageUrl?: string;
+  /** Provider key; default from BROKER_PROVIDER_KEY / OPENAI_API_KEY, else a placeholder. */
+  providerKey?: string;
+  /** Time to the provider's first byte, and the longest gap between chunks (default 600 000 ms). */
+  upstreamTimeoutMs?: number;
+  /** Time the decision engine gets (default 2000 ms). */
+  decisionTimeoutMs?: number;
+  /** Largest request body (default 4 MiB). */
+  maxBodyBytes?: number;
+  /** Largest non-streamed provider answer (default 32 MiB). */
+  maxResponseBytes?: number;
+  /** Usage reporter override (tests); default posts to usageUrl. */
+  usage?: UsageReporter;
+}
+
+export interface RunningBroker {
+  port: number;
+  server: http.Server;
+  usage: UsageReporter;
+  /** Stops accepting, lets in-flight completions finish (up to `graceMs`), flushes usage. */
+  close(graceMs?: number): Promise<void>;
+}
+
+interface Route {
+  entry: ModelEntry;
+  origin: string;
+  path: string;
+}
+
+interface Deps {
+  routes: ReadonlyMap<string, Route>;
+  modelList: string;
+  decision: DecisionClient;
+  usage: UsageReporter;
+  upstream: Dispatcher;
+  key: string;
+  keyVar: string;
+  placeholder: boolean;
+  upstreamTimeoutMs: number;
+  maxBodyBytes: number;
+  maxResponseBytes: number;
+  ready: () => boolean;
+}
+
+function sendError(res: http.ServerResponse, e: OpenAIError): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const data = JSON.stringify(errorBody(e));
+  res.writeHead(e.status, { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(data), ...e.headers });
+  res.end(data);
+}
+
+function sendJsonText(res: http.ServerResponse, status: number, data: string, head = false): void {
+  res.writeHead(status, { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(data) });
+  res.end(head ? undefined : data);
+}
+
+class TooLarge extends Error {}
+
+/** Reads the request body up to `limit`; TooLarge past it (checked on Content-Length first). */
+function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (declared > limit) return reject(new TooLarge());
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (c: Buffer) => {
+      size += c.length;
+      if (size > limit) {
+        req.off('data', onData);
+        reject(new TooLarge());
+        return;
+      }
+      chunks.push(c);
+    };
+    req.on('data', onData);
+    req.on('end', () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+/** Reads at most `limit` bytes of an upstream body; undefined when it was longer. */
+async function readUpstream(body: Dispatcher.ResponseData['body'], limit: number): Promise<Buffer | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of body) {
+    size += (c as Buffer).length;
+    if (size > limit) {
+      body.destroy();
+      return undefined;
+    }
+    chunks.push(c as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+const firstHeader = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
+
+function upstreamCallError(e: unknown, timeoutMs: number): OpenAIError {
+  const code = (e as { code?: string }).code ?? '';
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT') return upstreamTimeout(timeoutMs);
+  return upstreamUnreachable(code || errMsg(e));
+}
+
+/** Maps a non-2xx provider answer to the broker's OpenAI-style error. */
+function mapUpstreamStatus(status: number, text: string, headers: Dispatcher.ResponseData['headers'], d: Deps): OpenAIError {
+  if (status === 401 || status === 403) return upstreamAuth(status, d.keyVar, d.placeholder);
+  let msg = '';
+  let type = '';
+  let code = '';
+  try {
+    const j = JSON.parse(text) as { error?: { message?: unknown; type?: unknown; code?: unknown } | string };
+    const err = j.error;
+    if (typeof err === 'string') msg = err;
+    else if (err && typeof err === 'object') {
+      if (typeof err.message === 'string') msg = err.message;
+      if (typeof err.type === 'string') type = err.type;
+      if (typeof err.code === 'string') code = err.code;
+    }
+  } catch {}
+  // Never echo the provider key, even if a provider quotes it back.
+  msg = (msg || text.slice(0, 300)).split(d.key).join('[redacted]').slice(0, 1000);
+  if (status === 408 || status === 504) return upstreamTimeout(d.upstreamTimeoutMs);
+  if (status >= 500) return upstreamFailed(`the model provider failed (${status})${msg ? `: ${msg}` : ''}`);
+  const extra: Record<string, string> = {};
+  const retryAfter = firstHeader(headers['retry-after']);
+  if (retryAfter && /^[\w ,:.-]{1,64}$/.test(retryAfter)) extra['retry-after'] = retryAfter;
+  if (status === 429) return upstreamRejected(429, type || 'rate_limit_error', code || 'rate_limit_exceeded', `the model provider is rate limiting: ${msg || 'too many requests'}`, extra);
+  if (status >= 400 && status < 500) return upstreamRejected(status, type || 'invalid_request_error', code || 'upstream_rejected', msg || `the model provider answered ${status}`, { 'x-should-retry': 'false' });
+  return upstreamFailed(`unexpected answer from the model provider (${status})`);
+}
+
+interface Completion {
+  actor: string;
+  route: Route;
+  body: Record<string, unknown>;
+  stream: boolean;
+  clientWantsUsage: boolean;
+}
+
+/** Checks the request shape; returns the completion or the error to answer. */
+function parseCompletion(raw: Buffer, actor: string, d: Deps): Completion | OpenAIError {
+  let body: unknown;
+  try {
+    body = JSON.parse(raw.toString('utf8'));
+  } catch {
+    return invalidRequest('request body is not valid JSON', 'invalid_json');
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return invalidRequest('request body must be a JSON object');
+  const b = body as Record<string, unknown>;
+  if (typeof b.model !== 'string' || !b.model) return invalidRequest('`model` is required and must be a string', 'invalid_model');
+  if (!Array.isArray(b.messages) || b.messages.length === 0) return invalidRequest('`messages` is required and must be a non-empty array', 'invalid_messages');
+  if (b.stream !== undefined && b.stream !== null && typeof b.stream !== 'boolean') return invalidRequest('`stream` must be a boolean', 'invalid_stream');
+  const so = b.stream_options;
+  if (so !== undefined && so !== null && (typeof so !== 'object' || Array.isArray(so))) return invalidRequest('`stream_options` must be an object', 'invalid_stream_options');
+  const route = d.routes.get(b.model);
+  if (!route) return modelNotFound(b.model);
+  const stream = b.stream === true;
+  const clientWantsUsage = stream && (so as { include_usage?: unknown } | null | undefined)?.include_usage === true;
+  return { actor, route, body: b, stream, clientWantsUsage };
+}
+
+function createHandler(d: Deps): http.RequestListener {
+  return (req, res) => {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    const method = req.method ?? 'GET';
+    if (path === '/v1/chat/completions' || path === '/chat/completions') {
+      if (method !== 'POST') {
+        req.resume();
+        return sendError(res, methodNotAllowed(method, path, 'POST'));
+      }
+      void chat(req, res, d).catch((e: unknown) => {
+        log.error('completion failed', { err: errMsg(e) });
+        sendError(res, upstreamFailed('internal broker error'));
+      });
+      return;
+    }
+    req.resume();
+    const isGet = method === 'GET' || method === 'HEAD';
+    if (path === '/health/liveliness' || path === '/health/liveness') {
+      return isGet ? sendJsonText(res, 200, '{"status":"ok"}', method === 'HEAD') : sendError(res, methodNotAllowed(method, path, 'GET, HEAD'));
+    }
+    if (path === '/health/readiness') {
+      if (!isGet) return sendError(res, methodNotAllowed(method, path, 'GET, HEAD'));
+      return d.ready() ? sendJsonText(res, 200, '{"status":"ready"}', method === 'HEAD') : sendJsonText(res, 503, '{"status":"shutting down"}', method === 'HEAD');
+    }
+    if (path === '/v1/models' || path === '/models') {
+      return isGet ? sendJsonText(res, 200, d.modelList, method === 'HEAD') : sendError(res, methodNotAllowed(method, path, 'GET, HEAD'));
+    }
+    sendError(res, notFound(method, path));
+  };
+}
+
+async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps): Promise<void> {
+  if (!d.ready()) {
+    req.resume();
+    return sendError(res, shuttingDown());
+  }
+  const actorRaw = req.headers[H.actor];
+  const actor = typeof actorRaw === 'string' ? actorRaw.trim() : '';
+  if (!actor) {
+    req.resume();
+    return sendError(res, missingActor(H.actor));
+  }
+  if (!ACTOR_RE.test(actor)) {
+    req.resume();
+    return sendError(res, invalidRequest(`${H.actor} must be one agent name (letters, digits and . _ : / -)`, 'invalid_actor'));
+  }
+  let raw: Buffer;
+  try {
+    raw = await readBody(req, d.maxBodyBytes);
+  } catch (e) {
+    if (e instanceof TooLarge) {
+      // Answer now and close: the rest of an oversize upload is not read.
+      return sendError(res, bodyTooLarge(d.maxBodyBytes));
+    }
+    return; // the client went away mid-upload
+  }
+  const c = parseCompletion(raw, actor, d);
+  if ('status' in c) return sendError(res, c);
+
+  // The client hanging up aborts whatever is in flight for it.
+  const ac = new AbortController();
+  res.on('close', () => {
+    if (!res.writableEnded) ac.abort();
+  });
+
+  const passthrough: Record<string, string> = {};
+  for (const h of PASSTHROUGH_HEADERS) {
+    const v = req.headers[h];
+    if (typeof v === 'string' && v) passthrough[h] = v;
+  }
+  const verdict = await d.decision.decide({ actor, model: c.route.entry.name, passthrough });
+  if (verdict.kind === 'unavailable') {
+    log.warn('decision unavailable; refusing', { actor, model: c.route.entry.name, why: verdict.why });
+    return sendError(res, decisionUnavailable(verdict.why));
+  }
+  if (verdict.kind === 'deny') {
+    return sendError(res, denied(verdict.status, verdict.reason, verdict.needsApproval ? { [H.needsApproval]: 'true' } : {}));
+  }
+  if (ac.signal.aborted) return;
+
+  const upstreamBody: Record<string, unknown> = { ...c.body, model: c.route.entry.model };
+  if (c.stream) upstreamBody.stream_options = { ...((c.body.stream_options as object | null | undefined) ?? {}), include_usage: true };
+  const payload = JSON.stringify(upstreamBody);
+  const prompt = () => promptChars(c.body.messages);
+  const report = (u: TokenUsage) => {
+    const r = { agent: actor, model: c.route.entry.name, tokens: u.totalTokens, costUsd: costUsd(u, c.route.entry) };
+    // After the reply is on its way: the agent never waits for the control plane.
+    setImmediate(() => d.usage.report(r));
+  };
+
+  let up: Dispatcher.ResponseData;
+  try {
+    up = await d.upstream.request({
+      origin: c.route.origin,
+      path: c.route.path,
+      method: 'POST',
+      headers: {
+        'content-type': JSON_TYPE,
+        accept: c.stream ? 'text/event-stream' : JSON_TYPE,
+        authorization: `Bearer ${d.key}`,
+      },
+      body: payload,
+      signal: ac.signal,
+      headersTimeout: d.upstreamTimeoutMs,
+      bodyTimeout: d.upstreamTimeoutMs,
+    });
+  } catch (e) {
+    if (ac.signal.aborted) {
+      // The provider may already be generating: the prompt is charged as an estimate.
+      report(estimateUsage(prompt(), 0));
+      return;
+    }
+    const err = upstreamCallError(e, d.upstreamTimeoutMs);
+    log.warn('upstream call failed', { model: c.route.entry.name, code: err.code, err: errMsg(e) });
+    return sendError(res, err);
+  }
+
+  const ctype = firstHeader(up.headers['content-type']) ?? '';
+  if (up.statusCode < 200 || up.statusCode >= 300) {
+    let text = '';
+    try {
+      const b = await readUpstream(up.body, MAX_UPSTREAM_ERROR_BYTES);
+      text = b ? b.toString('utf8') : '';
+    } catch {}
+    const err = mapUpstreamStatus(up.statusCode, text, up.headers, d);
+    log.warn('upstream answered an error', { model: c.route.entry.name, status: up.statusCode, mapped: err.status });
+    return sendError(res, err);
+  }
+
+  const outHeaders: Record<string, string> = {};
+  for (const h of PASS_RESPONSE_HEADERS) {
+    const v = firstHeader(up.headers[h]);
+    if (v && /^[\x20-\x7e]{1,256}$/.test(v)) outHeaders[h] = v;
+  }
+
+  if (c.stream && ctype.startsWith('text/event-stream')) {
+    const t = sseTransform({ stripUsageChunk: !c.clientWantsUsage });
+    res.writeHead(200, { ...outHeaders, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+    res.flushHeaders();
+    pipeline(up.body, t, res, (err) => {
+      // Cut short (either side): estimate what the provider did not get to report.
+      report(t.scan.usage ?? estimateUsage(prompt(), t.scan.completionChars));
+      if (err && !ac.signal.aborted) log.warn('stream cut short', { model: c.route.entry.name, err: errMsg(err) });
+    });
+    return;
+  }
+
+  let data: Buffer | undefined;
+  try {
+    data = await readUpstream(up.body, d.maxResponseBytes);
+  } catch (e) {
+    if (ac.signal.aborted) {
+      report(estimateUsage(prompt(), 0));
+      return;
+    }
+    return sendError(res, upstreamCallError(e, d.upstreamTimeoutMs));
+  }
+  if (!data) return sendError(res, upstreamFailed(`the model provider's answer exceeds ${d.maxResponseBytes} bytes`));
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(data.toString('utf8'));
+  } catch {
+    return sendError(res, upstreamFailed('the model provider answered with invalid JSON'));
+  }
+  res.writeHead(200, { ...outHeaders, 'content-type': JSON_TYPE, 'content-length': data.length });
+  res.end(data);
+  report(usageOf(parsed) ?? estimateUsage(prompt(), 0));
+}
+
+/** Provider key and the variable it came from; the key itself is never logged. */
+export function providerKeyFromEnv(env: Env): { key: string; keyVar: string; placeholder: boolean } {
+  for (const v of PROVIDER_KEY_VARS) {
+    const k = optional(env, v);
+    if (k) return { key: k, keyVar: v, placeholder: false };
+  }
+  return { key: PLACEHOLDER_KEY, keyVar: PROVIDER_KEY_VARS[0], placeholder: true };
+}
+
+export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBroker> {
+  const env = opts.env ?? process.env;
+  // Every setting is read and validated before anything opens.
+  const config = opts.config ?? loadConfigFile(str(env, 'BROKER_CONFIG', DEFAULT_CONFIG_PATH));
+  const addr = opts.addr ?? str(env, 'BROKER_ADDR', ':8080');
+  const authzUrl = opts.authzUrl ?? str(env, 'BROKER_AUTHZ_URL', 'http://127.0.0.1:9191/authz');
+  const usageUrl = opts.usageUrl ?? str(env, 'BROKER_USAGE_URL', 'http://127.0.0.1:8181/v1/usage');
+  const upstreamTimeoutMs = opts.upstreamTimeoutMs ?? int(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 600_000);
+  const decisionTimeoutMs = opts.decisionTimeoutMs ?? int(env, 'BROKER_DECISION_TIMEOUT_MS', 2000);
+  const maxBodyBytes = opts.maxBodyBytes ?? int(env, 'BROKER_MAX_BODY_BYTES', 4 * 1024 * 1024);
+  const maxResponseBytes = opts.maxResponseBytes ?? 32 * 1024 * 1024;
+  for (const [n, v] of Object.entries({ upstreamTimeoutMs, decisionTimeoutMs, maxBodyBytes, maxResponseBytes })) {
+    if (!(v > 0)) throw new Error(`broker: ${n} must be positive`);
+  }
+  for (const u of [authzUrl, usageUrl]) {
+    if (!URL.canParse(u) || !/^https?:\/\//.test(u)) throw new Error(`broker: ${JSON.stringify(u)} is not an http(s) URL`);
+  }
+  const pk = opts.providerKey ? { key: opts.providerKey, keyVar: 'providerKey', placeholder: false } : providerKeyFromEnv(env);
+
+  const routes = new Map<string, Route>();
+  for (const entry of modelTable(config).values()) {
+    const u = new URL(`${entry.apiBase}/chat/completions`);
+    routes.set(entry.name, { entry, origin: u.origin, path: u.pathname + u.search });
+  }
+  const modelList = JSON.stringify({
+    object: 'list',
+    data: config.models.map((m) => ({ id: m.name, object: 'model', created: 0, owned_by: m.provider })),
+  });
+
+  const upstream = new Agent({ keepAliveTimeout: 30_000, connect: { timeout: Math.min(upstreamTimeoutMs, 10_000) } });
+  const control = new Agent({ keepAliveTimeout: 30_000 });
+  const usage = opts.usage ?? createUsageReporter({ url: usageUrl, dispatcher: control });
+  const decision = createDecisionClient({ url: authzUrl, timeoutMs: decisionTimeoutMs, dispatcher: control });
+  let closing = false;
+  const deps: Deps = {
+    routes,
+    modelList,
+    decision,
+    usage,
+    upstream,
+    ...pk,
+    upstreamTimeoutMs,
+    maxBodyBytes,
+    maxResponseBytes,
+    ready: () => !closing,
+  };
+  const server = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, createHandler(deps));
+  let port: number;
+  try {
+    port = await listen(server, addr);
+  } catch (e) {
+    await Promise.all([upstream.close(), control.close()]);
+    throw e;
+  }
+  if (pk.placeholder) log.warn(`no provider key: set ${PROVIDER_KEY_VARS.join(' or ')}; live completions will fail with upstream_auth_failed`);
+  log.info('broker listening', { port, models: config.models.length, authzUrl, usageUrl, providerKeyFrom: pk.keyVar });
+
+  return {
+    port,
+    server,
+    usage,
+    async close(graceMs = 10_000) {
+      if (closing) return;
+      closing = true;
+      // In-flight completions (streams included) get `graceMs` to finish, then their sockets go.
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      const force = setTimeout(() => server.closeAllConnections(), graceMs);
+      await closed;
+      clearTimeout(force);
+      await usage.close();
+      await Promise.all([upstream.close(), control.close()]);
+    },
+  };
+}
