@@ -31,6 +31,12 @@ async function until(f: () => boolean | Promise<boolean>, what: string, ms = 500
   }
 }
 
+type ApiErr = InstanceType<typeof OpenAI.APIError>;
+const unexpected = (): never => {
+  throw new Error('expected the call to fail');
+};
+const asApiError = (x: unknown): ApiErr => x as ApiErr;
+
 function deferred<T = void>() {
   let resolve!: (v: T) => void;
   const promise = new Promise<T>((r) => (resolve = r));
@@ -271,7 +277,7 @@ describe('model broker', () => {
   });
 
   it('maps upstream 500 to 502, 429 to 429 with retry-after, 401 to a broker-key error, bad JSON to 502', async () => {
-    const call = (model: string) => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x as InstanceType<typeof OpenAI.APIError>);
+    const call = (model: string) => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] }).then(unexpected, asApiError);
     const e500 = await call('gpt-500');
     expect(e500.status).toBe(502);
     expect(e500.code).toBe('upstream_error');
@@ -289,12 +295,12 @@ describe('model broker', () => {
   });
 
   it('maps a reset connection to 502 and a hung upstream to 504', async () => {
-    const reset = await client.chat.completions.create({ model: 'gpt-reset', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x as InstanceType<typeof OpenAI.APIError>);
+    const reset = await client.chat.completions.create({ model: 'gpt-reset', messages: [{ role: 'user', content: 'hi' }] }).then(unexpected, asApiError);
     expect(reset.status).toBe(502);
     expect(reset.code).toBe('upstream_unreachable');
     hangArrived = deferred();
     hangClosed = deferred();
-    const hung = await client.chat.completions.create({ model: 'gpt-hang', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x as InstanceType<typeof OpenAI.APIError>);
+    const hung = await client.chat.completions.create({ model: 'gpt-hang', messages: [{ role: 'user', content: 'hi' }] }).then(unexpected, asApiError);
     expect(hung.status).toBe(504);
     expect(hung.code).toBe('upstream_timeout');
     await hangClosed.promise; // the broker let go of the upstream call
@@ -370,11 +376,11 @@ describe('model broker', () => {
     });
     try {
       const n = seen.length;
-      const e = await agentClient('bot', { baseURL: `http://127.0.0.1:${b2.port}/v1` }).chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x as InstanceType<typeof OpenAI.APIError>);
+      const e = await agentClient('bot', { baseURL: `http://127.0.0.1:${b2.port}/v1` }).chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] }).then(unexpected, asApiError);
       expect(e.status).toBe(503);
       expect(e.code).toBe('decision_unavailable');
       expect(seen.length).toBe(n);
-      const p = await agentClient('bot', { baseURL: `http://127.0.0.1:${b3.port}/v1` }).chat.completions.create({ model: 'gpt-401', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x as InstanceType<typeof OpenAI.APIError>);
+      const p = await agentClient('bot', { baseURL: `http://127.0.0.1:${b3.port}/v1` }).chat.completions.create({ model: 'gpt-401', messages: [{ role: 'user', content: 'hi' }] }).then(unexpected, asApiError);
       expect(p.status).toBe(502);
       expect(p.message).toMatch(/no key is configured, set BROKER_PROVIDER_KEY/);
     } finally {
