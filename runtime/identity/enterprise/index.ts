@@ -6,6 +6,8 @@
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Store } from '../../store/factory.js';
 import { registerDirectoryRoutes, SYNC_BODY_LIMIT } from './directory/routes.js';
+import { runCascade } from './governance/cascade.js';
+import { registerGovernanceRoutes } from './governance/routes.js';
 
 export { SYNC_BODY_LIMIT };
 
@@ -25,5 +27,6 @@ export function enterpriseBodyLimit(path: string): number | undefined {
 }
 
 export function registerEnterpriseRoutes(app: OpenAPIHono, ctx: EnterpriseContext): void {
-  registerDirectoryRoutes(app, { db: ctx.store.db, now: ctx.now });
+  registerDirectoryRoutes(app, { db: ctx.store.db, now: ctx.now, cascade: runCascade });
+  registerGovernanceRoutes(app, { db: ctx.store.db, now: ctx.now });
 }

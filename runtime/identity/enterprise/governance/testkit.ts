@@ -3,7 +3,13 @@
  * cascade and grant tests can set up any directory shape (including ones a SCIM sync never
  * produces, such as a dangling owner reference).
  */
+import type http from 'node:http';
+import { createAdaptorServer } from '@hono/node-server';
 import { and, eq } from 'drizzle-orm';
+import { createApi } from '../../../lib/api.js';
+import { close as closeServer, listen } from '../../../lib/http.js';
+import type { Store } from '../../../store/factory.js';
+import { registerEnterpriseRoutes, SYNC_BODY_LIMIT } from '../index.js';
 import { employees, groups } from '../../../store/schema/directory.js';
 import type { DbOrTx } from '../tenant.js';
 import { governanceRepo, type NewAgent, type NewDelegation } from './repo.js';
@@ -104,4 +110,29 @@ export async function seedDelegation(
     history: [],
     ...d,
   });
+}
+
+/** The enterprise routes (directory + governance, cascade wired) served on 127.0.0.1:<ephemeral>. */
+export async function serveEnterprise(store: Store, now: () => number) {
+  const app = createApi({ bodyLimit: SYNC_BODY_LIMIT });
+  registerEnterpriseRoutes(app, { store, now, env: {} });
+  app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: 'test', version: '1' } });
+  const server = createAdaptorServer({ fetch: app.fetch }) as http.Server;
+  const port = await listen(server, '127.0.0.1:0');
+  const base = `http://127.0.0.1:${port}`;
+  const call = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> => {
+    const r = await fetch(base + path, {
+      method,
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    });
+    const text = await r.text();
+    return { status: r.status, body: text ? JSON.parse(text) : undefined };
+  };
+  return {
+    base,
+    get: (p: string) => call('GET', p),
+    post: (p: string, b?: unknown) => call('POST', p, b),
+    close: () => closeServer(server),
+  };
 }

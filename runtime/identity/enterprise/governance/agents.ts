@@ -1,0 +1,378 @@
+/**
+ * Governed agents (SPEC 2.8, 3.1, 4.4): register, read with live owner health, transition,
+ * transfer ownership, issues and the portal summary. Every write is one transaction under the
+ * tenant's governance lock; every read and write goes through the tenant-scoped repositories.
+ */
+import { count, notExists, eq, and } from 'drizzle-orm';
+import { badRequest, conflict, notFound } from '../../../lib/errors.js';
+import type { Db } from '../../../store/factory.js';
+import { governedAgents, type HistoryEntry } from '../../../store/schema/governance.js';
+import { agents as identityAgents } from '../../../store/schema/identity.js';
+import { iso } from '../directory/repo.js';
+import { tenantOfSubject, type DbOrTx } from '../tenant.js';
+import { employeeHealth, groupKeyIn, lazyView, ownerHealth, preloadedView, type DirectoryView } from './directory-view.js';
+import {
+  activationBlockers,
+  AGENT_STATUSES,
+  canTransition,
+  INACTIVE_AGENT,
+  TRANSITIONS,
+  type AgentStatus,
+  type OwnerType,
+  type PartyHealth,
+} from './model.js';
+import { departmentBucket, ownerBucket, postureOf, type Posture } from './policy.js';
+import { governanceRepo, governanceTenants, tenantOfAgent, type AgentRow, type GovernanceRepo, type LogEntry } from './repo.js';
+
+export interface GovDeps {
+  db: Db;
+  /** Epoch milliseconds. */
+  now: () => number;
+}
+
+export interface AgentRecord {
+  agent_name: string;
+  tenant_id: string;
+  owner_type: OwnerType;
+  owner_ref: string;
+  team_ref: string | null;
+  business_sponsor: string | null;
+  risk_tier: 'low' | 'medium' | 'high' | 'critical' | null;
+  approved_runtime: string | null;
+  status: AgentStatus;
+  created_by: string | null;
+  created_at: string;
+  updated_at: string;
+  last_reviewed_at: string | null;
+  history: HistoryEntry[];
+  owner_display: string | null;
+  owner_ok: boolean;
+  owner_active: boolean;
+  sponsor_display?: string | null;
+  sponsor_active?: boolean;
+  activation_blockers: string[];
+}
+
+export interface Health {
+  owner: PartyHealth;
+  sponsor?: PartyHealth;
+  blockers: string[];
+}
+
+export async function healthOf(view: DirectoryView, a: AgentRow): Promise<Health> {
+  const owner = await ownerHealth(view, a.ownerType, a.ownerRef);
+  const sponsor = a.businessSponsor ? employeeHealth(await view.employee(a.businessSponsor)) : undefined;
+  return { owner, sponsor, blockers: activationBlockers({ owner, sponsor, riskTier: a.riskTier, approvedRuntime: a.approvedRuntime }) };
+}
+
+export function agentOut(a: AgentRow, h: Health): AgentRecord {
+  const out: AgentRecord = {
+    agent_name: a.agentName,
+    tenant_id: a.tenantId,
+    owner_type: a.ownerType,
+    owner_ref: a.ownerRef,
+    team_ref: a.teamRef,
+    business_sponsor: a.businessSponsor,
+    risk_tier: a.riskTier,
+    approved_runtime: a.approvedRuntime,
+    status: a.status,
+    created_by: a.createdBy,
+    created_at: iso(a.createdAt),
+    updated_at: iso(a.updatedAt),
+    last_reviewed_at: iso(a.lastReviewedAt),
+    history: a.history,
+    owner_display: h.owner.display,
+    owner_ok: h.owner.ok,
+    owner_active: h.owner.ok && h.owner.active,
+    activation_blockers: h.blockers,
+  };
+  if (h.sponsor) {
+    out.sponsor_display = h.sponsor.display;
+    out.sponsor_active = h.sponsor.ok && h.sponsor.active;
+  }
+  return out;
+}
+
+/**
+ * Resolves an owner reference in the tenant to its canonical form: an employee subject (a subject,
+ * external id, email or unique display name is accepted) or a group key `<tenant>:<ext>` (a bare
+ * external id is accepted). undefined when it does not resolve; cross-tenant references never do.
+ */
+export async function resolveOwner(view: DirectoryView, type: OwnerType, ref: string): Promise<{ ref: string; health: PartyHealth } | undefined> {
+  if (type === 'employee') {
+    const e = (await view.employee(ref)) ?? (await view.findEmployee(ref));
+    return e ? { ref: e.employee_subject, health: employeeHealth(e) } : undefined;
+  }
+  const key = groupKeyIn(view.tenantId, ref);
+  if (!key || !(await view.group(key))) return undefined;
+  return { ref: key, health: await ownerHealth(view, type, key) };
+}
+
+const crossTenant = (tenant: string, ref: string) => {
+  const t = ref.includes(':') ? (ref.split(':').length >= 3 ? tenantOfSubject(ref) : ref.slice(0, ref.indexOf(':'))) : undefined;
+  return t !== undefined && t !== tenant;
+};
+
+export interface RegisterInput {
+  agentName: string;
+  tenantId: string;
+  ownerType: OwnerType;
+  ownerRef: string;
+  teamRef?: string;
+  businessSponsor?: string;
+  riskTier?: 'low' | 'medium' | 'high' | 'critical';
+  approvedRuntime?: string;
+  createdBy?: string;
+}
+
+const isUniqueViolation = (e: unknown): boolean => {
+  for (let c: unknown = e, i = 0; c && i < 5; c = (c as { cause?: unknown }).cause, i++) {
+    if ((c as { code?: unknown }).code === '23505') return true;
+  }
+  return false;
+};
+
+/** SPEC 3.1: every agent starts `draft`; an unknown or cross-tenant owner (or sponsor) is 400. */
+export async function registerAgent(deps: GovDeps, b: RegisterInput): Promise<AgentRecord> {
+  const t = b.tenantId;
+  try {
+    return await deps.db.transaction(async (tx) => {
+      const repo = governanceRepo(tx, t);
+      await repo.lock();
+      if ((await tenantOfAgent(tx, b.agentName)) !== undefined) throw conflict('agent_exists', `governed agent ${JSON.stringify(b.agentName)} already exists`);
+      const view = lazyView(tx, t);
+      if (crossTenant(t, b.ownerRef)) throw badRequest('owner_cross_tenant', `owner ${JSON.stringify(b.ownerRef)} belongs to another tenant`);
+      const owner = await resolveOwner(view, b.ownerType, b.ownerRef);
+      if (!owner) throw badRequest('owner_unresolved', `owner ${JSON.stringify(b.ownerRef)} is not a ${b.ownerType === 'employee' ? 'unique employee' : 'group'} of tenant ${t}`);
+      let sponsor: string | null = null;
+      if (b.businessSponsor !== undefined) {
+        const s = crossTenant(t, b.businessSponsor) ? undefined : ((await view.employee(b.businessSponsor)) ?? (await view.findEmployee(b.businessSponsor)));
+        if (!s) throw badRequest('sponsor_unresolved', `business sponsor ${JSON.stringify(b.businessSponsor)} is not a unique employee of tenant ${t}`);
+        sponsor = s.employee_subject;
+      }
+      const at = new Date(deps.now()).toISOString();
+      const by = b.createdBy ?? 'unknown';
+      const history: HistoryEntry[] = [
+        {
+          at,
+          action: 'registered',
+          by,
+          detail: owner.health.active ? `owner ${owner.ref}` : `owner ${owner.ref} is inactive: the agent stays draft until ownership is fixed`,
+        },
+      ];
+      await repo.insertAgent({
+        agentName: b.agentName,
+        ownerType: b.ownerType,
+        ownerRef: owner.ref,
+        teamRef: b.teamRef ?? null,
+        businessSponsor: sponsor,
+        riskTier: b.riskTier ?? null,
+        approvedRuntime: b.approvedRuntime ?? null,
+        status: 'draft',
+        createdBy: b.createdBy ?? null,
+        createdAt: at,
+        updatedAt: at,
+        history,
+      });
+      const row = await repo.getAgent(b.agentName);
+      return agentOut(row!, await healthOf(view, row!));
+    });
+  } catch (e) {
+    // Names are unique across tenants; a concurrent registration in another tenant lost the race.
+    if (isUniqueViolation(e)) throw conflict('agent_exists', `governed agent ${JSON.stringify(b.agentName)} already exists`);
+    throw e;
+  }
+}
+
+/** The tenant that holds `name`, or 404 (also when `tenantHint` names another tenant). */
+export async function agentTenant(db: DbOrTx, name: string, tenantHint?: string): Promise<string> {
+  const t = await tenantOfAgent(db, name);
+  if (t === undefined || (tenantHint !== undefined && tenantHint !== t)) throw notFound('governed agent', name);
+  return t;
+}
+
+export async function getAgent(deps: GovDeps, name: string, tenantHint?: string): Promise<AgentRecord> {
+  const t = await agentTenant(deps.db, name, tenantHint);
+  const row = await governanceRepo(deps.db, t).getAgent(name);
+  if (!row) throw notFound('governed agent', name);
+  return agentOut(row, await healthOf(lazyView(deps.db, t), row));
+}
+
+async function tenantsOf(db: Db, tenant?: string): Promise<string[]> {
+  return tenant !== undefined ? [tenant] : governanceTenants(db);
+}
+
+export async function listAgents(deps: GovDeps, q: { tenant?: string; status?: AgentStatus }): Promise<AgentRecord[]> {
+  const out: AgentRecord[] = [];
+  for (const t of await tenantsOf(deps.db, q.tenant)) {
+    const rows = await governanceRepo(deps.db, t).listAgents({ status: q.status });
+    if (!rows.length) continue;
+    const view = await preloadedView(deps.db, t);
+    for (const r of rows) out.push(agentOut(r, await healthOf(view, r)));
+  }
+  return out;
+}
+
+/**
+ * Invalidates the live delegations of an agent that just left service (SPEC 3.4 `agent_inactive`),
+ * in the caller's transaction, so no live delegation survives on a suspended/quarantined/retired
+ * agent between cascades.
+ */
+export async function invalidateAgentDelegations(repo: GovernanceRepo, agent: string, at: string, by: string, status: AgentStatus): Promise<number> {
+  const live = await repo.listDelegations({ agent, live: true });
+  const log: LogEntry[] = [];
+  for (const d of live) {
+    const detail = `agent is ${status}`;
+    await repo.updateDelegation(d.delegationId, { status: 'invalidated', vcStatus: 'revoked', revokedAt: at, revocationReason: 'agent_inactive' }, [
+      { at, action: 'invalidate', by, detail: `agent_inactive: ${detail}` },
+    ]);
+    log.push({ kind: 'delegation_invalidate', reasonCode: 'agent_inactive', agentId: agent, delegationId: d.delegationId, source: 'admin', by, detail, at });
+  }
+  await repo.appendLog(log);
+  return live.length;
+}
+
+/** SPEC 3.1 manual move: 409 bad_transition off the table, 409 activation_blocked at the gate. */
+export async function transitionAgent(deps: GovDeps, name: string, to: string, by = 'unknown'): Promise<AgentRecord> {
+  const t = await agentTenant(deps.db, name);
+  return deps.db.transaction(async (tx) => {
+    const repo = governanceRepo(tx, t);
+    await repo.lock();
+    const row = await repo.getAgent(name);
+    if (!row) throw notFound('governed agent', name);
+    const from = row.status;
+    if (!(AGENT_STATUSES as readonly string[]).includes(to) || !canTransition(from, to as AgentStatus)) {
+      throw conflict('bad_transition', `cannot move governed agent ${name} from ${from} to ${to}`, { from, to, allowed: [...TRANSITIONS[from]] });
+    }
+    const next = to as AgentStatus;
+    const view = lazyView(tx, t);
+    if (next === 'active') {
+      const { blockers } = await healthOf(view, row);
+      if (blockers.length) throw conflict('activation_blocked', `activation gate not met: ${blockers.join(', ')}`, { blockers });
+    }
+    const at = new Date(deps.now()).toISOString();
+    const reviewed = next === 'approved' || next === 'active' ? { lastReviewedAt: at } : {};
+    await repo.updateAgent(name, { status: next, updatedAt: at, ...reviewed }, [{ at, action: 'transition', by, detail: `${from} -> ${next}` }]);
+    if (INACTIVE_AGENT.has(next)) await invalidateAgentDelegations(repo, name, at, by, next);
+    const updated = (await repo.getAgent(name))!;
+    return agentOut(updated, await healthOf(view, updated));
+  });
+}
+
+/** The new owner must resolve in the agent's tenant and be active, otherwise 400. */
+export async function transferOwnership(deps: GovDeps, name: string, b: { ownerType: OwnerType; ownerRef: string; by?: string }): Promise<AgentRecord> {
+  const t = await agentTenant(deps.db, name);
+  return deps.db.transaction(async (tx) => {
+    const repo = governanceRepo(tx, t);
+    await repo.lock();
+    const row = await repo.getAgent(name);
+    if (!row) throw notFound('governed agent', name);
+    if (row.status === 'retired') throw conflict('bad_transition', `governed agent ${name} is retired (terminal)`, { from: 'retired', allowed: [] });
+    if (crossTenant(t, b.ownerRef)) throw badRequest('owner_cross_tenant', `owner ${JSON.stringify(b.ownerRef)} belongs to another tenant`);
+    const view = lazyView(tx, t);
+    const owner = await resolveOwner(view, b.ownerType, b.ownerRef);
+    if (!owner) throw badRequest('owner_unresolved', `new owner ${JSON.stringify(b.ownerRef)} does not resolve in tenant ${t}`);
+    if (!owner.health.active) throw badRequest('owner_inactive', `new owner ${owner.ref} is inactive`);
+    const at = new Date(deps.now()).toISOString();
+    await repo.updateAgent(name, { ownerType: b.ownerType, ownerRef: owner.ref, updatedAt: at, lastReviewedAt: at }, [
+      { at, action: 'ownership_transferred', by: b.by ?? 'unknown', detail: `${row.ownerType}:${row.ownerRef} -> ${b.ownerType}:${owner.ref}` },
+    ]);
+    const updated = (await repo.getAgent(name))!;
+    return agentOut(updated, await healthOf(view, updated));
+  });
+}
+
+export interface IssueRecord {
+  agent_name: string;
+  tenant_id: string;
+  type: 'owner_missing' | 'owner_inactive' | 'incomplete_active';
+  detail: string;
+  status: AgentStatus;
+}
+
+/** Issues of non-retired agents, computed now from the directory (status = the agent's status). */
+export async function listIssues(deps: GovDeps, tenant?: string): Promise<IssueRecord[]> {
+  const out: IssueRecord[] = [];
+  for (const t of await tenantsOf(deps.db, tenant)) {
+    const rows = (await governanceRepo(deps.db, t).listAgents()).filter((r) => r.status !== 'retired');
+    if (!rows.length) continue;
+    const view = await preloadedView(deps.db, t);
+    for (const r of rows) {
+      const h = await healthOf(view, r);
+      const base = { agent_name: r.agentName, tenant_id: t, status: r.status };
+      if (!h.owner.ok) out.push({ ...base, type: 'owner_missing', detail: `owner ${r.ownerType}:${r.ownerRef} does not resolve in the tenant` });
+      else if (!h.owner.active) out.push({ ...base, type: 'owner_inactive', detail: `owner ${h.owner.display ?? r.ownerRef} is inactive` });
+      const rest = h.blockers.filter((x) => !x.startsWith('owner_'));
+      if (r.status === 'active' && rest.length) out.push({ ...base, type: 'incomplete_active', detail: `active without: ${rest.join(', ')}` });
+    }
+  }
+  return out;
+}
+
+type PostureCounts = Record<Posture, number>;
+const zeroPosture = (): PostureCounts => ({ owner_inactive: 0, blocked: 0, active_healthy: 0, other: 0 });
+
+/** Identity-authority agents (SPEC 2.5) with no governed record: the ungoverned fleet. */
+async function countUngoverned(db: Db, tenant?: string): Promise<number> {
+  const noRecord = notExists(db.select({ n: governedAgents.agentName }).from(governedAgents).where(eq(governedAgents.agentName, identityAgents.name)));
+  const rows = await db
+    .select({ n: count() })
+    .from(identityAgents)
+    .where(tenant !== undefined ? and(eq(identityAgents.tenantId, tenant), noRecord) : noRecord);
+  return Number(rows[0]?.n ?? 0);
+}
+
+export async function summary(deps: GovDeps, tenant?: string) {
+  const posture = zeroPosture();
+  const byStatus: Record<string, number> = Object.fromEntries(AGENT_STATUSES.map((s) => [s, 0]));
+  const owners = new Map<string, { key: string; owner_type: string | null; owner_ref: string | null; display: string | null; agents: number; posture: PostureCounts }>();
+  const depts = new Map<string, { key: string; agents: number; posture: PostureCounts }>();
+  let governed = 0;
+  let retired = 0;
+  for (const t of await tenantsOf(deps.db, tenant)) {
+    const rows = await governanceRepo(deps.db, t).listAgents();
+    if (!rows.length) continue;
+    const view = await preloadedView(deps.db, t);
+    for (const r of rows) {
+      byStatus[r.status] = (byStatus[r.status] ?? 0) + 1;
+      if (r.status === 'retired') {
+        retired++;
+        continue;
+      }
+      governed++;
+      const h = await healthOf(view, r);
+      const p = postureOf(r.status, h.owner, h.blockers);
+      posture[p]++;
+      // Owner refs embed their tenant (subjects, group keys), so tenants never merge except in sentinels.
+      const oKey = ownerBucket(r.ownerRef, h.owner);
+      const sentinel = oKey !== r.ownerRef;
+      const o = owners.get(oKey) ?? {
+        key: oKey,
+        owner_type: sentinel ? null : r.ownerType,
+        owner_ref: sentinel ? null : r.ownerRef,
+        display: sentinel ? null : h.owner.display,
+        agents: 0,
+        posture: zeroPosture(),
+      };
+      o.agents++;
+      o.posture[p]++;
+      owners.set(oKey, o);
+      const dk = departmentBucket(h.owner);
+      const d = depts.get(dk) ?? { key: dk, agents: 0, posture: zeroPosture() };
+      d.agents++;
+      d.posture[p]++;
+      depts.set(dk, d);
+    }
+  }
+  const order = <T extends { key: string; agents: number }>(m: Map<string, T>) =>
+    [...m.values()].sort((a, b) => b.agents - a.agents || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  return {
+    tenant_id: tenant ?? null,
+    generated_at: new Date(deps.now()).toISOString(),
+    totals: { governed, ungoverned: await countUngoverned(deps.db, tenant), retired, by_status: byStatus },
+    posture,
+    by_owner: order(owners),
+    by_department: order(depts),
+  };
+}
+
