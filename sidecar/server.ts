@@ -1,0 +1,283 @@
+/**
+ * The pod-side sidecar (SPEC 4.8): a loopback-only forwarder between the agent and the model
+ * broker. The agent points its OpenAI client at http://127.0.0.1:8788/v1 and holds no
+ * credential; per request the sidecar mints a fresh Membership VP (12 h TTL, fresh nonce,
+ * audience = the egress audience) from the identity file and forwards the call to
+ * REAL_BROKER_URL through the egress proxy EGRESS_PROXY_URL with the VP in
+ * `Proxy-Authorization: Bearer`: an absolute-URI request for an http:// broker, CONNECT and
+ * end-to-end TLS for an https:// one. Bodies stream both ways; either side hanging up ends the
+ * other.
+ *
+ * Env: SIDECAR_ADDR (default 127.0.0.1:8788, loopback only), <BRAND>_IDENTITY_FILE,
+ * REAL_BROKER_URL, EGRESS_PROXY_URL, AGENT_VP_AUDIENCE, SIDECAR_CA_FILE (extra CA for an https
+ * broker), SIDECAR_TIMEOUT_MS.
+ */
+import { readFileSync } from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import { isIP, type Socket } from 'node:net';
+import { pipeline } from 'node:stream';
+import tls from 'node:tls';
+import { H, VP_AUDIENCE, envName } from '../runtime/lib/brand.js';
+import { int, optional, parseAddr, str, type Env } from '../runtime/lib/config.js';
+import { close as closeServer, listen } from '../runtime/lib/http.js';
+import { errMsg, logger } from '../runtime/lib/log.js';
+import { loadIdentity, presentationFor, type LoadedIdentity } from '../runtime/identity/client.js';
+
+const log = logger('sidecar');
+
+/** SPEC 8: the sidecar's VP lifetime. */
+export const VP_TTL_SECONDS = 12 * 60 * 60;
+export const DEFAULT_ADDR = '127.0.0.1:8788';
+export const IDENTITY_FILE_VAR = envName('IDENTITY_FILE');
+
+/** Hop-by-hop headers (RFC 9110 7.6.1) plus the credentials the sidecar itself sets. */
+const HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+  H.agentVp,
+]);
+
+export interface SidecarOptions {
+  env?: Env;
+  /** Listen address; default SIDECAR_ADDR or 127.0.0.1:8788. Must be loopback. */
+  addr?: string;
+  /** Path of the identity file; default <BRAND>_IDENTITY_FILE. */
+  identityFile?: string;
+  /** Default REAL_BROKER_URL. */
+  brokerUrl?: string;
+  /** Default EGRESS_PROXY_URL. */
+  proxyUrl?: string;
+  /** VP audience; default AGENT_VP_AUDIENCE or the brand's egress audience. */
+  audience?: string;
+  /** Extra trusted CA (PEM) for an https:// broker; default SIDECAR_CA_FILE. */
+  ca?: string | Buffer;
+  /** Connect/response-head timeout toward the proxy (default 30 000 ms). */
+  timeoutMs?: number;
+}
+
+export interface RunningSidecar {
+  port: number;
+  server: http.Server;
+  close(): Promise<void>;
+}
+
+/** True for 127.0.0.0/8, ::1 and localhost. */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  if (h === 'localhost' || h === '::1') return true;
+  if (isIP(h) === 4) return h.startsWith('127.');
+  if (h.startsWith('::ffff:')) return h.slice(7).startsWith('127.');
+  return false;
+}
+
+/** Reads and validates the identity file; every failure is one clear sentence. */
+export function readIdentityFile(path: string | undefined): { identity: LoadedIdentity; name?: string } {
+  if (!path) throw new Error(`${IDENTITY_FILE_VAR} is not set: it must name the agent's identity file (the provision response JSON)`);
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new Error(`cannot read identity file ${path} (${IDENTITY_FILE_VAR}): ${errMsg(e)}`, { cause: e });
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw new Error(`identity file ${path} is not valid JSON`);
+  }
+  try {
+    const identity = loadIdentity(raw);
+    const name = (raw as { name?: unknown }).name;
+    return { identity, name: typeof name === 'string' && name ? name : undefined };
+  } catch (e) {
+    const msg = e instanceof Error && 'issues' in e ? (e as { issues: { path: PropertyKey[]; message: string }[] }).issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') : errMsg(e);
+    throw new Error(`identity file ${path} is not a valid agent identity (${msg})`, { cause: e });
+  }
+}
+
+function httpUrl(v: string | undefined, name: string): URL {
+  if (!v) throw new Error(`${name} is not set`);
+  if (!URL.canParse(v)) throw new Error(`${name} is not a URL: ${JSON.stringify(v)}`);
+  const u = new URL(v);
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`${name} must be an http:// or https:// URL`);
+  return u;
+}
+
+function sendError(res: http.ServerResponse, status: number, code: string, message: string, extra: Record<string, string> = {}): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const data = JSON.stringify({ error: { message, type: status === 504 ? 'timeout_error' : 'api_error', param: null, code } });
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data), ...extra });
+  res.end(data);
+}
+
+/** The client's end-to-end headers; the sidecar's own are added by the caller. */
+function forwardHeaders(req: http.IncomingMessage): Record<string, string | string[]> {
+  const drop = new Set(HOP);
+  const conn = req.headers.connection;
+  if (typeof conn === 'string') for (const t of conn.split(',')) drop.add(t.trim().toLowerCase());
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !drop.has(k)) out[k] = v;
+  return out;
+}
+
+export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSidecar> {
+  const env = opts.env ?? process.env;
+  // Everything is checked before the port opens: a sidecar that cannot prove who it is never listens.
+  const addr = opts.addr ?? str(env, 'SIDECAR_ADDR', DEFAULT_ADDR);
+  const { host } = parseAddr(addr);
+  if (!isLoopback(host)) throw new Error(`SIDECAR_ADDR must be a loopback address (127.0.0.1 or ::1), got ${JSON.stringify(addr)}: the sidecar mints credentials for whoever reaches it`);
+  const { identity, name } = readIdentityFile(opts.identityFile ?? optional(env, IDENTITY_FILE_VAR));
+  const broker = httpUrl(opts.brokerUrl ?? optional(env, 'REAL_BROKER_URL'), 'REAL_BROKER_URL');
+  const proxy = httpUrl(opts.proxyUrl ?? optional(env, 'EGRESS_PROXY_URL'), 'EGRESS_PROXY_URL');
+  if (proxy.protocol !== 'http:') throw new Error('EGRESS_PROXY_URL must be an http:// URL (the proxy speaks plain HTTP; TLS to the broker stays end to end)');
+  const audience = opts.audience ?? str(env, 'AGENT_VP_AUDIENCE', VP_AUDIENCE);
+  const caFile = optional(env, 'SIDECAR_CA_FILE');
+  const ca = opts.ca ?? (caFile ? readFileSync(caFile) : undefined);
+  const timeoutMs = opts.timeoutMs ?? int(env, 'SIDECAR_TIMEOUT_MS', 30_000);
+  // A mint proves the key works before the port opens.
+  await presentationFor(identity, { audience, ttlSeconds: VP_TTL_SECONDS });
+
+  const proxyHost = proxy.hostname.replace(/^\[|\]$/g, '');
+  const proxyPort = Number(proxy.port || 80);
+  const brokerTls = broker.protocol === 'https:';
+  const brokerHost = broker.hostname.replace(/^\[|\]$/g, '');
+  const brokerPort = Number(broker.port || (brokerTls ? 443 : 80));
+  const brokerAuthority = broker.host;
+  const prefix = broker.pathname.replace(/\/+$/, '');
+  // Absolute-URI requests carry their own Proxy-Authorization, so their connections may be reused.
+  const proxyAgent = new http.Agent({ keepAlive: true, keepAliveMsecs: 30_000 });
+
+  const handler: http.RequestListener = (req, res) => {
+    const url = req.url ?? '/';
+    if (!url.startsWith('/')) {
+      // The sidecar is not an open proxy: only origin-form paths are forwarded to the broker.
+      req.resume();
+      return sendError(res, 400, 'invalid_request', 'the sidecar forwards origin-form paths (/v1/...) to the broker only');
+    }
+    void (async () => {
+      let vp: string;
+      try {
+        vp = await presentationFor(identity, { audience, ttlSeconds: VP_TTL_SECONDS });
+      } catch (e) {
+        log.error('cannot mint VP', { err: errMsg(e) });
+        req.resume();
+        return sendError(res, 500, 'vp_mint_failed', 'the sidecar could not mint a presentation');
+      }
+      const headers = forwardHeaders(req);
+      headers.host = brokerAuthority;
+      headers[H.agentVp] = vp;
+      if (name) headers[H.actor] = name;
+      const path = prefix + url;
+      const proxyAuth = `Bearer ${vp}`;
+      const onUpstream = (up: http.IncomingMessage) => {
+        const out: Record<string, string | string[]> = {};
+        for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP.has(k)) out[k] = v;
+        res.writeHead(up.statusCode ?? 502, up.statusMessage, out);
+        res.flushHeaders();
+        pipeline(up, res, (err) => {
+          if (err) res.destroy();
+        });
+      };
+      const onFail = (e: unknown, upReq?: http.ClientRequest) => {
+        upReq?.destroy();
+        if (res.writableEnded || res.destroyed) return;
+        const timedOut = (e as { code?: string }).code === 'ETIMEDOUT';
+        log.warn('forward failed', { err: errMsg(e) });
+        sendError(res, timedOut ? 504 : 502, timedOut ? 'proxy_timeout' : 'proxy_unreachable', `the egress proxy could not be used (${errMsg(e)})`);
+      };
+      const send = (upReq: http.ClientRequest) => {
+        upReq.setTimeout(timeoutMs, () => upReq.destroy(Object.assign(new Error(`no answer within ${timeoutMs} ms`), { code: 'ETIMEDOUT' })));
+        upReq.on('response', (up) => {
+          upReq.setTimeout(0);
+          onUpstream(up);
+        });
+        upReq.on('error', (e) => onFail(e, upReq));
+        res.on('close', () => {
+          if (!res.writableFinished) upReq.destroy();
+        });
+        pipeline(req, upReq, (err) => {
+          if (err) upReq.destroy();
+        });
+      };
+
+      if (!brokerTls) {
+        send(
+          http.request({
+            host: proxyHost,
+            port: proxyPort,
+            method: req.method,
+            path: `http://${brokerAuthority}${path}`,
+            headers: { ...headers, 'proxy-authorization': proxyAuth },
+            agent: proxyAgent,
+          }),
+        );
+        return;
+      }
+
+      // https: one CONNECT tunnel per request (each carries its own fresh VP), TLS inside it.
+      const connect = http.request({
+        host: proxyHost,
+        port: proxyPort,
+        method: 'CONNECT',
+        path: `${brokerHost.includes(':') ? `[${brokerHost}]` : brokerHost}:${brokerPort}`,
+        headers: { host: `${brokerHost}:${brokerPort}`, 'proxy-authorization': proxyAuth },
+        agent: false,
+      });
+      connect.setTimeout(timeoutMs, () => connect.destroy(Object.assign(new Error(`CONNECT not answered within ${timeoutMs} ms`), { code: 'ETIMEDOUT' })));
+      connect.on('error', (e) => onFail(e));
+      connect.on('connect', (r, socket: Socket, head) => {
+        connect.setTimeout(0);
+        if (r.statusCode !== 200) {
+          // The proxy refused the tunnel (407 no credential, 403 deny): its status and reason go back.
+          socket.destroy();
+          req.resume();
+          const rh = r.headers[H.denyReason];
+          const reason = typeof rh === 'string' ? rh : '';
+          const status = r.statusCode && r.statusCode >= 400 && r.statusCode < 600 ? r.statusCode : 502;
+          return sendError(res, status, 'egress_denied', `the egress proxy refused the tunnel (${r.statusCode ?? 'no status'})${reason ? `: ${reason}` : ''}`, reason ? { [H.denyReason]: reason } : {});
+        }
+        if (head.length) socket.unshift(head);
+        send(
+          https.request({
+            host: brokerHost,
+            port: brokerPort,
+            method: req.method,
+            path,
+            headers,
+            // No agent: the request must ride this tunnel, never a fresh direct connection.
+            agent: undefined,
+            createConnection: () => tls.connect({ socket, host: brokerHost, servername: isIP(brokerHost) ? undefined : brokerHost, ca, ALPNProtocols: ['http/1.1'] }),
+          }),
+        );
+      });
+      res.on('close', () => {
+        if (!res.writableFinished) connect.destroy();
+      });
+      connect.end();
+    })();
+  };
+
+  const server = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, handler);
+  const port = await listen(server, addr);
+  log.info('sidecar listening', { port, agent: name ?? identity.did, broker: broker.origin, proxy: proxy.origin, via: brokerTls ? 'CONNECT' : 'absolute-URI' });
+  return {
+    port,
+    server,
+    async close() {
+      await closeServer(server);
+      proxyAgent.destroy();
+    },
+  };
+}
