@@ -9,6 +9,7 @@ import type { Store } from '../../../store/factory.js';
 import { testBackends } from '../../../store/testing.js';
 import { ENTRA, entraSnapshot } from '../directory/fixtures.js';
 import { AGENT_STATUSES, TRANSITIONS, type AgentStatus } from './model.js';
+import { agents as identityAgents } from '../../../store/schema/identity.js';
 import { governanceRepo } from './repo.js';
 import { deleteEmployee, seedAgent, seedDelegation, seedEmployee, seedGroup, serveEnterprise, setEmployee, subjectOf } from './testkit.js';
 
@@ -279,7 +280,8 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       const again = await api.post(`/v1/authority/delegations/${first.delegation_id}/revoke`);
       expect(again.status).toBe(409);
       expect(again.body.error.code).toBe('not_live');
-      const dflt = await api.post(`/v1/authority/delegations/${second.delegation_id}/revoke`);
+      // An empty body with a JSON content type is an empty revoke request, not a decode error.
+      const dflt = { body: (await (await fetch(`${api.base}/v1/authority/delegations/${second.delegation_id}/revoke`, { method: 'POST', headers: { 'content-type': 'application/json' } })).json()) as any };
       expect(dflt.body.revocation_reason).toBe('manual_admin_revocation');
       const log = (await api.get(`/v1/revocation/log?tenant=${T}`)).body;
       expect(log[0]).toMatchObject({ kind: 'delegation_revoke', reason_code: 'manual_admin_revocation', delegation_id: second.delegation_id, source: 'admin', by: 'admin' });
@@ -411,13 +413,16 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       await seedAgent(store.db, t, { agentName: 's-team', ownerType: 'team', ownerRef: `${t}:squad`, businessSponsor: sp, status: 'approved' });
       await seedAgent(store.db, t, { agentName: 's-retired', ownerRef: subjectOf(t, 'ghost'), status: 'retired' });
 
+      // Agents known to the identity authority (SPEC 2.5) without a governed record are ungoverned.
+      const idAgent = (name: string) => ({ tenantId: t, name, role: 'worker', capabilities: [], createdAt: '2026-03-01T09:00:00Z', updatedAt: '2026-03-01T09:00:00Z' });
+      await store.db.insert(identityAgents).values([idAgent('shadow-1'), idAgent('s-healthy')]);
       const issues = (await api.get(`/v1/governance/issues?tenant=${t}`)).body;
       expect(issues.map((i: { agent_name: string; type: string; status: string }) => `${i.agent_name}:${i.type}:${i.status}`).sort()).toEqual(
         ['s-ghost:owner_missing:quarantined', 's-inactive:owner_inactive:draft', 's-incomplete:incomplete_active:active'].sort(),
       );
       const s = (await api.get(`/v1/governance/summary?tenant=${t}`)).body;
       expect(s.tenant_id).toBe(t);
-      expect(s.totals).toMatchObject({ governed: 6, retired: 1, ungoverned: 0 });
+      expect(s.totals).toMatchObject({ governed: 6, retired: 1, ungoverned: 1 });
       expect(s.totals.by_status).toMatchObject({ active: 2, suspended: 1, draft: 1, quarantined: 1, approved: 1, retired: 1 });
       expect(s.posture).toEqual({ owner_inactive: 2, blocked: 2, active_healthy: 1, other: 1 });
       const owners = Object.fromEntries(s.by_owner.map((o: { key: string; agents: number }) => [o.key, o.agents]));

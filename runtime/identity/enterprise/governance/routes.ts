@@ -192,6 +192,16 @@ export function registerGovernanceRoutes(app: OpenAPIHono, deps: GovDeps): void 
     async (c) => c.json(await usable(deps, c.req.valid('param').id, c.req.valid('query').tenant), 200),
   );
 
+  // Every revoke field is optional: an empty body (with or without a JSON content type) means {}.
+  app.use('/v1/authority/delegations/:id/revoke', async (c, next) => {
+    if (c.req.method === 'POST' && !(await c.req.raw.clone().text()).trim()) {
+      const headers = new Headers(c.req.raw.headers);
+      headers.set('content-type', 'application/json');
+      headers.delete('content-length');
+      c.req.raw = new Request(c.req.raw.url, { method: 'POST', headers, body: '{}' });
+    }
+    await next();
+  });
   app.openapi(
     createRoute({
       method: 'post',
@@ -207,9 +217,7 @@ export function registerGovernanceRoutes(app: OpenAPIHono, deps: GovDeps): void 
       },
     }),
     async (c) => {
-      // An empty body is allowed: every field is optional.
-      const b = c.req.header('content-type')?.includes('json') ? c.req.valid('json') : {};
-      return c.json((await revokeDelegation(deps, c.req.valid('param').id, b ?? {})) as DelegationOut, 200);
+      return c.json((await revokeDelegation(deps, c.req.valid('param').id, c.req.valid('json') ?? {})) as DelegationOut, 200);
     },
   );
 
