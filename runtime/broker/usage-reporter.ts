@@ -1,6 +1,9 @@
 /**
  * Fire-and-forget shipping of usage reports to the control plane's `POST /v1/usage` (SPEC 4.3).
- * The response to the agent never waits on it: reports go into a bounded queue (oldest dropped
+ * The response to the agent never waits on it. Reports linger a few milliseconds (`lingerMs`,
+ * like a producer's linger) so that completions of the same agent and model landing together go
+ * out as one summed report: the endpoint is additive (budget meters and counters add), so the
+ * control plane sees the same totals with far fewer posts under load. Then they go into a bounded queue (oldest dropped
  * when full, counted and logged), a few are posted at a time, a failed post (network, timeout,
  * 5xx) is retried once after a short pause, a 4xx is not retried. Nothing here throws.
  */
@@ -21,6 +24,8 @@ export interface UsageReporterOptions {
   timeoutMs?: number;
   /** Pause before the single retry (default 250 ms). */
   retryDelayMs?: number;
+  /** How long a report waits for others of the same agent and model to merge with (default 10 ms; 0 posts each alone). */
+  lingerMs?: number;
 }
 
 export interface UsageStats {
@@ -49,6 +54,9 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
   const concurrency = o.concurrency ?? 4;
   const timeoutMs = o.timeoutMs ?? 2000;
   const retryDelayMs = o.retryDelayMs ?? 250;
+  const lingerMs = o.lingerMs ?? 10;
+  const pending = new Map<string, UsageReport>();
+  let lingerTimer: NodeJS.Timeout | undefined;
   const queue: { r: UsageReport; attempt: number }[] = [];
   const stats = { sent: 0, failed: 0, dropped: 0 };
   let inFlight = 0;
@@ -57,7 +65,30 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
   const idleWaiters = new Set<() => void>();
   const timers = new Set<NodeJS.Timeout>();
 
-  const isIdle = () => queue.length === 0 && inFlight === 0 && timers.size === 0;
+  const isIdle = () => queue.length === 0 && inFlight === 0 && timers.size === 0 && pending.size === 0;
+
+  /** Moves the lingering reports into the send queue. */
+  function release(): void {
+    if (lingerTimer) clearTimeout(lingerTimer);
+    lingerTimer = undefined;
+    const items = [...pending.values()];
+    pending.clear();
+    for (const r of items) enqueue({ r, attempt: 0 });
+    notifyIdle();
+  }
+
+  function linger(r: UsageReport): void {
+    const key = `${r.agent}\u0000${r.model}`;
+    const prev = pending.get(key);
+    if (prev) {
+      prev.tokens += r.tokens;
+      prev.costUsd = Math.round((prev.costUsd + r.costUsd) * 1e9) / 1e9;
+    } else {
+      pending.set(key, { ...r });
+      if (pending.size >= maxQueue) return release();
+    }
+    lingerTimer ??= setTimeout(release, lingerMs);
+  }
   const notifyIdle = () => {
     if (!isIdle()) return;
     for (const w of idleWaiters) w();
@@ -131,10 +162,12 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
         stats.dropped++;
         return;
       }
-      enqueue({ r, attempt: 0 });
+      if (lingerMs > 0) linger(r);
+      else enqueue({ r, attempt: 0 });
     },
-    stats: () => ({ ...stats, queued: queue.length, inFlight }),
+    stats: () => ({ ...stats, queued: queue.length + pending.size, inFlight }),
     flush(ms = 5000) {
+      if (pending.size) release();
       if (isIdle()) return Promise.resolve(true);
       return new Promise<boolean>((resolve) => {
         const done = () => {

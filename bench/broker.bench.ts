@@ -1,0 +1,152 @@
+/**
+ * The model broker's added latency: the same undici client calls a local OpenAI-compatible
+ * upstream directly (the baseline) and through the broker (decision call to a real in-process
+ * control plane on in-memory PGlite, provider call, async usage post), in the same run,
+ * interleaved in rounds so drift hits both alike. The servers run in a child process; the
+ * client runs here, one request at a time (latency, not throughput).
+ *
+ *   npx tsx bench/broker.bench.ts     (BENCH_REQUESTS=3000 per target per mode, BENCH_ROUNDS=5)
+ *
+ * Prints p50/p99 for non-streamed and streamed completions and the broker's overhead
+ * (broker minus direct) and ratio. Target: p50 overhead <= 1 ms.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import http from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { Agent, request } from 'undici';
+import { H } from '../runtime/lib/brand.js';
+
+const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 3000);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 1000);
+
+interface Ports {
+  upstream: number;
+  broker: number;
+  decision: number;
+}
+
+const COMPLETION = JSON.stringify({
+  id: 'c1',
+  object: 'chat.completion',
+  created: 1,
+  model: 'provider-mini',
+  choices: [{ index: 0, message: { role: 'assistant', content: 'Hello there, how can I help?' }, finish_reason: 'stop' }],
+  usage: { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 },
+});
+const chunk = (content: string) => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`;
+const STREAM =
+  ['Hello', ' there', ', how', ' can', ' I', ' help?'].map(chunk).join('') +
+  `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [], usage: { prompt_tokens: 12, completion_tokens: 6, total_tokens: 18 } })}\n\ndata: [DONE]\n\n`;
+
+async function serve(): Promise<void> {
+  const { openStore } = await import('../runtime/store/factory.js');
+  const { startControlPlane } = await import('../runtime/control-plane/server.js');
+  const { startBroker } = await import('../runtime/broker/server.js');
+  const { parseConfig } = await import('../runtime/broker/config.js');
+  const { listen } = await import('../runtime/lib/http.js');
+  const { setLogLevel } = await import('../runtime/lib/log.js');
+  setLogLevel('warn');
+  const upstream = http.createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => {
+      if (body.includes('"stream":true')) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end(STREAM);
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(COMPLETION) });
+      res.end(COMPLETION);
+    });
+  });
+  const upstreamPort = await listen(upstream, '127.0.0.1:0');
+  const store = await openStore({ backend: 'memory' });
+  const cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: process.env.BENCH_DURABLE_AUDIT === '1' });
+  await cp.plane.registry.upsert({ name: 'gpt-mini', upstream: 'broker.default.svc:8080', kind: 'model' });
+  await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: ['gpt-mini'], budget: { tokensPerHour: 1e15, callsPerHour: 1e12 } });
+  const broker = await startBroker({
+    env: {},
+    addr: '127.0.0.1:0',
+    config: parseConfig({ models: [{ name: 'gpt-mini', model: 'provider-mini', apiBase: `http://127.0.0.1:${upstreamPort}/v1`, priceInputPer1k: 0.00015, priceOutputPer1k: 0.0006 }] }),
+    authzUrl: `http://127.0.0.1:${cp.decisionPort}/authz`,
+    usageUrl: `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
+    providerKey: 'sk-bench',
+    ...(process.env.BENCH_NO_USAGE === '1' ? { usage: { report() {}, stats: () => ({ sent: 0, failed: 0, dropped: 0, queued: 0, inFlight: 0 }), flush: async () => true, close: async () => {} } } : {}),
+  });
+  process.send?.({ upstream: upstreamPort, broker: broker.port, decision: cp.decisionPort } satisfies Ports);
+  process.on('message', async () => {
+    const sent = broker.usage.stats().sent;
+    await broker.close(1000);
+    await cp.close();
+    await store.close();
+    upstream.close();
+    process.send?.({ usageSent: sent });
+    process.exit(0);
+  });
+}
+
+const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
+
+async function drive(): Promise<void> {
+  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const ports = await new Promise<Ports>((resolve, reject) => {
+    child.once('message', (m) => resolve(m as Ports));
+    child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
+  });
+  const client = new Agent({ keepAliveTimeout: 60_000, connections: 1 });
+  const call = async (port: number, stream: boolean): Promise<number> => {
+    const body = JSON.stringify({ model: port === ports.broker ? 'gpt-mini' : 'provider-mini', messages: [{ role: 'user', content: 'Say hello' }], ...(stream ? { stream: true } : {}) });
+    const t0 = process.hrtime.bigint();
+    const r = await request(`http://127.0.0.1:${port}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer sk-agent', [H.actor]: 'bot' },
+      body,
+      dispatcher: client,
+    });
+    const text = await r.body.text();
+    const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+    if (r.statusCode !== 200) throw new Error(`port ${port}: ${r.statusCode} ${text}`);
+    if (stream && !text.includes('[DONE]')) throw new Error('stream did not finish');
+    return ms;
+  };
+  const measure = async (stream: boolean) => {
+    for (let i = 0; i < WARMUP; i++) {
+      await call(ports.upstream, stream);
+      await call(ports.broker, stream);
+    }
+    const direct: number[] = [];
+    const broker: number[] = [];
+    const per = Math.ceil(REQUESTS / ROUNDS);
+    for (let r = 0; r < ROUNDS; r++) {
+      for (let i = 0; i < per; i++) direct.push(await call(ports.upstream, stream));
+      for (let i = 0; i < per; i++) broker.push(await call(ports.broker, stream));
+    }
+    direct.sort((a, b) => a - b);
+    broker.sort((a, b) => a - b);
+    return { direct: { p50: pct(direct, 50), p99: pct(direct, 99) }, broker: { p50: pct(broker, 50), p99: pct(broker, 99) }, n: direct.length };
+  };
+  try {
+    const f = (n: number) => `${n.toFixed(3)} ms`;
+    console.log(`broker bench: one request at a time, ${ROUNDS} interleaved rounds, ${REQUESTS} requests per target per mode (target: p50 overhead <= 1 ms)`);
+    for (const stream of [false, true]) {
+      const m = await measure(stream);
+      const mode = stream ? 'stream    ' : 'non-stream';
+      console.log(`${mode} direct p50 ${f(m.direct.p50)}  p99 ${f(m.direct.p99)}`);
+      console.log(
+        `${mode} broker p50 ${f(m.broker.p50)}  p99 ${f(m.broker.p99)}  ratio p50 ${(m.broker.p50 / m.direct.p50).toFixed(2)}x p99 ${(m.broker.p99 / m.direct.p99).toFixed(2)}x  overhead p50 ${f(m.broker.p50 - m.direct.p50)} p99 ${f(m.broker.p99 - m.direct.p99)}`,
+      );
+    }
+  } finally {
+    await client.close();
+    child.send('stop');
+    const done = await new Promise<{ usageSent?: number }>((resolve) => {
+      child.once('message', (m) => resolve(m as { usageSent?: number }));
+      child.once('exit', () => resolve({}));
+    });
+    if (done.usageSent !== undefined) console.log(`usage posts to the control plane (same-agent reports merged within 10 ms): ${done.usageSent}`);
+  }
+}
+
+if (process.argv.includes('--serve')) await serve();
+else await drive();

@@ -1,0 +1,83 @@
+/** The usage reporter against a real recording HTTP server: merge, retry, no retry on 4xx, drop when full. */
+import http from 'node:http';
+import { Agent } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { close, listen } from '../lib/http.js';
+import type { UsageReport } from '../control-plane/types.js';
+import { createUsageReporter } from './usage-reporter.js';
+
+describe('usage reporter', () => {
+  let server: http.Server;
+  let url: string;
+  const posts: UsageReport[] = [];
+  /** Status answers by agent name; each entry is consumed by one post. */
+  const answers = new Map<string, number[]>();
+  const dispatcher = new Agent();
+
+  beforeAll(async () => {
+    server = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        const r = JSON.parse(body) as UsageReport;
+        posts.push(r);
+        const status = answers.get(r.agent)?.shift() ?? 200;
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(status === 200 ? '{"ok":true}' : '{"error":"x"}');
+      });
+    });
+    url = `http://127.0.0.1:${await listen(server, '127.0.0.1:0')}/v1/usage`;
+  });
+  afterAll(async () => {
+    await dispatcher.close();
+    await close(server);
+  });
+
+  it('merges reports of the same agent and model that land within the linger window', async () => {
+    posts.length = 0;
+    const u = createUsageReporter({ url, dispatcher, lingerMs: 1000 });
+    u.report({ agent: 'a', model: 'm', tokens: 10, costUsd: 0.1 });
+    u.report({ agent: 'a', model: 'm', tokens: 5, costUsd: 0.2 });
+    u.report({ agent: 'a', model: 'n', tokens: 1, costUsd: 0 });
+    u.report({ agent: 'b', model: 'm', tokens: 2, costUsd: 0 });
+    expect(posts).toEqual([]);
+    expect(await u.flush()).toBe(true); // flush releases the lingering reports at once
+    expect(posts.sort((x, y) => (x.agent + x.model).localeCompare(y.agent + y.model))).toEqual([
+      { agent: 'a', model: 'm', tokens: 15, costUsd: 0.3 },
+      { agent: 'a', model: 'n', tokens: 1, costUsd: 0 },
+      { agent: 'b', model: 'm', tokens: 2, costUsd: 0 },
+    ]);
+    expect(u.stats()).toMatchObject({ sent: 3, failed: 0, queued: 0 });
+    await u.close();
+  });
+
+  it('retries a 5xx once, never a 4xx, and refuses reports after close', async () => {
+    posts.length = 0;
+    answers.set('flaky', [503]);
+    answers.set('bad', [400]);
+    answers.set('down', [500, 500]);
+    const u = createUsageReporter({ url, dispatcher, lingerMs: 0, retryDelayMs: 5 });
+    u.report({ agent: 'flaky', model: 'm', tokens: 1, costUsd: 0 });
+    u.report({ agent: 'bad', model: 'm', tokens: 1, costUsd: 0 });
+    u.report({ agent: 'down', model: 'm', tokens: 1, costUsd: 0 });
+    expect(await u.flush()).toBe(true);
+    expect(posts.filter((p) => p.agent === 'flaky')).toHaveLength(2);
+    expect(posts.filter((p) => p.agent === 'bad')).toHaveLength(1);
+    expect(posts.filter((p) => p.agent === 'down')).toHaveLength(2);
+    expect(u.stats()).toMatchObject({ sent: 1, failed: 2 });
+    await u.close();
+    u.report({ agent: 'late', model: 'm', tokens: 1, costUsd: 0 });
+    expect(u.stats().dropped).toBe(1);
+  });
+
+  it('never throws when the control plane is unreachable', async () => {
+    const dead = http.createServer();
+    const port = await listen(dead, '127.0.0.1:0');
+    await close(dead);
+    const u = createUsageReporter({ url: `http://127.0.0.1:${port}/v1/usage`, dispatcher, lingerMs: 0, retryDelayMs: 5 });
+    u.report({ agent: 'x', model: 'm', tokens: 1, costUsd: 0 });
+    expect(await u.flush()).toBe(true);
+    expect(u.stats()).toMatchObject({ sent: 0, failed: 1 });
+    await u.close();
+  });
+});
