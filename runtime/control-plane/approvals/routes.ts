@@ -21,8 +21,12 @@ export const ApproveBody = z.object({ approver: Approver }).strict();
 export const DenyBody = z.object({ approver: Approver, reason: z.string().trim().min(1, 'reason must not be empty').max(4096) }).strict();
 
 export interface EgressRoutesDeps {
-  /** Undefined when the forward proxy (and so the queue) is disabled: every route answers 503. */
-  queue: ApprovalQueue | undefined;
+  /**
+   * The queue, or a getter read on every request (the routes are mounted when the management app
+   * is built, the queue starts later: see egress-gateway.ts). Undefined when the forward proxy
+   * (and so the queue) is disabled: every route answers 503.
+   */
+  queue: ApprovalQueue | undefined | (() => ApprovalQueue | undefined);
 }
 
 const DISABLED = 'egress approval queue is disabled: the forward proxy runs only when AGENT_IDP_URL is set';
@@ -53,9 +57,10 @@ async function body<T>(c: Context, schema: z.ZodType<T>): Promise<{ ok: true; va
 }
 
 export function registerEgressRoutes(app: Hono, deps: EgressRoutesDeps): void {
-  const { queue } = deps;
+  const current = (): ApprovalQueue | undefined => (typeof deps.queue === 'function' ? deps.queue() : deps.queue);
 
   app.get('/v1/egress/requests', async (c) => {
+    const queue = current();
     if (!queue) return c.json({ error: DISABLED }, 503);
     const status = c.req.query('status');
     const rawLimit = c.req.query('limit');
@@ -77,6 +82,7 @@ export function registerEgressRoutes(app: Hono, deps: EgressRoutesDeps): void {
   });
 
   app.post('/v1/egress/requests/:id/approve', async (c) => {
+    const queue = current();
     if (!queue) return c.json({ error: DISABLED }, 503);
     const b = await body(c, ApproveBody);
     if (!b.ok) return b.res;
@@ -88,6 +94,7 @@ export function registerEgressRoutes(app: Hono, deps: EgressRoutesDeps): void {
   });
 
   app.post('/v1/egress/requests/:id/deny', async (c) => {
+    const queue = current();
     if (!queue) return c.json({ error: DISABLED }, 503);
     const b = await body(c, DenyBody);
     if (!b.ok) return b.res;

@@ -1,0 +1,199 @@
+/**
+ * Egress enforcement composition: the approval queue, its management routes and the forward
+ * proxy, started against a control plane's parts (the same registry, budgets, identity port,
+ * audit chain and metrics as /authz).
+ *
+ *   const slot = egressRoutesSlot();
+ *   const cp = await startControlPlane({ store, env, extraRoutes: slot.register });
+ *   const gw = await startEgressGateway({ plane: cp.plane, store, env, slot });
+ *   gw.port;            // the proxy port, undefined when disabled
+ *   await gw.close();   // BEFORE cp.close(): held requests are expired and audited first,
+ *   await cp.close();   // then the control plane flushes the audit chain
+ *
+ * or, in one call, `startControlPlaneWithEgress({ store, env, ... })`.
+ *
+ * The proxy and the queue start only when the plane has an identity port (AGENT_IDP_URL set, or
+ * one injected): the proxy's credential is an agent VP. Without one the routes answer 503.
+ *
+ * Env: EGRESS_PROXY_ADDR (default `:9092`), EGRESS_APPROVAL_TIMEOUT (`120s`), EGRESS_REPLICA_ID,
+ * EGRESS_CONNECT_PORTS (CONNECT ports open to hosts outside the registry, default `443`),
+ * EGRESS_PROXY_HEADERS_TIMEOUT_MS, EGRESS_PROXY_MAX_HEADER_BYTES, EGRESS_PROXY_CONNECT_TIMEOUT_MS,
+ * EGRESS_PROXY_IDLE_TIMEOUT_MS, EGRESS_PROXY_KEEPALIVE_TIMEOUT_MS.
+ */
+import type { Hono } from 'hono';
+import { int, optional, str, type Env } from '../lib/config.js';
+import { listen } from '../lib/http.js';
+import { errMsg, logger } from '../lib/log.js';
+import type { Store } from '../store/factory.js';
+import { createApprovalQueue, registerEgressRoutes, type ApprovalQueue, type ApprovalQueueOptions } from './approvals/index.js';
+import { createForwardProxy, DEFAULT_CONNECT_PORTS, DEFAULT_LIMITS, type ForwardProxy, type ProxyLimits } from './proxy/index.js';
+import { startControlPlane, type ControlPlaneParts, type RunningControlPlane, type StartOptions } from './server.js';
+
+const log = logger('egress-gateway');
+
+export const DEFAULT_PROXY_ADDR = ':9092';
+
+/** Mounts the egress-request routes now and serves whichever queue is set later. */
+export interface EgressRoutesSlot {
+  /** Pass as `extraRoutes` to createControlPlane / startControlPlane. */
+  register(app: Hono, parts?: ControlPlaneParts): void;
+  /** The queue the routes serve; undefined answers 503 (queue disabled). */
+  queue: ApprovalQueue | undefined;
+}
+
+export function egressRoutesSlot(): EgressRoutesSlot {
+  const slot: EgressRoutesSlot = {
+    queue: undefined,
+    register(app) {
+      registerEgressRoutes(app, { queue: () => slot.queue });
+    },
+  };
+  return slot;
+}
+
+export interface EgressGatewayOptions {
+  /** The control plane (or its parts) whose decision deps the proxy runs. */
+  plane: ControlPlaneParts;
+  /** The control plane's store (egress requests live there). */
+  store: Store;
+  slot: EgressRoutesSlot;
+  env?: Env;
+  /** Default EGRESS_PROXY_ADDR or `:9092`. */
+  addr?: string;
+  limits?: Partial<ProxyLimits>;
+  /** Default EGRESS_CONNECT_PORTS or 443. */
+  connectPorts?: readonly number[];
+  /** Queue overrides (tests): hold timeout, replica id, poll period, clock. */
+  queue?: Partial<Pick<ApprovalQueueOptions, 'timeoutMs' | 'replicaId' | 'pollMs' | 'now'>>;
+}
+
+export interface EgressGateway {
+  /** False when the plane has no identity port: no proxy, no queue, routes answer 503. */
+  enabled: boolean;
+  /** The proxy's bound port when enabled. */
+  port?: number;
+  queue?: ApprovalQueue;
+  proxy?: ForwardProxy;
+  /** Stops the proxy, expires and audits held requests, closes the queue. Call before the plane's close. */
+  close(): Promise<void>;
+}
+
+function positive(env: Env, name: string, fallback: number): number {
+  const n = int(env, name, fallback);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(env[name])}`);
+  return n;
+}
+
+/** Proxy limits from EGRESS_PROXY_* env (milliseconds and bytes). */
+export function proxyLimitsFromEnv(env: Env): ProxyLimits {
+  return {
+    headersTimeoutMs: positive(env, 'EGRESS_PROXY_HEADERS_TIMEOUT_MS', DEFAULT_LIMITS.headersTimeoutMs),
+    maxHeaderBytes: positive(env, 'EGRESS_PROXY_MAX_HEADER_BYTES', DEFAULT_LIMITS.maxHeaderBytes),
+    connectTimeoutMs: positive(env, 'EGRESS_PROXY_CONNECT_TIMEOUT_MS', DEFAULT_LIMITS.connectTimeoutMs),
+    idleTimeoutMs: positive(env, 'EGRESS_PROXY_IDLE_TIMEOUT_MS', DEFAULT_LIMITS.idleTimeoutMs),
+    keepAliveTimeoutMs: positive(env, 'EGRESS_PROXY_KEEPALIVE_TIMEOUT_MS', DEFAULT_LIMITS.keepAliveTimeoutMs),
+    maxEarlyBytes: DEFAULT_LIMITS.maxEarlyBytes,
+  };
+}
+
+/** `443,8443` -> [443, 8443]; throws on anything that is not a port list. */
+export function connectPortsFromEnv(env: Env): number[] {
+  const raw = optional(env, 'EGRESS_CONNECT_PORTS');
+  if (raw === undefined) return [...DEFAULT_CONNECT_PORTS];
+  const ports = raw.split(',').map((p) => p.trim()).filter(Boolean);
+  const out = ports.map(Number);
+  if (out.length === 0 || out.some((p, i) => !/^\d{1,5}$/.test(ports[i]!) || p < 1 || p > 65535)) {
+    throw new Error(`EGRESS_CONNECT_PORTS must be a comma-separated list of ports, got ${JSON.stringify(raw)}`);
+  }
+  return out;
+}
+
+export async function startEgressGateway(o: EgressGatewayOptions): Promise<EgressGateway> {
+  const env = o.env ?? process.env;
+  const deps = o.plane.decision;
+  if (!deps.identity) {
+    log.info('forward proxy disabled: no identity authority (set AGENT_IDP_URL); egress-request routes answer 503');
+    o.slot.queue = undefined;
+    return { enabled: false, close: async () => {} };
+  }
+  // Validate every setting before opening anything.
+  const addr = o.addr ?? str(env, 'EGRESS_PROXY_ADDR', DEFAULT_PROXY_ADDR);
+  const limits = { ...proxyLimitsFromEnv(env), ...o.limits };
+  const connectPorts = new Set(o.connectPorts ?? connectPortsFromEnv(env));
+
+  const queue = await createApprovalQueue({ store: o.store, audit: o.plane.audit, env, now: o.plane.now, ...o.queue });
+  const proxy = createForwardProxy({ deps, queue: () => o.slot.queue, limits, policy: { connectPorts }, metricsRegistry: o.plane.metrics.registry });
+  o.slot.queue = queue;
+  let port: number;
+  try {
+    port = await listen(proxy.server, addr);
+  } catch (e) {
+    o.slot.queue = undefined;
+    await proxy.close(0);
+    await queue.close();
+    throw e;
+  }
+  log.info('forward proxy listening', { port, approvalTimeoutMs: queue.timeoutMs, connectPorts: [...connectPorts] });
+  let closed = false;
+  return {
+    enabled: true,
+    port,
+    queue,
+    proxy,
+    async close() {
+      if (closed) return;
+      closed = true;
+      // 1. No new connections. 2. Held requests expire (fail closed): their handlers answer 403
+      //    and append their audit rows. 3. In-flight exchanges get a grace period, then every
+      //    socket is destroyed. The caller closes the plane afterwards, flushing the audit chain.
+      proxy.stopAccepting();
+      try {
+        await queue.close();
+      } catch (e) {
+        log.error('approval queue close failed', { err: errMsg(e) });
+      }
+      await proxy.close();
+      o.slot.queue = undefined;
+    },
+  };
+}
+
+export interface RunningWithEgress {
+  cp: RunningControlPlane;
+  gateway: EgressGateway;
+  /** Closes the gateway, then the control plane (audit flushed last). */
+  close(): Promise<void>;
+}
+
+/** startControlPlane with the egress routes mounted and the gateway started on its parts. */
+export async function startControlPlaneWithEgress(
+  opts: StartOptions & Pick<EgressGatewayOptions, 'limits' | 'connectPorts' | 'queue'> & { proxyAddr?: string },
+): Promise<RunningWithEgress> {
+  if (opts.extraRoutes) throw new Error('startControlPlaneWithEgress mounts its own extraRoutes');
+  const slot = egressRoutesSlot();
+  const cp = await startControlPlane({ ...opts, extraRoutes: slot.register });
+  let gateway: EgressGateway;
+  try {
+    gateway = await startEgressGateway({
+      plane: cp.plane,
+      store: opts.store,
+      slot,
+      env: opts.env,
+      addr: opts.proxyAddr,
+      limits: opts.limits,
+      connectPorts: opts.connectPorts,
+      queue: opts.queue,
+    });
+  } catch (e) {
+    await cp.close();
+    throw e;
+  }
+  return {
+    cp,
+    gateway,
+    async close() {
+      await gateway.close();
+      await cp.close();
+    },
+  };
+}

@@ -1,0 +1,459 @@
+/**
+ * The egress forward proxy (SPEC 4.2, EGRESS_PROXY_ADDR, default `:9092`): a node:http server
+ * for absolute-URI plain HTTP requests plus its 'connect' event for CONNECT tunnels over raw
+ * net sockets. TLS is never terminated: after `200 Connection Established` the proxy copies
+ * bytes. Each request runs `decideProxy` (the /authz egress decision, audited `egress.proxy`).
+ *
+ * Responses: 407 + Proxy-Authenticate without usable credentials; 403 + X-Writ-Deny-Reason on a
+ * deny; held requests wait for the approval queue (approved -> forward, denied/expired -> 403);
+ * 400 for a malformed target or missing Host; 502 when the upstream fails, 504 when it times
+ * out. Bodies stream both ways through pipe() (backpressure), never buffered whole.
+ *
+ * Limits (ProxyLimits): header timeout (slowloris -> 408), max header size (-> 431), upstream
+ * connect timeout, idle timeout on both legs. Held requests are exempt from the idle timeout.
+ */
+import http from 'node:http';
+import net from 'node:net';
+import { pipeline } from 'node:stream';
+import { Gauge, Counter, type Registry as PromRegistry } from 'prom-client';
+import { BRAND, header, metric } from '../../lib/brand.js';
+import { errMsg, logger } from '../../lib/log.js';
+import type { ApprovalQueue } from '../approvals/queue.js';
+import type { PipelineDeps } from '../decision/pipeline.js';
+import type { Outcome } from '../decision/types.js';
+import { decideProxy, type HoldTicket, type ProxyPolicy, type ProxyVerdict } from './decide.js';
+import { hasBody, rewriteHeaders, safeHeaderValue, setHeader } from './headers.js';
+import { parseAbsoluteTarget, parseConnectTarget, type ProxyTarget } from './target.js';
+
+const log = logger('egress-proxy');
+
+export interface ProxyLimits {
+  /** Time a client has to send the whole request head (slowloris guard; 408 after). */
+  headersTimeoutMs: number;
+  /** Largest request head (431 past it). VPs in Proxy-Authorization are a few KiB. */
+  maxHeaderBytes: number;
+  /** Time to establish the upstream TCP connection (504 after). */
+  connectTimeoutMs: number;
+  /** Inactivity allowed on either leg of an exchange or tunnel (504 before a response, then a reset). */
+  idleTimeoutMs: number;
+  /** Idle time a client keep-alive connection is kept between requests. */
+  keepAliveTimeoutMs: number;
+  /** Bytes a CONNECT client may send ahead while its tunnel is decided or held (then reading pauses). */
+  maxEarlyBytes: number;
+}
+
+export const DEFAULT_LIMITS: ProxyLimits = {
+  headersTimeoutMs: 10_000,
+  maxHeaderBytes: 32 * 1024,
+  connectTimeoutMs: 5_000,
+  idleTimeoutMs: 120_000,
+  keepAliveTimeoutMs: 30_000,
+  maxEarlyBytes: 64 * 1024,
+};
+
+export const DEFAULT_CONNECT_PORTS: readonly number[] = [443];
+
+export interface ForwardProxyOptions {
+  /** The control plane's decision deps (registry, budget, identity, OPA, audit, meter). */
+  deps: PipelineDeps;
+  /** The approval queue, or a getter for it; absent: requests that need approval are denied. */
+  queue?: ApprovalQueue | (() => ApprovalQueue | undefined);
+  policy?: Partial<ProxyPolicy>;
+  limits?: Partial<ProxyLimits>;
+  /** Registers the proxy's own gauges and counters here (the control plane's metrics registry). */
+  metricsRegistry?: PromRegistry;
+}
+
+export interface ProxyStats {
+  /** Client connections open on the proxy listener (keep-alive, held, and tunnel client legs). */
+  clients: number;
+  /** Upstream sockets in use: tunnel legs plus pooled sockets carrying a request. */
+  upstreams: number;
+  /** Idle keep-alive sockets in the upstream pool (closed by the upstream, the idle timeout, or close()). */
+  pooled: number;
+  /** Open CONNECT tunnels. */
+  tunnels: number;
+  /** Requests waiting for a human decision. */
+  held: number;
+}
+
+export interface ForwardProxy {
+  server: http.Server;
+  stats(): ProxyStats;
+  /** Stops accepting connections and closes idle keep-alive ones (held requests keep waiting). */
+  stopAccepting(): void;
+  /**
+   * Stops accepting, aborts remaining holds, gives in-flight exchanges `graceMs` (default 5 s) to
+   * finish, then destroys every socket. Every decision's audit row is appended before it resolves.
+   */
+  close(graceMs?: number): Promise<void>;
+}
+
+const REALM = `${BRAND}-egress`;
+const DENY_REASON = header('Deny-Reason');
+const EGRESS_REQUEST = header('Egress-Request');
+/** Methods node's client frames with chunked encoding when no length is set. */
+const NO_DEFAULT_BODY = new Set(['GET', 'HEAD', 'DELETE', 'OPTIONS', 'TRACE']);
+
+class UpstreamTimeout extends Error {}
+
+function isTimeout(e: unknown): boolean {
+  if (e instanceof UpstreamTimeout) return true;
+  const code = (e as { code?: string } | undefined)?.code;
+  return code === 'ETIMEDOUT';
+}
+
+/** 502/504 body text: the upstream failure without internals beyond the error code. */
+function upstreamError(t: ProxyTarget, e: unknown): { status: 502 | 504; message: string } {
+  if (isTimeout(e)) return { status: 504, message: `upstream ${t.hostPort} timed out: ${errMsg(e)}` };
+  const code = (e as { code?: string } | undefined)?.code;
+  return { status: 502, message: `upstream ${t.hostPort} failed: ${code ?? errMsg(e)}` };
+}
+
+function denyHeaders(o: Outcome, requestId?: string): Record<string, string> {
+  const h: Record<string, string> = { [DENY_REASON]: safeHeaderValue(o.decision.reason) };
+  if (requestId) h[EGRESS_REQUEST] = requestId;
+  return h;
+}
+
+function denyBody(o: Outcome, requestId?: string): object {
+  const b: Record<string, unknown> = { allow: false, reason: o.decision.reason, rule: o.decision.rule };
+  if (requestId) b.egressRequest = requestId;
+  return b;
+}
+
+/** A complete HTTP/1.1 response written straight to a socket (CONNECT replies), then closed. */
+function rawReply(socket: net.Socket, status: number, headers: Record<string, string>, body: object): void {
+  if (socket.destroyed) return;
+  const data = JSON.stringify(body);
+  let head = `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? 'Error'}\r\n`;
+  for (const [k, v] of Object.entries(headers)) head += `${k}: ${safeHeaderValue(v, 2048)}\r\n`;
+  head += `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(data)}\r\nConnection: close\r\n\r\n`;
+  socket.end(head + data);
+  // The peer closes on Connection: close; one that does not is cut off shortly.
+  const t = setTimeout(() => socket.destroy(), 2000);
+  t.unref();
+  socket.once('close', () => clearTimeout(t));
+}
+
+function sendJson(res: http.ServerResponse, status: number, body: object, headers: Record<string, string> = {}, close = false): void {
+  if (res.headersSent || res.destroyed) return;
+  const data = JSON.stringify(body);
+  const out: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data), ...headers };
+  if (close) out.connection = 'close';
+  res.writeHead(status, out);
+  res.end(res.req.method === 'HEAD' ? undefined : data);
+}
+
+export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
+  const deps = opts.deps;
+  const limits: ProxyLimits = { ...DEFAULT_LIMITS, ...opts.limits };
+  const policy: ProxyPolicy = { connectPorts: opts.policy?.connectPorts ?? new Set(DEFAULT_CONNECT_PORTS) };
+  const queueOf = (): ApprovalQueue | undefined => (typeof opts.queue === 'function' ? opts.queue() : opts.queue);
+
+  const clients = new Set<net.Socket>();
+  const upstreamSockets = new Set<net.Socket>();
+  const holds = new Set<AbortController>();
+  let tunnels = 0;
+  let closing = false;
+  let drained: (() => void) | undefined;
+
+  const agent = new http.Agent({ keepAlive: true, maxFreeSockets: 256, scheduling: 'lifo', timeout: limits.idleTimeoutMs });
+
+  const registers = opts.metricsRegistry ? [opts.metricsRegistry] : [];
+  // One proxy per metrics registry; a re-created proxy (tests) replaces the previous series.
+  for (const n of [metric('egress_proxy_upstream_errors_total'), metric('egress_proxy_open')]) opts.metricsRegistry?.removeSingleMetric(n);
+  const upstreamErrors = new Counter({
+    name: metric('egress_proxy_upstream_errors_total'),
+    help: 'Forward proxy exchanges that failed upstream, by transport and answered status (502 or 504).',
+    labelNames: ['via', 'status'] as const,
+    registers,
+  });
+  new Gauge({
+    name: metric('egress_proxy_open'),
+    help: 'Forward proxy connections open now: client connections, upstream sockets, tunnels, held requests.',
+    labelNames: ['kind'] as const,
+    registers,
+    collect() {
+      const s = stats();
+      for (const k of ['clients', 'upstreams', 'pooled', 'tunnels', 'held'] as const) this.set({ kind: k }, s[k]);
+    },
+  });
+
+  function stats(): ProxyStats {
+    let busy = 0;
+    let pooled = 0;
+    for (const list of Object.values(agent.sockets)) busy += list?.length ?? 0;
+    for (const list of Object.values(agent.freeSockets)) pooled += list?.length ?? 0;
+    return { clients: clients.size, upstreams: upstreamSockets.size + busy, pooled, tunnels, held: holds.size };
+  }
+
+  const server = http.createServer({
+    maxHeaderSize: limits.maxHeaderBytes,
+    requireHostHeader: false,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+    headersTimeout: limits.headersTimeoutMs,
+    // Held requests may legitimately take minutes; the idle timeout bounds everything else.
+    requestTimeout: 0,
+    connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(limits.headersTimeoutMs / 4))),
+  });
+  // No socket timeout on client connections: headersTimeout bounds a request head,
+  // keepAliveTimeout an idle keep-alive connection, and the upstream leg's idle timeout an
+  // exchange in both directions (a client that stops reading stalls the upstream leg too).
+  server.timeout = 0;
+
+  server.on('connection', (s: net.Socket) => {
+    clients.add(s);
+    s.once('close', () => {
+      clients.delete(s);
+      if (clients.size === 0) drained?.();
+    });
+  });
+
+  /** Waits for a human decision; resolves with the settled outcome and the request id. */
+  async function hold(ticket: HoldTicket, onGone: (abort: () => void) => () => void): Promise<{ outcome: Outcome; id?: string }> {
+    const queue = queueOf();
+    if (!queue) return { outcome: ticket.finish('unavailable', undefined, 'the egress approval queue is disabled') };
+    let id: string | undefined;
+    const ac = new AbortController();
+    holds.add(ac);
+    const release = onGone(() => ac.abort());
+    try {
+      if (closing) throw new Error('proxy shutting down');
+      const rec = await queue.create(ticket.input);
+      id = rec.id;
+      log.info('egress request held', { id, actor: rec.actor, target: rec.target, service: rec.service });
+      const result = await queue.hold(rec.id, ac.signal);
+      let detail = '';
+      try {
+        const r = await queue.get(rec.id);
+        detail = result === 'approved' ? (r?.approver ?? '') : (r?.denyReason ?? '');
+        if (result === 'denied' && r?.approver) detail = `${r.approver}: ${detail}`;
+      } catch {
+        // The status is what matters; the detail only decorates the reason.
+      }
+      return { outcome: ticket.finish(result, rec.id, detail), id };
+    } catch (e) {
+      return { outcome: ticket.finish('unavailable', id, errMsg(e)), id };
+    } finally {
+      release();
+      holds.delete(ac);
+    }
+  }
+
+  // ---- plain HTTP (absolute-form request target) -------------------------------------------
+
+  function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: Outcome): void {
+    if (res.destroyed || req.socket.destroyed) return;
+    const raw = rewriteHeaders(req.rawHeaders, { dropOwn: true, add: outcome.decision.headers });
+    setHeader(raw, 'Host', t.port === 80 ? t.host : t.hostPort);
+    // Transfer-Encoding is hop-by-hop: re-frame a chunked body ourselves; a request without
+    // any body framing goes out with an explicit empty length.
+    if (req.headers['transfer-encoding'] !== undefined) raw.push('Transfer-Encoding', 'chunked');
+    else if (req.headers['content-length'] === undefined && !NO_DEFAULT_BODY.has(req.method ?? 'GET')) raw.push('Content-Length', '0');
+    if (closing) res.setHeader('connection', 'close');
+
+    const up = http.request({ host: t.connectHost, port: t.port, method: req.method, path: t.path, headers: raw as unknown as http.OutgoingHttpHeaders, agent, setHost: false });
+    let connectTimer: NodeJS.Timeout | undefined;
+    up.on('socket', (s: net.Socket) => {
+      if (!s.connecting) return;
+      connectTimer = setTimeout(() => up.destroy(new UpstreamTimeout(`no connection within ${limits.connectTimeoutMs} ms`)), limits.connectTimeoutMs);
+      s.once('connect', () => clearTimeout(connectTimer));
+    });
+    up.setTimeout(limits.idleTimeoutMs, () => up.destroy(new UpstreamTimeout(`no activity for ${limits.idleTimeoutMs} ms`)));
+    up.on('response', (upRes) => {
+      clearTimeout(connectTimer);
+      if (res.destroyed) return void up.destroy();
+      res.writeHead(upRes.statusCode ?? 502, upRes.statusMessage, rewriteHeaders(upRes.rawHeaders) as unknown as http.OutgoingHttpHeaders);
+      pipeline(upRes, res, (err) => {
+        if (err) up.destroy();
+      });
+    });
+    up.on('error', (e) => {
+      clearTimeout(connectTimer);
+      req.unpipe(up);
+      if (!res.headersSent) {
+        const f = upstreamError(t, e);
+        upstreamErrors.inc({ via: 'http', status: String(f.status) });
+        log.warn('upstream failed', { target: t.hostPort, status: f.status, err: errMsg(e) });
+        // The request body may be half read: close the client connection after the answer.
+        sendJson(res, f.status, { error: f.message }, {}, true);
+      } else {
+        res.destroy();
+      }
+    });
+    res.once('close', () => {
+      if (!res.writableFinished) up.destroy();
+    });
+    req.once('aborted', () => up.destroy());
+    req.pipe(up);
+  }
+
+  function onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const url = req.url ?? '';
+    if (url.startsWith('/')) {
+      if (url === '/healthz' && (req.method === 'GET' || req.method === 'HEAD')) return sendJson(res, closing ? 503 : 200, { ok: !closing });
+      return sendJson(res, 400, { error: 'a proxy request needs an absolute URI (http://host/path), or CONNECT host:port for TLS' }, {}, hasBody(req.headers));
+    }
+    const p = parseAbsoluteTarget(url);
+    if (!p.ok) return sendJson(res, 400, { error: p.error }, {}, hasBody(req.headers));
+    if (req.headers.host === undefined) return sendJson(res, 400, { error: 'missing Host header (required by HTTP/1.1)' }, {}, hasBody(req.headers));
+    const t = p.target;
+    // Do not read the body before the decision: a denied upload is never accepted.
+    req.pause();
+    const reply = (v: ProxyVerdict | { kind: 'deny'; outcome: Outcome }, requestId?: string) => {
+      if (v.kind === 'allow') return forwardHttp(req, res, t, v.outcome);
+      if (v.kind === 'challenge') {
+        return sendJson(res, 407, denyBody(v.outcome), { 'proxy-authenticate': `Bearer realm="${REALM}"`, ...denyHeaders(v.outcome) }, hasBody(req.headers));
+      }
+      if (v.kind === 'deny') return sendJson(res, 403, denyBody(v.outcome, requestId), denyHeaders(v.outcome, requestId), hasBody(req.headers));
+    };
+    decideProxy({ via: 'http', method: req.method ?? 'GET', target: t, proxyAuthorization: req.headers['proxy-authorization'], headers: req.headers }, deps, policy).then(
+      (v) => {
+        if (v.kind !== 'hold') return reply(v);
+        void hold(v.ticket, (abort) => {
+          const onClose = () => {
+            if (!res.writableFinished) abort();
+          };
+          if (res.destroyed) abort();
+          else res.once('close', onClose);
+          return () => res.off('close', onClose);
+        }).then(({ outcome, id }) => reply({ kind: outcome.decision.allow ? 'allow' : 'deny', outcome } as ProxyVerdict, id));
+      },
+      (e: unknown) => {
+        log.error('proxy decision failed', { err: errMsg(e) });
+        sendJson(res, 403, { allow: false, reason: 'internal decision error', rule: 'inline' }, { [DENY_REASON]: 'internal decision error' }, true);
+      },
+    );
+  }
+
+  // ---- CONNECT tunnels ----------------------------------------------------------------------
+
+  function openTunnel(socket: net.Socket, t: ProxyTarget, early: Buffer[], onData: (c: Buffer) => void): void {
+    if (socket.destroyed) return;
+    const up = net.connect({ host: t.connectHost, port: t.port });
+    upstreamSockets.add(up);
+    let established = false;
+    const connectTimer = setTimeout(() => up.destroy(new UpstreamTimeout(`no connection within ${limits.connectTimeoutMs} ms`)), limits.connectTimeoutMs);
+    const kill = () => {
+      socket.destroy();
+      up.destroy();
+    };
+    up.once('close', () => {
+      clearTimeout(connectTimer);
+      upstreamSockets.delete(up);
+      if (established) tunnels--;
+      // A clean upstream close was already forwarded by pipe (end); give the client leg its
+      // idle timeout to finish, and cut it at once after an error.
+      if (!socket.destroyed && !socket.writableEnded) socket.end();
+    });
+    up.on('error', (e) => {
+      if (!established) {
+        const f = upstreamError(t, e);
+        upstreamErrors.inc({ via: 'connect', status: String(f.status) });
+        log.warn('tunnel upstream failed', { target: t.hostPort, status: f.status, err: errMsg(e) });
+        socket.off('data', onData);
+        socket.resume();
+        rawReply(socket, f.status, {}, { error: f.message });
+      } else {
+        kill();
+      }
+    });
+    up.once('connect', () => {
+      clearTimeout(connectTimer);
+      if (socket.destroyed) return void up.destroy();
+      established = true;
+      tunnels++;
+      socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      socket.off('data', onData);
+      for (const c of early) up.write(c);
+      early.length = 0;
+      socket.setTimeout(limits.idleTimeoutMs, kill);
+      up.setTimeout(limits.idleTimeoutMs, kill);
+      socket.pipe(up);
+      up.pipe(socket);
+    });
+    socket.once('close', () => {
+      if (!established) return void up.destroy();
+      if (!up.destroyed && !up.writableEnded) up.end();
+    });
+  }
+
+  function onConnect(req: http.IncomingMessage, socket: net.Socket, head: Buffer): void {
+    socket.on('error', () => socket.destroy());
+    // No bytes move while the tunnel is decided or held; the tunnel sets its own idle timeout.
+    socket.setTimeout(0);
+    const early: Buffer[] = head.length ? [head] : [];
+    let earlyBytes = head.length;
+    const onData = (c: Buffer) => {
+      early.push(c);
+      earlyBytes += c.length;
+      if (earlyBytes > limits.maxEarlyBytes) socket.pause();
+    };
+    // Reading while deciding is how a client that goes away is noticed (FIN/RST).
+    socket.on('data', onData);
+    const p = parseConnectTarget(req.url);
+    const refuse = (status: number, headers: Record<string, string>, body: object) => {
+      socket.off('data', onData);
+      early.length = 0;
+      socket.resume();
+      rawReply(socket, status, headers, body);
+    };
+    if (!p.ok) return refuse(400, {}, { error: p.error });
+    const t = p.target;
+    const reply = (v: ProxyVerdict, requestId?: string) => {
+      if (v.kind === 'allow') return openTunnel(socket, t, early, onData);
+      if (v.kind === 'challenge') return refuse(407, { 'Proxy-Authenticate': `Bearer realm="${REALM}"`, ...denyHeaders(v.outcome) }, denyBody(v.outcome));
+      if (v.kind === 'deny') return refuse(403, denyHeaders(v.outcome, requestId), denyBody(v.outcome, requestId));
+    };
+    decideProxy({ via: 'connect', method: 'CONNECT', target: t, proxyAuthorization: req.headers['proxy-authorization'], headers: req.headers }, deps, policy).then(
+      (v) => {
+        if (v.kind !== 'hold') return reply(v);
+        void hold(v.ticket, (abort) => {
+          if (socket.destroyed) abort();
+          else socket.once('close', abort);
+          return () => socket.off('close', abort);
+        }).then(({ outcome, id }) => reply({ kind: outcome.decision.allow ? 'allow' : 'deny', outcome } as ProxyVerdict, id));
+      },
+      (e: unknown) => {
+        log.error('proxy decision failed', { err: errMsg(e) });
+        refuse(403, { [DENY_REASON]: 'internal decision error' }, { allow: false, reason: 'internal decision error', rule: 'inline' });
+      },
+    );
+  }
+
+  server.on('request', onRequest);
+  server.on('connect', onConnect);
+  server.on('upgrade', (_req: http.IncomingMessage, socket: net.Socket) => {
+    socket.on('error', () => socket.destroy());
+    rawReply(socket, 501, {}, { error: 'protocol upgrade through the proxy is not supported; use CONNECT host:port' });
+  });
+
+  const stopAccepting = () => {
+    closing = true;
+    if (server.listening) server.close();
+    server.closeIdleConnections();
+  };
+
+  return {
+    server,
+    stats,
+    stopAccepting,
+    async close(graceMs = 5000) {
+      stopAccepting();
+      for (const ac of holds) ac.abort();
+      if (clients.size > 0) {
+        await new Promise<void>((resolve) => {
+          drained = resolve;
+          const t = setTimeout(resolve, graceMs);
+          t.unref();
+        });
+      }
+      for (const s of clients) s.destroy();
+      for (const s of upstreamSockets) s.destroy();
+      agent.destroy();
+      drained = undefined;
+    },
+  };
+}
+
