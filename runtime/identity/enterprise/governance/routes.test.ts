@@ -108,6 +108,15 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       expect(team.body).toMatchObject({ owner_ref: `${T}:${ENTRA.gFin}`, owner_display: 'Finance', owner_ok: true, owner_active: true });
     });
 
+    it('names are unique across tenants: concurrent registrations in two tenants yield one 201 and one 409', async () => {
+      const [x, y] = await Promise.all([
+        register({ agentName: 'raced' }),
+        api.post('/v1/governance/agents', { agentName: 'raced', tenantId: 'fabrikam', ownerType: 'employee', ownerRef: subjectOf('fabrikam', 'fab1') }),
+      ]);
+      expect([x.status, y.status].sort()).toEqual([201, 409]);
+      expect((x.status === 409 ? x : y).body.error.code).toBe('agent_exists');
+    });
+
     it('validation errors are 422 {detail}, unknown ids are 404 envelopes', async () => {
       for (const body of [{}, { agentName: 'x y', tenantId: T, ownerType: 'employee', ownerRef: 'a' }, { agentName: 'ok', tenantId: T, ownerType: 'robot', ownerRef: 'a' }, 'not json']) {
         const r = await api.post('/v1/governance/agents', body);
@@ -257,6 +266,9 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       expect((await api.post('/v1/authority/delegations', { tenantId: T, agentId: 'alice-agent', action: 'read', resource: 'x' })).status).toBe(422);
       expect((await grant({ approverRef: S(ENTRA.alice), resource: undefined })).status).toBe(422);
       expect((await grant({ approverRef: S(ENTRA.alice), expiresInSeconds: 0 })).status).toBe(422);
+      const noApprover = await grant({});
+      expect(noApprover.status).toBe(422);
+      expect(noApprover.body.detail[0].loc).toEqual(['body', 'approverRef']);
     });
 
     it('lists newest first with filters; revoke with a reason; 409 once not live; log row', async () => {
@@ -453,6 +465,8 @@ describe.each(testBackends())('governance routes on $name', (b) => {
         expect(doc.paths[p], p).toBeDefined();
       }
       expect(doc.components.schemas.GovernedAgentRegister.properties.ownerType.enum).toEqual(['employee', 'team', 'service_account_owner_group']);
+      expect(doc.components.schemas.AuthorityDelegationGrant.required).toEqual(expect.arrayContaining(['tenantId', 'agentId', 'action', 'resource']));
+      expect(doc.paths['/v1/governance/agents/{name}/transition'].post.responses['409']).toBeDefined();
     });
   });
 });
