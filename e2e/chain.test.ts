@@ -1,0 +1,162 @@
+/**
+ * The whole egress chain on loopback sockets: an agent (the official `openai` SDK, no key of its
+ * own) -> sidecar (mints a Membership VP per request from a real provisioned identity file) ->
+ * forward proxy (verifies the VP with the real identity authority, egress decision, audit
+ * `egress.proxy`) -> model broker (its own `/authz` decision, audit `model.invoke`, provider key)
+ * -> a local OpenAI-compatible upstream; the usage lands in the control plane's budget meter and
+ * the next call over budget is refused.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { H } from '../runtime/lib/brand.js';
+import { close, listen } from '../runtime/lib/http.js';
+import { openStore, type Store } from '../runtime/store/factory.js';
+import { createIdentityAuthority, type IdentityAuthority } from '../runtime/identity/server.js';
+import { startControlPlaneWithEgress, type RunningWithEgress } from '../runtime/control-plane/egress-gateway.js';
+import { inProcessIdentity, provisionAgent } from '../runtime/control-plane/proxy/testkit.js';
+import type { AuditRecord } from '../runtime/control-plane/types.js';
+import { parseConfig } from '../runtime/broker/config.js';
+import { startBroker, type RunningBroker } from '../runtime/broker/server.js';
+import { startSidecar, type RunningSidecar } from '../sidecar/server.js';
+
+const PROVIDER_KEY = 'sk-chain-provider-key';
+const USAGE = { prompt_tokens: 30, completion_tokens: 10, total_tokens: 40 };
+
+async function until(f: () => boolean, what: string, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!f()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
+  let dir: string;
+  let store: Store;
+  let authority: IdentityAuthority;
+  let run: RunningWithEgress;
+  let upstream: http.Server;
+  let broker: RunningBroker;
+  let sidecar: RunningSidecar;
+  let agent: OpenAI;
+  const upstreamAuth: (string | undefined)[] = [];
+  const brokerSaw: http.IncomingHttpHeaders[] = [];
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'writ-chain-'));
+    store = await openStore({ backend: 'memory' });
+    authority = createIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.test' } });
+    const { identity } = await provisionAgent(authority, 'bot');
+    const idFile = join(dir, 'identity.json');
+    writeFileSync(idFile, JSON.stringify(identity));
+
+    upstream = http.createServer((req, res) => {
+      let text = '';
+      req.on('data', (c: Buffer) => (text += c.toString()));
+      req.on('end', () => {
+        upstreamAuth.push(req.headers.authorization);
+        const body = JSON.parse(text) as { stream?: boolean; stream_options?: { include_usage?: boolean } };
+        if (body.stream) {
+          res.writeHead(200, { 'content-type': 'text/event-stream' });
+          for (const c of ['chained', ' stream']) {
+            res.write(`data: ${JSON.stringify({ id: 's', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta: { content: c }, finish_reason: null }] })}\n\n`);
+          }
+          if (body.stream_options?.include_usage) res.write(`data: ${JSON.stringify({ id: 's', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [], usage: USAGE })}\n\n`);
+          return res.end('data: [DONE]\n\n');
+        }
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'c', object: 'chat.completion', created: 1, model: 'p', choices: [{ index: 0, message: { role: 'assistant', content: 'chained hello', refusal: null }, finish_reason: 'stop', logprobs: null }], usage: USAGE }));
+      });
+    });
+    const upPort = await listen(upstream, '127.0.0.1:0');
+
+    run = await startControlPlaneWithEgress({
+      store,
+      env: {},
+      identity: inProcessIdentity(authority),
+      decisionAddr: '127.0.0.1:0',
+      mgmtAddr: '127.0.0.1:0',
+      proxyAddr: '127.0.0.1:0',
+    });
+    broker = await startBroker({
+      env: {},
+      addr: '127.0.0.1:0',
+      config: parseConfig({ models: [{ name: 'gpt-mini', model: 'provider-mini', apiBase: `http://127.0.0.1:${upPort}/v1`, priceInputPer1k: 0.5, priceOutputPer1k: 1.5 }] }),
+      authzUrl: `http://127.0.0.1:${run.cp.decisionPort}/authz`,
+      usageUrl: `http://127.0.0.1:${run.cp.mgmtPort}/v1/usage`,
+      providerKey: PROVIDER_KEY,
+    });
+    broker.server.prependListener('request', (req: http.IncomingMessage) => void brokerSaw.push(req.headers));
+    const reg = run.cp.plane.registry;
+    await reg.upsert({ name: 'broker', upstream: `127.0.0.1:${broker.port}`, kind: 'service' });
+    await reg.upsert({ name: 'gpt-mini', upstream: `127.0.0.1:${broker.port}`, kind: 'model' });
+    await reg.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: ['broker'], allowModels: ['gpt-mini'], budget: { tokensPerHour: 100 } });
+
+    sidecar = await startSidecar({
+      env: {},
+      addr: '127.0.0.1:0',
+      identityFile: idFile,
+      brokerUrl: `http://127.0.0.1:${broker.port}`,
+      proxyUrl: `http://127.0.0.1:${run.gateway.port}`,
+    });
+    // The agent holds no provider key and names no actor: the sidecar and the proxy supply identity.
+    agent = new OpenAI({ apiKey: 'no-key-in-the-pod', baseURL: `http://127.0.0.1:${sidecar.port}/v1`, maxRetries: 0 });
+  });
+
+  afterAll(async () => {
+    await sidecar?.close();
+    await broker?.close(500);
+    await run?.close();
+    if (upstream) await close(upstream);
+    await authority?.close();
+    await store?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const used = () => run.cp.plane.budget.usage('bot', Date.now());
+  const audit = async () => (await (await fetch(`http://127.0.0.1:${run.cp.mgmtPort}/v1/audit?limit=1000`)).json()) as AuditRecord[];
+
+  it('completes through the chain; both hops decide and audit; the provider sees only the broker key; usage lands', async () => {
+    const r = await agent.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hello' }] });
+    expect(r.choices[0]?.message.content).toBe('chained hello');
+    expect(upstreamAuth.at(-1)).toBe(`Bearer ${PROVIDER_KEY}`);
+    // The broker got the proxy-verified actor, never the proxy credential.
+    const h = brokerSaw.at(-1)!;
+    expect(h[H.actor]).toBe('bot');
+    expect(h['proxy-authorization']).toBeUndefined();
+    await until(() => used().tokensLastHour === 40, 'usage in the budget meter');
+    expect(used().costUsdLastDay).toBeCloseTo((30 * 0.5 + 10 * 1.5) / 1000, 9);
+    const rows = await audit();
+    expect(rows.some((a) => a.action === 'egress.proxy' && a.actor === 'bot' && a.service === 'broker' && a.allow)).toBe(true);
+    expect(rows.some((a) => a.action === 'model.invoke' && a.actor === 'bot' && a.service === 'gpt-mini' && a.allow)).toBe(true);
+  });
+
+  it('streams through the chain', async () => {
+    const stream = await agent.chat.completions.create({ model: 'gpt-mini', stream: true, messages: [{ role: 'user', content: 'hello' }] });
+    let text = '';
+    for await (const c of stream) {
+      text += c.choices[0]?.delta.content ?? '';
+      expect(c.usage ?? undefined).toBeUndefined();
+    }
+    expect(text).toBe('chained stream');
+    await until(() => used().tokensLastHour === 80, 'stream usage in the budget meter');
+  });
+
+  it('refuses the next call once the usage has spent the budget', async () => {
+    const r = await agent.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'third' }] });
+    expect(r.choices[0]?.message.content).toBe('chained hello');
+    await until(() => used().tokensLastHour === 120, 'usage past the budget');
+    const n = upstreamAuth.length;
+    const e = await agent.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'fourth' }] }).then(
+      () => undefined,
+      (x: unknown) => x,
+    );
+    expect(e).toBeInstanceOf(OpenAI.PermissionDeniedError);
+    expect((e as InstanceType<typeof OpenAI.PermissionDeniedError>).headers?.get(H.denyReason) ?? (e as Error).message).toMatch(/token budget exceeded: 120 of 100/);
+    expect(upstreamAuth.length).toBe(n);
+  });
+});
