@@ -76,7 +76,8 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
 
     run = await startControlPlaneWithEgress({
       store,
-      env: {},
+      // vc mode: every decision (the proxy's and the broker's) needs a verified VP.
+      env: { AGENT_IDENTITY_MODE: 'vc' },
       identity: inProcessIdentity(authority),
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',
@@ -144,6 +145,16 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
     }
     expect(text).toBe('chained stream');
     await until(() => used().tokensLastHour === 80, 'stream usage in the budget meter');
+  });
+
+  it('a call that skips the sidecar and the proxy is refused by the broker (vc mode: no VP)', async () => {
+    const direct = new OpenAI({ apiKey: 'x', baseURL: `http://127.0.0.1:${broker.port}/v1`, maxRetries: 0, defaultHeaders: { [H.actor]: 'bot' } });
+    const e = await direct.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'sneaky' }] }).then(
+      () => undefined,
+      (x: unknown) => x,
+    );
+    expect(e).toBeInstanceOf(OpenAI.PermissionDeniedError);
+    expect((e as Error).message).toMatch(/agent VP required/);
   });
 
   it('refuses the next call once the usage has spent the budget', async () => {

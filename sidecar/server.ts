@@ -177,6 +177,9 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
       }
       const headers = forwardHeaders(req);
       headers.host = brokerAuthority;
+      // The VP is also the agent token (SPEC 4.1 egress: `Authorization: Bearer`), so the broker's
+      // own /authz decision can verify the caller (required in vc mode); the agent's dummy key is replaced.
+      headers.authorization = `Bearer ${vp}`;
       headers[H.agentVp] = vp;
       if (name) headers[H.actor] = name;
       const path = prefix + url;

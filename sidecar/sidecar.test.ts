@@ -176,7 +176,7 @@ describe('sidecar', () => {
     const send = () =>
       fetch(`${base}/v1/chat/completions?x=1`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', [H.actor]: 'mallory', 'proxy-authorization': 'Bearer forged', [H.agentVp]: 'forged' },
+        headers: { 'content-type': 'application/json', [H.actor]: 'mallory', authorization: 'Bearer sk-agent', 'proxy-authorization': 'Bearer forged', [H.agentVp]: 'forged' },
         body: '{"model":"m"}',
       });
     const n = proxied.length;
@@ -204,6 +204,7 @@ describe('sidecar', () => {
     const hit = hits.at(-1)!;
     expect(hit.headers[H.actor]).toBe('bot');
     expect(hit.headers[H.agentVp]).toBe(vpB);
+    expect(hit.headers.authorization).toBe(`Bearer ${vpB}`);
     expect(hit.headers['proxy-authorization']).toBeUndefined();
   });
 
