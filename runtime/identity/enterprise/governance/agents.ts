@@ -220,14 +220,27 @@ export async function listAgents(deps: GovDeps, q: { tenant?: string; status?: A
  */
 export async function invalidateAgentDelegations(repo: GovernanceRepo, agent: string, at: string, by: string, status: AgentStatus): Promise<number> {
   const live = await repo.listDelegations({ agent, live: true });
-  const log: LogEntry[] = [];
-  for (const d of live) {
-    const detail = `agent is ${status}`;
-    await repo.updateDelegation(d.delegationId, { status: 'invalidated', vcStatus: 'revoked', revokedAt: at, revocationReason: 'agent_inactive' }, [
-      { at, action: 'invalidate', by, detail: `agent_inactive: ${detail}` },
-    ]);
-    log.push({ kind: 'delegation_invalidate', reasonCode: 'agent_inactive', agentId: agent, delegationId: d.delegationId, source: 'admin', by, detail, at });
-  }
+  const detail = `agent is ${status}`;
+  await repo.moveDelegations(
+    live.map((d) => ({
+      id: d.delegationId,
+      status: 'invalidated',
+      vcStatus: 'revoked',
+      revokedAt: at,
+      reason: 'agent_inactive',
+      history: { at, action: 'invalidate', by, detail: `agent_inactive: ${detail}` },
+    })),
+  );
+  const log: LogEntry[] = live.map((d) => ({
+    kind: 'delegation_invalidate',
+    reasonCode: 'agent_inactive',
+    agentId: agent,
+    delegationId: d.delegationId,
+    source: 'admin',
+    by,
+    detail,
+    at,
+  }));
   await repo.appendLog(log);
   return live.length;
 }

@@ -5,7 +5,6 @@
  * -> write status moves, history entries and log rows. Only live records move, so a second run
  * with nothing changed moves nothing. Every statement goes through the tenant-scoped repos.
  */
-import type { HistoryEntry } from '../../../store/schema/governance.js';
 import type { DbOrTx } from '../tenant.js';
 import { groupKeyIn, ownerHealth, preloadedView, employeeHealth } from './directory-view.js';
 import {
@@ -76,9 +75,16 @@ export async function runCascade(tx: DbOrTx, tenantId: string, opts: CascadeOpti
   const plan = await planTenantCascade(tx, tenantId, opts.now);
   const at = new Date(opts.now).toISOString();
   const log: LogEntry[] = [];
+  // One statement per kind of write, whatever the number of moves (a reorg can move thousands).
+  await repo.moveAgents(
+    plan.agents.map((m) => ({
+      name: m.name,
+      status: m.to,
+      history: { at, action: m.to === 'suspended' ? 'cascade_suspend' : 'cascade_quarantine', by: opts.by, detail: `${m.reason}: ${m.detail}` },
+    })),
+    at,
+  );
   for (const m of plan.agents) {
-    const h: HistoryEntry = { at, action: m.to === 'suspended' ? 'cascade_suspend' : 'cascade_quarantine', by: opts.by, detail: `${m.reason}: ${m.detail}` };
-    await repo.updateAgent(m.name, { status: m.to, updatedAt: at }, [h]);
     log.push({
       kind: m.to === 'suspended' ? 'agent_suspend' : 'agent_quarantine',
       reasonCode: m.reason,
@@ -90,13 +96,17 @@ export async function runCascade(tx: DbOrTx, tenantId: string, opts: CascadeOpti
       at,
     });
   }
+  await repo.moveDelegations(
+    plan.delegations.map((m) => ({
+      id: m.id,
+      status: m.to,
+      vcStatus: vcStatusOf(m.to),
+      revokedAt: m.to === 'expired' ? null : at,
+      reason: m.reason,
+      history: { at, action: `cascade_${m.to === 'revoked' ? 'revoke' : m.to === 'expired' ? 'expire' : 'invalidate'}`, by: opts.by, detail: `${m.reason}: ${m.detail}` },
+    })),
+  );
   for (const m of plan.delegations) {
-    const h: HistoryEntry = { at, action: `cascade_${m.to === 'revoked' ? 'revoke' : m.to === 'expired' ? 'expire' : 'invalidate'}`, by: opts.by, detail: `${m.reason}: ${m.detail}` };
-    await repo.updateDelegation(
-      m.id,
-      { status: m.to, vcStatus: vcStatusOf(m.to), revokedAt: m.to === 'expired' ? null : at, revocationReason: m.reason },
-      [h],
-    );
     log.push({ kind: logKindOf(m.to), reasonCode: m.reason, agentId: m.agentId, delegationId: m.id, source: opts.source, by: opts.by, detail: m.detail, at });
   }
   await repo.appendLog(log);

@@ -76,6 +76,11 @@ export interface GovernanceRepo {
     set: Partial<Pick<DelegationRow, 'status' | 'vcStatus' | 'revokedAt' | 'revocationReason'>>,
     history: HistoryEntry[],
   ): Promise<boolean>;
+  /** Many status moves in one statement each (cascade): status, updated_at and one history entry per row. */
+  moveAgents(moves: { name: string; status: AgentStatus; history: HistoryEntry }[], at: string): Promise<void>;
+  moveDelegations(
+    moves: { id: string; status: DelegationStatus; vcStatus: DelegationRow['vcStatus']; revokedAt: string | null; reason: string; history: HistoryEntry }[],
+  ): Promise<void>;
   appendLog(entries: LogEntry[]): Promise<void>;
   listLog(limit?: number): Promise<RevocationLogRecord[]>;
 }
@@ -132,6 +137,22 @@ export function governanceRepo(db: DbOrTx, tenantId: string): GovernanceRepo {
         .where(and(eq(D.tenantId, tenantId), eq(D.delegationId, id)))
         .returning({ n: D.delegationId });
       return r.length > 0;
+    },
+    async moveAgents(moves, at) {
+      if (!moves.length) return;
+      const payload = JSON.stringify(moves.map((m) => ({ n: m.name, s: m.status, h: [m.history] })));
+      await db.execute(sql`
+        update ${A} set status = m.s, updated_at = ${at}, history = ${A.history} || m.h
+        from jsonb_to_recordset(${payload}::jsonb) as m(n text, s text, h jsonb)
+        where ${A.tenantId} = ${tenantId} and ${A.agentName} = m.n`);
+    },
+    async moveDelegations(moves) {
+      if (!moves.length) return;
+      const payload = JSON.stringify(moves.map((m) => ({ i: m.id, s: m.status, v: m.vcStatus, r: m.revokedAt, c: m.reason, h: [m.history] })));
+      await db.execute(sql`
+        update ${D} set status = m.s, vc_status = m.v, revoked_at = m.r, revocation_reason = m.c, history = ${D.history} || m.h
+        from jsonb_to_recordset(${payload}::jsonb) as m(i text, s text, v text, r timestamptz, c text, h jsonb)
+        where ${D.tenantId} = ${tenantId} and ${D.delegationId} = m.i`);
     },
     async appendLog(entries) {
       if (!entries.length) return;
