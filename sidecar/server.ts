@@ -10,9 +10,9 @@
  *
  * Env: SIDECAR_ADDR (default 127.0.0.1:8788, loopback only), <BRAND>_IDENTITY_FILE,
  * REAL_BROKER_URL, EGRESS_PROXY_URL, AGENT_VP_AUDIENCE, SIDECAR_CA_FILE (extra CA for an https
- * broker), SIDECAR_TIMEOUT_MS.
+ * broker), SIDECAR_TIMEOUT_MS, SIDECAR_RELOAD_MS (identity file re-check period).
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, unwatchFile, watchFile, type Stats } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import { isIP, type Socket } from 'node:net';
@@ -62,6 +62,8 @@ export interface SidecarOptions {
   ca?: string | Buffer;
   /** Connect/response-head timeout toward the proxy (default 30 000 ms). */
   timeoutMs?: number;
+  /** How often the identity file is checked for a new identity (default SIDECAR_RELOAD_MS or 5000 ms). */
+  reloadMs?: number;
 }
 
 export interface RunningSidecar {
@@ -138,7 +140,8 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
   const addr = opts.addr ?? str(env, 'SIDECAR_ADDR', DEFAULT_ADDR);
   const { host } = parseAddr(addr);
   if (!isLoopback(host)) throw new Error(`SIDECAR_ADDR must be a loopback address (127.0.0.1 or ::1), got ${JSON.stringify(addr)}: the sidecar mints credentials for whoever reaches it`);
-  const { identity, name } = readIdentityFile(opts.identityFile ?? optional(env, IDENTITY_FILE_VAR));
+  const identityPath = opts.identityFile ?? optional(env, IDENTITY_FILE_VAR);
+  let { identity, name } = readIdentityFile(identityPath);
   const broker = httpUrl(opts.brokerUrl ?? optional(env, 'REAL_BROKER_URL'), 'REAL_BROKER_URL');
   const proxy = httpUrl(opts.proxyUrl ?? optional(env, 'EGRESS_PROXY_URL'), 'EGRESS_PROXY_URL');
   if (proxy.protocol !== 'http:') throw new Error('EGRESS_PROXY_URL must be an http:// URL (the proxy speaks plain HTTP; TLS to the broker stays end to end)');
@@ -146,6 +149,7 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
   const caFile = optional(env, 'SIDECAR_CA_FILE');
   const ca = opts.ca ?? (caFile ? readFileSync(caFile) : undefined);
   const timeoutMs = opts.timeoutMs ?? int(env, 'SIDECAR_TIMEOUT_MS', 30_000);
+  const reloadMs = opts.reloadMs ?? int(env, 'SIDECAR_RELOAD_MS', 5000);
   // A mint proves the key works before the port opens.
   await presentationFor(identity, { audience, ttlSeconds: VP_TTL_SECONDS });
 
@@ -272,13 +276,35 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
     })();
   };
 
-  const server = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, handler);
-  const port = await listen(server, addr);
+  // A re-provisioned identity (a rotated secret) is picked up without a restart; a file that
+  // becomes unreadable or invalid keeps the last good identity and is reported.
+  const onChange = (cur: Stats) => {
+    if (cur.mtimeMs === 0) return log.error('identity file disappeared; keeping the current identity', { file: identityPath });
+    try {
+      const next = readIdentityFile(identityPath);
+      identity = next.identity;
+      name = next.name;
+      log.info('identity reloaded', { agent: name ?? identity.did });
+    } catch (e) {
+      log.error('identity file change rejected; keeping the current identity', { err: errMsg(e) });
+    }
+  };
+  if (identityPath) watchFile(identityPath, { interval: reloadMs, persistent: false }, onChange);
+
+  const server = http.createServer({ keepAliveTimeout: 65_000 }, handler);
+  let port: number;
+  try {
+    port = await listen(server, addr);
+  } catch (e) {
+    if (identityPath) unwatchFile(identityPath, onChange);
+    throw e;
+  }
   log.info('sidecar listening', { port, agent: name ?? identity.did, broker: broker.origin, proxy: proxy.origin, via: brokerTls ? 'CONNECT' : 'absolute-URI' });
   return {
     port,
     server,
     async close() {
+      if (identityPath) unwatchFile(identityPath, onChange);
       await closeServer(server);
       proxyAgent.destroy();
     },

@@ -286,6 +286,31 @@ describe('sidecar', () => {
     expect(status).toBe(400);
   });
 
+  it('picks up a rotated identity file, and keeps the last good identity when the file turns bad', async () => {
+    const file = join(dir, 'rotating.json');
+    writeFileSync(file, (await import('node:fs')).readFileSync(idFile));
+    const s = await startSidecar({ env: {}, addr: '127.0.0.1:0', identityFile: file, brokerUrl: 'http://127.0.0.1:1', proxyUrl, reloadMs: 20 });
+    const holder = async () => {
+      const n = proxied.length;
+      (await fetch(`http://127.0.0.1:${s.port}/deny/who`)).body?.cancel();
+      return decodeJwt(proxied[n]!.auth!.replace(/^Bearer /, '')).iss;
+    };
+    try {
+      expect(await holder()).toBe(agentDid);
+      const next = await makeAgent(issuer, { name: 'bot' });
+      writeFileSync(file, JSON.stringify(next));
+      const end = Date.now() + 5000;
+      while ((await holder()) !== next.did && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+      expect(await holder()).toBe(next.did);
+      writeFileSync(file, '{broken');
+      // Give the watcher a few periods to see the broken file: the identity must not change.
+      await new Promise((r) => setTimeout(r, 120));
+      expect(await holder()).toBe(next.did);
+    } finally {
+      await s.close();
+    }
+  });
+
   it('listens on loopback only', async () => {
     expect(isLoopback('127.0.0.1')).toBe(true);
     expect(isLoopback('::1')).toBe(true);

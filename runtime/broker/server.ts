@@ -452,7 +452,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
     maxResponseBytes,
     ready: () => !closing,
   };
-  const server = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, createHandler(deps));
+  const server = http.createServer({ keepAliveTimeout: 65_000 }, createHandler(deps));
   let port: number;
   try {
     port = await listen(server, addr);
