@@ -12,7 +12,7 @@ import { tenantOfSubject } from '../tenant.js';
 import { healthOf, type GovDeps } from './agents.js';
 import { runCascade, type CascadeCounts } from './cascade.js';
 import { groupKeyIn, lazyView, type DirectoryView } from './directory-view.js';
-import { LIVE_DELEGATION, type DelegationStatus, type RevokeReason } from './model.js';
+import { GRANTABLE_AGENT, LIVE_DELEGATION, type DelegationStatus, type RevokeReason } from './model.js';
 import { decideGrant, type PersonFact } from './policy.js';
 import { governanceRepo, governanceTenants, tenantOfDelegation, type DelegationRow, type RevocationLogRecord } from './repo.js';
 
@@ -238,7 +238,7 @@ export async function listDelegations(deps: GovDeps, q: { tenant?: string; agent
 
 /**
  * SPEC 3.4: usable only for an active, non-expired delegation. Also denied (fail closed) when its
- * agent is no longer active, which the cascade would turn into an invalidation.
+ * agent is gone or not approved/active (the cascade would invalidate it on its next run).
  */
 export async function usable(deps: GovDeps, id: string, tenantHint?: string): Promise<{ usable: boolean; status: DelegationStatus; reason: string | null }> {
   const t = await delegationTenant(deps, id, tenantHint);
@@ -248,7 +248,7 @@ export async function usable(deps: GovDeps, id: string, tenantHint?: string): Pr
   if (d.status !== 'active') return { usable: false, status: d.status, reason: d.revocationReason ?? (d.status === 'expired' ? 'delegation_expired' : `delegation_${d.status}`) };
   if (d.expiresAt !== null && d.expiresAt <= Math.floor(deps.now() / 1000)) return { usable: false, status: d.status, reason: 'delegation_expired' };
   const agent = await repo.getAgent(d.agentId);
-  if (!agent || agent.status !== 'active') return { usable: false, status: d.status, reason: agent ? `agent_${agent.status}` : 'agent_missing' };
+  if (!agent || !GRANTABLE_AGENT.has(agent.status)) return { usable: false, status: d.status, reason: agent ? `agent_${agent.status}` : 'agent_missing' };
   return { usable: true, status: d.status, reason: null };
 }
 

@@ -305,6 +305,16 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       const d = (await grant({ approverRef: S(ENTRA.alice), expiresInSeconds: 60 })).body;
       clock += 61_000;
       expect((await api.get(`/v1/authority/delegations/${d.delegation_id}/usable`)).body).toEqual({ usable: false, status: 'active', reason: 'delegation_expired' });
+      // An approved (not yet active) agent can hold a usable delegation; a suspended one cannot,
+      // even if a live row slipped past the cascade (written here straight to the store).
+      await register({ agentName: 'approved-only' });
+      for (const st of ['pending_approval', 'approved']) await move('approved-only', st);
+      const pre = (await grant({ agentId: 'approved-only', approverRef: S(ENTRA.alice) })).body;
+      expect((await api.get(`/v1/authority/delegations/${pre.delegation_id}/usable`)).body.usable).toBe(true);
+      await seedDelegation(store.db, T, { delegationId: 'slipped', agentId: 'susp-agent', grantedBy: S(ENTRA.alice), expiresAt: null });
+      expect((await api.get('/v1/authority/delegations/slipped/usable')).body).toEqual({ usable: false, status: 'active', reason: 'agent_suspended' });
+      expect((await api.post(`/v1/revocation/cascade?tenant=${T}`)).body.by_reason.agent_inactive).toBeGreaterThanOrEqual(1);
+      expect((await api.get('/v1/authority/delegations/slipped')).body).toMatchObject({ status: 'invalidated', revocation_reason: 'agent_inactive' });
     });
 
     it('a manual suspend invalidates the agent\'s live delegations (agent_inactive)', async () => {
