@@ -142,6 +142,8 @@ function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer> {
     req.on('data', onData);
     req.on('end', () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
     req.on('error', reject);
+    // A client gone mid-upload settles the read (no-op once it has ended).
+    req.on('close', () => reject(new Error('client closed the request')));
   });
 }
 
