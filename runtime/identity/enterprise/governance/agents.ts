@@ -246,8 +246,8 @@ export async function invalidateAgentDelegations(repo: GovernanceRepo, agent: st
 }
 
 /** SPEC 3.1 manual move: 409 bad_transition off the table, 409 activation_blocked at the gate. */
-export async function transitionAgent(deps: GovDeps, name: string, to: string, by = 'unknown'): Promise<AgentRecord> {
-  const t = await agentTenant(deps.db, name);
+export async function transitionAgent(deps: GovDeps, name: string, to: string, by = 'unknown', tenantHint?: string): Promise<AgentRecord> {
+  const t = await agentTenant(deps.db, name, tenantHint);
   return deps.db.transaction(async (tx) => {
     const repo = governanceRepo(tx, t);
     await repo.lock();
@@ -273,8 +273,13 @@ export async function transitionAgent(deps: GovDeps, name: string, to: string, b
 }
 
 /** The new owner must resolve in the agent's tenant and be active, otherwise 400. */
-export async function transferOwnership(deps: GovDeps, name: string, b: { ownerType: OwnerType; ownerRef: string; by?: string }): Promise<AgentRecord> {
-  const t = await agentTenant(deps.db, name);
+export async function transferOwnership(
+  deps: GovDeps,
+  name: string,
+  b: { ownerType: OwnerType; ownerRef: string; by?: string },
+  tenantHint?: string,
+): Promise<AgentRecord> {
+  const t = await agentTenant(deps.db, name, tenantHint);
   return deps.db.transaction(async (tx) => {
     const repo = governanceRepo(tx, t);
     await repo.lock();

@@ -252,8 +252,8 @@ export async function usable(deps: GovDeps, id: string, tenantHint?: string): Pr
   return { usable: true, status: d.status, reason: null };
 }
 
-export async function revokeDelegation(deps: GovDeps, id: string, b: { reason?: RevokeReason; by?: string }): Promise<DelegationRecord> {
-  const t = await delegationTenant(deps, id);
+export async function revokeDelegation(deps: GovDeps, id: string, b: { reason?: RevokeReason; by?: string }, tenantHint?: string): Promise<DelegationRecord> {
+  const t = await delegationTenant(deps, id, tenantHint);
   return deps.db.transaction(async (tx) => {
     const repo = governanceRepo(tx, t);
     await repo.lock();

@@ -284,6 +284,11 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       expect((await api.get(`/v1/authority/delegations/${first.delegation_id}`)).body).toEqual(first);
 
       expect((await api.post(`/v1/authority/delegations/${first.delegation_id}/revoke`, { reason: 'not_a_reason' })).status).toBe(422);
+      // A tenant guard naming another tenant cannot reach this tenant's records (404, nothing changes).
+      expect((await api.post(`/v1/authority/delegations/${first.delegation_id}/revoke?tenant=fabrikam`, {})).status).toBe(404);
+      expect((await api.post('/v1/governance/agents/alice-agent/transition?tenant=fabrikam', { status: 'retired' })).status).toBe(404);
+      expect((await api.post('/v1/governance/agents/alice-agent/transfer-ownership?tenant=fabrikam', { ownerType: 'employee', ownerRef: S(ENTRA.bob) })).status).toBe(404);
+      expect((await api.get('/v1/governance/agents/alice-agent')).body).toMatchObject({ status: 'active', owner_ref: S(ENTRA.alice) });
       const r = await api.post(`/v1/authority/delegations/${first.delegation_id}/revoke`, { reason: 'owner_transferred', by: 'erin' });
       expect(r.status).toBe(200);
       expect(r.body).toMatchObject({ status: 'revoked', vc_status: 'revoked', revocation_reason: 'owner_transferred', revoked_at: expect.any(String) });

@@ -77,7 +77,7 @@ export function registerGovernanceRoutes(app: OpenAPIHono, deps: GovDeps): void 
       path: '/v1/governance/agents/{name}/transition',
       tags,
       summary: 'Manual lifecycle move (SPEC 3.1); responds with the updated agent',
-      request: { params: NameParam, body: body(TransitionSchema) },
+      request: { params: NameParam, query: TenantQuery, body: body(TransitionSchema) },
       responses: {
         200: json(AgentRecordSchema, 'Moved'),
         404: errorResponse('Unknown agent'),
@@ -87,7 +87,7 @@ export function registerGovernanceRoutes(app: OpenAPIHono, deps: GovDeps): void 
     }),
     async (c) => {
       const b = c.req.valid('json');
-      return c.json((await transitionAgent(deps, c.req.valid('param').name, b.status, b.by)) as AgentOut, 200);
+      return c.json((await transitionAgent(deps, c.req.valid('param').name, b.status, b.by, c.req.valid('query').tenant)) as AgentOut, 200);
     },
   );
 
@@ -97,7 +97,7 @@ export function registerGovernanceRoutes(app: OpenAPIHono, deps: GovDeps): void 
       path: '/v1/governance/agents/{name}/transfer-ownership',
       tags,
       summary: 'Transfer ownership to an owner that resolves in the tenant and is active',
-      request: { params: NameParam, body: body(TransferSchema) },
+      request: { params: NameParam, query: TenantQuery, body: body(TransferSchema) },
       responses: {
         200: json(AgentRecordSchema, 'Transferred'),
         400: errorResponse('New owner unresolved, cross-tenant or inactive'),
@@ -106,7 +106,7 @@ export function registerGovernanceRoutes(app: OpenAPIHono, deps: GovDeps): void 
         ...invalid,
       },
     }),
-    async (c) => c.json((await transferOwnership(deps, c.req.valid('param').name, c.req.valid('json'))) as AgentOut, 200),
+    async (c) => c.json((await transferOwnership(deps, c.req.valid('param').name, c.req.valid('json'), c.req.valid('query').tenant)) as AgentOut, 200),
   );
 
   app.openapi(
@@ -208,7 +208,7 @@ export function registerGovernanceRoutes(app: OpenAPIHono, deps: GovDeps): void 
       path: '/v1/authority/delegations/{id}/revoke',
       tags: authority,
       summary: 'Revoke a live delegation (reason defaults to manual_admin_revocation)',
-      request: { params: IdParam, body: { required: false, content: { 'application/json': { schema: RevokeSchema } } } },
+      request: { params: IdParam, query: TenantQuery, body: { required: false, content: { 'application/json': { schema: RevokeSchema } } } },
       responses: {
         200: json(DelegationRecordSchema, 'Revoked'),
         404: errorResponse('Unknown delegation'),
@@ -217,7 +217,7 @@ export function registerGovernanceRoutes(app: OpenAPIHono, deps: GovDeps): void 
       },
     }),
     async (c) => {
-      return c.json((await revokeDelegation(deps, c.req.valid('param').id, c.req.valid('json') ?? {})) as DelegationOut, 200);
+      return c.json((await revokeDelegation(deps, c.req.valid('param').id, c.req.valid('json') ?? {}, c.req.valid('query').tenant)) as DelegationOut, 200);
     },
   );
 
