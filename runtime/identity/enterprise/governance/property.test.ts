@@ -21,11 +21,11 @@ const AGENTS = 2;
 type Op =
   | { k: 'sync'; t: number; active: boolean[]; member: boolean[] }
   | { k: 'register'; t: number; a: number; owner: number; stealName: boolean }
-  | { k: 'move'; t: number; a: number; to: string }
+  | { k: 'move'; t: number; a: number; to: string; cross: boolean }
   | { k: 'activate'; t: number; a: number }
   | { k: 'transfer'; t: number; a: number; owner: number; cross: boolean }
   | { k: 'grant'; t: number; a: number; approver: number; group: boolean; breakGlass: boolean; crossAgent: boolean; crossApprover: boolean }
-  | { k: 'revoke'; t: number; d: number }
+  | { k: 'revoke'; t: number; d: number; cross: boolean }
   | { k: 'cascade'; t: number }
   | { k: 'peek'; t: number; a: number };
 
@@ -37,7 +37,7 @@ const w = <T,>(weight: number, arbitrary: fc.Arbitrary<T>) => ({ weight, arbitra
 const op: fc.Arbitrary<Op> = fc.oneof(
   w(1, fc.record({ k: fc.constant('sync' as const), t: t01, active: mask, member: mask })),
   w(2, fc.record({ k: fc.constant('register' as const), t: t01, a: agent, owner: emp, stealName: fc.boolean() })),
-  w(2, fc.record({ k: fc.constant('move' as const), t: t01, a: agent, to: fc.constantFrom(...AGENT_STATUSES) })),
+  w(2, fc.record({ k: fc.constant('move' as const), t: t01, a: agent, to: fc.constantFrom(...AGENT_STATUSES), cross: fc.boolean() })),
   w(2, fc.record({ k: fc.constant('activate' as const), t: t01, a: agent })),
   w(1, fc.record({ k: fc.constant('transfer' as const), t: t01, a: agent, owner: emp, cross: fc.boolean() })),
   w(
@@ -53,7 +53,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
       crossApprover: fc.boolean(),
     }),
   ),
-  w(1, fc.record({ k: fc.constant('revoke' as const), t: t01, d: fc.integer({ min: 0, max: 7 }) })),
+  w(1, fc.record({ k: fc.constant('revoke' as const), t: t01, d: fc.integer({ min: 0, max: 7 }), cross: fc.boolean() })),
   w(1, fc.record({ k: fc.constant('cascade' as const), t: t01 })),
   w(1, fc.record({ k: fc.constant('peek' as const), t: t01, a: agent })),
 );
@@ -127,8 +127,9 @@ describe.each(testBackends())('governance properties on $name', (b) => {
               if (o.stealName) expect(r.body.error.code).toBe('agent_exists');
               break;
             case 'move':
-              r = await api.post(`/v1/governance/agents/${name(t, o.a)}/transition`, { status: o.to });
-              expect([200, 404, 409]).toContain(r.status);
+              // cross: this tenant's caller (guard ?tenant=) aims at the other tenant's agent.
+              r = await api.post(`/v1/governance/agents/${name(o.cross ? other : t, o.a)}/transition?tenant=${T[t]}`, { status: o.to });
+              expect(o.cross ? [404] : [200, 404, 409]).toContain(r.status);
               break;
             case 'activate':
               // draft -> pending_approval -> approved -> active, stopping at the first refusal.
@@ -164,10 +165,11 @@ describe.each(testBackends())('governance properties on $name', (b) => {
               }
               break;
             case 'revoke': {
-              const id = ids[t]![o.d % Math.max(1, ids[t]!.length)];
+              const owner = o.cross ? other : t;
+              const id = ids[owner]![o.d % Math.max(1, ids[owner]!.length)];
               if (!id) continue;
-              r = await api.post(`/v1/authority/delegations/${id}/revoke`, { reason: 'policy_changed' });
-              expect([200, 409]).toContain(r.status);
+              r = await api.post(`/v1/authority/delegations/${id}/revoke?tenant=${T[t]}`, { reason: 'policy_changed' });
+              expect(o.cross ? [404] : [200, 409]).toContain(r.status);
               break;
             }
             case 'cascade':
@@ -210,7 +212,7 @@ describe.each(testBackends())('governance properties on $name', (b) => {
               { k: 'register', t: 0, a: 0, owner: 1, stealName: false },
               { k: 'activate', t: 0, a: 0 },
               { k: 'grant', t: 0, a: 0, approver: 0, group: false, breakGlass: false, crossAgent: false, crossApprover: false },
-              { k: 'move', t: 0, a: 0, to: 'suspended' },
+              { k: 'move', t: 0, a: 0, to: 'suspended', cross: false },
             ],
           ],
         ], seed: Number(process.env.FC_SEED) || undefined },
