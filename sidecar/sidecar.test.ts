@@ -68,6 +68,8 @@ describe('sidecar', () => {
   const hits: TargetHit[] = [];
   let gate = deferred();
   let part1 = deferred<string>();
+  const hangArrived = deferred();
+  const hangClosed = deferred();
 
   const targetHandler: http.RequestListener = (req, res) => {
     if (req.url === '/api/upload') {
@@ -79,6 +81,11 @@ describe('sidecar', () => {
       });
       req.on('end', () => res.end(JSON.stringify({ got: body })));
       return;
+    }
+    if (req.url === '/api/hang') {
+      hangArrived.resolve();
+      res.on('close', () => hangClosed.resolve());
+      return; // never answers
     }
     if (req.url === '/api/stream') {
       req.resume();
@@ -135,6 +142,10 @@ describe('sidecar', () => {
         r.pipe(res);
       });
       req.pipe(up);
+      up.on('error', () => res.destroy());
+      res.on('close', () => {
+        if (!res.writableFinished) up.destroy();
+      });
     });
     proxy.on('connect', (req: http.IncomingMessage, socket: net.Socket) => {
       const auth = req.headers['proxy-authorization'];
@@ -235,6 +246,15 @@ describe('sidecar', () => {
     let rest = '';
     for (let c = await reader.read(); !c.done; c = await reader.read()) rest += new TextDecoder().decode(c.value);
     expect(rest).toBe('data: two\n\n');
+  });
+
+  it('a client that hangs up ends the exchange with the broker', async () => {
+    const ac = new AbortController();
+    const p = fetch(`${base}/api/hang`, { signal: ac.signal }).catch((e: unknown) => e);
+    await hangArrived.promise;
+    ac.abort();
+    expect(await p).toBeInstanceOf(Error);
+    await hangClosed.promise; // the target saw its side of the exchange close
   });
 
   it('tunnels an https broker through CONNECT with the VP, TLS end to end', async () => {
