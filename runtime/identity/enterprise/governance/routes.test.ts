@@ -7,7 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Store } from '../../../store/factory.js';
 import { testBackends } from '../../../store/testing.js';
-import { ENTRA, entraSnapshot } from '../directory/fixtures.js';
+import { ENTRA, entraSnapshot, entraUser } from '../directory/fixtures.js';
+import { syncDirectory } from '../directory/sync.js';
+import { runCascade } from './cascade.js';
 import { AGENT_STATUSES, TRANSITIONS, type AgentStatus } from './model.js';
 import { agents as identityAgents } from '../../../store/schema/identity.js';
 import { governanceRepo } from './repo.js';
@@ -380,6 +382,22 @@ describe.each(testBackends())('governance routes on $name', (b) => {
   });
 
   describe('directory sync runs the cascade in its transaction (source auto)', () => {
+    it('a sync that fails after its cascade rolls the cascade back with it', async () => {
+      const t = 'rollco';
+      const users = [entraUser({ oid: 'o1', upn: 'o1@r.example', given: 'O', family: 'One' })];
+      await syncDirectory({ db: store.db, now: () => clock }, { tenantId: t, idp: 'idp_a', mode: 'snapshot', users });
+      await seedAgent(store.db, t, { agentName: 'roll-agent', ownerRef: `idp_a:${t}:o1` });
+      await seedDelegation(store.db, t, { delegationId: 'roll-del', agentId: 'roll-agent', grantedBy: `idp_a:${t}:o1`, expiresAt: null });
+      const off = [entraUser({ oid: 'o1', upn: 'o1@r.example', given: 'O', family: 'One', active: false })];
+      const failing = { db: store.db, now: () => clock, cascade: runCascade, failpoint: (st: string) => { if (st === 'run') throw new Error('disk full'); } };
+      await expect(syncDirectory(failing, { tenantId: t, idp: 'idp_a', mode: 'snapshot', users: off })).rejects.toThrow('disk full');
+      expect((await api.get('/v1/governance/agents/roll-agent')).body).toMatchObject({ status: 'active', owner_active: true });
+      expect((await api.get('/v1/authority/delegations/roll-del')).body.status).toBe('active');
+      expect((await api.get(`/v1/revocation/log?tenant=${t}`)).body).toEqual([]);
+      const ok = await api.post('/v1/directory/sync', { tenantId: t, users: off });
+      expect(ok.body.cascade).toMatchObject({ agents_suspended: 1, delegations_revoked: 1, by_reason: { owner_inactive: 2 } });
+    });
+
     it('deactivating an owner suspends their agent, revokes its delegations and invalidates delegations they granted', async () => {
       await activeAgent('bob-agent', { ownerRef: S(ENTRA.bob) });
       await activeAgent('erin-agent', { ownerRef: S(ENTRA.engMgr), businessSponsor: S(ENTRA.cto) });
