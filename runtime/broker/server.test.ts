@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../lib/brand.js';
 import { close, listen } from '../lib/http.js';
 import { startControlPlane, type RunningControlPlane } from '../control-plane/server.js';
+import type { IdentityPort } from '../control-plane/identity-port.js';
 import { openStore, type Store } from '../store/factory.js';
 import { parseConfig, type BrokerConfig } from './config.js';
 import { startBroker, type RunningBroker } from './server.js';
@@ -75,6 +76,7 @@ describe('model broker', () => {
         { name: 'gpt-gated', model: 'provider-gated', apiBase },
         { name: 'gpt-cut', model: 'provider-cut', apiBase },
         { name: 'forbidden', model: 'provider-ok', apiBase },
+        { name: 'gpt-regulated', model: 'provider-ok', apiBase },
       ],
     });
   const used = () => cp.plane.budget.usage('bot', Date.now());
@@ -155,9 +157,15 @@ describe('model broker', () => {
     const upPort = await listen(upstream, '127.0.0.1:0');
     upBase = `http://127.0.0.1:${upPort}/v1`;
     store = await openStore({ backend: 'memory' });
-    cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    // An in-process identity authority answering delegation checks: task "t-ok" is approved.
+    const identity: IdentityPort = {
+      verifyPresentation: async () => ({ ok: false, reason: 'no VPs in this test' }),
+      checkDelegation: async (q) =>
+        q.task === 't-ok' && q.action === 'model:invoke' ? { ok: true, reason: 'ok', vcJti: 'jti-1', notAfter: Math.floor(Date.now() / 1000) + 600 } : { ok: false, reason: 'no approved delegation' },
+    };
+    cp = await startControlPlane({ store, env: {}, identity, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     const models = config('http://x/v1').models.map((m) => m.name);
-    for (const name of models) await cp.plane.registry.upsert({ name, upstream: 'broker.default.svc:8080', kind: 'model' });
+    for (const name of models) await cp.plane.registry.upsert({ name, upstream: 'broker.default.svc:8080', kind: 'model', ...(name === 'gpt-regulated' ? { dataClass: 'regulated' as const } : {}) });
     await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: models.filter((m) => m !== 'forbidden') });
     await cp.plane.registry.upsert({ name: 'thrifty', upstream: 'thrifty.agents.svc:8080', kind: 'agent', allowModels: ['gpt-mini'], budget: { tokensPerHour: 15 } });
     broker = await startBroker({
@@ -252,6 +260,25 @@ describe('model broker', () => {
     expect(err.code).toBe('permission_denied');
     expect(err.message).toMatch(/forbidden is not in bot\.allowModels/);
     expect(seen.length).toBe(n);
+  });
+
+  it('passes task headers to the decision: regulated model needs an approved delegation (401 + needs-approval)', async () => {
+    const ask = (headers: Record<string, string>) =>
+      client.chat.completions.create({ model: 'gpt-regulated', messages: [{ role: 'user', content: 'hi' }] }, { headers }).then(unexpected, asApiError);
+    const before = used();
+    const noTask = await ask({});
+    expect(noTask.status).toBe(403);
+    expect(noTask.message).toMatch(/needs task, action and resource/);
+    const pending = await ask({ [H.task]: 't-none', [H.action]: 'model:invoke', [H.resource]: 'chat' });
+    expect(pending.status).toBe(401);
+    expect(pending.headers?.get(H.needsApproval)).toBe('true');
+    expect(pending.message).toMatch(/needs approval/);
+    const ok = await client.chat.completions.create(
+      { model: 'gpt-regulated', messages: [{ role: 'user', content: 'hi' }] },
+      { headers: { [H.task]: 't-ok', [H.action]: 'model:invoke', [H.resource]: 'chat' } },
+    );
+    expect(ok.choices[0]?.message.content).toBe('hello');
+    await until(() => used().tokensLastHour === before.tokensLastHour + 20, 'regulated usage');
   });
 
   it('denies once the budget is spent (after the usage lands)', async () => {
