@@ -1,0 +1,334 @@
+/**
+ * Forward-proxy throughput, Writ against squid measured in the same run, same upstreams, same
+ * load generator:
+ *
+ *   plain HTTP   autocannon sends absolute-URI requests through the proxy (keep-alive)
+ *   CONNECT      N tunnels are opened once; undici clients run TLS requests over them
+ *   tunnel setup CONNECT + "200 Connection Established" + close, back to back
+ *
+ * Processes: this one drives the load; `--upstream` serves the HTTP and TLS upstreams; `--writ`
+ * runs the real control plane + egress gateway on in-memory PGlite (audit chain shipped to it).
+ * Writ does the whole decision per request (and per tunnel): VP verification through an
+ * in-process identity authority with a VP cache (what identity-client.ts does over HTTP),
+ * registry match, egressAllow, budget, audit append, metrics. squid (Debian package) runs from a
+ * generated allow-all config in a temp dir: no cache, no access log, one worker.
+ *
+ *   npx tsx bench/proxy.bench.ts    (BENCH_SECONDS=5 BENCH_WARMUP=1 BENCH_CONNECTIONS=32)
+ *
+ * Targets: plain HTTP >= 1.0x squid, CONNECT >= 0.8x squid.
+ */
+import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import tls from 'node:tls';
+import { fileURLToPath } from 'node:url';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
+const BODY = Buffer.alloc(256, 'w');
+const self = fileURLToPath(import.meta.url);
+
+interface UpstreamPorts {
+  http: number;
+  tls: number;
+  certFile: string;
+}
+
+async function serveUpstreams(): Promise<void> {
+  const { selfSignedCert } = await import('../runtime/control-plane/proxy/testkit.js');
+  const cert = selfSignedCert();
+  const handler: http.RequestListener = (req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': BODY.length });
+      res.end(BODY);
+    });
+  };
+  const plain = http.createServer({ keepAliveTimeout: 65_000 }, handler);
+  const secure = https.createServer({ key: cert.key, cert: cert.cert, keepAliveTimeout: 65_000 }, handler);
+  const listen = (s: net.Server) => new Promise<number>((r) => s.listen(0, '127.0.0.1', () => r((s.address() as net.AddressInfo).port)));
+  process.send?.({ http: await listen(plain), tls: await listen(secure), certFile: cert.certFile } satisfies UpstreamPorts);
+  process.on('message', () => process.exit(0));
+}
+
+async function serveWrit(): Promise<void> {
+  const up = JSON.parse(process.argv[3] ?? '{}') as UpstreamPorts;
+  const durable = process.argv[4] === 'durable';
+  const { openStore } = await import('../runtime/store/factory.js');
+  const { setLogLevel } = await import('../runtime/lib/log.js');
+  const { createIdentityAuthority } = await import('../runtime/identity/server.js');
+  const { startControlPlaneWithEgress } = await import('../runtime/control-plane/egress-gateway.js');
+  const { inProcessIdentity, provisionAgent } = await import('../runtime/control-plane/proxy/testkit.js');
+  setLogLevel('warn');
+  const store = await openStore({ backend: 'memory' });
+  const authority = createIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.bench' } });
+  const { vp } = await provisionAgent(authority, 'bot');
+  const run = await startControlPlaneWithEgress({
+    store,
+    env: {},
+    identity: inProcessIdentity(authority, { cache: true }),
+    decisionAddr: '127.0.0.1:0',
+    mgmtAddr: '127.0.0.1:0',
+    proxyAddr: '127.0.0.1:0',
+    durableAudit: durable,
+  });
+  const reg = run.cp.plane.registry;
+  await reg.upsert({ name: 'up', upstream: `127.0.0.1:${up.http}`, kind: 'service' });
+  await reg.upsert({ name: 'tls', upstream: `127.0.0.1:${up.tls}`, kind: 'service' });
+  await reg.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: ['up', 'tls'] });
+  process.send?.({ port: run.gateway.port, vp });
+  process.on('message', async () => {
+    const stats = run.cp.plane.audit.stats();
+    process.stderr.write(`writ (${durable ? 'audit to PGlite' : 'audit in memory'}): ${stats.lastSeq} audit records appended, ${stats.shippedSeq} shipped\n`);
+    await run.close();
+    await authority.close();
+    await store.close();
+    process.exit(0);
+  });
+}
+
+function child<T>(args: string[]): Promise<{ proc: ChildProcess; msg: T }> {
+  const proc = fork(self, args, { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  return new Promise((resolve, reject) => {
+    proc.once('message', (m) => resolve({ proc, msg: m as T }));
+    proc.once('exit', (c) => reject(new Error(`${args[0]} exited with ${c}`)));
+  });
+}
+
+async function stop(proc: ChildProcess): Promise<void> {
+  if (proc.exitCode !== null) return;
+  const done = new Promise((r) => proc.once('exit', r));
+  proc.send('stop');
+  await done;
+}
+
+async function startSquid(): Promise<{ port: number; stop(): Promise<void> } | undefined> {
+  const bin = ['/usr/sbin/squid', '/usr/bin/squid'].find((p) => spawnSync(p, ['-v']).status === 0);
+  if (!bin) return undefined;
+  const dir = mkdtempSync(join(tmpdir(), 'writ-bench-squid-'));
+  chmodSync(dir, 0o777); // squid drops to its own user for the cache log
+  const port = await new Promise<number>((r) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => r(p));
+    });
+  });
+  writeFileSync(
+    join(dir, 'squid.conf'),
+    [
+      `http_port 127.0.0.1:${port}`,
+      'http_access allow all',
+      'cache deny all',
+      'cache_mem 0 MB',
+      'access_log none',
+      'cache_store_log none',
+      `cache_log ${join(dir, 'cache.log')}`,
+      `pid_filename ${join(dir, 'squid.pid')}`,
+      `coredump_dir ${dir}`,
+      'pinger_enable off',
+      'logfile_rotate 0',
+      'shutdown_lifetime 0 seconds',
+      'workers 1',
+      '',
+    ].join('\n'),
+  );
+  const proc = spawn(bin, ['-N', '-f', join(dir, 'squid.conf')], { stdio: 'ignore' });
+  const until = Date.now() + 15_000;
+  for (;;) {
+    const ok = await new Promise<boolean>((r) => {
+      const s = net.connect(port, '127.0.0.1', () => {
+        s.destroy();
+        r(true);
+      });
+      s.on('error', () => r(false));
+    });
+    if (ok) break;
+    if (proc.exitCode !== null || Date.now() > until) {
+      const log = (() => {
+        try {
+          return readFileSync(join(dir, 'cache.log'), 'utf8').slice(-800);
+        } catch {
+          return '';
+        }
+      })();
+      proc.kill('SIGKILL');
+      throw new Error(`squid did not start: ${log}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    port,
+    async stop() {
+      const done = new Promise((r) => proc.once('exit', r));
+      proc.kill('SIGKILL');
+      await done;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+interface AcResult {
+  requests: { average: number; total: number };
+  latency: { p50: number; p99: number };
+  non2xx: number;
+  errors: number;
+}
+type Autocannon = (o: Record<string, unknown>) => Promise<AcResult>;
+
+async function plainHttp(proxyPort: number, upstream: number, headers: Record<string, string>): Promise<{ rps: number; p50: number; p99: number }> {
+  const spec = 'autocannon';
+  const autocannon = ((await import(spec)) as { default: Autocannon }).default;
+  const opts = {
+    url: `http://127.0.0.1:${proxyPort}`,
+    connections: CONNECTIONS,
+    pipelining: 1,
+    requests: [{ method: 'GET', path: `http://127.0.0.1:${upstream}/item`, headers: { host: `127.0.0.1:${upstream}`, ...headers } }],
+  };
+  await autocannon({ ...opts, duration: WARMUP });
+  const r = await autocannon({ ...opts, duration: SECONDS });
+  if (r.errors || r.non2xx) throw new Error(`plain HTTP: ${r.errors} errors, ${r.non2xx} non-2xx responses`);
+  return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99 };
+}
+
+/** Opens a CONNECT tunnel; resolves with the raw socket once the proxy answers 200. */
+function tunnel(proxyPort: number, target: string, auth: string | undefined): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(proxyPort, '127.0.0.1', () => {
+      s.write(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n${auth ? `Proxy-Authorization: ${auth}\r\n` : ''}\r\n`);
+    });
+    let buf = '';
+    const onData = (c: Buffer) => {
+      buf += c.toString('latin1');
+      const end = buf.indexOf('\r\n\r\n');
+      if (end === -1) return;
+      s.off('data', onData);
+      if (!/^HTTP\/1\.[01] 200/.test(buf)) {
+        s.destroy();
+        return reject(new Error(`CONNECT refused: ${buf.split('\r\n')[0]}`));
+      }
+      resolve(s);
+    };
+    s.on('data', onData);
+    s.once('error', reject);
+  });
+}
+
+/** TLS requests over CONNECT_TUNNELS long-lived tunnels (one HTTP/1.1 keep-alive stream each). */
+async function connectRequests(proxyPort: number, up: UpstreamPorts, auth: string | undefined): Promise<{ rps: number }> {
+  const ca = readFileSync(up.certFile);
+  const target = `127.0.0.1:${up.tls}`;
+  const agents: https.Agent[] = [];
+  for (let i = 0; i < CONNECTIONS; i++) {
+    const raw = await tunnel(proxyPort, target, auth);
+    const socket = tls.connect({ socket: raw, ca, servername: 'localhost' });
+    await new Promise<void>((r, j) => {
+      socket.once('secureConnect', () => r());
+      socket.once('error', j);
+    });
+    // One agent per tunnel, holding exactly that TLS socket.
+    const agent = new https.Agent({ keepAlive: true, maxSockets: 1 });
+    (agent as unknown as { createConnection: () => tls.TLSSocket }).createConnection = () => socket;
+    agents.push(agent);
+  }
+  const one = (agent: https.Agent) =>
+    new Promise<void>((resolve, reject) => {
+      const req = https.request({ host: '127.0.0.1', port: up.tls, path: '/item', agent, ca, servername: 'localhost' }, (res) => {
+        res.resume();
+        res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  const loop = async (agent: https.Agent, until: number, count: { n: number }) => {
+    while (Date.now() < until) {
+      await one(agent);
+      count.n++;
+    }
+  };
+  const warm = { n: 0 };
+  await Promise.all(agents.map((a) => loop(a, Date.now() + WARMUP * 1000, warm)));
+  const count = { n: 0 };
+  const t0 = Date.now();
+  await Promise.all(agents.map((a) => loop(a, t0 + SECONDS * 1000, count)));
+  const secs = (Date.now() - t0) / 1000;
+  for (const a of agents) a.destroy();
+  return { rps: count.n / secs };
+}
+
+/** Tunnels opened and closed per second (CONNECT, 200, close), CONNECTIONS at a time. */
+async function tunnelSetup(proxyPort: number, target: string, auth: string | undefined): Promise<{ rps: number }> {
+  const loop = async (until: number, count: { n: number }) => {
+    while (Date.now() < until) {
+      const s = await tunnel(proxyPort, target, auth);
+      await new Promise<void>((r) => {
+        s.once('close', () => r());
+        s.destroy();
+      });
+      count.n++;
+    }
+  };
+  const par = Math.min(CONNECTIONS, 16);
+  await Promise.all(Array.from({ length: par }, () => loop(Date.now() + WARMUP * 1000, { n: 0 })));
+  const count = { n: 0 };
+  const t0 = Date.now();
+  await Promise.all(Array.from({ length: par }, () => loop(t0 + SECONDS * 1000, count)));
+  return { rps: count.n / ((Date.now() - t0) / 1000) };
+}
+
+async function drive(): Promise<void> {
+  const squid = await startSquid().catch((e: unknown) => {
+    console.log(`proxy bench: squid failed to start (${String(e)}); skipping`);
+    return null;
+  });
+  if (squid === undefined) {
+    console.log('proxy bench: SKIPPED, squid is not installed (apt-get install -y squid); the ratio needs squid as its baseline');
+    return;
+  }
+  if (squid === null) return;
+  const upstream = await child<UpstreamPorts>(['--upstream']);
+  const writ = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'memory']);
+  const auth = `Bearer ${writ.msg.vp}`;
+  let durable: Awaited<ReturnType<typeof child<{ port: number; vp: string }>>> | undefined;
+  try {
+    const up = upstream.msg;
+    const rows: { name: string; squid: number; writ: number; target: number; extra?: string }[] = [];
+    const sPlain = await plainHttp(squid.port, up.http, {});
+    const wPlain = await plainHttp(writ.msg.port, up.http, { 'proxy-authorization': auth });
+    rows.push({ name: 'plain HTTP req/s', squid: sPlain.rps, writ: wPlain.rps, target: 1.0, extra: `p99 squid ${sPlain.p99} ms, writ ${wPlain.p99} ms` });
+    const sConn = await connectRequests(squid.port, up, undefined);
+    const wConn = await connectRequests(writ.msg.port, up, auth);
+    rows.push({ name: 'CONNECT TLS req/s', squid: sConn.rps, writ: wConn.rps, target: 0.8 });
+    const sSetup = await tunnelSetup(squid.port, `127.0.0.1:${up.tls}`, undefined);
+    const wSetup = await tunnelSetup(writ.msg.port, `127.0.0.1:${up.tls}`, auth);
+    rows.push({ name: 'tunnel setups/s', squid: sSetup.rps, writ: wSetup.rps, target: 0 });
+    // The default composition ships every audit record to the store; with in-process PGlite
+    // (WASM, same event loop) that shipping is the dominant cost, so it is shown separately.
+    await stop(writ.proc);
+    durable = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'durable']);
+    const dPlain = await plainHttp(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` });
+    rows.push({ name: 'plain, audit->PGlite', squid: sPlain.rps, writ: dPlain.rps, target: 0 });
+    console.log(
+      `proxy bench: ${CONNECTIONS} connections, ${SECONDS} s per run after ${WARMUP} s warm-up; writ runs the full decision on every request and tunnel ` +
+        '(VP verify through a cached in-process identity port, registry, egressAllow, budget, hash-chained audit, metrics); audit in memory unless noted',
+    );
+    for (const r of rows) {
+      const ratio = r.writ / r.squid;
+      const verdict = r.target ? (ratio >= r.target ? `target >= ${r.target.toFixed(1)}x met` : `target >= ${r.target.toFixed(1)}x MISSED`) : 'no target';
+      console.log(`${r.name.padEnd(20)} squid ${r.squid.toFixed(0).padStart(7)}  writ ${r.writ.toFixed(0).padStart(7)}  ratio ${ratio.toFixed(2)}x  (${verdict})${r.extra ? `  ${r.extra}` : ''}`);
+    }
+  } finally {
+    await stop(writ.proc);
+    if (durable) await stop(durable.proc);
+    await stop(upstream.proc);
+    await squid.stop();
+  }
+}
+
+if (process.argv[2] === '--upstream') await serveUpstreams();
+else if (process.argv[2] === '--writ') await serveWrit();
+else await drive();
