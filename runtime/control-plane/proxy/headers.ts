@@ -29,6 +29,8 @@ export interface RewriteOptions {
   dropOwn?: boolean;
   /** Appended after the kept fields. */
   add?: Record<string, string>;
+  /** Drop Expect (requests: the proxy answered 100-continue to the client itself). */
+  dropExpect?: boolean;
 }
 
 /** `raw` without hop-by-hop fields, plus `add` and a Via entry; a fresh flat list. */
@@ -41,6 +43,7 @@ export function rewriteHeaders(raw: readonly string[], opts: RewriteOptions = {}
     const lower = name.toLowerCase();
     if (HOP_BY_HOP.has(lower) || lower.startsWith('proxy-') || named?.has(lower)) continue;
     if (opts.dropOwn && lower.startsWith(OWN_PREFIX)) continue;
+    if (opts.dropExpect && lower === 'expect') continue;
     if (lower === 'via') {
       via = via === undefined ? raw[i + 1]! : `${via}, ${raw[i + 1]!}`;
       continue;

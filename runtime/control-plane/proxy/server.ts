@@ -14,7 +14,7 @@
  */
 import http from 'node:http';
 import net from 'node:net';
-import { pipeline } from 'node:stream';
+import { Agent as UndiciAgent, type Dispatcher } from 'undici';
 import { Gauge, Counter, type Registry as PromRegistry } from 'prom-client';
 import { BRAND, header, metric } from '../../lib/brand.js';
 import { errMsg, logger } from '../../lib/log.js';
@@ -92,15 +92,14 @@ export interface ForwardProxy {
 const REALM = `${BRAND}-egress`;
 const DENY_REASON = header('Deny-Reason');
 const EGRESS_REQUEST = header('Egress-Request');
-/** Methods node's client frames with chunked encoding when no length is set. */
-const NO_DEFAULT_BODY = new Set(['GET', 'HEAD', 'DELETE', 'OPTIONS', 'TRACE']);
 
 class UpstreamTimeout extends Error {}
 
+const TIMEOUT_CODES = new Set(['ETIMEDOUT', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
+
 function isTimeout(e: unknown): boolean {
   if (e instanceof UpstreamTimeout) return true;
-  const code = (e as { code?: string } | undefined)?.code;
-  return code === 'ETIMEDOUT';
+  return TIMEOUT_CODES.has((e as { code?: string } | undefined)?.code ?? '');
 }
 
 /** 502/504 body text: the upstream failure without internals beyond the error code. */
@@ -158,7 +157,14 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   let closing = false;
   let drained: (() => void) | undefined;
 
-  const agent = new http.Agent({ keepAlive: true, maxFreeSockets: 256, scheduling: 'lifo', timeout: limits.idleTimeoutMs });
+  // Upstream leg of plain HTTP: undici's pooled keep-alive client (a per-origin pool). Its
+  // headers/body timeouts are the idle timeout of the exchange; connect has its own.
+  const upstream = new UndiciAgent({
+    keepAliveTimeout: 30_000,
+    connect: { timeout: limits.connectTimeoutMs },
+    headersTimeout: limits.idleTimeoutMs,
+    bodyTimeout: limits.idleTimeoutMs,
+  });
 
   const registers = opts.metricsRegistry ? [opts.metricsRegistry] : [];
   // One proxy per metrics registry; a re-created proxy (tests) replaces the previous series.
@@ -183,8 +189,12 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   function stats(): ProxyStats {
     let busy = 0;
     let pooled = 0;
-    for (const list of Object.values(agent.sockets)) busy += list?.length ?? 0;
-    for (const list of Object.values(agent.freeSockets)) pooled += list?.length ?? 0;
+    for (const st of Object.values(upstream.stats) as { connected?: number; free?: number }[]) {
+      const connected = st.connected ?? 0;
+      const free = st.free ?? 0;
+      busy += connected - free;
+      pooled += free;
+    }
     return { clients: clients.size, upstreams: upstreamSockets.size + busy, pooled, tunnels, held: holds.size };
   }
 
@@ -245,33 +255,20 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
 
   function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: Outcome): void {
     if (res.destroyed || req.socket.destroyed) return;
-    const raw = rewriteHeaders(req.rawHeaders, { dropOwn: true, add: outcome.decision.headers });
+    const raw = rewriteHeaders(req.rawHeaders, { dropOwn: true, add: outcome.decision.headers, dropExpect: true });
     setHeader(raw, 'Host', t.port === 80 ? t.host : t.hostPort);
-    // Transfer-Encoding is hop-by-hop: re-frame a chunked body ourselves; a request without
-    // any body framing goes out with an explicit empty length.
-    if (req.headers['transfer-encoding'] !== undefined) raw.push('Transfer-Encoding', 'chunked');
-    else if (req.headers['content-length'] === undefined && !NO_DEFAULT_BODY.has(req.method ?? 'GET')) raw.push('Content-Length', '0');
     if (closing) res.setHeader('connection', 'close');
-
-    const up = http.request({ host: t.connectHost, port: t.port, method: req.method, path: t.path, headers: raw as unknown as http.OutgoingHttpHeaders, agent, setHost: false });
-    let connectTimer: NodeJS.Timeout | undefined;
-    up.on('socket', (s: net.Socket) => {
-      if (!s.connecting) return;
-      connectTimer = setTimeout(() => up.destroy(new UpstreamTimeout(`no connection within ${limits.connectTimeoutMs} ms`)), limits.connectTimeoutMs);
-      s.once('connect', () => clearTimeout(connectTimer));
+    // Transfer-Encoding is hop-by-hop: undici re-frames a streamed body without a length as chunked.
+    const body = hasBody(req.headers) ? req : null;
+    if (!body) req.resume();
+    let abort: ((e?: Error) => void) | undefined;
+    let finished = false;
+    res.once('close', () => {
+      if (!res.writableFinished && !finished) abort?.(new Error('client went away'));
     });
-    up.setTimeout(limits.idleTimeoutMs, () => up.destroy(new UpstreamTimeout(`no activity for ${limits.idleTimeoutMs} ms`)));
-    up.on('response', (upRes) => {
-      clearTimeout(connectTimer);
-      if (res.destroyed) return void up.destroy();
-      res.writeHead(upRes.statusCode ?? 502, upRes.statusMessage, rewriteHeaders(upRes.rawHeaders) as unknown as http.OutgoingHttpHeaders);
-      pipeline(upRes, res, (err) => {
-        if (err) up.destroy();
-      });
-    });
-    up.on('error', (e) => {
-      clearTimeout(connectTimer);
-      req.unpipe(up);
+    const fail = (e: Error) => {
+      finished = true;
+      if (body) req.unpipe();
       if (!res.headersSent) {
         const f = upstreamError(t, e);
         upstreamErrors.inc({ via: 'http', status: String(f.status) });
@@ -281,12 +278,32 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
       } else {
         res.destroy();
       }
-    });
-    res.once('close', () => {
-      if (!res.writableFinished) up.destroy();
-    });
-    req.once('aborted', () => up.destroy());
-    req.pipe(up);
+    };
+    upstream.dispatch(
+      { origin: `http://${t.hostPort}`, path: t.path, method: (req.method ?? 'GET') as Dispatcher.HttpMethod, headers: raw, body },
+      {
+        onConnect(a: (e?: Error) => void) {
+          abort = a;
+          if (res.destroyed) a(new Error('client went away'));
+        },
+        onHeaders(status: number, rawHeaders: Buffer[], resume: () => void, statusText: string) {
+          if (res.destroyed) return false;
+          const h: string[] = new Array(rawHeaders.length);
+          for (let i = 0; i < rawHeaders.length; i++) h[i] = rawHeaders[i]!.toString('latin1');
+          res.writeHead(status, statusText, rewriteHeaders(h) as unknown as http.OutgoingHttpHeaders);
+          res.on('drain', resume);
+          return true;
+        },
+        onData(chunk: Buffer) {
+          return res.write(chunk);
+        },
+        onComplete() {
+          finished = true;
+          res.end();
+        },
+        onError: fail,
+      } as unknown as Dispatcher.DispatchHandler,
+    );
   }
 
   function onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
@@ -451,7 +468,7 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
       }
       for (const s of clients) s.destroy();
       for (const s of upstreamSockets) s.destroy();
-      agent.destroy();
+      await upstream.destroy().catch(() => {});
       drained = undefined;
     },
   };
