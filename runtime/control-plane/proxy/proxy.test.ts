@@ -320,6 +320,16 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
     expect(h.status).toBe(504);
     const r = await via(bot, [`http://127.0.0.1:${ports.reset}/`]);
     expect(r.status).toBe(502);
+    // An upload into an upstream that resets: 502 or a cut connection, never a crashed proxy.
+    const upload = join(certFile, '..', 'reset-upload.bin');
+    writeFileSync(upload, randomBytes(2 * 1024 * 1024));
+    const up = await via(bot, ['--data-binary', `@${upload}`, `http://127.0.0.1:${ports.reset}/`]);
+    expect([0, 502]).toContain(up.status);
+    // A tunnel whose upstream resets mid-stream ends the client's connection, nothing else.
+    const t = await via(bot, ['--cacert', certFile, `https://127.0.0.1:${ports.reset}/`]);
+    expect(t.connect).toBe(200);
+    expect(t.exit).not.toBe(0);
+    expect((await via(bot, [`http://127.0.0.1:${ports.echo}/still-up`])).status).toBe(200);
     const gw = run.gateway.proxy!;
     await eventually(() => {
       const s = gw.stats();

@@ -316,6 +316,9 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     if (!p.ok) return sendJson(res, 400, { error: p.error }, {}, hasBody(req.headers));
     if (req.headers.host === undefined) return sendJson(res, 400, { error: 'missing Host header (required by HTTP/1.1)' }, {}, hasBody(req.headers));
     const t = p.target;
+    // The body stream may be destroyed with an error (client reset, upstream failure mid-upload):
+    // the exchange's own handlers answer or cut the connection; the error must not crash the process.
+    req.on('error', () => {});
     // Do not read the body before the decision: a denied upload is never accepted.
     req.pause();
     const reply = (v: ProxyVerdict | { kind: 'deny'; outcome: Outcome }, requestId?: string) => {
