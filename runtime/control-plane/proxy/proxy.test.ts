@@ -146,6 +146,8 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
       proxyAddr: '127.0.0.1:0',
       queue: { timeoutMs: 60_000, replicaId: `proxy-test-${b.name}` },
       limits: { headersTimeoutMs: 400, idleTimeoutMs: 1500, connectTimeoutMs: 2000 },
+      // The TLS server's port is open to CONNECT for external names too (localhost:<tls> is not a registry upstream).
+      connectPorts: [443, ports.tls],
     });
     proxy = `http://127.0.0.1:${run.gateway.port}`;
     mgmt = `http://127.0.0.1:${run.cp.mgmtPort}`;
@@ -262,6 +264,17 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
     expect(rows.filter((x) => x.action === 'egress.proxy' && x.reason.includes(req.id))).toEqual([
       expect.objectContaining({ allow: true, rule: 'delegation', actor: 'bot', service: 'external' }),
     ]);
+  });
+
+  it('a CONNECT to an external host is held; once approved the TLS tunnel opens end to end', async () => {
+    const target = `localhost:${ports.tls}`;
+    const res = via(bot, ['--cacert', certFile, `https://${target}/held`]);
+    const req = await pending(target);
+    expect(req).toMatchObject({ service: 'external', action: 'http:connect', resource: target });
+    expect((await post(`${mgmt}/v1/egress/requests/${req.id}/approve`, { approver: 'alice' })).status).toBe(200);
+    const r = await res;
+    expect(r.connect).toBe(200);
+    expect(r.body).toBe('tls hello /held');
   });
 
   it('a regulated target without a delegation is held; denying it answers 403 with the reason', async () => {
