@@ -319,6 +319,8 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
     const tlsAbs = await raw(port, `GET https://127.0.0.1:${ports.tls}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
     expect(tlsAbs).toContain('CONNECT');
     expect(await raw(port, 'CONNECT nohostport HTTP/1.1\r\nHost: x\r\n\r\n')).toMatch(/^HTTP\/1\.1 400/);
+    const upgrade = await raw(port, `GET http://127.0.0.1:${ports.echo}/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`);
+    expect(upgrade).toMatch(/^HTTP\/1\.1 501/);
     const huge = await raw(port, `GET http://a/ HTTP/1.1\r\nHost: a\r\nX-Big: ${'a'.repeat(40 * 1024)}\r\n\r\n`);
     expect(huge).toMatch(/^HTTP\/1\.1 431/);
     const t0 = Date.now();
