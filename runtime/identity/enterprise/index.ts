@@ -10,6 +10,7 @@ import { runCascade } from './governance/cascade.js';
 import { registerGovernanceRoutes } from './governance/routes.js';
 import { registerIdentityRoutes } from './identity/routes.js';
 import { registerKeyRoutes } from './keys/routes.js';
+import { registerPreviewRoutes } from './preview/routes.js';
 
 export { SYNC_BODY_LIMIT };
 
@@ -33,4 +34,5 @@ export function registerEnterpriseRoutes(app: OpenAPIHono, ctx: EnterpriseContex
   registerGovernanceRoutes(app, { db: ctx.store.db, now: ctx.now });
   registerIdentityRoutes(app, { db: ctx.store.db, now: ctx.now, env: ctx.env });
   registerKeyRoutes(app, { db: ctx.store.db, now: ctx.now, env: ctx.env });
+  registerPreviewRoutes(app, { db: ctx.store.db, env: ctx.env });
 }
