@@ -52,6 +52,9 @@ describe.each(testBackends())('identity resolution on $name', (b) => {
       groups: [ENTRA.gEng],
       roles: ['Global.Admin'],
       name: 'Token Name',
+      department: 'Token Dept',
+      manager: 'someone-else',
+      status: 'active',
     };
     const r = await resolve(claims);
     expect(r.status).toBe(200);

@@ -92,6 +92,18 @@ describe.each(testBackends())('api keys on $name', (b) => {
     expect((await verify(empty, { scope: 'models:invoke' })).body).toMatchObject({ valid: false, reason: 'scope_not_granted' });
   });
 
+  it('lastUsedAt moves at most once per minute (verification is a read otherwise)', async () => {
+    const pt = plaintexts[0]!;
+    const id = parseKey(pt)!.id;
+    clock += 30_000;
+    expect((await verify(pt)).body.key.lastUsedAt).toBe('2026-03-01T09:00:01.000Z');
+    expect((await api.get(`/v1/keys/${id}`)).body.lastUsedAt).toBe('2026-03-01T09:00:01.000Z');
+    clock += 31_000;
+    expect((await verify(pt)).body.key.lastUsedAt).toBe('2026-03-01T09:01:02.000Z');
+    expect((await api.get(`/v1/keys/${id}`)).body.lastUsedAt).toBe('2026-03-01T09:01:02.000Z');
+    clock -= 61_000;
+  });
+
   it('rejects wrong, malformed and foreign keys without disclosing anything', async () => {
     const pt = plaintexts[0]!;
     const flipped = pt.slice(0, -1) + (pt.endsWith('A') ? 'B' : 'A');
@@ -125,6 +137,19 @@ describe.each(testBackends())('api keys on $name', (b) => {
     expect((await api.post('/v1/keys/ffffffffffffffff/rotate', { by: 'bob' })).status).toBe(404);
     expect((await api.post(`/v1/keys/${r.body.key.id}/rotate`, {})).status).toBe(422);
     expect((await api.post(`/v1/keys/${r.body.key.id}/rotate`)).status).toBe(422);
+  });
+
+  it('two concurrent rotations of one key: exactly one wins', async () => {
+    const k = (await create({ tenantId: 'contoso', name: 'race' })).body;
+    plaintexts.push(k.plaintext);
+    const rs = await Promise.all([1, 2].map(() => api.post(`/v1/keys/${k.key.id}/rotate`, { by: 'x' })));
+    expect(rs.map((r) => r.status).sort()).toEqual([200, 409]);
+    const won = rs.find((r) => r.status === 200)!.body.plaintext as string;
+    plaintexts.push(won);
+    expect((await verify(won)).body.valid).toBe(true);
+    expect((await verify(k.plaintext)).body.reason).toBe('key_rotated');
+    const family = (await api.get('/v1/keys?tenant=contoso')).body.filter((x: any) => x.rotatedFrom === k.key.id);
+    expect(family).toHaveLength(1);
   });
 
   it('revoke: record back, key dead, idempotent, 404 for unknown', async () => {

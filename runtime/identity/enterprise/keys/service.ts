@@ -239,9 +239,12 @@ export function keyService(deps: KeyServiceDeps) {
       if (row.status !== 'active') return { valid: false, reason: 'key_rotated' };
       if (o.tenantId !== undefined && o.tenantId !== row.tenantId) return { valid: false, reason: 'tenant_mismatch' };
       const at = stamp();
-      await keysRepo(db, row.tenantId).touch(row.id, at, gap);
       const rec = keyOut(row);
-      if (row.lastUsedAt === null || Date.parse(iso(row.lastUsedAt)) < Date.parse(at) - gap) rec.lastUsedAt = at;
+      // Verification stays a single read unless last_used_at is due to move (at most once per gap).
+      if (row.lastUsedAt === null || Date.parse(iso(row.lastUsedAt)) < Date.parse(at) - gap) {
+        await keysRepo(db, row.tenantId).touch(row.id, at, gap);
+        rec.lastUsedAt = at;
+      }
       if (o.scope !== undefined && !row.scopes.includes(o.scope)) return { valid: false, reason: 'scope_not_granted', key: rec };
       return { valid: true, reason: 'ok', key: rec };
     },
