@@ -186,6 +186,8 @@ describe.each(testBackends())('api keys on $name', (b) => {
     const all = await api.get('/v1/keys');
     expect(all.status).toBe(200);
     expect(all.body.length).toBe(plaintexts.length);
+    const created = all.body.map((k: any) => k.createdAt);
+    expect([...created].sort().reverse()).toEqual(created);
     const reads = [all.text, ...(await Promise.all(all.body.map((k: any) => api.get(`/v1/keys/${k.id}`)))).map((r) => r.text)].join('\n');
     const logs = logged.join('');
     for (const pt of plaintexts) {

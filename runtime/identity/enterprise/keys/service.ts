@@ -216,6 +216,8 @@ export function keyService(deps: KeyServiceDeps) {
       const tenants = tenant !== undefined ? [tenant] : await keyTenants(db);
       const out: KeyRecord[] = [];
       for (const t of tenants) out.push(...(await keysRepo(db, t).list()).map(keyOut));
+      // Across tenants: newest first by creation time (each tenant's list already is, by sequence).
+      if (tenant === undefined) out.sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
       return out;
     },
 
