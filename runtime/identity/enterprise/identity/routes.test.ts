@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
+import fc from 'fast-check';
 import { rowsOf, type Store } from '../../../store/factory.js';
 import { testBackends } from '../../../store/testing.js';
 import { ENTRA, ENTRA_TID, entraSnapshot, OKTA, oktaSnapshot } from '../directory/fixtures.js';
@@ -163,6 +164,29 @@ describe.each(testBackends())('identity resolution on $name', (b) => {
     expect(r.status).toBe(200);
     expect(r.body).toMatchObject({ resolved: false, reason, effective: null, session: null, session_recorded: false, precedence: PRECEDENCE });
     expect(r.body.conflicts).toEqual([{ type: 'unresolved', detail: expect.any(String) }]);
+  });
+
+  it('property: any claims object answers 200 and never changes a directory column other than session', async () => {
+    const truth = async () =>
+      (await rowsOf<{ d: string }>(store.db, sql`select md5(string_agg((to_jsonb(e) - 'session')::text, '|' order by employee_subject)) as d from directory_employees e`))[0]!.d;
+    const before = await truth();
+    const saved = clock;
+    clock = T0 - 86_400_000; // sessions written here must not outrank the later tests' newest-first checks
+    const claim = fc.oneof(fc.constantFrom(V2, OKTA_ISS, ENTRA_TID, ENTRA.alice, ENTRA.dave, OKTA.peggy.oktaId, ENTRA.gFin), fc.string(), fc.integer(), fc.array(fc.string(), { maxLength: 3 }), fc.constant(null));
+    const claims = fc.dictionary(fc.constantFrom('iss', 'tid', 'oid', 'sub', 'email', 'groups', 'roles', 'preferred_username', 'status', 'active'), claim);
+    const hints = fc.record({ idp: fc.constantFrom('idp_a', 'idp_b'), tenant: fc.constantFrom('contoso', 'initech', 'fabrikam') }, { requiredKeys: [] });
+    await fc.assert(
+      fc.asyncProperty(claims, hints, async (c, h) => {
+        const r = await resolve(c, h);
+        expect(r.status).toBe(200);
+        if (r.body.resolved) expect(r.body.effective.active).toBe(r.body.effective.status === 'active');
+        else expect(r.body.conflicts[0].type).toBe('unresolved');
+      }),
+      { numRuns: 60 },
+    );
+    clock = saved;
+    expect(await truth()).toBe(before);
+    expect((await api.get(`/v1/directory/employees/${encodeURIComponent(A(ENTRA.dave))}`)).body.status).toBe('inactive');
   });
 
   it('validation: 422 for a missing claims object, a bad idp or tenant hint', async () => {
