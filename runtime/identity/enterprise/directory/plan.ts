@@ -117,22 +117,43 @@ const sha256 = (s: string): string => (oneShot ? oneShot('sha256', s, 'base64url
 
 /** Digest of every snapshot-owned column; equal digests mean the row is not rewritten. */
 export function contentHash(c: Content): string {
+  return hashFields(c.idp, c.externalId, c.externalIdpId, c.email, c.displayName, c.givenName, c.familyName, c.title, c.department, c.managerSubject, c.groups, c.roles, c.appAssignments, c.status, c.source);
+}
+
+/** contentHash from the columns themselves, so an unchanged row never builds its write object. */
+function hashFields(
+  idp: string,
+  externalId: string,
+  externalIdpId: string | null,
+  email: string | null,
+  displayName: string | null,
+  givenName: string | null,
+  familyName: string | null,
+  title: string | null,
+  department: string | null,
+  managerSubject: string | null,
+  groups: readonly string[],
+  roles: readonly string[],
+  appAssignments: readonly string[],
+  status: string,
+  source: string,
+): string {
   return sha256(
-    enc(c.idp) +
-      enc(c.externalId) +
-      enc(c.externalIdpId) +
-      enc(c.email) +
-      enc(c.displayName) +
-      enc(c.givenName) +
-      enc(c.familyName) +
-      enc(c.title) +
-      enc(c.department) +
-      enc(c.managerSubject) +
-      encList(c.groups) +
-      encList(c.roles) +
-      encList(c.appAssignments) +
-      enc(c.status) +
-      enc(c.source),
+    enc(idp) +
+      enc(externalId) +
+      enc(externalIdpId) +
+      enc(email) +
+      enc(displayName) +
+      enc(givenName) +
+      enc(familyName) +
+      enc(title) +
+      enc(department) +
+      enc(managerSubject) +
+      encList(groups) +
+      encList(roles) +
+      encList(appAssignments) +
+      enc(status) +
+      enc(source),
   );
 }
 
@@ -159,10 +180,16 @@ const parseGroupsJson = (s: string): string[] => {
   }
 };
 
+/*
+ * Performance notes (100k users, unchanged re-sync): every subject string is built ONCE per user
+ * and reused as the key of every map (a fresh `prefix + ext` per lookup costs a concatenation, a
+ * flatten and a re-hash each time); per-user state lives in arrays indexed by snapshot position
+ * instead of maps keyed by subject; an unchanged row is detected from the digest of its columns
+ * and never builds its write object.
+ */
 export function planSync(input: PlanInput): SyncPlan {
   const { tenantId, idp, now } = input;
   const subjectPrefix = `${idp}:${tenantId}:`;
-  const subjectOf = (ext: string) => subjectPrefix + ext;
   const errors: SyncError[] = [];
   const counts = emptyCounts();
 
@@ -170,81 +197,101 @@ export function planSync(input: PlanInput): SyncPlan {
   for (const r of input.currentEmployees) if (r.tenantId === tenantId) current.set(r.employeeSubject, r);
 
   // 1. Parse users. Skipped subjects (bad record, externalId readable) are left untouched.
-  const users = new Map<string, ScimUser>(); // by externalId, first wins
+  const uList: ScimUser[] = []; // snapshot users, first record per externalId
+  const uSubject: string[] = []; // their subjects (same index)
+  const users = new Map<string, number>(); // externalId -> index, first wins
   const skipped = new Set<string>(); // subjects
-  const userByScimId = new Map<string, string>(); // SCIM id -> externalId
-  input.users.forEach((raw, i) => {
-    const p = parseUser(raw);
+  const userByScimId = new Map<string, number>(); // SCIM id -> index
+  const rawUsers = input.users;
+  for (let i = 0; i < rawUsers.length; i++) {
+    const p = parseUser(rawUsers[i]);
     if (!p.ok) {
       errors.push({ resource_type: 'User', external_id: p.externalId ?? p.id ?? `users[${i}]`, error: p.error });
-      if (p.externalId !== null && !users.has(p.externalId)) skipped.add(subjectOf(p.externalId));
-      return;
+      if (p.externalId !== null && !users.has(p.externalId)) skipped.add(subjectPrefix + p.externalId);
+      continue;
     }
     const u = p.value;
     if (users.has(u.externalId)) {
       errors.push({ resource_type: 'User', external_id: u.externalId, error: 'duplicate externalId in snapshot: first record applied' });
-      return;
+      continue;
     }
-    users.set(u.externalId, u);
-    if (u.id !== null && !userByScimId.has(u.id)) userByScimId.set(u.id, u.externalId);
-  });
-  for (const s of skipped) if (users.has(s.slice(subjectPrefix.length))) skipped.delete(s);
+    const idx = uList.length;
+    users.set(u.externalId, idx);
+    uList.push(u);
+    uSubject.push(subjectPrefix + u.externalId);
+    if (u.id !== null && !userByScimId.has(u.id)) userByScimId.set(u.id, idx);
+  }
+  if (skipped.size) for (const s of skipped) if (users.has(s.slice(subjectPrefix.length))) skipped.delete(s);
 
   // A reference (member value, manager.value) is an externalId or a SCIM id of a snapshot user.
-  const resolveUserRef = (ref: string): string | undefined => {
-    if (users.has(ref)) return subjectOf(ref);
-    const ext = userByScimId.get(ref);
-    if (ext !== undefined) return subjectOf(ext);
-    const s = subjectOf(ref);
+  // Returns the snapshot index (>= 0), or -1 when not a snapshot user.
+  const userIndex = (ref: string): number => users.get(ref) ?? userByScimId.get(ref) ?? -1;
+  const skippedRef = (ref: string): string | undefined => {
+    if (!skipped.size) return undefined;
+    const s = subjectPrefix + ref;
     return skipped.has(s) && current.has(s) ? s : undefined;
   };
 
   // 2. Parse groups and build the membership relation.
-  const groups = new Map<string, ScimGroup>();
+  const gList: ScimGroup[] = [];
+  const groups = new Map<string, number>(); // externalId -> index
   const groupExtByRef = new Map<string, string>(); // SCIM id or externalId -> externalId
   const skippedGroups = new Set<string>(); // external ids whose prior memberships are kept
   const reconcileGroups = input.groups !== undefined;
-  (input.groups ?? []).forEach((raw, i) => {
-    const p = parseGroup(raw);
+  const rawGroups = input.groups ?? [];
+  for (let i = 0; i < rawGroups.length; i++) {
+    const p = parseGroup(rawGroups[i]);
     if (!p.ok) {
       errors.push({ resource_type: 'Group', external_id: p.externalId ?? p.id ?? `groups[${i}]`, error: p.error });
       if (p.externalId !== null) skippedGroups.add(p.externalId);
-      return;
+      continue;
     }
     const g = p.value;
     if (groups.has(g.externalId)) {
       errors.push({ resource_type: 'Group', external_id: g.externalId, error: 'duplicate externalId in snapshot: first record applied' });
-      return;
+      continue;
     }
-    groups.set(g.externalId, g);
+    groups.set(g.externalId, gList.length);
+    gList.push(g);
     groupExtByRef.set(g.externalId, g.externalId);
     if (g.id !== null && !groupExtByRef.has(g.id)) groupExtByRef.set(g.id, g.externalId);
-  });
+  }
   for (const ext of groups.keys()) skippedGroups.delete(ext);
 
   // Plain arrays, deduplicated when sorted: far fewer allocations than a Set per employee.
-  const groupsOf = new Map<string, string[]>(); // subject -> group external ids
-  const membersOf = new Map<string, string[]>(); // group ext -> subjects
-  const relate = (subject: string, gExt: string) => {
-    const a = groupsOf.get(subject);
+  const groupsOf: (string[] | undefined)[] = new Array<string[] | undefined>(uList.length); // user index -> group ext ids
+  const membersOf: string[][] = gList.map(() => []); // group index -> subjects
+  const addGroupOf = (idx: number, gExt: string) => {
+    const a = groupsOf[idx];
     if (a) a.push(gExt);
-    else groupsOf.set(subject, [gExt]);
-    if (groups.has(gExt)) {
-      const b = membersOf.get(gExt);
-      if (b) b.push(subject);
-      else membersOf.set(gExt, [subject]);
-    }
+    else groupsOf[idx] = [gExt];
   };
-  for (const g of groups.values()) {
+  for (let gi = 0; gi < gList.length; gi++) {
+    const g = gList[gi]!;
+    const members = membersOf[gi]!;
     for (const ref of g.memberRefs) {
-      const s = resolveUserRef(ref);
-      if (s !== undefined) relate(s, g.externalId);
+      const idx = userIndex(ref);
+      if (idx >= 0) {
+        addGroupOf(idx, g.externalId);
+        members.push(uSubject[idx]!);
+      } else {
+        // A skipped (unparseable) current employee keeps being listed as a member.
+        const s = skippedRef(ref);
+        if (s !== undefined) members.push(s);
+      }
     }
   }
-  for (const u of users.values()) {
+  for (let idx = 0; idx < uList.length; idx++) {
     // User.groups[].value is the group's SCIM id per RFC 7643; accept an externalId too, and keep
     // an unknown value as-is (the IdP asserts the membership even if it did not send the group).
-    if (u.groupRefs) for (const ref of u.groupRefs) relate(subjectOf(u.externalId), groupExtByRef.get(ref) ?? ref);
+    const refs = uList[idx]!.groupRefs;
+    if (refs === null) continue;
+    for (const ref of refs) {
+      const gExt = groupExtByRef.get(ref) ?? ref;
+      addGroupOf(idx, gExt);
+      const gi = groups.get(gExt);
+      if (gi !== undefined) membersOf[gi]!.push(uSubject[idx]!);
+    }
   }
 
   // 3. Employees: desired state of every snapshot user, then deactivation of the absent ones.
@@ -257,53 +304,76 @@ export function planSync(input: PlanInput): SyncPlan {
     finalManager.set(r.employeeSubject, r.managerSubject);
   }
 
-  for (const u of users.values()) {
-    const subject = subjectOf(u.externalId);
+  for (let idx = 0; idx < uList.length; idx++) {
+    const u = uList[idx]!;
+    const subject = uSubject[idx]!;
     const prev = current.get(subject);
     const status: 'active' | 'inactive' = u.active ? 'active' : 'inactive';
     let groupList: string[];
     if (!reconcileGroups && u.groupRefs === null) groupList = prev ? parseGroupsJson(prev.groupsJson) : [];
     else {
-      groupList = groupsOf.get(subject) ?? [];
+      groupList = groupsOf[idx] ?? [];
       if (prev && skippedGroups.size) for (const g of parseGroupsJson(prev.groupsJson)) if (skippedGroups.has(g)) groupList.push(g);
     }
-    // One object literal per row with every column: spreading a 17-field record into a new
-    // one per row was the planner's hottest line at 100k users.
+    sortedUnique(groupList);
+    let managerSubject: string | null = null;
+    if (u.managerRef !== null) {
+      const mi = userIndex(u.managerRef);
+      managerSubject = mi >= 0 ? uSubject[mi]! : (skippedRef(u.managerRef) ?? subjectPrefix + u.managerRef);
+    }
+    const externalIdpId = u.id !== null && u.id !== u.externalId ? u.id : null;
+    const syncHash = hashFields(
+      idp,
+      u.externalId,
+      externalIdpId,
+      u.email,
+      u.displayName,
+      u.givenName,
+      u.familyName,
+      u.title,
+      u.department,
+      managerSubject,
+      groupList,
+      u.roles,
+      u.appAssignments,
+      status,
+      'scim',
+    );
+    finalStatus.set(subject, status);
+    finalManager.set(subject, managerSubject);
+    if (prev && prev.syncHash === syncHash && prev.status === status) {
+      counts.users_unchanged++;
+      continue;
+    }
+    // One object literal per written row with every column (no spread of a 17-field record).
     const w: EmployeeWrite = {
       employeeSubject: subject,
       tenantId,
       idp,
       externalId: u.externalId,
-      externalIdpId: u.id !== null && u.id !== u.externalId ? u.id : null,
+      externalIdpId,
       email: u.email,
       displayName: u.displayName,
       givenName: u.givenName,
       familyName: u.familyName,
       title: u.title,
       department: u.department,
-      managerSubject: u.managerRef === null ? null : (resolveUserRef(u.managerRef) ?? subjectOf(u.managerRef)),
-      groups: sortedUnique(groupList),
+      managerSubject,
+      groups: groupList,
       roles: u.roles,
       appAssignments: u.appAssignments,
       status,
       source: 'scim',
-      syncHash: '',
+      syncHash,
       createdAt: now,
       updatedAt: now,
       lastSyncedAt: now,
       deactivatedAt: null,
     };
-    w.syncHash = contentHash(w);
-    finalStatus.set(subject, status);
-    finalManager.set(subject, w.managerSubject);
     if (!prev) {
       counts.users_created++;
       if (status === 'inactive') w.deactivatedAt = now;
       employeeWrites.push(w);
-      continue;
-    }
-    if (prev.syncHash === w.syncHash && prev.status === status) {
-      counts.users_unchanged++;
       continue;
     }
     w.createdAt = prev.createdAt;
@@ -332,10 +402,11 @@ export function planSync(input: PlanInput): SyncPlan {
   const groupWrites: GroupRow[] = [];
   const currentGroups = new Map<string, GroupRow>();
   for (const g of input.currentGroups) if (g.tenantId === tenantId) currentGroups.set(g.groupKey, g);
-  for (const g of groups.values()) {
+  for (let gi = 0; gi < gList.length; gi++) {
+    const g = gList[gi]!;
     const key = groupKey(tenantId, g.externalId);
     const prev = currentGroups.get(key);
-    const members = sortedUnique(membersOf.get(g.externalId) ?? []);
+    const members = sortedUnique(membersOf[gi]!);
     if (!prev) {
       counts.groups_created++;
       groupWrites.push({ groupKey: key, tenantId, externalId: g.externalId, displayName: g.displayName, members, createdAt: now, updatedAt: now, lastSyncedAt: now });

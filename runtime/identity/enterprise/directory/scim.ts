@@ -76,18 +76,49 @@ function bool(v: unknown, field: string, fallback: boolean): boolean {
   throw new Bad(`${field} must be a boolean`);
 }
 
+/**
+ * Hot-path variants for list items: the field name (`members[12].value`) is only built when the
+ * value fails, so a 100k-member group does not allocate 200k throw-away label strings.
+ */
+function identAt(v: unknown, prefix: string, i: number, suffix: string): string | null {
+  if (typeof v === 'string') {
+    const s = v.trim();
+    if (s.length <= MAX_ID && !hasControl(s)) return s === '' ? null : s;
+  } else if (v === undefined || v === null) return null;
+  return ident(v, `${prefix}[${i}]${suffix}`);
+}
+function textAt(v: unknown, prefix: string, i: number, suffix: string): string | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v === 'string') {
+    const s = v.trim();
+    if (s.length <= MAX_TEXT) return s === '' ? null : s;
+  }
+  return text(v, `${prefix}[${i}]${suffix}`);
+}
+
+/** Sorted and deduplicated in place. */
+function sortUnique(list: string[]): string[] {
+  if (list.length < 2) return list;
+  list.sort();
+  let w = 1;
+  for (let i = 1; i < list.length; i++) if (list[i] !== list[w - 1]) list[w++] = list[i]!;
+  list.length = w;
+  return list;
+}
+
 /** Multi-valued attribute of `{value}` objects (or bare strings): sorted, deduplicated values. */
 function values(v: unknown, field: string): string[] {
   if (v === undefined || v === null) return [];
   if (!Array.isArray(v)) throw new Bad(`${field} must be an array`);
-  const out = new Set<string>();
-  v.forEach((item, i) => {
+  const out: string[] = [];
+  for (let i = 0; i < v.length; i++) {
+    const item: unknown = v[i];
     const raw = isObj(item) ? item.value : item;
-    const s = ident(raw, `${field}[${i}].value`);
+    const s = identAt(raw, field, i, '.value');
     if (s === null) throw new Bad(`${field}[${i}].value is required`);
-    out.add(s);
-  });
-  return [...out].sort();
+    out.push(s);
+  }
+  return sortUnique(out);
 }
 
 function schemasOk(raw: Record<string, unknown>, core: string, kind: string): void {
@@ -102,12 +133,19 @@ function primaryEmail(raw: Record<string, unknown>): string | null {
   const emails = raw.emails;
   if (emails !== undefined && emails !== null) {
     if (!Array.isArray(emails)) throw new Bad('emails must be an array');
-    const list = emails.map((e, i) => {
+    // Every entry is validated (in order) before one is picked.
+    let primary: string | null = null;
+    let first: string | null = null;
+    for (let i = 0; i < emails.length; i++) {
+      const e: unknown = emails[i];
       if (!isObj(e)) throw new Bad(`emails[${i}] must be an object`);
-      return { value: text(e.value, `emails[${i}].value`), primary: bool(e.primary, `emails[${i}].primary`, false) };
-    });
-    const pick = list.find((e) => e.primary && e.value) ?? list.find((e) => e.value);
-    if (pick?.value) return pick.value;
+      const value = textAt(e.value, 'emails', i, '.value');
+      const isPrimary = bool(e.primary, `emails[${i}].primary`, false);
+      if (value && isPrimary && primary === null) primary = value;
+      if (value && first === null) first = value;
+    }
+    const pick = primary ?? first;
+    if (pick) return pick;
   }
   const userName = text(raw.userName, 'userName');
   return userName && userName.includes('@') ? userName : null;
@@ -126,7 +164,6 @@ function ids(raw: unknown): { externalId: string | null; id: string | null } {
 }
 
 export function parseUser(raw: unknown): Parsed<ScimUser> {
-  const known = ids(raw);
   try {
     if (!isObj(raw)) throw new Bad('a User resource must be a JSON object');
     schemasOk(raw, SCHEMA_USER, 'User');
@@ -162,13 +199,12 @@ export function parseUser(raw: unknown): Parsed<ScimUser> {
       },
     };
   } catch (e) {
-    if (e instanceof Bad) return { ok: false, error: e.message, ...known };
+    if (e instanceof Bad) return { ok: false, error: e.message, ...ids(raw) };
     throw e;
   }
 }
 
 export function parseGroup(raw: unknown): Parsed<ScimGroup> {
-  const known = ids(raw);
   try {
     if (!isObj(raw)) throw new Bad('a Group resource must be a JSON object');
     schemasOk(raw, SCHEMA_GROUP, 'Group');
@@ -177,21 +213,24 @@ export function parseGroup(raw: unknown): Parsed<ScimGroup> {
     const members = raw.members;
     if (members !== undefined && members !== null && !Array.isArray(members)) throw new Bad('members must be an array');
     const refs = new Set<string>();
-    (Array.isArray(members) ? members : []).forEach((m, i) => {
-      if (!isObj(m)) throw new Bad(`members[${i}] must be an object`);
-      const type = text(m.type, `members[${i}].type`);
-      // Nested groups are not expanded: durable membership is direct membership.
-      if (type !== null && type.toLowerCase() === 'group') return;
-      const v = ident(m.value, `members[${i}].value`);
-      if (v === null) throw new Bad(`members[${i}].value is required`);
-      refs.add(v);
-    });
+    if (Array.isArray(members)) {
+      for (let i = 0; i < members.length; i++) {
+        const m: unknown = members[i];
+        if (!isObj(m)) throw new Bad(`members[${i}] must be an object`);
+        const type = textAt(m.type, 'members', i, '.type');
+        // Nested groups are not expanded: durable membership is direct membership.
+        if (type !== null && type.toLowerCase() === 'group') continue;
+        const v = identAt(m.value, 'members', i, '.value');
+        if (v === null) throw new Bad(`members[${i}].value is required`);
+        refs.add(v);
+      }
+    }
     return {
       ok: true,
       value: { externalId, id: ident(raw.id, 'id'), displayName: text(raw.displayName, 'displayName'), memberRefs: [...refs] },
     };
   } catch (e) {
-    if (e instanceof Bad) return { ok: false, error: e.message, ...known };
+    if (e instanceof Bad) return { ok: false, error: e.message, ...ids(raw) };
     throw e;
   }
 }
