@@ -92,7 +92,18 @@ const sameList = (a: readonly string[], b: readonly string[]) => {
 /** Sorted and deduplicated (input order irrelevant). */
 function sortedUnique(list: string[]): string[] {
   if (list.length < 2) return list;
-  list.sort();
+  if (list.length <= 16) {
+    // Insertion sort: same order as the default sort (UTF-16 code units), without its set-up cost.
+    for (let i = 1; i < list.length; i++) {
+      const x = list[i]!;
+      let j = i - 1;
+      while (j >= 0 && list[j]! > x) {
+        list[j + 1] = list[j]!;
+        j--;
+      }
+      list[j + 1] = x;
+    }
+  } else list.sort();
   let w = 1;
   for (let i = 1; i < list.length; i++) if (list[i] !== list[w - 1]) list[w++] = list[i]!;
   list.length = w;
@@ -297,12 +308,13 @@ export function planSync(input: PlanInput): SyncPlan {
   // 3. Employees: desired state of every snapshot user, then deactivation of the absent ones.
   const employeeWrites: EmployeeWrite[] = [];
   const deactivations: string[] = [];
-  const finalStatus = new Map<string, 'active' | 'inactive'>(); // for conflicts, every tenant subject
-  const finalManager = new Map<string, string | null>();
-  for (const r of current.values()) {
-    finalStatus.set(r.employeeSubject, r.status);
-    finalManager.set(r.employeeSubject, r.managerSubject);
-  }
+  // Final status and manager of each snapshot user, for the conflicts (see planConflicts).
+  const uActive: boolean[] = new Array<boolean>(uList.length);
+  const uManager: (string | null)[] = new Array<string | null>(uList.length);
+  const uManagerIdx: number[] = new Array<number>(uList.length); // snapshot index of the manager, or -1
+  // Current rows that are exactly a snapshot user (same subject, idp and externalId). When every
+  // current row is one, nothing is deactivated and conflicts need no subject-keyed maps.
+  let matched = 0;
 
   for (let idx = 0; idx < uList.length; idx++) {
     const u = uList[idx]!;
@@ -317,8 +329,9 @@ export function planSync(input: PlanInput): SyncPlan {
     }
     sortedUnique(groupList);
     let managerSubject: string | null = null;
+    let mi = -1;
     if (u.managerRef !== null) {
-      const mi = userIndex(u.managerRef);
+      mi = userIndex(u.managerRef);
       managerSubject = mi >= 0 ? uSubject[mi]! : (skippedRef(u.managerRef) ?? subjectPrefix + u.managerRef);
     }
     const externalIdpId = u.id !== null && u.id !== u.externalId ? u.id : null;
@@ -339,8 +352,10 @@ export function planSync(input: PlanInput): SyncPlan {
       status,
       'scim',
     );
-    finalStatus.set(subject, status);
-    finalManager.set(subject, managerSubject);
+    uActive[idx] = u.active;
+    uManager[idx] = managerSubject;
+    uManagerIdx[idx] = mi;
+    if (prev && (prev.idp !== idp || prev.externalId === u.externalId)) matched++;
     if (prev && prev.syncHash === syncHash && prev.status === status) {
       counts.users_unchanged++;
       continue;
@@ -387,15 +402,19 @@ export function planSync(input: PlanInput): SyncPlan {
     } else counts.users_updated++;
     employeeWrites.push(w);
   }
-  for (const prev of current.values()) {
-    if (prev.idp !== idp || users.has(prev.externalId) || skipped.has(prev.employeeSubject)) continue;
-    if (prev.status === 'inactive') {
-      counts.users_unchanged++;
-      continue;
+  // Every current row matched a snapshot user: each is skipped by the loop below (its idp differs
+  // or its externalId is in the snapshot), so the loop would change nothing.
+  const allMatched = matched === current.size;
+  if (!allMatched) {
+    for (const prev of current.values()) {
+      if (prev.idp !== idp || users.has(prev.externalId) || skipped.has(prev.employeeSubject)) continue;
+      if (prev.status === 'inactive') {
+        counts.users_unchanged++;
+        continue;
+      }
+      counts.users_deactivated++;
+      deactivations.push(prev.employeeSubject);
     }
-    counts.users_deactivated++;
-    finalStatus.set(prev.employeeSubject, 'inactive');
-    deactivations.push(prev.employeeSubject);
   }
 
   // 4. Groups.
@@ -430,10 +449,61 @@ export function planSync(input: PlanInput): SyncPlan {
     groupWrites,
     counts,
     errors,
-    conflicts: managerConflicts(tenantId, finalStatus, finalManager),
+    conflicts: allMatched
+      ? snapshotConflicts(tenantId, uSubject, uActive, uManager, uManagerIdx)
+      : fullConflicts(tenantId, current, uSubject, uActive, uManager, deactivations),
     status: errors.length ? 'partial' : 'ok',
   };
 }
+
+/**
+ * Conflicts when the tenant's employees after the sync are exactly the snapshot users (every current
+ * row matched one). A manager resolved to a snapshot user has that user's status; any other
+ * manager subject is then not an employee of the tenant (missing). Same result as managerConflicts
+ * over the full maps, without building two 100k-entry maps keyed by subject.
+ */
+function snapshotConflicts(
+  tenantId: string,
+  subjects: readonly string[],
+  active: readonly boolean[],
+  manager: readonly (string | null)[],
+  managerIdx: readonly number[],
+): Conflict[] {
+  const out: Conflict[] = [];
+  for (let i = 0; i < subjects.length; i++) {
+    const m = manager[i];
+    if (!active[i] || !m) continue;
+    const mi = managerIdx[i]!;
+    if (mi < 0) out.push({ type: 'manager_missing', subject: subjects[i]!, detail: `manager ${m} is not an employee of tenant ${tenantId}` });
+    else if (!active[mi]) out.push({ type: 'manager_inactive', subject: subjects[i]!, detail: `manager ${m} is deactivated` });
+  }
+  return out.sort(byConflict);
+}
+
+/** General case: final status and manager of every tenant subject, then managerConflicts. */
+function fullConflicts(
+  tenantId: string,
+  current: ReadonlyMap<string, CurrentEmployee>,
+  subjects: readonly string[],
+  active: readonly boolean[],
+  manager: readonly (string | null)[],
+  deactivations: readonly string[],
+): Conflict[] {
+  const status = new Map<string, 'active' | 'inactive'>();
+  const managers = new Map<string, string | null>();
+  for (const r of current.values()) {
+    status.set(r.employeeSubject, r.status);
+    managers.set(r.employeeSubject, r.managerSubject);
+  }
+  for (let i = 0; i < subjects.length; i++) {
+    status.set(subjects[i]!, active[i] ? 'active' : 'inactive');
+    managers.set(subjects[i]!, manager[i]!);
+  }
+  for (const s of deactivations) status.set(s, 'inactive');
+  return managerConflicts(tenantId, status, managers);
+}
+
+const byConflict = (a: Conflict, b: Conflict) => (a.subject < b.subject ? -1 : a.subject > b.subject ? 1 : a.type < b.type ? -1 : 1);
 
 /**
  * Manager conflicts of the tenant's ACTIVE employees (an inactive employee's manager no longer
@@ -453,7 +523,7 @@ export function managerConflicts(
     if (ms === undefined) out.push({ type: 'manager_missing', subject, detail: `manager ${m} is not an employee of tenant ${tenantId}` });
     else if (ms === 'inactive') out.push({ type: 'manager_inactive', subject, detail: `manager ${m} is deactivated` });
   }
-  return out.sort((a, b) => (a.subject < b.subject ? -1 : a.subject > b.subject ? 1 : a.type < b.type ? -1 : 1));
+  return out.sort(byConflict);
 }
 
 /** Conflicts computed on demand from stored rows (GET /v1/directory/conflicts). */
