@@ -59,13 +59,18 @@ export async function openStore(opts: StoreOptions = {}): Promise<Store> {
   return store;
 }
 
+/** Advisory lock key serializing schema creation (distinct from the migration lock). */
+const SCHEMA_LOCK_KEY = 5_717_002;
+
 async function openPostgres(opts: StoreOptions): Promise<Store> {
   if (!opts.url) throw new Error('postgres backend needs a database URL');
   const connection: Record<string, string> = { application_name: 'writ' };
   if (opts.schema) {
     const admin = postgres(opts.url, { max: 1, onnotice: () => {} });
     try {
-      await admin.unsafe(`create schema if not exists "${opts.schema}"`);
+      // `create schema if not exists` races between concurrent starters (unique violation on
+      // pg_namespace); the same advisory lock as the migrations serializes it.
+      await admin.begin((tx) => tx.unsafe(`select pg_advisory_xact_lock(${SCHEMA_LOCK_KEY}); create schema if not exists "${opts.schema}"`));
     } finally {
       await admin.end();
     }
