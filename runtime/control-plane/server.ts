@@ -8,8 +8,6 @@
  * DECISION_ADDR, MGMT_ADDR. See README.md.
  */
 import type http from 'node:http';
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { createAdaptorServer } from '@hono/node-server';
 import type { Hono } from 'hono';
 import { int, oneOf, optional, str, type Env } from '../lib/config.js';
@@ -22,6 +20,7 @@ import { createBudgetMeter, type BudgetMeter } from './budget.js';
 import type { PipelineDeps } from './decision/pipeline.js';
 import type { IdentityMode } from './decision/types.js';
 import type { IdentityPort } from './identity-port.js';
+import { createIdentityClient } from './identity-client.js';
 import { createMetrics, type ControlPlaneMetrics } from './metrics.js';
 import { createMgmtApp } from './mgmt.js';
 import { createOidcVerifier, oidcFromEnv } from './oidc.js';
@@ -84,17 +83,16 @@ export interface ControlPlane extends ControlPlaneParts {
   close(): Promise<void>;
 }
 
-/** Loads engineer B's HTTP IdentityPort when AGENT_IDP_URL is set and the module is present. */
-async function identityFromEnv(env: Env): Promise<IdentityPort | undefined> {
+/** The HTTP identity authority client when AGENT_IDP_URL is set. */
+function identityFromEnv(env: Env): IdentityPort | undefined {
   const baseUrl = optional(env, 'AGENT_IDP_URL');
   if (!baseUrl) return undefined;
-  const file = fileURLToPath(new URL('./identity-client.ts', import.meta.url));
-  if (!existsSync(file) && !existsSync(file.replace(/\.ts$/, '.js'))) {
-    throw new Error('AGENT_IDP_URL is set but runtime/control-plane/identity-client.ts is not available; inject `identity` instead');
-  }
-  const spec = './identity-client.js';
-  const mod = (await import(spec)) as { createIdentityClient(o: { baseUrl: string; timeoutMs?: number; audience?: string }): IdentityPort };
-  return mod.createIdentityClient({ baseUrl, timeoutMs: int(env, 'AGENT_IDP_TIMEOUT_MS', 2000) });
+  return createIdentityClient({
+    baseUrl,
+    timeoutMs: int(env, 'AGENT_IDP_TIMEOUT_MS', 2000),
+    revalidateMs: int(env, 'AGENT_IDP_VP_CACHE_MS', 30_000),
+    pollMs: int(env, 'AGENT_IDP_REVOCATION_POLL_MS', 500),
+  });
 }
 
 export async function createControlPlane(opts: ControlPlaneOptions): Promise<ControlPlane> {
@@ -106,7 +104,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const opaUrl = optional(env, 'OPA_URL');
   const opaTimeout = int(env, 'OPA_TIMEOUT_MS', 500);
   const identityTimeoutMs = int(env, 'AGENT_IDP_TIMEOUT_MS', 2000);
-  const ownIdentity = opts.identity ? undefined : await identityFromEnv(env);
+  const ownIdentity = opts.identity ? undefined : identityFromEnv(env);
   const identity = opts.identity ?? ownIdentity;
   const opa: OpaClient | undefined = opaUrl ? createOpaClient({ url: opaUrl, timeoutMs: opaTimeout }) : undefined;
 

@@ -1,0 +1,179 @@
+/**
+ * The HTTP identity client against a real identity authority served on a loopback socket (PGlite
+ * in memory): answers, the VP cache and its revalidation, single flight, revocation cutting a
+ * cached verification, delegation checks with their id and expiry, and failing closed when the
+ * authority is slow, down or answers nonsense.
+ */
+import http from 'node:http';
+import { createAdaptorServer } from '@hono/node-server';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { close, listen } from '../lib/http.js';
+import { openStore, type Store } from '../store/factory.js';
+import { createIdentityAuthority, type IdentityAuthority } from '../identity/server.js';
+import { presentationFor } from '../identity/client.js';
+import { provisionAgent, jtiOf } from './proxy/testkit.js';
+import { createIdentityClient, type IdentityClient } from './identity-client.js';
+
+describe('identity client over HTTP', () => {
+  let store: Store;
+  let authority: IdentityAuthority;
+  let server: http.Server;
+  let base: string;
+  const hits: string[] = [];
+  const clients: IdentityClient[] = [];
+  const client = (o: Partial<Parameters<typeof createIdentityClient>[0]> = {}) => {
+    const c = createIdentityClient({ baseUrl: base, pollMs: 50, ...o });
+    clients.push(c);
+    return c;
+  };
+  const count = (path: string) => hits.filter((h) => h === path).length;
+
+  beforeAll(async () => {
+    store = await openStore({ backend: 'memory' });
+    authority = createIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.test' } });
+    await authority.whenReady();
+    server = createAdaptorServer({
+      fetch: (req: Request) => {
+        hits.push(new URL(req.url).pathname);
+        return authority.app.fetch(req);
+      },
+    }) as http.Server;
+    base = `http://127.0.0.1:${await listen(server, '127.0.0.1:0')}`;
+  });
+  afterAll(async () => {
+    for (const c of clients) await c.close();
+    await close(server);
+    await authority.close();
+    await store.close();
+  });
+
+  it('verifies a VP, caches it by token, shares concurrent calls, keeps failures uncached', async () => {
+    const { identity } = await provisionAgent(authority, 'cache-bot');
+    const c = client();
+    expect(await c.pollRevocations()).toBe(true);
+    const vp = await presentationFor(identity, { ttlSeconds: 600 });
+    const before = count('/v1/agents/verify-presentation');
+    const answers = await Promise.all(Array.from({ length: 10 }, () => c.verifyPresentation(vp)));
+    for (const a of answers) expect(a).toMatchObject({ ok: true, agentName: 'cache-bot', agentDid: identity.did });
+    expect(count('/v1/agents/verify-presentation') - before).toBe(1);
+    expect(await c.verifyPresentation(vp)).toMatchObject({ ok: true });
+    expect(count('/v1/agents/verify-presentation') - before).toBe(1);
+    expect(c.cacheSize()).toBe(1);
+    // Another audience is another question.
+    expect(await c.verifyPresentation(vp, 'some-other-audience')).toMatchObject({ ok: false });
+    expect(count('/v1/agents/verify-presentation') - before).toBe(2);
+    // Garbage is answered with a reason and never cached.
+    const bad = await c.verifyPresentation('not.a.jwt');
+    expect(bad.ok).toBe(false);
+    expect(bad.reason).toMatch(/\S/);
+    await c.verifyPresentation('not.a.jwt');
+    expect(count('/v1/agents/verify-presentation') - before).toBe(4);
+    expect(c.cacheSize()).toBe(1);
+  });
+
+  it('revalidates after the revalidation interval', async () => {
+    const { identity } = await provisionAgent(authority, 'reval-bot');
+    const c = client({ revalidateMs: 100 });
+    await c.pollRevocations();
+    const vp = await presentationFor(identity, { ttlSeconds: 600 });
+    const before = count('/v1/agents/verify-presentation');
+    await c.verifyPresentation(vp);
+    await c.verifyPresentation(vp);
+    expect(count('/v1/agents/verify-presentation') - before).toBe(1);
+    await new Promise((r) => setTimeout(r, 150));
+    expect(await c.verifyPresentation(vp)).toMatchObject({ ok: true });
+    expect(count('/v1/agents/verify-presentation') - before).toBe(2);
+  });
+
+  it('revoking the Membership VC cuts a cached verification within a second', async () => {
+    const { identity } = await provisionAgent(authority, 'revoke-bot');
+    const c = client({ pollMs: 200 });
+    await c.pollRevocations();
+    const vp = await presentationFor(identity, { ttlSeconds: 600 });
+    expect(await c.verifyPresentation(vp)).toMatchObject({ ok: true });
+    expect(c.cacheSize()).toBeGreaterThan(0);
+    const r = await fetch(`${base}/v1/revoke`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ vcJti: jtiOf(identity.membershipVc) }) });
+    expect(r.status).toBe(200);
+    const t0 = Date.now();
+    let answer = await c.verifyPresentation(vp);
+    while (answer.ok && Date.now() - t0 < 2000) {
+      await new Promise((res) => setTimeout(res, 20));
+      answer = await c.verifyPresentation(vp);
+    }
+    expect(answer.ok).toBe(false);
+    expect(answer.reason).toMatch(/revoked/i);
+    expect(Date.now() - t0).toBeLessThan(1000);
+  });
+
+  it('checks delegations live, with id, credential and expiry', async () => {
+    const { identity } = await provisionAgent(authority, 'deleg-bot');
+    void identity;
+    const c = client();
+    const q = { actor: 'deleg-bot', task: 'T-1', action: 'ledger:read', resource: 'acct/7' };
+    expect(await c.checkDelegation(q)).toMatchObject({ ok: false });
+    const req = await fetch(`${base}/v1/delegations/request`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ actorName: 'deleg-bot', task: 'T-1', action: 'ledger:read', resource: 'acct/*', reason: 'month end', ttlSeconds: 600 }),
+    });
+    expect(req.status).toBe(201);
+    const { id } = (await req.json()) as { id: string };
+    const ok = await fetch(`${base}/v1/delegations/${id}/approve`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ approver: 'alice@example.com' }) });
+    expect(ok.status).toBe(200);
+    const yes = await c.checkDelegation(q);
+    expect(yes).toMatchObject({ ok: true, delegationId: id });
+    expect(typeof yes.vcJti).toBe('string');
+    expect(yes.notAfter! - Date.now() / 1000).toBeGreaterThan(500);
+    await fetch(`${base}/v1/revoke`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ vcJti: yes.vcJti }) });
+    expect(await c.checkDelegation(q)).toMatchObject({ ok: false });
+  });
+
+  it('fails closed: a hanging authority times out, a dead one is unreachable, a stale watcher bypasses the cache', async () => {
+    const hang = http.createServer(() => {});
+    const hangPort = await listen(hang, '127.0.0.1:0');
+    try {
+      const slow = client({ baseUrl: `http://127.0.0.1:${hangPort}`, timeoutMs: 200, pollMs: 0 });
+      const t0 = Date.now();
+      const [v, d] = await Promise.all([slow.verifyPresentation('x.y.z'), slow.checkDelegation({ actor: 'a', task: 't', action: 'x', resource: 'r' })]);
+      expect(Date.now() - t0).toBeLessThan(1500);
+      expect(v).toMatchObject({ ok: false });
+      expect(v.reason).toMatch(/timeout/);
+      expect(d).toMatchObject({ ok: false });
+    } finally {
+      hang.closeAllConnections();
+      await close(hang);
+    }
+
+    // A 500-answering authority is a deny, not a crash.
+    const broken = http.createServer((_q, res) => res.writeHead(500).end('oops'));
+    const brokenPort = await listen(broken, '127.0.0.1:0');
+    try {
+      const b = client({ baseUrl: `http://127.0.0.1:${brokenPort}`, pollMs: 0 });
+      expect(await b.verifyPresentation('x.y.z')).toMatchObject({ ok: false, reason: expect.stringMatching(/500/) });
+      expect(await b.checkDelegation({ actor: 'a', task: 't', action: 'x', resource: 'r' })).toMatchObject({ ok: false });
+    } finally {
+      await close(broken);
+    }
+
+    // A cached allow is not served once the revocation watcher has lost the authority.
+    const { identity } = await provisionAgent(authority, 'stale-bot');
+    const vp = await presentationFor(identity, { ttlSeconds: 600 });
+    let up = true;
+    const gate = createAdaptorServer({ fetch: (req: Request) => (up ? authority.app.fetch(req) : new Response('down', { status: 503 })) }) as http.Server;
+    const gatePort = await listen(gate, '127.0.0.1:0');
+    try {
+      const g = client({ baseUrl: `http://127.0.0.1:${gatePort}`, pollMs: 30, staleMs: 150 });
+      await g.pollRevocations();
+      expect(await g.verifyPresentation(vp)).toMatchObject({ ok: true });
+      expect(g.cacheSize()).toBe(1);
+      up = false;
+      await new Promise((r) => setTimeout(r, 300));
+      expect(await g.verifyPresentation(vp)).toMatchObject({ ok: false, reason: expect.stringMatching(/503/) });
+      up = true;
+      await new Promise((r) => setTimeout(r, 100));
+      expect(await g.verifyPresentation(vp)).toMatchObject({ ok: true });
+    } finally {
+      await close(gate);
+    }
+  });
+});

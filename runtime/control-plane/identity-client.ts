@@ -1,0 +1,246 @@
+/**
+ * The control plane's HTTP client of the identity authority (an IdentityPort).
+ *
+ * - `verifyPresentation` POSTs to /v1/agents/verify-presentation. Successful answers are cached
+ *   by SHA-256 of (audience, token) until the earlier of the presentation's expiry (the `exp` the
+ *   authority reports: min of VP and Membership VC expiry) and a short revalidation interval.
+ *   Concurrent verifications of the same token share one request.
+ * - A revocation watcher polls /v1/revocations (ETag, so an unchanged list is a 304) every
+ *   `pollMs` and drops every cached entry whose Membership VC jti was revoked: a revocation cuts
+ *   cached egress within `pollMs` plus one round trip. If the watcher has not heard from the
+ *   authority for `staleMs`, the cache is not trusted: every verification goes to the authority
+ *   (which fails closed when it is down).
+ * - `checkDelegation` is never cached: GET /v1/delegations/check on every regulated egress.
+ *
+ * Every method resolves (never rejects); any error or timeout answers `{ok:false, reason}`.
+ */
+import { createHash } from 'node:crypto';
+import { Pool } from 'undici';
+import { errMsg, logger } from '../lib/log.js';
+import type { DelegationAnswer, DelegationQuery, IdentityPort, PresentationAnswer } from './identity-port.js';
+
+const log = logger('identity-client');
+
+export interface IdentityClientOptions {
+  /** Base URL of the identity authority, e.g. http://127.0.0.1:8090. */
+  baseUrl: string;
+  /** Per-request timeout (ms). Default 2000. */
+  timeoutMs?: number;
+  /** Longest a successful verification is reused before asking again (ms). Default 30 000. */
+  revalidateMs?: number;
+  /** Revocation poll interval (ms). Default 500; 0 disables the watcher (and the cache). */
+  pollMs?: number;
+  /** Without a successful poll for this long, the cache is bypassed (ms). Default max(3 x pollMs, 2000). */
+  staleMs?: number;
+  /** Most cached verifications kept (oldest evicted first). Default 10 000. */
+  maxEntries?: number;
+  now?: () => number;
+}
+
+interface Entry {
+  answer: PresentationAnswer;
+  until: number;
+  jti: string | null;
+}
+
+interface VerifyBody {
+  ok?: unknown;
+  agentName?: unknown;
+  agentDid?: unknown;
+  reason?: unknown;
+  membershipJti?: unknown;
+  exp?: unknown;
+}
+
+interface CheckBody {
+  ok?: unknown;
+  reason?: unknown;
+  vcJti?: unknown;
+  notAfter?: unknown;
+  delegationId?: unknown;
+}
+
+export interface IdentityClient extends IdentityPort {
+  /** Cached verifications right now (for tests and metrics). */
+  cacheSize(): number;
+  /** Runs one revocation poll now; resolves true when the authority answered. */
+  pollRevocations(): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+const str = (v: unknown): string | undefined => (typeof v === 'string' && v.length > 0 ? v : undefined);
+
+export function createIdentityClient(opts: IdentityClientOptions): IdentityClient {
+  const base = new URL(opts.baseUrl);
+  const prefix = base.pathname.replace(/\/+$/, '');
+  const timeoutMs = opts.timeoutMs ?? 2000;
+  const revalidateMs = opts.revalidateMs ?? 30_000;
+  const pollMs = opts.pollMs ?? 500;
+  const staleMs = opts.staleMs ?? Math.max(3 * pollMs, 2000);
+  const maxEntries = opts.maxEntries ?? 10_000;
+  const now = opts.now ?? Date.now;
+  const pool = new Pool(base.origin, { connections: 32, pipelining: 1, keepAliveTimeout: 30_000, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+
+  const cache = new Map<string, Entry>();
+  const byJti = new Map<string, Set<string>>();
+  const inflight = new Map<string, Promise<PresentationAnswer>>();
+  let lastPollOk = Number.NEGATIVE_INFINITY;
+  let etag: string | undefined;
+  let closed = false;
+
+  async function call(method: 'GET' | 'POST', path: string, body?: string, extra?: Record<string, string>): Promise<{ status: number; json: unknown; headers: Record<string, unknown> }> {
+    const headers: Record<string, string> = { accept: 'application/json', ...extra };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    const res = await pool.request({ method, path: prefix + path, headers, body, signal: AbortSignal.timeout(timeoutMs) });
+    if (res.statusCode === 304) {
+      await res.body.dump();
+      return { status: 304, json: undefined, headers: res.headers };
+    }
+    const text = await res.body.text();
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+    return { status: res.statusCode, json, headers: res.headers };
+  }
+
+  function forget(key: string): void {
+    const e = cache.get(key);
+    if (!e) return;
+    cache.delete(key);
+    if (e.jti) {
+      const keys = byJti.get(e.jti);
+      keys?.delete(key);
+      if (keys && keys.size === 0) byJti.delete(e.jti);
+    }
+  }
+
+  function remember(key: string, entry: Entry): void {
+    forget(key);
+    while (cache.size >= maxEntries) {
+      const oldest = cache.keys().next().value;
+      if (oldest === undefined) break;
+      forget(oldest);
+    }
+    cache.set(key, entry);
+    if (entry.jti) {
+      let keys = byJti.get(entry.jti);
+      if (!keys) byJti.set(entry.jti, (keys = new Set()));
+      keys.add(key);
+    }
+  }
+
+  const cacheTrusted = () => pollMs > 0 && now() - lastPollOk <= staleMs;
+
+  async function verifyRemote(vp: string, audience: string | undefined, key: string): Promise<PresentationAnswer> {
+    try {
+      const { status, json } = await call('POST', '/v1/agents/verify-presentation', JSON.stringify(audience ? { vp, audience } : { vp }));
+      const b = (json ?? {}) as VerifyBody;
+      if (status !== 200) {
+        const err = (b as { error?: { message?: unknown } }).error;
+        return { ok: false, reason: `identity authority answered ${status}${typeof err?.message === 'string' ? `: ${err.message}` : ''}` };
+      }
+      const out: PresentationAnswer = { ok: b.ok === true, reason: str(b.reason) ?? (b.ok === true ? 'ok' : 'presentation rejected') };
+      const name = str(b.agentName);
+      const did = str(b.agentDid);
+      if (name) out.agentName = name;
+      if (did) out.agentDid = did;
+      if (out.ok && !name) return { ok: false, reason: 'identity authority verified the presentation but named no agent' };
+      if (out.ok && cacheTrusted()) {
+        const t = now();
+        const expMs = typeof b.exp === 'number' && Number.isFinite(b.exp) ? b.exp * 1000 : t;
+        const until = Math.min(expMs, t + revalidateMs);
+        if (until > t) remember(key, { answer: out, until, jti: str(b.membershipJti) ?? null });
+      }
+      return out;
+    } catch (e) {
+      return { ok: false, reason: `identity authority unreachable: ${(e as Error).name === 'TimeoutError' ? 'timeout' : errMsg(e)}` };
+    }
+  }
+
+  async function verifyPresentation(vp: string, audience?: string): Promise<PresentationAnswer> {
+    if (closed) return { ok: false, reason: 'identity client closed' };
+    const key = createHash('sha256').update(audience ?? '').update('\n').update(vp).digest('base64url');
+    const hit = cache.get(key);
+    if (hit) {
+      if (hit.until > now() && cacheTrusted()) return hit.answer;
+      forget(key);
+    }
+    const pending = inflight.get(key);
+    if (pending) return pending;
+    const p = verifyRemote(vp, audience, key).finally(() => inflight.delete(key));
+    inflight.set(key, p);
+    return p;
+  }
+
+  async function checkDelegation(q: DelegationQuery): Promise<DelegationAnswer> {
+    if (closed) return { ok: false, reason: 'identity client closed' };
+    try {
+      const qs = new URLSearchParams({ actor: q.actor, task: q.task, action: q.action, resource: q.resource });
+      const { status, json } = await call('GET', `/v1/delegations/check?${qs}`);
+      if (status !== 200) return { ok: false, reason: `identity authority answered ${status}` };
+      const b = (json ?? {}) as CheckBody;
+      const out: DelegationAnswer = { ok: b.ok === true, reason: str(b.reason) ?? (b.ok === true ? 'delegation approved' : 'no delegation') };
+      const id = str(b.delegationId);
+      const jti = str(b.vcJti);
+      if (id) out.delegationId = id;
+      if (jti) out.vcJti = jti;
+      if (typeof b.notAfter === 'number' && Number.isFinite(b.notAfter)) out.notAfter = b.notAfter;
+      return out;
+    } catch (e) {
+      return { ok: false, reason: `identity authority unreachable: ${(e as Error).name === 'TimeoutError' ? 'timeout' : errMsg(e)}` };
+    }
+  }
+
+  async function pollRevocations(): Promise<boolean> {
+    try {
+      const { status, json, headers } = await call('GET', '/v1/revocations', undefined, etag ? { 'if-none-match': etag } : undefined);
+      if (status === 304) {
+        lastPollOk = now();
+        return true;
+      }
+      const list = (json as { revoked?: unknown } | undefined)?.revoked;
+      if (status !== 200 || !Array.isArray(list)) return false;
+      for (const jti of list) {
+        const keys = typeof jti === 'string' ? byJti.get(jti) : undefined;
+        if (keys) for (const k of [...keys]) forget(k);
+      }
+      const tag = headers.etag;
+      etag = typeof tag === 'string' ? tag : undefined;
+      lastPollOk = now();
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  let timer: NodeJS.Timeout | undefined;
+  let failing = false;
+  const loop = async () => {
+    const ok = await pollRevocations();
+    if (ok !== !failing) {
+      failing = !ok;
+      if (failing) log.warn('identity authority revocation poll failing; VP cache bypassed', { url: base.origin });
+      else log.info('identity authority revocation poll ok', { url: base.origin });
+    }
+    if (!closed) timer = setTimeout(() => void loop(), pollMs).unref();
+  };
+  if (pollMs > 0) void loop();
+
+  return {
+    verifyPresentation,
+    checkDelegation,
+    pollRevocations,
+    cacheSize: () => cache.size,
+    async close() {
+      if (closed) return;
+      closed = true;
+      if (timer) clearTimeout(timer);
+      cache.clear();
+      byJti.clear();
+      await pool.close().catch(() => {});
+    },
+  };
+}
