@@ -8,7 +8,8 @@
  *
  * AGENT_IDP_URL defaults to this process's identity authority, which turns on the regulated
  * delegation check and the forward proxy. Example resources (runtime/examples/registry.yaml) are
- * loaded into an empty registry unless WRIT_EXAMPLES=false.
+ * loaded into an empty registry unless WRIT_EXAMPLES=false. BROKER_ENABLED=false leaves the broker
+ * out; the broker's decision and usage URLs default to this process's listeners.
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -17,7 +18,9 @@ import { envName } from './lib/brand.js';
 import { bool, optional, str, type Env } from './lib/config.js';
 import { errMsg, logger } from './lib/log.js';
 import { openStore, type Store, type StoreOptions } from './store/factory.js';
-import { controlPlaneStoreOptions, startControlPlane, type RunningControlPlane } from './control-plane/server.js';
+import { controlPlaneStoreOptions } from './control-plane/server.js';
+import { startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
+import { startBroker } from './broker/server.js';
 import type { Registry } from './control-plane/registry/index.js';
 import { startIdentityAuthority, type IdentityAuthority } from './identity/server.js';
 
@@ -85,15 +88,30 @@ export async function startWrit(env: Env = process.env): Promise<Writ> {
     const cpStore = shared ?? (await openStore(controlPlaneStoreOptions(env)));
     if (!shared) closers.push({ name: 'control-plane store', close: () => cpStore.close() });
     const cpEnv: Env = { ...env, AGENT_IDP_URL: optional(env, 'AGENT_IDP_URL') ?? `http://127.0.0.1:${idp.port}` };
-    const cp: RunningControlPlane = await startControlPlane({ store: cpStore, env: cpEnv });
-    closers.push({ name: 'control plane', close: () => cp.close() });
+    // The forward proxy and the approval queue ride on the control plane (they start because
+    // AGENT_IDP_URL is set); they close before it so held requests are expired and audited.
+    const run = await startControlPlaneWithEgress({ store: cpStore, env: cpEnv });
+    closers.push({ name: 'control plane', close: () => run.close() });
+    const cp = run.cp;
 
     if (bool(env, envName('EXAMPLES'), true)) {
       const added = await loadExamples(cp.plane.registry, idp.authority);
       log.info('examples loaded', { added });
     }
 
+    // The broker asks this process's decision endpoint and reports usage to its management API.
+    const broker = bool(env, 'BROKER_ENABLED', true)
+      ? await startBroker({
+          env,
+          authzUrl: optional(env, 'BROKER_AUTHZ_URL') ?? `http://127.0.0.1:${cp.decisionPort}/authz`,
+          usageUrl: optional(env, 'BROKER_USAGE_URL') ?? `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
+        })
+      : undefined;
+    if (broker) closers.push({ name: 'broker', close: () => broker.close() });
+
     const ports: Writ['ports'] = { identity: idp.port, decision: cp.decisionPort, mgmt: cp.mgmtPort };
+    if (run.gateway.port !== undefined) ports.proxy = run.gateway.port;
+    if (broker) ports.broker = broker.port;
     log.info('writ is up', { ...ports, agentIdpUrl: cpEnv.AGENT_IDP_URL });
     return { ports, close: closeAll };
   } catch (e) {
