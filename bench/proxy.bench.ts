@@ -30,6 +30,8 @@ import { fileURLToPath } from 'node:url';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
+/** BENCH_ONLY=plain: only the plain-HTTP row (profiling). */
+const ONLY = process.env.BENCH_ONLY;
 const BODY = Buffer.alloc(256, 'w');
 const self = fileURLToPath(import.meta.url);
 
@@ -93,7 +95,9 @@ async function serveWrit(): Promise<void> {
 }
 
 function child<T>(args: string[]): Promise<{ proc: ChildProcess; msg: T }> {
-  const proc = fork(self, args, { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  // BENCH_PROFILE=<dir>: the Writ processes write a V8 CPU profile there (node --cpu-prof).
+  const prof = args[0] === '--writ' && process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [];
+  const proc = fork(self, args, { execArgv: ['--import', 'tsx', ...prof], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   return new Promise((resolve, reject) => {
     proc.once('message', (m) => resolve({ proc, msg: m as T }));
     proc.once('exit', (c) => reject(new Error(`${args[0]} exited with ${c}`)));
@@ -300,18 +304,20 @@ async function drive(): Promise<void> {
     const sPlain = await plainHttp(squid.port, up.http, {});
     const wPlain = await plainHttp(writ.msg.port, up.http, { 'proxy-authorization': auth });
     rows.push({ name: 'plain HTTP req/s', squid: sPlain.rps, writ: wPlain.rps, target: 1.0, extra: `p99 squid ${sPlain.p99} ms, writ ${wPlain.p99} ms` });
-    const sConn = await connectRequests(squid.port, up, undefined);
-    const wConn = await connectRequests(writ.msg.port, up, auth);
-    rows.push({ name: 'CONNECT TLS req/s', squid: sConn.rps, writ: wConn.rps, target: 0.8 });
-    const sSetup = await tunnelSetup(squid.port, `127.0.0.1:${up.tls}`, undefined);
-    const wSetup = await tunnelSetup(writ.msg.port, `127.0.0.1:${up.tls}`, auth);
-    rows.push({ name: 'tunnel setups/s', squid: sSetup.rps, writ: wSetup.rps, target: 0 });
-    // The default composition ships every audit record to the store; with in-process PGlite
-    // (WASM, same event loop) that shipping is the dominant cost, so it is shown separately.
-    await stop(writ.proc);
-    durable = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'durable']);
-    const dPlain = await plainHttp(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` });
-    rows.push({ name: 'plain, audit->PGlite', squid: sPlain.rps, writ: dPlain.rps, target: 0 });
+    if (ONLY !== 'plain') {
+      const sConn = await connectRequests(squid.port, up, undefined);
+      const wConn = await connectRequests(writ.msg.port, up, auth);
+      rows.push({ name: 'CONNECT TLS req/s', squid: sConn.rps, writ: wConn.rps, target: 0.8 });
+      const sSetup = await tunnelSetup(squid.port, `127.0.0.1:${up.tls}`, undefined);
+      const wSetup = await tunnelSetup(writ.msg.port, `127.0.0.1:${up.tls}`, auth);
+      rows.push({ name: 'tunnel setups/s', squid: sSetup.rps, writ: wSetup.rps, target: 0 });
+      // The default composition ships every audit record to the store; with in-process PGlite
+      // (WASM, same event loop) that shipping is the dominant cost, so it is shown separately.
+      await stop(writ.proc);
+      durable = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'durable']);
+      const dPlain = await plainHttp(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` });
+      rows.push({ name: 'plain, audit->PGlite', squid: sPlain.rps, writ: dPlain.rps, target: 0 });
+    }
     console.log(
       `proxy bench: ${CONNECTIONS} connections, ${SECONDS} s per run after ${WARMUP} s warm-up; writ runs the full decision on every request and tunnel ` +
         '(VP verify through a cached in-process identity port, registry, egressAllow, budget, hash-chained audit, metrics); audit in memory unless noted',
