@@ -110,6 +110,16 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       expectDetail(bad);
       expect(bad.json.detail[0].type).toBe('json_invalid');
     });
+
+    it('bodies over 1 MiB are 413, except a SCIM snapshot, which may be larger', async () => {
+      const big = JSON.stringify({ name: 'x'.repeat(2 * 1024 * 1024) });
+      const tooBig = await api.post('/v1/agents', big);
+      expect(tooBig.status).toBe(413);
+      expectEnvelope(tooBig, 'payload_too_large');
+      const sync = await api.post('/v1/directory/sync', JSON.stringify({ pad: 'x'.repeat(2 * 1024 * 1024) }));
+      expect(sync.status).not.toBe(413);
+      expect(sync.status).toBeLessThan(500);
+    });
   });
 
   describe('agents', () => {

@@ -14,7 +14,7 @@ import { close as closeServer, listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import { openStore, type Store } from '../store/factory.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
-import { registerEnterpriseRoutes } from './enterprise/index.js';
+import { enterpriseBodyLimit, registerEnterpriseRoutes } from './enterprise/index.js';
 import { notReady, type IdentityContext, type IdentitySettings } from './context.js';
 import { didWeb } from './did.js';
 import { loadIssuerKey } from './issuer-key.js';
@@ -98,7 +98,7 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   };
   load();
 
-  const app = createApi();
+  const app = createApi({ bodyLimitFor: enterpriseBodyLimit });
   app.use('*', async (c, next) => {
     if (!key && !ALWAYS.has(c.req.path)) return c.json(envelope('not_ready', 'identity authority is starting'), 503);
     return next();

@@ -6,7 +6,7 @@
 import { OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
-import type { Context } from 'hono';
+import type { Context, MiddlewareHandler } from 'hono';
 import { ApiError, envelope, zodDetail } from './errors.js';
 import { logger } from './log.js';
 
@@ -37,16 +37,25 @@ export function onApiError(err: Error, c: Context): Response {
   return c.json(envelope('internal_error', 'internal error'), 500);
 }
 
-export function createApi(opts: { bodyLimit?: number } = {}): OpenAPIHono {
+/**
+ * An OpenAPIHono app with the shared error shapes and a request body limit: `bodyLimit` bytes
+ * (default DEFAULT_BODY_LIMIT), or what `bodyLimitFor(path)` says for a path that needs more.
+ */
+export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: string) => number | undefined } = {}): OpenAPIHono {
   const app = new OpenAPIHono({ defaultHook: validationHook });
   const max = opts.bodyLimit ?? DEFAULT_BODY_LIMIT;
-  app.use(
-    '*',
-    bodyLimit({
-      maxSize: max,
-      onError: (c) => c.json(envelope('payload_too_large', `request body exceeds ${max} bytes`), 413),
-    }),
-  );
+  const limiters = new Map<number, MiddlewareHandler>();
+  const limiter = (n: number): MiddlewareHandler => {
+    let m = limiters.get(n);
+    if (!m) {
+      m = bodyLimit({ maxSize: n, onError: (c) => c.json(envelope('payload_too_large', `request body exceeds ${n} bytes`), 413) });
+      limiters.set(n, m);
+    }
+    return m;
+  };
+  const fixed = limiter(max);
+  const pick = opts.bodyLimitFor;
+  app.use('*', pick ? (c, next) => limiter(pick(c.req.path) ?? max)(c, next) : fixed);
   app.onError(onApiError);
   app.notFound((c) => c.json(envelope('not_found', `no route for ${c.req.method} ${c.req.path}`), 404));
   return app;
