@@ -8,12 +8,17 @@
  *
  * Processes: this one drives the load; `--upstream` serves the HTTP and TLS upstreams; `--writ`
  * runs the real control plane + egress gateway on in-memory PGlite (audit chain shipped to it).
- * Writ does the whole decision per request (and per tunnel): VP verification through an
- * in-process identity authority with a VP cache (what identity-client.ts does over HTTP),
- * registry match, egressAllow, budget, audit append, metrics. squid (Debian package) runs from a
+ * Writ does the whole decision per request (and per tunnel): VP verification through the
+ * production HTTP identity client (identity-client.ts, AGENT_IDP_URL) and its VP cache against an
+ * identity authority on its own loopback listener (as `npm start` runs it), registry match,
+ * egressAllow, budget, audit append, metrics. The main rows keep the audit chain in memory; the
+ * last row ships it to the store as production does (PGlite here). squid (Debian package) runs from a
  * generated allow-all config in a temp dir: no cache, no access log, one worker.
  *
- *   npx tsx bench/proxy.bench.ts    (BENCH_SECONDS=5 BENCH_WARMUP=1 BENCH_CONNECTIONS=32)
+ *   npx tsx bench/proxy.bench.ts    (BENCH_SECONDS=5 BENCH_WARMUP=1 BENCH_CONNECTIONS=32 BENCH_ROUNDS=3)
+ *
+ * Plain HTTP runs squid and Writ in interleaved rounds (median ratio): the machine is shared.
+ * BENCH_ONLY=plain runs only that row; BENCH_PROFILE=<dir> writes CPU profiles of Writ there.
  *
  * Targets: plain HTTP >= 1.0x squid, CONNECT >= 0.8x squid.
  */
@@ -30,6 +35,8 @@ import { fileURLToPath } from 'node:url';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
+/** Plain-HTTP rounds (squid and Writ interleaved). */
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 /** BENCH_ONLY=plain: only the plain-HTTP row (profiling). */
 const ONLY = process.env.BENCH_ONLY;
 const BODY = Buffer.alloc(256, 'w');
@@ -63,17 +70,19 @@ async function serveWrit(): Promise<void> {
   const durable = process.argv[4] === 'durable';
   const { openStore } = await import('../runtime/store/factory.js');
   const { setLogLevel } = await import('../runtime/lib/log.js');
-  const { createIdentityAuthority } = await import('../runtime/identity/server.js');
+  const { startIdentityAuthority } = await import('../runtime/identity/server.js');
   const { startControlPlaneWithEgress } = await import('../runtime/control-plane/egress-gateway.js');
-  const { inProcessIdentity, provisionAgent } = await import('../runtime/control-plane/proxy/testkit.js');
+  const { provisionAgent } = await import('../runtime/control-plane/proxy/testkit.js');
   setLogLevel('warn');
   const store = await openStore({ backend: 'memory' });
-  const authority = createIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.bench' } });
+  // As in production (and `npm start`): the identity authority on its own listener, the control
+  // plane reaching it through AGENT_IDP_URL with the real HTTP client and its VP cache.
+  const idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.bench' }, addr: '127.0.0.1:0' });
+  const authority = idp.authority;
   const { vp } = await provisionAgent(authority, 'bot');
   const run = await startControlPlaneWithEgress({
     store,
-    env: {},
-    identity: inProcessIdentity(authority, { cache: true }),
+    env: { AGENT_IDP_URL: `http://127.0.0.1:${idp.port}` },
     decisionAddr: '127.0.0.1:0',
     mgmtAddr: '127.0.0.1:0',
     proxyAddr: '127.0.0.1:0',
@@ -88,7 +97,7 @@ async function serveWrit(): Promise<void> {
     const stats = run.cp.plane.audit.stats();
     process.stderr.write(`writ (${durable ? 'audit to PGlite' : 'audit in memory'}): ${stats.lastSeq} audit records appended, ${stats.shippedSeq} shipped\n`);
     await run.close();
-    await authority.close();
+    await idp.close();
     await store.close();
     process.exit(0);
   });
@@ -184,19 +193,55 @@ interface AcResult {
 }
 type Autocannon = (o: Record<string, unknown>) => Promise<AcResult>;
 
-async function plainHttp(proxyPort: number, upstream: number, headers: Record<string, string>): Promise<{ rps: number; p50: number; p99: number }> {
-  const spec = 'autocannon';
-  const autocannon = ((await import(spec)) as { default: Autocannon }).default;
+interface PlainRun {
+  rps: number;
+  p50: number;
+  p99: number;
+}
+
+function plainHttpLoad(proxyPort: number, upstream: number, headers: Record<string, string>): (seconds: number) => Promise<PlainRun> {
   const opts = {
     url: `http://127.0.0.1:${proxyPort}`,
     connections: CONNECTIONS,
     pipelining: 1,
     requests: [{ method: 'GET', path: `http://127.0.0.1:${upstream}/item`, headers: { host: `127.0.0.1:${upstream}`, ...headers } }],
   };
-  await autocannon({ ...opts, duration: WARMUP });
-  const r = await autocannon({ ...opts, duration: SECONDS });
-  if (r.errors || r.non2xx) throw new Error(`plain HTTP: ${r.errors} errors, ${r.non2xx} non-2xx responses`);
-  return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99 };
+  return async (seconds) => {
+    const spec = 'autocannon';
+    const autocannon = ((await import(spec)) as { default: Autocannon }).default;
+    const r = await autocannon({ ...opts, duration: seconds });
+    if (r.errors || r.non2xx) throw new Error(`plain HTTP: ${r.errors} errors, ${r.non2xx} non-2xx responses`);
+    return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99 };
+  };
+}
+
+const median = (xs: number[]): number => {
+  const v = [...xs].sort((x, y) => x - y);
+  return v.length % 2 ? v[(v.length - 1) / 2]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2;
+};
+
+/**
+ * Plain HTTP, squid and Writ interleaved: ROUNDS rounds of SECONDS each, the order alternating
+ * (squid first, then Writ first, ...), so load from other processes on the machine and drift hit
+ * both alike. The ratio is the median of the per-round ratios; req/s are the medians.
+ */
+async function plainHttp(squid: (s: number) => Promise<PlainRun>, writ: (s: number) => Promise<PlainRun>): Promise<{ squid: PlainRun; writ: PlainRun; ratio: number; ratios: number[] }> {
+  await squid(WARMUP);
+  await writ(WARMUP);
+  const sr: PlainRun[] = [];
+  const wr: PlainRun[] = [];
+  for (let i = 0; i < ROUNDS; i++) {
+    if (i % 2 === 0) {
+      sr.push(await squid(SECONDS));
+      wr.push(await writ(SECONDS));
+    } else {
+      wr.push(await writ(SECONDS));
+      sr.push(await squid(SECONDS));
+    }
+  }
+  const pick = (rs: PlainRun[]): PlainRun => ({ rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)) });
+  const ratios = sr.map((r, i) => wr[i]!.rps / r.rps);
+  return { squid: pick(sr), writ: pick(wr), ratio: median(ratios), ratios };
 }
 
 /** Opens a CONNECT tunnel; resolves with the raw socket once the proxy answers 200. */
@@ -300,10 +345,17 @@ async function drive(): Promise<void> {
   let durable: Awaited<ReturnType<typeof child<{ port: number; vp: string }>>> | undefined;
   try {
     const up = upstream.msg;
-    const rows: { name: string; squid: number; writ: number; target: number; extra?: string }[] = [];
-    const sPlain = await plainHttp(squid.port, up.http, {});
-    const wPlain = await plainHttp(writ.msg.port, up.http, { 'proxy-authorization': auth });
-    rows.push({ name: 'plain HTTP req/s', squid: sPlain.rps, writ: wPlain.rps, target: 1.0, extra: `p99 squid ${sPlain.p99} ms, writ ${wPlain.p99} ms` });
+    const rows: { name: string; squid: number; writ: number; target: number; ratio?: number; extra?: string }[] = [];
+    const squidLoad = plainHttpLoad(squid.port, up.http, {});
+    const plain = await plainHttp(squidLoad, plainHttpLoad(writ.msg.port, up.http, { 'proxy-authorization': auth }));
+    rows.push({
+      name: 'plain HTTP req/s',
+      squid: plain.squid.rps,
+      writ: plain.writ.rps,
+      ratio: plain.ratio,
+      target: 1.0,
+      extra: `median of ${ROUNDS} interleaved rounds [${plain.ratios.map((r) => r.toFixed(2)).join(' ')}]; p99 squid ${plain.squid.p99} ms, writ ${plain.writ.p99} ms`,
+    });
     if (ONLY !== 'plain') {
       const sConn = await connectRequests(squid.port, up, undefined);
       const wConn = await connectRequests(writ.msg.port, up, auth);
@@ -315,15 +367,15 @@ async function drive(): Promise<void> {
       // (WASM, same event loop) that shipping is the dominant cost, so it is shown separately.
       await stop(writ.proc);
       durable = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'durable']);
-      const dPlain = await plainHttp(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` });
-      rows.push({ name: 'plain, audit->PGlite', squid: sPlain.rps, writ: dPlain.rps, target: 0 });
+      const dPlain = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }));
+      rows.push({ name: 'plain, audit->PGlite', squid: dPlain.squid.rps, writ: dPlain.writ.rps, ratio: dPlain.ratio, target: 0 });
     }
     console.log(
       `proxy bench: ${CONNECTIONS} connections, ${SECONDS} s per run after ${WARMUP} s warm-up; writ runs the full decision on every request and tunnel ` +
-        '(VP verify through a cached in-process identity port, registry, egressAllow, budget, hash-chained audit, metrics); audit in memory unless noted',
+        '(VP verify through the HTTP identity client and its VP cache, registry, egressAllow, budget, hash-chained audit, metrics); audit in memory unless noted',
     );
     for (const r of rows) {
-      const ratio = r.writ / r.squid;
+      const ratio = r.ratio ?? r.writ / r.squid;
       const verdict = r.target ? (ratio >= r.target ? `target >= ${r.target.toFixed(1)}x met` : `target >= ${r.target.toFixed(1)}x MISSED`) : 'no target';
       console.log(`${r.name.padEnd(20)} squid ${r.squid.toFixed(0).padStart(7)}  writ ${r.writ.toFixed(0).padStart(7)}  ratio ${ratio.toFixed(2)}x  (${verdict})${r.extra ? `  ${r.extra}` : ''}`);
     }

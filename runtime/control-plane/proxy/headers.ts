@@ -11,15 +11,20 @@ const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'te', 'trailer', 'transf
 const OWN_PREFIX = `x-${BRAND}-`;
 export const VIA = `1.1 ${BRAND}-egress`;
 
+/** The field names listed by a Connection value (comma-separated), lower-cased, added to `out`. */
+function addTokens(value: string, out: Set<string> | undefined): Set<string> | undefined {
+  for (const t of value.split(',')) {
+    const n = t.trim().toLowerCase();
+    if (n) (out ??= new Set()).add(n);
+  }
+  return out;
+}
+
 /** The field names listed by every Connection header of `raw`, lower-cased. */
 function connectionTokens(raw: readonly string[]): Set<string> | undefined {
   let out: Set<string> | undefined;
   for (let i = 0; i < raw.length; i += 2) {
-    if (raw[i]!.toLowerCase() !== 'connection') continue;
-    for (const t of raw[i + 1]!.split(',')) {
-      const n = t.trim().toLowerCase();
-      if (n) (out ??= new Set()).add(n);
-    }
+    if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') out = addTokens(raw[i + 1]!, out);
   }
   return out;
 }
@@ -31,35 +36,64 @@ export interface RewriteOptions {
   add?: Record<string, string>;
   /** Drop Expect (requests: the proxy answered 100-continue to the client itself). */
   dropExpect?: boolean;
+  /** Replaces every Host field with this one, appended last (requests). */
+  host?: string;
 }
 
-/** `raw` without hop-by-hop fields, plus `add` and a Via entry; a fresh flat list. */
-export function rewriteHeaders(raw: readonly string[], opts: RewriteOptions = {}): string[] {
-  const named = connectionTokens(raw);
+/** True for a field never forwarded: hop-by-hop (fixed list, Proxy-*, named by Connection) or dropped by `opts`. */
+function dropped(lower: string, named: Set<string> | undefined, opts: RewriteOptions): boolean {
+  if (HOP_BY_HOP.has(lower) || lower.startsWith('proxy-') || named?.has(lower)) return true;
+  if (opts.dropOwn && lower.startsWith(OWN_PREFIX)) return true;
+  if (opts.dropExpect && lower === 'expect') return true;
+  return opts.host !== undefined && lower === 'host';
+}
+
+function rewrite(raw: readonly string[], named: Set<string> | undefined, opts: RewriteOptions): string[] {
   const out: string[] = [];
   let via: string | undefined;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
     const lower = name.toLowerCase();
-    if (HOP_BY_HOP.has(lower) || lower.startsWith('proxy-') || named?.has(lower)) continue;
-    if (opts.dropOwn && lower.startsWith(OWN_PREFIX)) continue;
-    if (opts.dropExpect && lower === 'expect') continue;
+    if (dropped(lower, named, opts)) continue;
     if (lower === 'via') {
       via = via === undefined ? raw[i + 1]! : `${via}, ${raw[i + 1]!}`;
       continue;
     }
     out.push(name, raw[i + 1]!);
   }
-  if (opts.add) for (const [k, v] of Object.entries(opts.add)) out.push(k, v);
+  if (opts.add) for (const k in opts.add) out.push(k, opts.add[k]!);
   out.push('Via', via === undefined ? VIA : `${via}, ${VIA}`);
+  if (opts.host !== undefined) out.push('Host', opts.host);
   return out;
 }
 
-/** Sets (replaces) one field of a flat raw list in place. */
-export function setHeader(raw: string[], name: string, value: string): void {
-  const lower = name.toLowerCase();
-  for (let i = raw.length - 2; i >= 0; i -= 2) if (raw[i]!.toLowerCase() === lower) raw.splice(i, 2);
-  raw.push(name, value);
+/** `raw` without hop-by-hop fields, plus `add` and a Via entry; a fresh flat list. */
+export function rewriteHeaders(raw: readonly string[], opts: RewriteOptions = {}): string[] {
+  return rewrite(raw, connectionTokens(raw), opts);
+}
+
+/**
+ * A forwarded request's fields: `rawHeaders` without hop-by-hop fields, client `X-Writ-*` and
+ * Expect; then the decision's headers, Via, and `Host: host`. `connection` is node's parsed
+ * Connection value (every Connection field, joined), which names further hop-by-hop fields.
+ */
+export function rewriteRequestHeaders(raw: readonly string[], connection: string | undefined, add: Record<string, string> | undefined, host: string): string[] {
+  const named = connection ? addTokens(connection, undefined) : undefined;
+  return rewrite(raw, named, { dropOwn: true, dropExpect: true, add, host });
+}
+
+/** An upstream answer's fields (undici's raw Buffer list) without hop-by-hop ones, plus Via. */
+export function rewriteResponseHeaders(raw: readonly Buffer[]): string[] {
+  const h: string[] = new Array<string>(raw.length);
+  let named: Set<string> | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!.toString('latin1');
+    const value = raw[i + 1]!.toString('latin1');
+    h[i] = name;
+    h[i + 1] = value;
+    if (name.length === 10 && name.toLowerCase() === 'connection') named = addTokens(value, named);
+  }
+  return rewrite(h, named, {});
 }
 
 /** True when a request announces a body (Content-Length > 0 or any Transfer-Encoding). */

@@ -22,7 +22,7 @@ import type { ApprovalQueue } from '../approvals/queue.js';
 import type { PipelineDeps } from '../decision/pipeline.js';
 import type { Outcome } from '../decision/types.js';
 import { decideProxy, type HoldTicket, type ProxyPolicy, type ProxyVerdict } from './decide.js';
-import { hasBody, rewriteHeaders, safeHeaderValue, setHeader } from './headers.js';
+import { hasBody, rewriteRequestHeaders, rewriteResponseHeaders, safeHeaderValue } from './headers.js';
 import { parseAbsoluteTarget, parseConnectTarget, type ProxyTarget } from './target.js';
 
 const log = logger('egress-proxy');
@@ -94,6 +94,8 @@ const DENY_REASON = header('Deny-Reason');
 const EGRESS_REQUEST = header('Egress-Request');
 
 class UpstreamTimeout extends Error {}
+
+function ignore(): void {}
 
 const TIMEOUT_CODES = new Set(['ETIMEDOUT', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 
@@ -253,56 +255,83 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
 
   // ---- plain HTTP (absolute-form request target) -------------------------------------------
 
-  function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: Outcome): void {
-    if (res.destroyed || req.socket.destroyed) return;
-    const raw = rewriteHeaders(req.rawHeaders, { dropOwn: true, add: outcome.decision.headers, dropExpect: true });
-    setHeader(raw, 'Host', t.port === 80 ? t.host : t.hostPort);
-    if (closing) res.setHeader('connection', 'close');
-    // Transfer-Encoding is hop-by-hop: undici re-frames a streamed body without a length as chunked.
-    const body = hasBody(req.headers) ? req : null;
-    if (!body) req.resume();
-    let abort: ((e?: Error) => void) | undefined;
-    let finished = false;
-    res.once('close', () => {
-      if (!res.writableFinished && !finished) abort?.(new Error('client went away'));
-    });
-    const fail = (e: Error) => {
-      finished = true;
-      if (body) req.unpipe();
+  /**
+   * One plain-HTTP exchange: undici's dispatch handler, as a class (no per-request closures on
+   * the hot path). Streams the upstream answer to `res` with backpressure.
+   */
+  class Exchange {
+    abort: ((e?: Error) => void) | undefined;
+    finished = false;
+    resume: (() => void) | undefined;
+    draining = false;
+    constructor(
+      readonly req: http.IncomingMessage,
+      readonly res: http.ServerResponse,
+      readonly t: ProxyTarget,
+      readonly body: http.IncomingMessage | null,
+    ) {}
+
+    /** res 'close': a client that goes away before the answer is complete aborts the upstream leg. */
+    onResClose(): void {
+      if (!this.res.writableFinished && !this.finished) this.abort?.(new Error('client went away'));
+    }
+
+    onConnect(a: (e?: Error) => void): void {
+      this.abort = a;
+      if (this.res.destroyed) a(new Error('client went away'));
+    }
+
+    onHeaders(status: number, rawHeaders: Buffer[], resume: () => void, statusText: string): boolean {
+      const res = this.res;
+      if (res.destroyed) return false;
+      this.resume = resume;
+      res.writeHead(status, statusText, rewriteResponseHeaders(rawHeaders) as unknown as http.OutgoingHttpHeaders);
+      return true;
+    }
+
+    onData(chunk: Buffer): boolean {
+      const ok = this.res.write(chunk);
+      if (!ok && !this.draining && this.resume) {
+        this.draining = true;
+        this.res.on('drain', this.resume);
+      }
+      return ok;
+    }
+
+    onComplete(): void {
+      this.finished = true;
+      this.res.end();
+    }
+
+    onError(e: Error): void {
+      this.finished = true;
+      const res = this.res;
+      if (this.body) this.req.unpipe();
+      if (res.destroyed) return; // the client went away: nothing to answer, not an upstream failure
       if (!res.headersSent) {
-        const f = upstreamError(t, e);
+        const f = upstreamError(this.t, e);
         upstreamErrors.inc({ via: 'http', status: String(f.status) });
-        log.warn('upstream failed', { target: t.hostPort, status: f.status, err: errMsg(e) });
+        log.warn('upstream failed', { target: this.t.hostPort, status: f.status, err: errMsg(e) });
         // The request body may be half read: close the client connection after the answer.
         sendJson(res, f.status, { error: f.message }, {}, true);
       } else {
         res.destroy();
       }
-    };
+    }
+  }
+
+  function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: Outcome): void {
+    if (res.destroyed || req.socket.destroyed) return;
+    const raw = rewriteRequestHeaders(req.rawHeaders, req.headers.connection, outcome.decision.headers, t.port === 80 ? t.host : t.hostPort);
+    if (closing) res.setHeader('connection', 'close');
+    // Transfer-Encoding is hop-by-hop: undici re-frames a streamed body without a length as chunked.
+    const body = hasBody(req.headers) ? req : null;
+    if (!body) req.resume();
+    const x = new Exchange(req, res, t, body);
+    res.once('close', () => x.onResClose());
     upstream.dispatch(
       { origin: `http://${t.hostPort}`, path: t.path, method: (req.method ?? 'GET') as Dispatcher.HttpMethod, headers: raw, body },
-      {
-        onConnect(a: (e?: Error) => void) {
-          abort = a;
-          if (res.destroyed) a(new Error('client went away'));
-        },
-        onHeaders(status: number, rawHeaders: Buffer[], resume: () => void, statusText: string) {
-          if (res.destroyed) return false;
-          const h: string[] = new Array(rawHeaders.length);
-          for (let i = 0; i < rawHeaders.length; i++) h[i] = rawHeaders[i]!.toString('latin1');
-          res.writeHead(status, statusText, rewriteHeaders(h) as unknown as http.OutgoingHttpHeaders);
-          res.on('drain', resume);
-          return true;
-        },
-        onData(chunk: Buffer) {
-          return res.write(chunk);
-        },
-        onComplete() {
-          finished = true;
-          res.end();
-        },
-        onError: fail,
-      } as unknown as Dispatcher.DispatchHandler,
+      x as unknown as Dispatcher.DispatchHandler,
     );
   }
 
@@ -318,33 +347,39 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     const t = p.target;
     // The body stream may be destroyed with an error (client reset, upstream failure mid-upload):
     // the exchange's own handlers answer or cut the connection; the error must not crash the process.
-    req.on('error', () => {});
+    req.on('error', ignore);
     // Do not read the body before the decision: a denied upload is never accepted.
     req.pause();
-    const reply = (v: ProxyVerdict | { kind: 'deny'; outcome: Outcome }, requestId?: string) => {
-      if (v.kind === 'allow') return forwardHttp(req, res, t, v.outcome);
-      if (v.kind === 'challenge') {
-        return sendJson(res, 407, denyBody(v.outcome), { 'proxy-authenticate': `Bearer realm="${REALM}"`, ...denyHeaders(v.outcome) }, hasBody(req.headers));
-      }
-      if (v.kind === 'deny') return sendJson(res, 403, denyBody(v.outcome, requestId), denyHeaders(v.outcome, requestId), hasBody(req.headers));
-    };
-    decideProxy({ via: 'http', method: req.method ?? 'GET', target: t, proxyAuthorization: req.headers['proxy-authorization'], headers: req.headers }, deps, policy).then(
-      (v) => {
-        if (v.kind !== 'hold') return reply(v);
-        void hold(v.ticket, (abort) => {
-          const onClose = () => {
-            if (!res.writableFinished) abort();
-          };
-          if (res.destroyed) abort();
-          else res.once('close', onClose);
-          return () => res.off('close', onClose);
-        }).then(({ outcome, id }) => reply({ kind: outcome.decision.allow ? 'allow' : 'deny', outcome } as ProxyVerdict, id));
-      },
-      (e: unknown) => {
-        log.error('proxy decision failed', { err: errMsg(e) });
-        sendJson(res, 403, { allow: false, reason: 'internal decision error', rule: 'inline' }, { [DENY_REASON]: 'internal decision error' }, true);
-      },
-    );
+    void decidePlain(req, res, t);
+  }
+
+  function replyPlain(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, v: ProxyVerdict, requestId?: string): void {
+    if (v.kind === 'allow') return forwardHttp(req, res, t, v.outcome);
+    if (v.kind === 'challenge') {
+      return sendJson(res, 407, denyBody(v.outcome), { 'proxy-authenticate': `Bearer realm="${REALM}"`, ...denyHeaders(v.outcome) }, hasBody(req.headers));
+    }
+    if (v.kind === 'deny') return sendJson(res, 403, denyBody(v.outcome, requestId), denyHeaders(v.outcome, requestId), hasBody(req.headers));
+  }
+
+  /** Decides a plain request, holds it if needed, then forwards or answers. Never rejects. */
+  async function decidePlain(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget): Promise<void> {
+    let v: ProxyVerdict;
+    try {
+      v = await decideProxy({ via: 'http', method: req.method ?? 'GET', target: t, proxyAuthorization: req.headers['proxy-authorization'], headers: req.headers }, deps, policy);
+    } catch (e) {
+      log.error('proxy decision failed', { err: errMsg(e) });
+      return sendJson(res, 403, { allow: false, reason: 'internal decision error', rule: 'inline' }, { [DENY_REASON]: 'internal decision error' }, true);
+    }
+    if (v.kind !== 'hold') return replyPlain(req, res, t, v);
+    const { outcome, id } = await hold(v.ticket, (abort) => {
+      const onClose = () => {
+        if (!res.writableFinished) abort();
+      };
+      if (res.destroyed) abort();
+      else res.once('close', onClose);
+      return () => res.off('close', onClose);
+    });
+    replyPlain(req, res, t, { kind: outcome.decision.allow ? 'allow' : 'deny', outcome } as ProxyVerdict, id);
   }
 
   // ---- CONNECT tunnels ----------------------------------------------------------------------
