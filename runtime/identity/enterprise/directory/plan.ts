@@ -21,7 +21,7 @@
  */
 import * as crypto from 'node:crypto';
 import type { EmployeeRow, GroupRow, SyncError, Conflict } from './repo.js';
-import { parseGroup, parseUser, type ScimGroup, type ScimUser } from './scim.js';
+import { parseGroupRefs, parseUser, type ScimGroup, type ScimUser } from './scim.js';
 import { groupKey } from '../tenant.js';
 
 export type Idp = 'idp_a' | 'idp_b';
@@ -92,6 +92,10 @@ const sameList = (a: readonly string[], b: readonly string[]) => {
 /** Sorted and deduplicated (input order irrelevant). */
 function sortedUnique(list: string[]): string[] {
   if (list.length < 2) return list;
+  // Already strictly ascending (members listed in order): sorted and unique as it is.
+  let i = 1;
+  while (i < list.length && list[i - 1]! < list[i]!) i++;
+  if (i === list.length) return list;
   if (list.length <= 16) {
     // Insertion sort: same order as the default sort (UTF-16 code units), without its set-up cost.
     for (let i = 1; i < list.length; i++) {
@@ -204,9 +208,6 @@ export function planSync(input: PlanInput): SyncPlan {
   const errors: SyncError[] = [];
   const counts = emptyCounts();
 
-  const current = new Map<string, CurrentEmployee>();
-  for (const r of input.currentEmployees) if (r.tenantId === tenantId) current.set(r.employeeSubject, r);
-
   // 1. Parse users. Skipped subjects (bad record, externalId readable) are left untouched.
   const uList: ScimUser[] = []; // snapshot users, first record per externalId
   const uSubject: string[] = []; // their subjects (same index)
@@ -214,6 +215,9 @@ export function planSync(input: PlanInput): SyncPlan {
   const skipped = new Set<string>(); // subjects
   const userByScimId = new Map<string, number>(); // SCIM id -> index
   const rawUsers = input.users;
+  // Until a first duplicate, one map operation per user: set, and a size that did not grow means
+  // the externalId was already there (then its first index is restored, once, by a scan).
+  let dupSeen = false;
   for (let i = 0; i < rawUsers.length; i++) {
     const p = parseUser(rawUsers[i]);
     if (!p.ok) {
@@ -222,25 +226,74 @@ export function planSync(input: PlanInput): SyncPlan {
       continue;
     }
     const u = p.value;
-    if (users.has(u.externalId)) {
+    const idx = uList.length;
+    let dup: boolean;
+    if (dupSeen) {
+      dup = users.has(u.externalId);
+      if (!dup) users.set(u.externalId, idx);
+    } else {
+      const before = users.size;
+      users.set(u.externalId, idx);
+      dup = users.size === before;
+      if (dup) {
+        let first = 0;
+        while (uList[first]!.externalId !== u.externalId) first++;
+        users.set(u.externalId, first);
+        dupSeen = true;
+      }
+    }
+    if (dup) {
       errors.push({ resource_type: 'User', external_id: u.externalId, error: 'duplicate externalId in snapshot: first record applied' });
       continue;
     }
-    const idx = uList.length;
-    users.set(u.externalId, idx);
     uList.push(u);
     uSubject.push(subjectPrefix + u.externalId);
     if (u.id !== null && !userByScimId.has(u.id)) userByScimId.set(u.id, idx);
   }
   if (skipped.size) for (const s of skipped) if (users.has(s.slice(subjectPrefix.length))) skipped.delete(s);
 
+  // The current row of each snapshot user (same subject), found through the externalId map: no
+  // subject-keyed map of the tenant is built unless a skipped record or an absent user needs one.
+  // A row's subject is `subjectPrefix + externalId` when it starts with the prefix and ends with
+  // its externalId at the right length (no string is built to check it).
+  const prevOf: (CurrentEmployee | undefined)[] = new Array<CurrentEmployee | undefined>(uList.length);
+  const tenantRows: CurrentEmployee[] = [];
+  const prefixLen = subjectPrefix.length;
+  let next = 0; // stored rows usually come back in the order they were written: try the next user first
+  for (const r of input.currentEmployees) {
+    if (r.tenantId !== tenantId) continue;
+    tenantRows.push(r);
+    const s = r.employeeSubject;
+    if (!s.startsWith(subjectPrefix)) continue;
+    const x = r.externalId;
+    const ext = s.length === prefixLen + x.length && s.endsWith(x) ? x : s.slice(prefixLen);
+    const i = next < uList.length && uList[next]!.externalId === ext ? next : users.get(ext);
+    if (i !== undefined) {
+      prevOf[i] = r;
+      next = i + 1;
+    }
+  }
+  let currentMap: Map<string, CurrentEmployee> | undefined;
+  const currentBySubject = (): Map<string, CurrentEmployee> => {
+    if (!currentMap) {
+      currentMap = new Map<string, CurrentEmployee>();
+      for (const r of tenantRows) currentMap.set(r.employeeSubject, r);
+    }
+    return currentMap;
+  };
+
   // A reference (member value, manager.value) is an externalId or a SCIM id of a snapshot user.
   // Returns the snapshot index (>= 0), or -1 when not a snapshot user.
   const userIndex = (ref: string): number => users.get(ref) ?? userByScimId.get(ref) ?? -1;
+  // Same answer, trying index `hint` first: externalIds are unique in uList, so a user whose
+  // externalId is `ref` is exactly users.get(ref). Group members are mostly listed in snapshot
+  // order, so the next index usually hits without a map lookup.
+  const userIndexFrom = (ref: string, hint: number): number =>
+    hint < uList.length && uList[hint]!.externalId === ref ? hint : userIndex(ref);
   const skippedRef = (ref: string): string | undefined => {
     if (!skipped.size) return undefined;
     const s = subjectPrefix + ref;
-    return skipped.has(s) && current.has(s) ? s : undefined;
+    return skipped.has(s) && currentBySubject().has(s) ? s : undefined;
   };
 
   // 2. Parse groups and build the membership relation.
@@ -251,7 +304,7 @@ export function planSync(input: PlanInput): SyncPlan {
   const reconcileGroups = input.groups !== undefined;
   const rawGroups = input.groups ?? [];
   for (let i = 0; i < rawGroups.length; i++) {
-    const p = parseGroup(rawGroups[i]);
+    const p = parseGroupRefs(rawGroups[i], false);
     if (!p.ok) {
       errors.push({ resource_type: 'Group', external_id: p.externalId ?? p.id ?? `groups[${i}]`, error: p.error });
       if (p.externalId !== null) skippedGroups.add(p.externalId);
@@ -277,11 +330,13 @@ export function planSync(input: PlanInput): SyncPlan {
     if (a) a.push(gExt);
     else groupsOf[idx] = [gExt];
   };
+  let hint = 0;
   for (let gi = 0; gi < gList.length; gi++) {
     const g = gList[gi]!;
     const members = membersOf[gi]!;
     for (const ref of g.memberRefs) {
-      const idx = userIndex(ref);
+      const idx = userIndexFrom(ref, hint);
+      hint = idx + 1;
       if (idx >= 0) {
         addGroupOf(idx, g.externalId);
         members.push(uSubject[idx]!);
@@ -319,7 +374,7 @@ export function planSync(input: PlanInput): SyncPlan {
   for (let idx = 0; idx < uList.length; idx++) {
     const u = uList[idx]!;
     const subject = uSubject[idx]!;
-    const prev = current.get(subject);
+    const prev = prevOf[idx];
     const status: 'active' | 'inactive' = u.active ? 'active' : 'inactive';
     let groupList: string[];
     if (!reconcileGroups && u.groupRefs === null) groupList = prev ? parseGroupsJson(prev.groupsJson) : [];
@@ -404,8 +459,11 @@ export function planSync(input: PlanInput): SyncPlan {
   }
   // Every current row matched a snapshot user: each is skipped by the loop below (its idp differs
   // or its externalId is in the snapshot), so the loop would change nothing.
-  const allMatched = matched === current.size;
-  if (!allMatched) {
+  // (Stored subjects are unique. A repeated subject in a hand-built input makes the count differ,
+  // which only takes the general path below, whose result is the same.)
+  const allMatched = matched === tenantRows.length;
+  const current = allMatched ? undefined : currentBySubject();
+  if (current) {
     for (const prev of current.values()) {
       if (prev.idp !== idp || users.has(prev.externalId) || skipped.has(prev.employeeSubject)) continue;
       if (prev.status === 'inactive') {
@@ -449,9 +507,9 @@ export function planSync(input: PlanInput): SyncPlan {
     groupWrites,
     counts,
     errors,
-    conflicts: allMatched
-      ? snapshotConflicts(tenantId, uSubject, uActive, uManager, uManagerIdx)
-      : fullConflicts(tenantId, current, uSubject, uActive, uManager, deactivations),
+    conflicts: current
+      ? fullConflicts(tenantId, current, uSubject, uActive, uManager, deactivations)
+      : snapshotConflicts(tenantId, uSubject, uActive, uManager, uManagerIdx),
     status: errors.length ? 'partial' : 'ok',
   };
 }

@@ -205,6 +205,15 @@ export function parseUser(raw: unknown): Parsed<ScimUser> {
 }
 
 export function parseGroup(raw: unknown): Parsed<ScimGroup> {
+  return parseGroupRefs(raw, true);
+}
+
+/**
+ * parseGroup for the planner: with `dedupe` false, `memberRefs` keeps repeated values (in order)
+ * instead of building a Set of every member. The planner sorts and deduplicates memberships
+ * anyway, so its result is the same; a 100k-member group then costs no Set insertions.
+ */
+export function parseGroupRefs(raw: unknown, dedupe: boolean): Parsed<ScimGroup> {
   try {
     if (!isObj(raw)) throw new Bad('a Group resource must be a JSON object');
     schemasOk(raw, SCHEMA_GROUP, 'Group');
@@ -212,7 +221,8 @@ export function parseGroup(raw: unknown): Parsed<ScimGroup> {
     if (externalId === null) throw new Bad('externalId is required (the group key is derived from it)');
     const members = raw.members;
     if (members !== undefined && members !== null && !Array.isArray(members)) throw new Bad('members must be an array');
-    const refs = new Set<string>();
+    const refs: string[] = [];
+    const seen = dedupe ? new Set<string>() : null;
     if (Array.isArray(members)) {
       for (let i = 0; i < members.length; i++) {
         const m: unknown = members[i];
@@ -222,12 +232,16 @@ export function parseGroup(raw: unknown): Parsed<ScimGroup> {
         if (type !== null && type.toLowerCase() === 'group') continue;
         const v = identAt(m.value, 'members', i, '.value');
         if (v === null) throw new Bad(`members[${i}].value is required`);
-        refs.add(v);
+        if (seen) {
+          if (seen.has(v)) continue;
+          seen.add(v);
+        }
+        refs.push(v);
       }
     }
     return {
       ok: true,
-      value: { externalId, id: ident(raw.id, 'id'), displayName: text(raw.displayName, 'displayName'), memberRefs: [...refs] },
+      value: { externalId, id: ident(raw.id, 'id'), displayName: text(raw.displayName, 'displayName'), memberRefs: refs },
     };
   } catch (e) {
     if (e instanceof Bad) return { ok: false, error: e.message, ...ids(raw) };
