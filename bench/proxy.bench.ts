@@ -17,7 +17,7 @@
  *
  *   npx tsx bench/proxy.bench.ts    (BENCH_SECONDS=5 BENCH_WARMUP=1 BENCH_CONNECTIONS=32 BENCH_ROUNDS=3)
  *
- * Plain HTTP runs squid and Writ in interleaved rounds (median ratio): the machine is shared.
+ * Every row runs squid and Writ in interleaved rounds (median ratio): the machine is shared.
  * BENCH_ONLY=plain runs only that row; BENCH_PROFILE=<dir> writes CPU profiles of Writ there.
  *
  * Targets: plain HTTP >= 1.0x squid, CONNECT >= 0.8x squid.
@@ -244,6 +244,25 @@ async function plainHttp(squid: (s: number) => Promise<PlainRun>, writ: (s: numb
   return { squid: pick(sr), writ: pick(wr), ratio: median(ratios), ratios };
 }
 
+/** ROUNDS runs of each, the order alternating; per-round ratios and their median. */
+async function interleaved(squid: () => Promise<{ rps: number }>, writ: () => Promise<{ rps: number }>): Promise<{ squid: number; writ: number; ratio: number; ratios: number[] }> {
+  const sr: number[] = [];
+  const wr: number[] = [];
+  for (let i = 0; i < ROUNDS; i++) {
+    if (i % 2 === 0) {
+      sr.push((await squid()).rps);
+      wr.push((await writ()).rps);
+    } else {
+      wr.push((await writ()).rps);
+      sr.push((await squid()).rps);
+    }
+  }
+  const ratios = sr.map((r, i) => wr[i]! / r);
+  return { squid: median(sr), writ: median(wr), ratio: median(ratios), ratios };
+}
+
+const roundsNote = (ratios: number[]) => `median of ${ratios.length} interleaved rounds [${ratios.map((r) => r.toFixed(2)).join(' ')}]`;
+
 /** Opens a CONNECT tunnel; resolves with the raw socket once the proxy answers 200. */
 function tunnel(proxyPort: number, target: string, auth: string | undefined): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
@@ -354,21 +373,25 @@ async function drive(): Promise<void> {
       writ: plain.writ.rps,
       ratio: plain.ratio,
       target: 1.0,
-      extra: `median of ${ROUNDS} interleaved rounds [${plain.ratios.map((r) => r.toFixed(2)).join(' ')}]; p99 squid ${plain.squid.p99} ms, writ ${plain.writ.p99} ms`,
+      extra: `${roundsNote(plain.ratios)}; p99 squid ${plain.squid.p99} ms, writ ${plain.writ.p99} ms`,
     });
     if (ONLY !== 'plain') {
-      const sConn = await connectRequests(squid.port, up, undefined);
-      const wConn = await connectRequests(writ.msg.port, up, auth);
-      rows.push({ name: 'CONNECT TLS req/s', squid: sConn.rps, writ: wConn.rps, target: 0.8 });
-      const sSetup = await tunnelSetup(squid.port, `127.0.0.1:${up.tls}`, undefined);
-      const wSetup = await tunnelSetup(writ.msg.port, `127.0.0.1:${up.tls}`, auth);
-      rows.push({ name: 'tunnel setups/s', squid: sSetup.rps, writ: wSetup.rps, target: 0 });
+      const conn = await interleaved(
+        () => connectRequests(squid.port, up, undefined),
+        () => connectRequests(writ.msg.port, up, auth),
+      );
+      rows.push({ name: 'CONNECT TLS req/s', squid: conn.squid, writ: conn.writ, ratio: conn.ratio, target: 0.8, extra: roundsNote(conn.ratios) });
+      const setup = await interleaved(
+        () => tunnelSetup(squid.port, `127.0.0.1:${up.tls}`, undefined),
+        () => tunnelSetup(writ.msg.port, `127.0.0.1:${up.tls}`, auth),
+      );
+      rows.push({ name: 'tunnel setups/s', squid: setup.squid, writ: setup.writ, ratio: setup.ratio, target: 0, extra: roundsNote(setup.ratios) });
       // The default composition ships every audit record to the store; with in-process PGlite
       // (WASM, same event loop) that shipping is the dominant cost, so it is shown separately.
       await stop(writ.proc);
       durable = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'durable']);
       const dPlain = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }));
-      rows.push({ name: 'plain, audit->PGlite', squid: dPlain.squid.rps, writ: dPlain.writ.rps, ratio: dPlain.ratio, target: 0 });
+      rows.push({ name: 'plain, audit->PGlite', squid: dPlain.squid.rps, writ: dPlain.writ.rps, ratio: dPlain.ratio, target: 0, extra: roundsNote(dPlain.ratios) });
     }
     console.log(
       `proxy bench: ${CONNECTIONS} connections, ${SECONDS} s per run after ${WARMUP} s warm-up; writ runs the full decision on every request and tunnel ` +

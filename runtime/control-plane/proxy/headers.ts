@@ -13,6 +13,8 @@ export const VIA = `1.1 ${BRAND}-egress`;
 
 /** The field names listed by a Connection value (comma-separated), lower-cased, added to `out`. */
 function addTokens(value: string, out: Set<string> | undefined): Set<string> | undefined {
+  // The usual keep-alive value names only a field that is hop-by-hop anyway.
+  if (value.length === 10 && value.toLowerCase() === 'keep-alive') return out;
   for (const t of value.split(',')) {
     const n = t.trim().toLowerCase();
     if (n) (out ??= new Set()).add(n);
