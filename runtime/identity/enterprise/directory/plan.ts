@@ -203,7 +203,35 @@ const parseGroupsJson = (s: string): string[] => {
  * and never builds its write object.
  */
 export function planSync(input: PlanInput): SyncPlan {
+  return stagePlan(input, false)!.finish();
+}
+
+/**
+ * A plan computed from the light current state (sync.ts `loadSyncLight`: subject, idp, externalId,
+ * status and digest of each row; `groupsJson`, `createdAt`, `deactivatedAt` and `managerSubject`
+ * not loaded). `need` lists the rows whose other columns the plan still reads: the existing rows it
+ * rewrites (created_at, deactivated_at) and, when some row is not in the snapshot, those rows
+ * (manager_subject, for the conflicts). The caller fills those fields in on these same objects,
+ * then calls `finish()`, which returns exactly what planSync returns on the full state. An
+ * unchanged re-sync needs no row.
+ */
+export interface StagedPlan {
+  need: CurrentEmployee[];
+  finish(): SyncPlan;
+}
+
+/**
+ * planSync on the light state; null when the full state is needed from the start: the snapshot
+ * omits groups, or a group record failed to parse (stored memberships are then carried over, so
+ * every row's `groupsJson` is read).
+ */
+export function planSyncLight(input: PlanInput): StagedPlan | null {
+  return stagePlan(input, true);
+}
+
+function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
   const { tenantId, idp, now } = input;
+  if (light && input.groups === undefined) return null;
   const subjectPrefix = `${idp}:${tenantId}:`;
   const errors: SyncError[] = [];
   const counts = emptyCounts();
@@ -258,20 +286,24 @@ export function planSync(input: PlanInput): SyncPlan {
   // its externalId at the right length (no string is built to check it).
   const prevOf: (CurrentEmployee | undefined)[] = new Array<CurrentEmployee | undefined>(uList.length);
   const tenantRows: CurrentEmployee[] = [];
+  const unmatchedRows: CurrentEmployee[] = []; // rows that are no snapshot user's
   const prefixLen = subjectPrefix.length;
   let next = 0; // stored rows usually come back in the order they were written: try the next user first
   for (const r of input.currentEmployees) {
     if (r.tenantId !== tenantId) continue;
     tenantRows.push(r);
     const s = r.employeeSubject;
-    if (!s.startsWith(subjectPrefix)) continue;
+    if (!s.startsWith(subjectPrefix)) {
+      unmatchedRows.push(r);
+      continue;
+    }
     const x = r.externalId;
     const ext = s.length === prefixLen + x.length && s.endsWith(x) ? x : s.slice(prefixLen);
     const i = next < uList.length && uList[next]!.externalId === ext ? next : users.get(ext);
     if (i !== undefined) {
       prevOf[i] = r;
       next = i + 1;
-    }
+    } else unmatchedRows.push(r);
   }
   let currentMap: Map<string, CurrentEmployee> | undefined;
   const currentBySubject = (): Map<string, CurrentEmployee> => {
@@ -321,6 +353,7 @@ export function planSync(input: PlanInput): SyncPlan {
     if (g.id !== null && !groupExtByRef.has(g.id)) groupExtByRef.set(g.id, g.externalId);
   }
   for (const ext of groups.keys()) skippedGroups.delete(ext);
+  if (light && skippedGroups.size) return null;
 
   // Plain arrays, deduplicated when sorted: far fewer allocations than a Set per employee.
   const groupsOf: (string[] | undefined)[] = new Array<string[] | undefined>(uList.length); // user index -> group ext ids
@@ -370,6 +403,11 @@ export function planSync(input: PlanInput): SyncPlan {
   // Current rows that are exactly a snapshot user (same subject, idp and externalId). When every
   // current row is one, nothing is deactivated and conflicts need no subject-keyed maps.
   let matched = 0;
+  // Writes of existing rows: created_at (and deactivated_at when the status stays) are copied from
+  // the stored row in finish(), once a light state has them.
+  const rewrites: EmployeeWrite[] = [];
+  const rewritten: CurrentEmployee[] = [];
+  const keepsDeactivatedAt: boolean[] = [];
 
   for (let idx = 0; idx < uList.length; idx++) {
     const u = uList[idx]!;
@@ -446,15 +484,20 @@ export function planSync(input: PlanInput): SyncPlan {
       employeeWrites.push(w);
       continue;
     }
-    w.createdAt = prev.createdAt;
-    w.deactivatedAt = prev.deactivatedAt;
+    let keeps = false;
     if (prev.status === 'active' && status === 'inactive') {
       counts.users_deactivated++;
       w.deactivatedAt = now;
     } else if (prev.status === 'inactive' && status === 'active') {
       counts.users_reactivated++;
       w.deactivatedAt = null;
-    } else counts.users_updated++;
+    } else {
+      counts.users_updated++;
+      keeps = true;
+    }
+    rewrites.push(w);
+    rewritten.push(prev);
+    keepsDeactivatedAt.push(keeps);
     employeeWrites.push(w);
   }
   // Every current row matched a snapshot user: each is skipped by the loop below (its idp differs
@@ -501,17 +544,27 @@ export function planSync(input: PlanInput): SyncPlan {
   }
 
   counts.errors = errors.length;
-  return {
-    employeeWrites,
-    deactivations,
-    groupWrites,
-    counts,
-    errors,
-    conflicts: current
-      ? fullConflicts(tenantId, current, uSubject, uActive, uManager, deactivations)
-      : snapshotConflicts(tenantId, uSubject, uActive, uManager, uManagerIdx),
-    status: errors.length ? 'partial' : 'ok',
+  const finish = (): SyncPlan => {
+    for (let k = 0; k < rewrites.length; k++) {
+      const w = rewrites[k]!;
+      const prev = rewritten[k]!;
+      w.createdAt = prev.createdAt;
+      if (keepsDeactivatedAt[k]) w.deactivatedAt = prev.deactivatedAt;
+    }
+    return {
+      employeeWrites,
+      deactivations,
+      groupWrites,
+      counts,
+      errors,
+      // fullConflicts reads the manager of every row, but a snapshot user's is replaced by uManager.
+      conflicts: current
+        ? fullConflicts(tenantId, current, uSubject, uActive, uManager, deactivations)
+        : snapshotConflicts(tenantId, uSubject, uActive, uManager, uManagerIdx),
+      status: errors.length ? 'partial' : 'ok',
+    };
   };
+  return { need: current ? rewritten.concat(unmatchedRows) : rewritten, finish };
 }
 
 /**

@@ -151,6 +151,13 @@ export function syncRunOut(r: SyncRunRow): SyncRunRecord {
 /** Longest manager chain walked; real org charts are far shallower, cycles stop earlier. */
 export const MAX_MANAGER_CHAIN = 64;
 
+export interface SyncDetails {
+  s: string;
+  m: string | null;
+  c: string;
+  d: string | null;
+}
+
 export interface DirectoryRepo {
   readonly tenantId: string;
   /** The employee with this stable subject in this tenant, active or not. */
@@ -178,6 +185,13 @@ export interface DirectoryRepo {
   loadEmployeeRows(): Promise<EmployeeRow[]>;
   /** The few columns the sync planner diffs against, without per-column mapping or JSON parsing. */
   loadSyncState(): Promise<CurrentEmployee[]>;
+  /**
+   * The columns an unchanged re-sync compares (subject, idp, externalId, status, digest); the other
+   * CurrentEmployee fields are placeholders ('[]', '', null) until `loadSyncDetails` fills them in.
+   */
+  loadSyncLight(): Promise<CurrentEmployee[]>;
+  /** created_at, deactivated_at and manager_subject of these rows (all rows when `subjects` is null). */
+  loadSyncDetails(subjects: readonly string[] | null): Promise<SyncDetails[]>;
   loadGroupRows(): Promise<GroupRow[]>;
   /** Employees with a session (identity resolution), newest sign-in first. */
   listSessions(limit: number): Promise<EmployeeRecord[]>;
@@ -301,6 +315,40 @@ export function directoryRepo(db: DbOrTx, tenantId: string): DirectoryRepo {
         syncHash: r.h,
       }));
     },
+    async loadSyncLight() {
+      const rows = await rowsOf<{ s: string; i: string; x: string; st: 'active' | 'inactive'; h: string | null }>(
+        db as Db,
+        sql`select employee_subject as s, idp as i, external_id as x, status as st, sync_hash as h
+            from ${employees} where tenant_id = ${tenantId}`,
+      );
+      const out: CurrentEmployee[] = new Array<CurrentEmployee>(rows.length);
+      for (let k = 0; k < rows.length; k++) {
+        const r = rows[k]!;
+        out[k] = {
+          employeeSubject: r.s,
+          tenantId,
+          idp: r.i,
+          externalId: r.x,
+          status: r.st,
+          managerSubject: null,
+          groupsJson: '[]',
+          createdAt: '',
+          deactivatedAt: null,
+          syncHash: r.h,
+        };
+      }
+      return out;
+    },
+    loadSyncDetails: (subjects) =>
+      rowsOf<SyncDetails>(
+        db as Db,
+        subjects === null
+          ? sql`select employee_subject as s, manager_subject as m, created_at::text as c, deactivated_at::text as d
+                from ${employees} where tenant_id = ${tenantId}`
+          : sql`select employee_subject as s, manager_subject as m, created_at::text as c, deactivated_at::text as d
+                from ${employees} where tenant_id = ${tenantId}
+                  and employee_subject in (select jsonb_array_elements_text(${JSON.stringify(subjects)}::jsonb))`,
+      ),
     loadGroupRows: () => db.select().from(groups).where(eq(groups.tenantId, tenantId)),
     async listSessions(limit) {
       const rows = await db

@@ -11,8 +11,8 @@ import type { Db } from '../../../store/factory.js';
 import { employees, groups, syncRuns } from '../../../store/schema/directory.js';
 import { logger } from '../../../lib/log.js';
 import type { DbOrTx } from '../tenant.js';
-import { directoryRepo, iso, type SyncRunRecord } from './repo.js';
-import { planSync, type EmployeeWrite, type Idp } from './plan.js';
+import { directoryRepo, iso, type DirectoryRepo, type SyncRunRecord } from './repo.js';
+import { planSync, planSyncLight, type EmployeeWrite, type Idp, type SyncPlan } from './plan.js';
 import type { GroupRow } from './repo.js';
 
 const log = logger('directory-sync');
@@ -69,17 +69,7 @@ export async function syncDirectory(deps: SyncDeps, req: SyncRequest): Promise<S
   const id = randomUUID();
   const result = await deps.db.transaction(async (tx) => {
     await tx.execute(sql`select pg_advisory_xact_lock(hashtext(${`writ.directory.sync:${req.tenantId}`}))`);
-    const repo = directoryRepo(tx, req.tenantId);
-    const [currentEmployees, currentGroups] = [await repo.loadSyncState(), await repo.loadGroupRows()];
-    const plan = planSync({
-      tenantId: req.tenantId,
-      idp: req.idp,
-      users: req.users,
-      groups: req.groups,
-      currentEmployees,
-      currentGroups,
-      now: startedAt,
-    });
+    const plan = await planWithState(directoryRepo(tx, req.tenantId), req, startedAt);
     await deps.failpoint?.('planned');
     for (let i = 0; i < plan.employeeWrites.length; i += batch) {
       await upsertEmployees(tx, plan.employeeWrites.slice(i, i + batch));
@@ -127,6 +117,35 @@ export async function syncDirectory(deps: SyncDeps, req: SyncRequest): Promise<S
     conflicts: plan.conflicts,
     cascade,
   };
+}
+
+/**
+ * Plans from the light state (what an unchanged re-sync compares) and loads the other columns only
+ * for the rows the plan rewrites or finds absent; the full state when the plan cannot do without it.
+ */
+async function planWithState(repo: DirectoryRepo, req: SyncRequest, now: string): Promise<SyncPlan> {
+  const input = { tenantId: req.tenantId, idp: req.idp, users: req.users, groups: req.groups, now };
+  const currentGroups = await repo.loadGroupRows();
+  if (req.groups !== undefined) {
+    const light = await repo.loadSyncLight();
+    const staged = planSyncLight({ ...input, currentEmployees: light, currentGroups });
+    if (staged) {
+      if (staged.need.length) {
+        const rows = new Map(staged.need.map((r) => [r.employeeSubject, r]));
+        // Many rows: one scan of the tenant is cheaper than shipping their subjects.
+        const details = await repo.loadSyncDetails(rows.size > light.length / 4 ? null : [...rows.keys()]);
+        for (const d of details) {
+          const r = rows.get(d.s);
+          if (!r) continue;
+          r.managerSubject = d.m;
+          r.createdAt = d.c;
+          r.deactivatedAt = d.d;
+        }
+      }
+      return staged.finish();
+    }
+  }
+  return planSync({ ...input, currentEmployees: await repo.loadSyncState(), currentGroups });
 }
 
 /*
