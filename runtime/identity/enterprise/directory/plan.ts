@@ -84,9 +84,14 @@ export interface PlanInput {
   now: string;
 }
 
-const sameList = (a: readonly string[], b: readonly string[]) => {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+/** `subjects` equals `exts.map((x) => prefix + x)`, without building those strings. */
+const sameSubjects = (subjects: readonly string[], prefix: string, exts: readonly string[]) => {
+  if (subjects.length !== exts.length) return false;
+  for (let i = 0; i < exts.length; i++) {
+    const s = subjects[i]!;
+    const x = exts[i]!;
+    if (typeof s !== 'string' || s.length !== prefix.length + x.length || !s.startsWith(prefix) || !s.endsWith(x)) return false;
+  }
   return true;
 };
 /** Sorted and deduplicated (input order irrelevant). */
@@ -357,11 +362,16 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
 
   // Plain arrays, deduplicated when sorted: far fewer allocations than a Set per employee.
   const groupsOf: (string[] | undefined)[] = new Array<string[] | undefined>(uList.length); // user index -> group ext ids
-  const membersOf: string[][] = gList.map(() => []); // group index -> subjects
+  // Group index -> members' externalIds. Every member subject is `subjectPrefix + externalId`, so
+  // sorting and deduplicating the externalIds orders the subjects the same way; subjects are built
+  // only for a group that is written (an unchanged 100k-member group builds none).
+  const membersOf: string[][] = gList.map(() => []);
   const addGroupOf = (idx: number, gExt: string) => {
     const a = groupsOf[idx];
-    if (a) a.push(gExt);
-    else groupsOf[idx] = [gExt];
+    if (!a) groupsOf[idx] = [gExt];
+    // A push on a one-element literal reserves 17 slots; most users are in a few groups.
+    else if (a.length === 1) groupsOf[idx] = [a[0]!, gExt];
+    else a.push(gExt);
   };
   let hint = 0;
   for (let gi = 0; gi < gList.length; gi++) {
@@ -372,11 +382,10 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
       hint = idx + 1;
       if (idx >= 0) {
         addGroupOf(idx, g.externalId);
-        members.push(uSubject[idx]!);
-      } else {
+        members.push(uList[idx]!.externalId);
+      } else if (skippedRef(ref) !== undefined) {
         // A skipped (unparseable) current employee keeps being listed as a member.
-        const s = skippedRef(ref);
-        if (s !== undefined) members.push(s);
+        members.push(ref);
       }
     }
   }
@@ -389,7 +398,7 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
       const gExt = groupExtByRef.get(ref) ?? ref;
       addGroupOf(idx, gExt);
       const gi = groups.get(gExt);
-      if (gi !== undefined) membersOf[gi]!.push(uSubject[idx]!);
+      if (gi !== undefined) membersOf[gi]!.push(uList[idx]!.externalId);
     }
   }
 
@@ -526,14 +535,16 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
     const g = gList[gi]!;
     const key = groupKey(tenantId, g.externalId);
     const prev = currentGroups.get(key);
-    const members = sortedUnique(membersOf[gi]!);
+    const exts = sortedUnique(membersOf[gi]!);
     if (!prev) {
       counts.groups_created++;
+      const members = exts.map((x) => subjectPrefix + x);
       groupWrites.push({ groupKey: key, tenantId, externalId: g.externalId, displayName: g.displayName, members, createdAt: now, updatedAt: now, lastSyncedAt: now });
-    } else if (prev.displayName === g.displayName && sameList(prev.members, members)) {
+    } else if (prev.displayName === g.displayName && sameSubjects(prev.members, subjectPrefix, exts)) {
       counts.groups_unchanged++;
     } else {
       counts.groups_updated++;
+      const members = exts.map((x) => subjectPrefix + x);
       groupWrites.push({ ...prev, displayName: g.displayName, members, updatedAt: now, lastSyncedAt: now });
     }
   }
