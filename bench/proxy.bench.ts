@@ -120,7 +120,7 @@ async function stop(proc: ChildProcess): Promise<void> {
   await done;
 }
 
-async function startSquid(): Promise<{ port: number; stop(): Promise<void> } | undefined> {
+async function startSquid(): Promise<{ port: number; pid: number | undefined; stop(): Promise<void> } | undefined> {
   const bin = ['/usr/sbin/squid', '/usr/bin/squid'].find((p) => spawnSync(p, ['-v']).status === 0);
   if (!bin) return undefined;
   const dir = mkdtempSync(join(tmpdir(), 'writ-bench-squid-'));
@@ -176,6 +176,7 @@ async function startSquid(): Promise<{ port: number; stop(): Promise<void> } | u
   }
   return {
     port,
+    pid: proc.pid,
     async stop() {
       const done = new Promise((r) => proc.once('exit', r));
       proc.kill('SIGKILL');
@@ -197,9 +198,25 @@ interface PlainRun {
   rps: number;
   p50: number;
   p99: number;
+  /** CPU time (user + system) the proxy process spent per request, microseconds; NaN if unknown. */
+  cpuUs: number;
 }
 
-function plainHttpLoad(proxyPort: number, upstream: number, headers: Record<string, string>): (seconds: number) => Promise<PlainRun> {
+/** User + system CPU time of a process so far, microseconds (Linux /proc; NaN elsewhere). */
+function cpuTimeUs(pid: number | undefined): number {
+  if (pid === undefined) return NaN;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // Fields 14 and 15 (utime, stime) in clock ticks; after the comm field they are at 11 and 12.
+    return ((Number(f[11]) + Number(f[12])) * 1e6) / CLOCK_TICKS;
+  } catch {
+    return NaN;
+  }
+}
+const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK']).stdout?.toString().trim()) || 100;
+
+function plainHttpLoad(proxyPort: number, upstream: number, headers: Record<string, string>, pid: number | undefined): (seconds: number) => Promise<PlainRun> {
   const opts = {
     url: `http://127.0.0.1:${proxyPort}`,
     connections: CONNECTIONS,
@@ -209,9 +226,11 @@ function plainHttpLoad(proxyPort: number, upstream: number, headers: Record<stri
   return async (seconds) => {
     const spec = 'autocannon';
     const autocannon = ((await import(spec)) as { default: Autocannon }).default;
+    const cpu0 = cpuTimeUs(pid);
     const r = await autocannon({ ...opts, duration: seconds });
+    const cpu = cpuTimeUs(pid) - cpu0;
     if (r.errors || r.non2xx) throw new Error(`plain HTTP: ${r.errors} errors, ${r.non2xx} non-2xx responses`);
-    return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99 };
+    return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, cpuUs: cpu / Math.max(1, r.requests.total) };
   };
 }
 
@@ -239,7 +258,12 @@ async function plainHttp(squid: (s: number) => Promise<PlainRun>, writ: (s: numb
       sr.push(await squid(SECONDS));
     }
   }
-  const pick = (rs: PlainRun[]): PlainRun => ({ rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)) });
+  const pick = (rs: PlainRun[]): PlainRun => ({
+    rps: median(rs.map((r) => r.rps)),
+    p50: median(rs.map((r) => r.p50)),
+    p99: median(rs.map((r) => r.p99)),
+    cpuUs: median(rs.map((r) => r.cpuUs)),
+  });
   const ratios = sr.map((r, i) => wr[i]!.rps / r.rps);
   return { squid: pick(sr), writ: pick(wr), ratio: median(ratios), ratios };
 }
@@ -260,6 +284,10 @@ async function interleaved(squid: () => Promise<{ rps: number }>, writ: () => Pr
   const ratios = sr.map((r, i) => wr[i]! / r);
   return { squid: median(sr), writ: median(wr), ratio: median(ratios), ratios };
 }
+
+/** Proxy-process CPU per request: robust to load from other processes, unlike req/s. */
+const cpuNote = (p: { squid: PlainRun; writ: PlainRun }) =>
+  `CPU/request squid ${p.squid.cpuUs.toFixed(0)} us, writ ${p.writ.cpuUs.toFixed(0)} us (efficiency ${(p.squid.cpuUs / p.writ.cpuUs).toFixed(2)}x)`;
 
 const roundsNote = (ratios: number[]) => `median of ${ratios.length} interleaved rounds [${ratios.map((r) => r.toFixed(2)).join(' ')}]`;
 
@@ -365,15 +393,15 @@ async function drive(): Promise<void> {
   try {
     const up = upstream.msg;
     const rows: { name: string; squid: number; writ: number; target: number; ratio?: number; extra?: string }[] = [];
-    const squidLoad = plainHttpLoad(squid.port, up.http, {});
-    const plain = await plainHttp(squidLoad, plainHttpLoad(writ.msg.port, up.http, { 'proxy-authorization': auth }));
+    const squidLoad = plainHttpLoad(squid.port, up.http, {}, squid.pid);
+    const plain = await plainHttp(squidLoad, plainHttpLoad(writ.msg.port, up.http, { 'proxy-authorization': auth }, writ.proc.pid));
     rows.push({
       name: 'plain HTTP req/s',
       squid: plain.squid.rps,
       writ: plain.writ.rps,
       ratio: plain.ratio,
       target: 1.0,
-      extra: `${roundsNote(plain.ratios)}; p99 squid ${plain.squid.p99} ms, writ ${plain.writ.p99} ms`,
+      extra: `${roundsNote(plain.ratios)}; p99 squid ${plain.squid.p99} ms, writ ${plain.writ.p99} ms; ${cpuNote(plain)}`,
     });
     if (ONLY !== 'plain') {
       const conn = await interleaved(
@@ -390,8 +418,8 @@ async function drive(): Promise<void> {
       // (WASM, same event loop) that shipping is the dominant cost, so it is shown separately.
       await stop(writ.proc);
       durable = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'durable']);
-      const dPlain = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }));
-      rows.push({ name: 'plain, audit->PGlite', squid: dPlain.squid.rps, writ: dPlain.writ.rps, ratio: dPlain.ratio, target: 0, extra: roundsNote(dPlain.ratios) });
+      const dPlain = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }, durable.proc.pid));
+      rows.push({ name: 'plain, audit->PGlite', squid: dPlain.squid.rps, writ: dPlain.writ.rps, ratio: dPlain.ratio, target: 0, extra: `${roundsNote(dPlain.ratios)}; ${cpuNote(dPlain)}` });
     }
     console.log(
       `proxy bench: ${CONNECTIONS} connections, ${SECONDS} s per run after ${WARMUP} s warm-up; writ runs the full decision on every request and tunnel ` +
