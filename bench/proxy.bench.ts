@@ -35,6 +35,8 @@ import { fileURLToPath } from 'node:url';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
+/** PostgreSQL for the production-like audit row (skipped when unset). */
+const PG_URL = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
 /** Plain-HTTP rounds (squid and Writ interleaved). */
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 /** BENCH_ONLY=plain: only the plain-HTTP row (profiling). */
@@ -67,14 +69,19 @@ async function serveUpstreams(): Promise<void> {
 
 async function serveWrit(): Promise<void> {
   const up = JSON.parse(process.argv[3] ?? '{}') as UpstreamPorts;
-  const durable = process.argv[4] === 'durable';
+  // memory: audit chain in memory; durable: shipped to the store (in-memory PGlite); postgres:
+  // shipped to PostgreSQL (BENCH_DATABASE_URL or TEST_DATABASE_URL, a schema of its own, dropped after).
+  const mode = process.argv[4] ?? 'memory';
+  const durable = mode !== 'memory';
+  const pgSchema = `bench_proxy_${process.pid}`;
   const { openStore } = await import('../runtime/store/factory.js');
   const { setLogLevel } = await import('../runtime/lib/log.js');
   const { startIdentityAuthority } = await import('../runtime/identity/server.js');
   const { startControlPlaneWithEgress } = await import('../runtime/control-plane/egress-gateway.js');
   const { provisionAgent } = await import('../runtime/control-plane/proxy/testkit.js');
   setLogLevel('warn');
-  const store = await openStore({ backend: 'memory' });
+  const store =
+    mode === 'postgres' ? await openStore({ backend: 'postgres', url: PG_URL, schema: pgSchema, poolSize: 4 }) : await openStore({ backend: 'memory' });
   // As in production (and `npm start`): the identity authority on its own listener, the control
   // plane reaching it through AGENT_IDP_URL with the real HTTP client and its VP cache.
   const idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.bench' }, addr: '127.0.0.1:0' });
@@ -95,9 +102,14 @@ async function serveWrit(): Promise<void> {
   process.send?.({ port: run.gateway.port, vp });
   process.on('message', async () => {
     const stats = run.cp.plane.audit.stats();
-    process.stderr.write(`writ (${durable ? 'audit to PGlite' : 'audit in memory'}): ${stats.lastSeq} audit records appended, ${stats.shippedSeq} shipped\n`);
+    process.stderr.write(`writ (audit: ${mode}): ${stats.lastSeq} audit records appended, ${stats.shippedSeq} shipped\n`);
     await run.close();
     await idp.close();
+    if (mode === 'postgres') {
+      const { sql } = await import('drizzle-orm');
+      const { rowsOf } = await import('../runtime/store/factory.js');
+      await rowsOf(store.db, sql.raw(`drop schema if exists ${pgSchema} cascade`)).catch(() => {});
+    }
     await store.close();
     process.exit(0);
   });
@@ -420,10 +432,18 @@ async function drive(): Promise<void> {
       durable = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'durable']);
       const dPlain = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }, durable.proc.pid));
       rows.push({ name: 'plain, audit->PGlite', squid: dPlain.squid.rps, writ: dPlain.writ.rps, ratio: dPlain.ratio, target: 0, extra: `${roundsNote(dPlain.ratios)}; ${cpuNote(dPlain)}` });
+      await stop(durable.proc);
+      if (PG_URL) {
+        // Production's sink: the audit chain shipped to PostgreSQL (another process).
+        durable = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'postgres']);
+        const pPlain = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }, durable.proc.pid));
+        rows.push({ name: 'plain, audit->PG', squid: pPlain.squid.rps, writ: pPlain.writ.rps, ratio: pPlain.ratio, target: 0, extra: `${roundsNote(pPlain.ratios)}; ${cpuNote(pPlain)}` });
+      }
     }
     console.log(
       `proxy bench: ${CONNECTIONS} connections, ${SECONDS} s per run after ${WARMUP} s warm-up; writ runs the full decision on every request and tunnel ` +
-        '(VP verify through the HTTP identity client and its VP cache, registry, egressAllow, budget, hash-chained audit, metrics); audit in memory unless noted',
+        '(VP verify through the HTTP identity client and its VP cache, registry, egressAllow, budget, hash-chained audit, metrics); audit in memory unless noted' +
+        (PG_URL ? '' : '; set TEST_DATABASE_URL for the audit->PostgreSQL row'),
     );
     for (const r of rows) {
       const ratio = r.ratio ?? r.writ / r.squid;
