@@ -134,15 +134,18 @@ async function planWithState(repo: DirectoryRepo, req: SyncRequest, now: string)
         const rows = new Map(staged.need.map((r) => [r.employeeSubject, r]));
         // Many rows: one scan of the tenant is cheaper than shipping their subjects.
         const details = await repo.loadSyncDetails(rows.size > light.length / 4 ? null : [...rows.keys()]);
+        let filled = 0;
         for (const d of details) {
           const r = rows.get(d.s);
           if (!r) continue;
           r.managerSubject = d.m;
           r.createdAt = d.c;
           r.deactivatedAt = d.d;
+          filled++;
         }
-      }
-      return staged.finish();
+        // A row gone between the two reads (deleted outside the sync): plan again from one full read.
+        if (filled === rows.size) return staged.finish();
+      } else return staged.finish();
     }
   }
   return planSync({ ...input, currentEmployees: await repo.loadSyncState(), currentGroups });
