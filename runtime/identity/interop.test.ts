@@ -213,7 +213,7 @@ describe.each(testBackends())('interop with did-jwt-vc on $name', (b) => {
     expect(Object.keys(seen)).toHaveLength(table.length);
   });
 
-  it('did-jwt-vc rejects a tampered VC and a VC whose issuer document it cannot resolve', async () => {
+  it('did-jwt-vc rejects a tampered VC, a corrupted signature and a VC signed with a key the issuer document does not publish', async () => {
     const p = await provision(A, 'interop-tamper');
     const [h, pl, s] = (p.membershipVc as string).split('.') as [string, string, string];
     const claims = decodeJwt(p.membershipVc) as Json;
