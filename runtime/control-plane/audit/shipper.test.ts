@@ -31,6 +31,25 @@ describe('audit shipper', () => {
     await s.close();
   });
 
+  it('lets records pushed one at a time gather into one write; a full batch or a flush does not wait', async () => {
+    const batches: number[][] = [];
+    const s = createShipper<{ seq: number }>({ lingerMs: 60_000, maxBatch: 5, log: silent, write: async (b) => void batches.push(b.map((r) => r.seq)) });
+    // A full batch goes at once despite the long linger.
+    for (const r of recs(1, 5)) s.push(r);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(batches).toEqual([[1, 2, 3, 4, 5]]);
+    // Three stragglers wait for company...
+    for (const r of recs(6, 8)) s.push(r);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(batches).toHaveLength(1);
+    // ...until a flush asks for them: one write, well before the linger would end.
+    const t0 = Date.now();
+    await s.flush(5_000);
+    expect(Date.now() - t0).toBeLessThan(1_000);
+    expect(batches).toEqual([[1, 2, 3, 4, 5], [6, 7, 8]]);
+    await s.close(1_000);
+  });
+
   it('flush waits for records pushed before it, including ones pushed while a write is in flight', async () => {
     const stored: number[] = [];
     let release!: () => void;
