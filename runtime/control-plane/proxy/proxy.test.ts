@@ -357,9 +357,10 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
   });
 
   it('a short approval timeout expires the hold: 403, request expired; the audit chain verifies', async () => {
+    // A second plane on the same store is a second replica: its own audit chain id.
     const short = await startControlPlaneWithEgress({
       store,
-      env: {},
+      env: { AUDIT_CHAIN_ID: `short-${b.name}` },
       identity,
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',
