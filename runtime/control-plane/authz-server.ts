@@ -9,7 +9,9 @@ import http from 'node:http';
 import { H } from '../lib/brand.js';
 import { errMsg, logger } from '../lib/log.js';
 import { factsFromHeaders } from './decision/facts.js';
+import { isPending } from './decision/maybe.js';
 import { authorizeEgress, authorizeIngress, type PipelineDeps } from './decision/pipeline.js';
+import type { Outcome } from './decision/types.js';
 import type { Decision } from './types.js';
 
 const log = logger('authz');
@@ -76,17 +78,22 @@ export function createAuthzHandler(deps: PipelineDeps, opts: AuthzServerOptions 
       if (route.path === '/healthz' && (req.method === 'GET' || req.method === 'HEAD')) return send(req, res, 200, { ok: true });
       return send(req, res, 404, { error: 'not found' });
     }
+    const failed = (e: unknown) => {
+      // The pipeline neither throws nor rejects; this is a last line of defence, still a deny.
+      log.error('decision failed', { err: errMsg(e) });
+      send(req, res, 403, { allow: false, reason: 'internal decision error', rule: 'inline' });
+    };
     const decide = () => {
-      const f = factsFromHeaders(req.headers, { method: req.method, path: route.rest });
-      const decided = f.path === 'egress' ? authorizeEgress(f.facts, deps) : authorizeIngress(f.facts, deps);
-      decided.then(
-        (out) => render(req, res, out.decision),
-        (e: unknown) => {
-          // The pipeline does not reject; this is a last line of defence, still a deny.
-          log.error('decision failed', { err: errMsg(e) });
-          send(req, res, 403, { allow: false, reason: 'internal decision error', rule: 'inline' });
-        },
-      );
+      let decided: Outcome | Promise<Outcome>;
+      try {
+        const f = factsFromHeaders(req.headers, { method: req.method, path: route.rest });
+        decided = f.path === 'egress' ? authorizeEgress(f.facts, deps) : authorizeIngress(f.facts, deps);
+      } catch (e) {
+        return failed(e);
+      }
+      // Most decisions wait on nothing: answer in this tick rather than from a microtask.
+      if (!isPending(decided)) return render(req, res, decided.decision);
+      decided.then((out) => render(req, res, out.decision), failed);
     };
     const drained = drain(req, maxBody);
     if (drained === true) return decide();

@@ -11,6 +11,7 @@ import type { AuditAction, Service } from '../types.js';
 import type { DelegationAnswer } from '../identity-port.js';
 import { bearerToken, isVpJwt } from './credentials.js';
 import { UNKNOWN_LABEL, allow, auditOf, deny } from './outcome.js';
+import { drive, wait, type Step } from './maybe.js';
 import type { DecisionDeps, EgressFacts, Outcome, Rule } from './types.js';
 
 const DEFAULT_IDENTITY_TIMEOUT_MS = 2000;
@@ -43,7 +44,15 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   return Promise.race([p, t]).finally(() => clearTimeout(timer));
 }
 
-export async function decideEgress(facts: EgressFacts, deps: DecisionDeps): Promise<Outcome> {
+/**
+ * The outcome itself when nothing had to be awaited (no VP, no regulated target, no OPA), else a
+ * promise of it (see maybe.ts). The first identity call, if any, is made synchronously.
+ */
+export function decideEgress(facts: EgressFacts, deps: DecisionDeps): Outcome | Promise<Outcome> {
+  return drive(egress(facts, deps));
+}
+
+function* egress(facts: EgressFacts, deps: DecisionDeps): Step<Outcome> {
   let stage: Rule = 'identity';
   let target: Service | undefined = facts.resolvedTarget;
   let kind = facts.targetKind?.trim().toLowerCase() || undefined;
@@ -87,7 +96,7 @@ export async function decideEgress(facts: EgressFacts, deps: DecisionDeps): Prom
     }
     for (const vp of uniqueVps) {
       if (!deps.identity) return done(deny(403, 'identity', 'agent VP presented but no identity authority is configured to verify it'));
-      const v = await withTimeout(deps.identity.verifyPresentation(vp, deps.vpAudience ?? VP_AUDIENCE), timeoutMs, 'VP verification');
+      const v = yield* wait(withTimeout(deps.identity.verifyPresentation(vp, deps.vpAudience ?? VP_AUDIENCE), timeoutMs, 'VP verification'));
       if (!v.ok) return done(deny(403, 'identity', `invalid agent VP: ${v.reason}`));
       if (v.agentName !== actorName) {
         return done(deny(403, 'identity', `VP proves agent ${JSON.stringify(v.agentName ?? '')}, not ${JSON.stringify(actorName)}`));
@@ -137,7 +146,7 @@ export async function decideEgress(facts: EgressFacts, deps: DecisionDeps): Prom
       }
       let answer: DelegationAnswer;
       try {
-        answer = await withTimeout(deps.identity.checkDelegation({ actor: actor.name, task, action, resource }), timeoutMs, 'delegation check');
+        answer = yield* wait(withTimeout(deps.identity.checkDelegation({ actor: actor.name, task, action, resource }), timeoutMs, 'delegation check'));
       } catch (e) {
         return done(deny(403, 'delegation', `delegation check failed: ${errMsg(e)}`));
       }
@@ -160,7 +169,8 @@ export async function decideEgress(facts: EgressFacts, deps: DecisionDeps): Prom
     // 4d. Optional org-wide veto.
     if (deps.opa) {
       stage = 'opa';
-      const v = await deps.opa.evaluate({
+      const v = yield* wait(
+        deps.opa.evaluate({
         path: 'egress',
         via: facts.via ?? 'authz',
         actor: actor.name,
@@ -172,8 +182,9 @@ export async function decideEgress(facts: EgressFacts, deps: DecisionDeps): Prom
         dataClass: target.dataClass ?? '',
         action: facts.action ?? '',
         resource: facts.resource ?? '',
-        delegationId: delegation?.id ?? '',
-      });
+          delegationId: delegation?.id ?? '',
+        }),
+      );
       if (!v.allow) return done(deny(403, 'opa', `opa: ${v.reason}`));
     }
 

@@ -8,9 +8,18 @@ import { H } from '../../lib/brand.js';
 import type { Service } from '../types.js';
 import { bearerToken, hasScopes } from './credentials.js';
 import { ANONYMOUS, UNKNOWN_LABEL, allow, auditOf, deny, resolveHost } from './outcome.js';
+import { drive, wait, type Step } from './maybe.js';
 import type { DecisionDeps, IngressFacts, Outcome, Rule } from './types.js';
 
-export async function decideIngress(facts: IngressFacts, deps: DecisionDeps): Promise<Outcome> {
+/**
+ * The outcome itself when nothing had to be awaited (no OIDC verification, no OPA call), else a
+ * promise of it (see maybe.ts). Never rejects for a decision error: that is a deny.
+ */
+export function decideIngress(facts: IngressFacts, deps: DecisionDeps): Outcome | Promise<Outcome> {
+  return drive(ingress(facts, deps));
+}
+
+function* ingress(facts: IngressFacts, deps: DecisionDeps): Step<Outcome> {
   let stage: Rule = 'identity';
   let subject = ANONYMOUS;
   let target: Service | undefined;
@@ -28,7 +37,7 @@ export async function decideIngress(facts: IngressFacts, deps: DecisionDeps): Pr
     let claims: Record<string, unknown> | undefined;
     if (deps.oidc && presented) {
       if (!token) return done(deny(401, 'identity', 'credential is not a bearer token'));
-      const v = await deps.oidc.verify(token);
+      const v = yield* wait(deps.oidc.verify(token));
       if (!v.ok) return done(deny(401, 'identity', `invalid credential: ${v.reason}`));
       subject = v.subject;
       claims = v.claims;
@@ -64,7 +73,8 @@ export async function decideIngress(facts: IngressFacts, deps: DecisionDeps): Pr
     // 4. Optional org-wide veto.
     if (deps.opa) {
       stage = 'opa';
-      const v = await deps.opa.evaluate({
+      const v = yield* wait(
+        deps.opa.evaluate({
         path: 'ingress',
         service: target.name,
         subject,
@@ -72,8 +82,9 @@ export async function decideIngress(facts: IngressFacts, deps: DecisionDeps): Pr
         requestPath: facts.path ?? '',
         public: !!target.public,
         requireScope: target.requireScope ?? '',
-        claims: claims ?? {},
-      });
+          claims: claims ?? {},
+        }),
+      );
       if (!v.allow) return done(deny(403, 'opa', `opa: ${v.reason}`));
     }
     return done(allow('inline', reason, { [H.subject]: subject, [H.upstream]: target.upstream }));

@@ -5,6 +5,7 @@
 import { errMsg, logger } from '../../lib/log.js';
 import { decideEgress } from './egress.js';
 import { decideIngress } from './ingress.js';
+import { isPending } from './maybe.js';
 import { deny } from './outcome.js';
 import type { AuditSink, DecisionDeps, EgressFacts, IngressFacts, Outcome } from './types.js';
 
@@ -37,12 +38,19 @@ export function settle(outcome: Outcome, deps: { audit: AuditSink; meter?: Decis
   return out;
 }
 
-export async function authorizeIngress(facts: IngressFacts, deps: PipelineDeps): Promise<Outcome> {
+/**
+ * Settled synchronously when the decision had nothing to wait for, else a promise (maybe.ts):
+ * callers render a plain Outcome at once and `.then` a promise. A throw out of the decision core
+ * (a bug; decision errors are denies) surfaces as a throw or a rejection respectively.
+ */
+export function authorizeIngress(facts: IngressFacts, deps: PipelineDeps): Outcome | Promise<Outcome> {
   const t0 = performance.now();
-  return settle(await decideIngress(facts, deps), deps, t0);
+  const o = decideIngress(facts, deps);
+  return isPending(o) ? o.then((out) => settle(out, deps, t0)) : settle(o, deps, t0);
 }
 
-export async function authorizeEgress(facts: EgressFacts, deps: PipelineDeps): Promise<Outcome> {
+export function authorizeEgress(facts: EgressFacts, deps: PipelineDeps): Outcome | Promise<Outcome> {
   const t0 = performance.now();
-  return settle(await decideEgress(facts, deps), deps, t0);
+  const o = decideEgress(facts, deps);
+  return isPending(o) ? o.then((out) => settle(out, deps, t0)) : settle(o, deps, t0);
 }

@@ -189,7 +189,7 @@ class MemoIdentity implements IdentityPort {
 /** Per deps object: the deps decideEgress sees (live view of deps, identity memoised). */
 const memoDeps = new WeakMap<PipelineDeps, { deps: PipelineDeps; memo: MemoIdentity; inner: IdentityPort }>();
 
-function decideOnce(deps: PipelineDeps, identity: IdentityPort, facts: EgressFacts, audience: string, vp: PresentationAnswer): Promise<Outcome> {
+function decideOnce(deps: PipelineDeps, identity: IdentityPort, facts: EgressFacts, audience: string, vp: PresentationAnswer): Outcome | Promise<Outcome> {
   let m = memoDeps.get(deps);
   if (!m || m.inner !== identity) {
     const memo = new MemoIdentity(identity);
