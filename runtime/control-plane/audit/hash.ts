@@ -13,10 +13,14 @@
  * has seq 1 and prevHash = 64 zeros (GENESIS). Anyone can re-verify an exported log with a JCS
  * library and sha256sum.
  */
-import { createHash } from 'node:crypto';
+import crypto from 'node:crypto';
 import { AUDIT_ACTIONS, type AuditEntry, type AuditRecord, type Rule } from '../types.js';
 
 export const GENESIS_HASH = '0'.repeat(64);
+
+/** Lower-case hex SHA-256 of the UTF-8 bytes of `s`; the one-shot `crypto.hash` where Node has it (>= 20.12). */
+const sha256Hex: (s: string) => string =
+  typeof crypto.hash === 'function' ? (s) => crypto.hash('sha256', s, 'hex') : (s) => crypto.createHash('sha256').update(s, 'utf8').digest('hex');
 
 /** The link before the first record a verification covers: seq 0 / GENESIS for a fresh chain. */
 export interface ChainAnchor {
@@ -54,6 +58,9 @@ const ACTIONS: ReadonlySet<string> = new Set(AUDIT_ACTIONS);
 
 /** Longest string field kept in a record; bounds the ring's memory (1000 records). */
 export const MAX_FIELD_CHARS = 8192;
+/** Any surrogate or NUL: only then can `clean` change anything but the length. */
+// eslint-disable-next-line no-control-regex -- NUL is one of the characters looked for
+const NEEDS_CLEANING = /[\uD800-\uDFFF\u0000]/;
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
 /**
@@ -62,6 +69,8 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
  * hashing keeps the hash recomputable from the stored row after a restart.
  */
 function clean(s: string): string {
+  // Fast path (the usual case): nothing to replace, nothing to cut.
+  if (s.length <= MAX_FIELD_CHARS && !NEEDS_CLEANING.test(s)) return s;
   let out = s.replace(LONE_SURROGATE, '\uFFFD').replaceAll('\u0000', '\uFFFD');
   if (out.length > MAX_FIELD_CHARS) out = out.slice(0, MAX_FIELD_CHARS - 12) + '[truncated]';
   return out;
@@ -100,22 +109,29 @@ export function normalizeEntry(e: AuditEntry): AuditEntry {
 
 /** The canonical (RFC 8785) string a record's hash covers; see the file comment. */
 export function canonical(r: Omit<AuditRecord, 'hash'> & { hash?: string }): string {
-  const o: Record<string, unknown> = {};
+  // Exactly JSON.stringify of an object holding the defined fields in sorted order, written out
+  // field by field (no intermediate object): JSON.stringify of a lone value encodes it as it
+  // would inside an object; the values an object would omit (undefined, functions, symbols)
+  // are skipped here too.
+  let out = '{';
   for (const k of SORTED_FIELDS) {
     const v = (r as unknown as Record<string, unknown>)[k];
-    if (v !== undefined) o[k] = v;
+    if (v === undefined || typeof v === 'function' || typeof v === 'symbol') continue;
+    if (out.length > 1) out += ',';
+    out += `"${k}":${JSON.stringify(v)}`;
   }
-  return JSON.stringify(o);
+  return out + '}';
 }
 
 export function hashRecord(r: Omit<AuditRecord, 'hash'> & { hash?: string }): string {
-  return createHash('sha256').update(canonical(r), 'utf8').digest('hex');
+  return sha256Hex(canonical(r));
 }
 
 /** Builds the next record of a chain from a normalized entry. */
 export function link(entry: AuditEntry, prev: ChainAnchor, time: string): AuditRecord {
-  const body = { seq: prev.seq + 1, time, ...entry, prevHash: prev.hash };
-  return { ...body, hash: hashRecord(body) };
+  const rec = { seq: prev.seq + 1, time, ...entry, prevHash: prev.hash } as AuditRecord;
+  rec.hash = hashRecord(rec);
+  return rec;
 }
 
 /**
