@@ -122,12 +122,22 @@ export async function openAuditChain(store: Store | undefined, opts: AuditChainO
       })
     : undefined;
   let closed = false;
+  // Records appended in the same millisecond share one ISO timestamp string.
+  let isoMs = NaN;
+  let iso = '';
+  const timeOf = (ms: number): string => {
+    if (ms !== isoMs) {
+      iso = new Date(ms).toISOString();
+      isoMs = ms;
+    }
+    return iso;
+  };
 
   return {
     chainId,
     append(entry) {
       if (closed) throw new Error('audit chain is closed');
-      const rec = Object.freeze(link(normalizeEntry(entry), last, new Date(now()).toISOString()));
+      const rec = Object.freeze(link(normalizeEntry(entry), last, timeOf(now())));
       // Queue first: if the shipper refuses (backpressure), the chain is left untouched.
       shipper?.push(rec);
       last = { seq: rec.seq, hash: rec.hash };
