@@ -26,12 +26,21 @@ export interface MetricsOptions {
 export function createMetrics(opts: MetricsOptions = {}): ControlPlaneMetrics {
   const registry = new Registry();
   const label = (v: string) => (v && (!opts.known || opts.known(v)) ? v : UNKNOWN_LABEL);
-  const decisions = new Counter({
+  // Decision counts are kept in plain per-label-set tallies on the hot path (a prom-client inc
+  // hashes and validates its labels on every call) and folded into the counter when it is read.
+  const tallies = new Map<string, { labels: { service: string; decision: string; rule: string }; n: number }>();
+  const decisions: Counter<'service' | 'decision' | 'rule'> = new Counter({
     name: metric('authz_decisions_total'),
     help: 'Decisions of /authz and the forward proxy, by target service, decision and deciding rule.',
     labelNames: ['service', 'decision', 'rule'] as const,
     registers: [registry],
+    collect() {
+      for (const t of tallies.values()) decisions.inc(t.labels, t.n);
+      tallies.clear();
+    },
   });
+  /** Histogram label objects by service, reused across observations. */
+  const serviceLabels = new Map<string, { service: string }>();
   const duration = new Histogram({
     name: metric('authz_duration_seconds'),
     help: 'Time to decide, audit included, by target service.',
@@ -58,8 +67,19 @@ export function createMetrics(opts: MetricsOptions = {}): ControlPlaneMetrics {
     contentType: registry.contentType,
     observeDecision(service, allow, rule, seconds) {
       const s = label(service);
-      decisions.inc({ service: s, decision: allow ? 'allow' : 'deny', rule });
-      duration.observe({ service: s }, seconds);
+      const decision = allow ? 'allow' : 'deny';
+      const key = `${s}\u0000${decision}\u0000${rule}`;
+      const t = tallies.get(key);
+      if (t) t.n++;
+      else tallies.set(key, { labels: { service: s, decision, rule }, n: 1 });
+      let sl = serviceLabels.get(s);
+      if (!sl) {
+        // Bounded by the registry's names; a registry that churned through many names starts over.
+        if (serviceLabels.size >= 10_000) serviceLabels.clear();
+        sl = { service: s };
+        serviceLabels.set(s, sl);
+      }
+      duration.observe(sl, seconds);
     },
     recordUsage(agent, model, n, usd) {
       const a = label(agent);
