@@ -68,6 +68,32 @@ function render(req: http.IncomingMessage, res: http.ServerResponse, d: Decision
   send(req, res, d.status, { allow: d.allow, reason: d.reason, rule: d.rule }, headers);
 }
 
+function failed(req: http.IncomingMessage, res: http.ServerResponse, e: unknown): void {
+  // The pipeline neither throws nor rejects; this is a last line of defence, still a deny.
+  log.error('decision failed', { err: errMsg(e) });
+  send(req, res, 403, { allow: false, reason: 'internal decision error', rule: 'inline' });
+}
+
+/**
+ * Decides and answers. Module-level rather than a per-request closure: the hot path allocates no
+ * functions (under tsx every named closure also costs a `__name` defineProperty per request).
+ */
+function decide(req: http.IncomingMessage, res: http.ServerResponse, rest: string, deps: PipelineDeps): void {
+  let decided: Outcome | Promise<Outcome>;
+  try {
+    const f = factsFromHeaders(req.headers, { method: req.method, path: rest });
+    decided = f.path === 'egress' ? authorizeEgress(f.facts, deps) : authorizeIngress(f.facts, deps);
+  } catch (e) {
+    return failed(req, res, e);
+  }
+  // Most decisions wait on nothing: answer in this tick rather than from a microtask.
+  if (!isPending(decided)) return render(req, res, decided.decision);
+  decided.then(
+    (out) => render(req, res, out.decision),
+    (e: unknown) => failed(req, res, e),
+  );
+}
+
 export function createAuthzHandler(deps: PipelineDeps, opts: AuthzServerOptions = {}): http.RequestListener {
   const maxBody = opts.maxBodyBytes ?? 1024 * 1024;
   return (req, res) => {
@@ -78,28 +104,11 @@ export function createAuthzHandler(deps: PipelineDeps, opts: AuthzServerOptions 
       if (route.path === '/healthz' && (req.method === 'GET' || req.method === 'HEAD')) return send(req, res, 200, { ok: true });
       return send(req, res, 404, { error: 'not found' });
     }
-    const failed = (e: unknown) => {
-      // The pipeline neither throws nor rejects; this is a last line of defence, still a deny.
-      log.error('decision failed', { err: errMsg(e) });
-      send(req, res, 403, { allow: false, reason: 'internal decision error', rule: 'inline' });
-    };
-    const decide = () => {
-      let decided: Outcome | Promise<Outcome>;
-      try {
-        const f = factsFromHeaders(req.headers, { method: req.method, path: route.rest });
-        decided = f.path === 'egress' ? authorizeEgress(f.facts, deps) : authorizeIngress(f.facts, deps);
-      } catch (e) {
-        return failed(e);
-      }
-      // Most decisions wait on nothing: answer in this tick rather than from a microtask.
-      if (!isPending(decided)) return render(req, res, decided.decision);
-      decided.then((out) => render(req, res, out.decision), failed);
-    };
     const drained = drain(req, maxBody);
-    if (drained === true) return decide();
+    if (drained === true) return decide(req, res, route.rest, deps);
     // With a body, decide only once it is drained: an oversized request gets 413 and no audit row.
     void drained.then((ok) => {
-      if (ok) return decide();
+      if (ok) return decide(req, res, route.rest, deps);
       res.setHeader('connection', 'close');
       send(req, res, 413, { allow: false, reason: `request body exceeds ${maxBody} bytes`, rule: 'inline' });
     });

@@ -52,108 +52,127 @@ export function decideEgress(facts: EgressFacts, deps: DecisionDeps): Outcome | 
   return drive(egress(facts, deps));
 }
 
+/** One egress decision's state, filled in as the layers pass; what its outcome is built from. */
+interface EgressRun {
+  readonly facts: EgressFacts;
+  readonly actorName: string;
+  readonly subject: string;
+  target?: Service;
+  kind?: string;
+  agentDid?: string;
+  delegation?: Outcome['delegation'];
+  releaseCall?: () => void;
+}
+
+/** The outcome of a decision; a deny releases the budget call reserved for it. */
+function egressOutcome(st: EgressRun, d: Outcome['decision']): Outcome {
+  if (!d.allow) st.releaseCall?.();
+  const { facts, target, delegation } = st;
+  const audit = auditOf(egressAction(st.kind ?? target?.kind, facts.via), d, {
+    subject: st.subject,
+    actor: st.actorName,
+    task: facts.task,
+    service: target?.name ?? facts.target,
+  });
+  if (d.allow && delegation) {
+    audit.delegationId = delegation.id;
+    if (delegation.exp !== undefined) audit.delegationExp = delegation.exp;
+  }
+  const out: Outcome = { decision: d, audit, serviceLabel: target?.name ?? UNKNOWN_LABEL };
+  if (delegation && d.allow) out.delegation = delegation;
+  if (st.agentDid) out.agentDid = st.agentDid;
+  return out;
+}
+
 function* egress(facts: EgressFacts, deps: DecisionDeps): Step<Outcome> {
   let stage: Rule = 'identity';
-  let target: Service | undefined = facts.resolvedTarget;
-  let kind = facts.targetKind?.trim().toLowerCase() || undefined;
-  let agentDid: string | undefined;
-  let delegation: Outcome['delegation'];
-  let releaseCall: (() => void) | undefined;
   const actorName = facts.actor.trim();
-  const subject = facts.onBehalfOf?.trim() || actorName;
-  const done = (d: Outcome['decision']): Outcome => {
-    if (!d.allow) releaseCall?.();
-    const audit = auditOf(egressAction(kind ?? target?.kind, facts.via), d, {
-      subject,
-      actor: actorName,
-      task: facts.task,
-      service: target?.name ?? facts.target,
-    });
-    if (d.allow && delegation) {
-      audit.delegationId = delegation.id;
-      if (delegation.exp !== undefined) audit.delegationExp = delegation.exp;
-    }
-    const out: Outcome = { decision: d, audit, serviceLabel: target?.name ?? UNKNOWN_LABEL };
-    if (delegation && d.allow) out.delegation = delegation;
-    if (agentDid) out.agentDid = agentDid;
-    return out;
+  const st: EgressRun = {
+    facts,
+    actorName,
+    subject: facts.onBehalfOf?.trim() || actorName,
+    target: facts.resolvedTarget,
+    kind: facts.targetKind?.trim().toLowerCase() || undefined,
   };
   const timeoutMs = deps.identityTimeoutMs ?? DEFAULT_IDENTITY_TIMEOUT_MS;
 
   try {
-    if (!actorName) return done(deny(403, 'identity', 'empty actor'));
+    if (!actorName) return egressOutcome(st, deny(403, 'identity', 'empty actor'));
     if (deps.identityMode === 'vc' && !deps.identity) {
-      return done(deny(403, 'identity', 'vc identity mode needs the identity authority (AGENT_IDP_URL)'));
+      return egressOutcome(st, deny(403, 'identity', 'vc identity mode needs the identity authority (AGENT_IDP_URL)'));
     }
 
     // 1-2. Agent token and VP. The agent token is the agent's Membership VP in VC-JWT form
     //      (what the sidecar mints); a token of any other shape is not a VP and is ignored.
     const token = bearerToken(facts.authorization);
-    const vps = [facts.vp?.trim(), token && isVpJwt(token) ? token : undefined].filter((v): v is string => !!v);
-    const uniqueVps = [...new Set(vps)];
+    // No per-call closures on this path (under tsx each costs a __name defineProperty).
+    const uniqueVps: string[] = [];
+    const headerVp = facts.vp?.trim();
+    if (headerVp) uniqueVps.push(headerVp);
+    if (token && isVpJwt(token) && token !== headerVp) uniqueVps.push(token);
     if (uniqueVps.length === 0 && deps.identityMode === 'vc') {
-      return done(deny(403, 'identity', 'agent VP required (vc identity mode)'));
+      return egressOutcome(st, deny(403, 'identity', 'agent VP required (vc identity mode)'));
     }
     for (const vp of uniqueVps) {
-      if (!deps.identity) return done(deny(403, 'identity', 'agent VP presented but no identity authority is configured to verify it'));
+      if (!deps.identity) return egressOutcome(st, deny(403, 'identity', 'agent VP presented but no identity authority is configured to verify it'));
       const v = yield* wait(withTimeout(deps.identity.verifyPresentation(vp, deps.vpAudience ?? VP_AUDIENCE), timeoutMs, 'VP verification'));
-      if (!v.ok) return done(deny(403, 'identity', `invalid agent VP: ${v.reason}`));
+      if (!v.ok) return egressOutcome(st, deny(403, 'identity', `invalid agent VP: ${v.reason}`));
       if (v.agentName !== actorName) {
-        return done(deny(403, 'identity', `VP proves agent ${JSON.stringify(v.agentName ?? '')}, not ${JSON.stringify(actorName)}`));
+        return egressOutcome(st, deny(403, 'identity', `VP proves agent ${JSON.stringify(v.agentName ?? '')}, not ${JSON.stringify(actorName)}`));
       }
-      if (agentDid && v.agentDid !== agentDid) return done(deny(403, 'identity', 'agent token and VP prove different DIDs'));
-      agentDid = v.agentDid;
+      if (st.agentDid && v.agentDid !== st.agentDid) return egressOutcome(st, deny(403, 'identity', 'agent token and VP prove different DIDs'));
+      st.agentDid = v.agentDid;
     }
 
     // 3. Registry: the actor is a registered agent, the target a registered service.
     stage = 'registry';
     const actor = deps.registry.get(actorName);
-    if (!actor || actor.kind !== 'agent') return done(deny(403, 'registry', `unknown agent ${JSON.stringify(actorName)}`));
-    if (!target) {
+    if (!actor || actor.kind !== 'agent') return egressOutcome(st, deny(403, 'registry', `unknown agent ${JSON.stringify(actorName)}`));
+    if (!st.target) {
       const name = facts.target?.trim();
-      if (!name) return done(deny(403, 'registry', 'no target named'));
-      target = deps.registry.get(name);
-      if (!target) return done(deny(403, 'registry', `unknown target ${JSON.stringify(name)}`));
+      if (!name) return egressOutcome(st, deny(403, 'registry', 'no target named'));
+      st.target = deps.registry.get(name);
+      if (!st.target) return egressOutcome(st, deny(403, 'registry', `unknown target ${JSON.stringify(name)}`));
     }
-    if (kind && target.kind && target.kind !== kind) {
-      return done(deny(403, 'registry', `target kind mismatch: request says ${kind}, registry says ${target.kind}`));
+    if (st.kind && st.target.kind && st.target.kind !== st.kind) {
+      return egressOutcome(st, deny(403, 'registry', `target kind mismatch: request says ${st.kind}, registry says ${st.target.kind}`));
     }
-    kind = kind ?? target.kind ?? '';
+    st.kind = st.kind ?? st.target.kind ?? '';
 
     // 4a. Allowlist (deny by default).
     stage = 'inline';
-    const { list, field } = allowListFor(actor, kind);
-    if (!list.includes(target.name)) {
-      return done(deny(403, 'inline', `${target.name} is not in ${actor.name}.${field}`));
+    const { list, field } = allowListFor(actor, st.kind);
+    if (!list.includes(st.target.name)) {
+      return egressOutcome(st, deny(403, 'inline', `${st.target.name} is not in ${actor.name}.${field}`));
     }
 
     // 4b. Budget; the call is counted now and released if a later layer denies.
     const over = deps.budget.check(actor.name, actor.budget, deps.now());
-    if (over) return done(deny(403, 'inline', over));
-    releaseCall = deps.budget.reserveCall(actor.name, deps.now());
+    if (over) return egressOutcome(st, deny(403, 'inline', over));
+    st.releaseCall = deps.budget.reserveCall(actor.name, deps.now());
 
     // 4c. Delegation (task-based access control) for regulated targets, on every call.
     let rule: Rule = 'inline';
     let reason = 'allowed by registry allowlist and budget';
-    if (target.dataClass === 'regulated') {
+    if (st.target.dataClass === 'regulated') {
       stage = 'delegation';
-      if (!deps.identity) return done(deny(403, 'delegation', 'regulated target and no identity authority configured (fail closed)'));
+      if (!deps.identity) return egressOutcome(st, deny(403, 'delegation', 'regulated target and no identity authority configured (fail closed)'));
       const task = facts.task?.trim();
       const action = facts.action?.trim();
       const resource = facts.resource?.trim();
       if (!task || !action || !resource) {
-        return done(deny(403, 'delegation', 'regulated target needs task, action and resource'));
+        return egressOutcome(st, deny(403, 'delegation', 'regulated target needs task, action and resource'));
       }
       let answer: DelegationAnswer;
       try {
         answer = yield* wait(withTimeout(deps.identity.checkDelegation({ actor: actor.name, task, action, resource }), timeoutMs, 'delegation check'));
       } catch (e) {
-        return done(deny(403, 'delegation', `delegation check failed: ${errMsg(e)}`));
+        return egressOutcome(st, deny(403, 'delegation', `delegation check failed: ${errMsg(e)}`));
       }
       const nowSec = Math.floor(deps.now() / 1000);
       const expired = answer.ok && answer.notAfter !== undefined && answer.notAfter <= nowSec;
       if (!answer.ok || expired) {
-        return done(
+        return egressOutcome(st, 
           deny(401, 'delegation', `needs approval: ${expired ? 'delegation expired' : answer.reason || 'no approved delegation'}`, {
             needsApproval: true,
             headers: { [H.needsApproval]: 'true' },
@@ -161,7 +180,7 @@ function* egress(facts: EgressFacts, deps: DecisionDeps): Step<Outcome> {
         );
       }
       const id = answer.delegationId ?? answer.vcJti;
-      if (id) delegation = answer.notAfter !== undefined ? { id, exp: answer.notAfter } : { id };
+      if (id) st.delegation = answer.notAfter !== undefined ? { id, exp: answer.notAfter } : { id };
       rule = 'delegation';
       reason = 'approved delegation';
     }
@@ -174,28 +193,28 @@ function* egress(facts: EgressFacts, deps: DecisionDeps): Step<Outcome> {
         path: 'egress',
         via: facts.via ?? 'authz',
         actor: actor.name,
-        agentDid: agentDid ?? '',
+        agentDid: st.agentDid ?? '',
         onBehalfOf: facts.onBehalfOf ?? '',
         task: facts.task ?? '',
-        target: target.name,
-        targetKind: kind,
-        dataClass: target.dataClass ?? '',
+        target: st.target.name,
+        targetKind: st.kind,
+        dataClass: st.target.dataClass ?? '',
         action: facts.action ?? '',
         resource: facts.resource ?? '',
-          delegationId: delegation?.id ?? '',
+          delegationId: st.delegation?.id ?? '',
         }),
       );
-      if (!v.allow) return done(deny(403, 'opa', `opa: ${v.reason}`));
+      if (!v.allow) return egressOutcome(st, deny(403, 'opa', `opa: ${v.reason}`));
     }
 
     const headers: Record<string, string> = {
-      [H.subject]: subject,
-      [H.upstream]: target.upstream,
+      [H.subject]: st.subject,
+      [H.upstream]: st.target.upstream,
       [H.actor]: actor.name,
     };
-    if (agentDid) headers[H.agentDid] = agentDid;
-    return done(allow(rule, reason, headers));
+    if (st.agentDid) headers[H.agentDid] = st.agentDid;
+    return egressOutcome(st, allow(rule, reason, headers));
   } catch (e) {
-    return done(deny(403, stage, `decision error: ${errMsg(e)}`));
+    return egressOutcome(st, deny(403, stage, `decision error: ${errMsg(e)}`));
   }
 }

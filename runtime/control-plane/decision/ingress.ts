@@ -19,16 +19,20 @@ export function decideIngress(facts: IngressFacts, deps: DecisionDeps): Outcome 
   return drive(ingress(facts, deps));
 }
 
+/** The outcome of a decision (a module function: no closure per request). */
+function outcome(subject: string, target: Service | undefined, requested: string | undefined, d: Outcome['decision']): Outcome {
+  return {
+    decision: d,
+    audit: auditOf('authz', d, { subject, service: target?.name ?? requested }),
+    serviceLabel: target?.name ?? UNKNOWN_LABEL,
+  };
+}
+
 function* ingress(facts: IngressFacts, deps: DecisionDeps): Step<Outcome> {
   let stage: Rule = 'identity';
   let subject = ANONYMOUS;
   let target: Service | undefined;
   const requested = facts.service ?? facts.host;
-  const done = (d: Outcome['decision']): Outcome => ({
-    decision: d,
-    audit: auditOf('authz', d, { subject, service: target?.name ?? requested }),
-    serviceLabel: target?.name ?? UNKNOWN_LABEL,
-  });
   try {
     // 1. Identity. With workforce OIDC on, a presented credential must verify; with it off
     //    (development posture) any bearer credential passes anonymously.
@@ -36,9 +40,9 @@ function* ingress(facts: IngressFacts, deps: DecisionDeps): Step<Outcome> {
     const presented = !!facts.authorization;
     let claims: Record<string, unknown> | undefined;
     if (deps.oidc && presented) {
-      if (!token) return done(deny(401, 'identity', 'credential is not a bearer token'));
+      if (!token) return outcome(subject, target, requested, deny(401, 'identity', 'credential is not a bearer token'));
       const v = yield* wait(deps.oidc.verify(token));
-      if (!v.ok) return done(deny(401, 'identity', `invalid credential: ${v.reason}`));
+      if (!v.ok) return outcome(subject, target, requested, deny(401, 'identity', `invalid credential: ${v.reason}`));
       subject = v.subject;
       claims = v.claims;
     }
@@ -47,7 +51,7 @@ function* ingress(facts: IngressFacts, deps: DecisionDeps): Step<Outcome> {
     stage = 'registry';
     target = facts.service !== undefined ? deps.registry.get(facts.service) : facts.host ? resolveHost(deps.registry, facts.host) : undefined;
     if (!target) {
-      return done(deny(403, 'registry', requested ? `unknown service ${JSON.stringify(requested)}` : 'no target service named'));
+      return outcome(subject, target, requested, deny(403, 'registry', requested ? `unknown service ${JSON.stringify(requested)}` : 'no target service named'));
     }
 
     // 3. Inline rules.
@@ -56,16 +60,16 @@ function* ingress(facts: IngressFacts, deps: DecisionDeps): Step<Outcome> {
     if (target.public) {
       reason = 'public service';
     } else if (deps.oidc) {
-      if (!claims) return done(deny(401, 'identity', 'credential required'));
+      if (!claims) return outcome(subject, target, requested, deny(401, 'identity', 'credential required'));
       if (!hasScopes(claims, target.requireScope)) {
-        return done(deny(403, 'inline', `missing required scope ${JSON.stringify(target.requireScope)}`));
+        return outcome(subject, target, requested, deny(403, 'inline', `missing required scope ${JSON.stringify(target.requireScope)}`));
       }
       reason = target.requireScope ? `authenticated with scope ${target.requireScope}` : 'authenticated';
     } else {
-      if (!token) return done(deny(403, 'inline', 'private service needs credentials'));
+      if (!token) return outcome(subject, target, requested, deny(403, 'inline', 'private service needs credentials'));
       // A scope cannot be checked without a verifier: fail closed.
       if (target.requireScope?.trim()) {
-        return done(deny(403, 'inline', 'required scope cannot be verified: workforce OIDC is not configured'));
+        return outcome(subject, target, requested, deny(403, 'inline', 'required scope cannot be verified: workforce OIDC is not configured'));
       }
       reason = 'credential accepted (OIDC off, development posture)';
     }
@@ -85,10 +89,10 @@ function* ingress(facts: IngressFacts, deps: DecisionDeps): Step<Outcome> {
           claims: claims ?? {},
         }),
       );
-      if (!v.allow) return done(deny(403, 'opa', `opa: ${v.reason}`));
+      if (!v.allow) return outcome(subject, target, requested, deny(403, 'opa', `opa: ${v.reason}`));
     }
-    return done(allow('inline', reason, { [H.subject]: subject, [H.upstream]: target.upstream }));
+    return outcome(subject, target, requested, allow('inline', reason, { [H.subject]: subject, [H.upstream]: target.upstream }));
   } catch (e) {
-    return done(deny(403, stage, `decision error: ${errMsg(e)}`));
+    return outcome(subject, target, requested, deny(403, stage, `decision error: ${errMsg(e)}`));
   }
 }
