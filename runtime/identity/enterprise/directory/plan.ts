@@ -21,7 +21,7 @@
  */
 import * as crypto from 'node:crypto';
 import type { EmployeeRow, GroupRow, SyncError, Conflict } from './repo.js';
-import { parseGroupRefs, parseUser, type ScimGroup, type ScimUser } from './scim.js';
+import { parseGroupRefs, parseUser, sortedUnique, type ScimGroup, type ScimUser } from './scim.js';
 import { groupKey } from '../tenant.js';
 
 export type Idp = 'idp_a' | 'idp_b';
@@ -94,30 +94,6 @@ const sameSubjects = (subjects: readonly string[], prefix: string, exts: readonl
   }
   return true;
 };
-/** Sorted and deduplicated (input order irrelevant). */
-function sortedUnique(list: string[]): string[] {
-  if (list.length < 2) return list;
-  // Already strictly ascending (members listed in order): sorted and unique as it is.
-  let i = 1;
-  while (i < list.length && list[i - 1]! < list[i]!) i++;
-  if (i === list.length) return list;
-  if (list.length <= 16) {
-    // Insertion sort: same order as the default sort (UTF-16 code units), without its set-up cost.
-    for (let i = 1; i < list.length; i++) {
-      const x = list[i]!;
-      let j = i - 1;
-      while (j >= 0 && list[j]! > x) {
-        list[j + 1] = list[j]!;
-        j--;
-      }
-      list[j + 1] = x;
-    }
-  } else list.sort();
-  let w = 1;
-  for (let i = 1; i < list.length; i++) if (list[i] !== list[w - 1]) list[w++] = list[i]!;
-  list.length = w;
-  return list;
-}
 
 type Content = Omit<EmployeeWrite, 'createdAt' | 'updatedAt' | 'lastSyncedAt' | 'deactivatedAt' | 'syncHash'>;
 

@@ -96,11 +96,15 @@ function textAt(v: unknown, prefix: string, i: number, suffix: string): string |
   return text(v, `${prefix}[${i}]${suffix}`);
 }
 
-/** Sorted and deduplicated in place. */
-function sortUnique(list: string[]): string[] {
+/** Sorted (UTF-16 code units, as the default sort) and deduplicated, in place. */
+export function sortedUnique(list: string[]): string[] {
   if (list.length < 2) return list;
+  // Already strictly ascending (members listed in order): sorted and unique as it is.
+  let i = 1;
+  while (i < list.length && list[i - 1]! < list[i]!) i++;
+  if (i === list.length) return list;
   if (list.length <= 16) {
-    // Insertion sort: the default sort's order (UTF-16 code units) without its set-up cost.
+    // Insertion sort: same order as the default sort (UTF-16 code units), without its set-up cost.
     for (let i = 1; i < list.length; i++) {
       const x = list[i]!;
       let j = i - 1;
@@ -129,7 +133,7 @@ function values(v: unknown, field: string): string[] {
     if (s === null) throw new Bad(`${field}[${i}].value is required`);
     out.push(s);
   }
-  return sortUnique(out);
+  return sortedUnique(out);
 }
 
 function schemasOk(raw: Record<string, unknown>, core: string, kind: string): void {
