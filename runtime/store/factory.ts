@@ -3,6 +3,7 @@
  * otherwise (a data folder, or memory). Both are wrapped in drizzle with the same schema, and
  * both expose raw SQL, LISTEN/NOTIFY and close. Migrations run on open.
  */
+import { mkdirSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
 import postgres from 'postgres';
 import { drizzle as drizzlePg } from 'drizzle-orm/postgres-js';
@@ -100,6 +101,8 @@ async function openPostgres(opts: StoreOptions): Promise<Store> {
 
 async function openPglite(backend: Backend, opts: StoreOptions): Promise<Store> {
   const dataDir = backend === 'memory' ? undefined : opts.dataDir;
+  // A folder (not a `scheme://` location) is created with its parents: a fresh checkout has no `.data/`.
+  if (dataDir && !dataDir.includes('://')) mkdirSync(dataDir, { recursive: true });
   const pg = new PGlite(dataDir, opts.loadDataDir ? { loadDataDir: opts.loadDataDir } : {});
   await pg.waitReady;
   if (opts.schema) {

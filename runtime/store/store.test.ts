@@ -1,7 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { migrate } from './migrate.js';
-import { rowsOf } from './factory.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openStore, rowsOf } from './factory.js';
 import { testBackends, TEST_DATABASE_URL, openTestPostgres, testSchema } from './testing.js';
 
 describe.each(testBackends())('store on $name', (b) => {
@@ -45,6 +48,26 @@ describe.skipIf(!TEST_DATABASE_URL)('store on postgres: concurrent start', () =>
       await b.close();
       await a.db.execute(sql.raw(`drop schema "${schema}" cascade`));
       await a.close();
+    }
+  });
+});
+
+describe('store on a PGlite folder', () => {
+  it('creates a missing data folder with its parents, and a reopen finds the data', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'writ-store-'));
+    const dataDir = join(root, 'not', 'yet', 'there');
+    try {
+      const first = await openStore({ backend: 'pglite', dataDir });
+      await first.db.execute(sql`insert into writ_meta(key, value) values ('kept', 'yes')`);
+      await first.close();
+      const again = await openStore({ backend: 'pglite', dataDir });
+      try {
+        expect(await rowsOf(again.db, sql`select value from writ_meta where key = 'kept'`)).toEqual([{ value: 'yes' }]);
+      } finally {
+        await again.close();
+      }
+    } finally {
+      rmSync(root, { recursive: true, force: true });
     }
   });
 });
