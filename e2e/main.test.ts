@@ -29,7 +29,8 @@ function startMain(dataDir: string): Promise<Up> {
     cwd: ROOT,
     env: {
       ...process.env,
-      WRIT_DATA_DIR: dataDir,
+      // A folder that does not exist yet, as on a fresh clone (no .data/).
+      WRIT_DATA_DIR: join(dataDir, 'data', 'writ'),
       PORT: '0',
       DECISION_ADDR: '127.0.0.1:0',
       MGMT_ADDR: '127.0.0.1:0',
