@@ -11,9 +11,9 @@
  * the chain also shipped to the in-process PGlite store (the default composition).
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
+import { bareServer, loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
@@ -33,11 +33,7 @@ async function serve(): Promise<void> {
   const { listen } = await import('../runtime/lib/http.js');
   const { setLogLevel } = await import('../runtime/lib/log.js');
   setLogLevel('warn');
-  const bare = http.createServer({ keepAliveTimeout: 65_000 }, (_req, res) => {
-    _req.resume();
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': 2 });
-    res.end('{}');
-  });
+  const bare = bareServer();
   const barePort = await listen(bare, '127.0.0.1:0');
   const store = await openStore({ backend: 'memory' });
   const cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
@@ -62,17 +58,8 @@ async function serve(): Promise<void> {
   });
 }
 
-interface Result {
-  requests: { average: number };
-  latency: { p50: number; p99: number };
-  non2xx: number;
-  errors: number;
-}
-type Autocannon = (o: Record<string, unknown>) => Promise<Result>;
-
 async function drive(): Promise<void> {
-  const spec = 'autocannon';
-  const autocannon = ((await import(spec)) as { default: Autocannon }).default;
+  const autocannon = await loadAutocannon();
   const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const ports = await new Promise<Ports>((resolve, reject) => {
     child.once('message', (m) => resolve(m as Ports));

@@ -31,6 +31,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
+import { loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
@@ -198,13 +199,6 @@ async function startSquid(): Promise<{ port: number; pid: number | undefined; st
   };
 }
 
-interface AcResult {
-  requests: { average: number; total: number };
-  latency: { p50: number; p99: number };
-  non2xx: number;
-  errors: number;
-}
-type Autocannon = (o: Record<string, unknown>) => Promise<AcResult>;
 
 interface PlainRun {
   rps: number;
@@ -236,8 +230,7 @@ function plainHttpLoad(proxyPort: number, upstream: number, headers: Record<stri
     requests: [{ method: 'GET', path: `http://127.0.0.1:${upstream}/item`, headers: { host: `127.0.0.1:${upstream}`, ...headers } }],
   };
   return async (seconds) => {
-    const spec = 'autocannon';
-    const autocannon = ((await import(spec)) as { default: Autocannon }).default;
+    const autocannon = await loadAutocannon();
     const cpu0 = cpuTimeUs(pid);
     const r = await autocannon({ ...opts, duration: seconds });
     const cpu = cpuTimeUs(pid) - cpu0;

@@ -22,12 +22,12 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes, sign, verify } from 'node:crypto';
-import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { H, VP_AUDIENCE } from '../runtime/lib/brand.js';
 import { loadIdentity, presentationFor, type AgentIdentity, type LoadedIdentity } from '../runtime/identity/client.js';
 import { makeAgent, makeIssuer } from '../runtime/identity/testkit.js';
 import { checkPresentation } from '../runtime/identity/vc.js';
+import { bareServer, loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
@@ -60,13 +60,7 @@ async function serve(): Promise<void> {
   const { listen } = await import('../runtime/lib/http.js');
   const { setLogLevel } = await import('../runtime/lib/log.js');
   setLogLevel('error');
-  const bare = http.createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': 2 });
-      res.end('{}');
-    });
-  });
+  const bare = bareServer();
   const barePort = await listen(bare, '127.0.0.1:0');
 
   const idpStore = await openStore({ backend: 'memory' });
@@ -210,13 +204,6 @@ async function cold(): Promise<void> {
   console.log(`  checkPresentation, distinct VPs, first-seen holders ${f(freshRate).padStart(9)}/s  ratio ${(freshRate / freshBase).toFixed(2)}x  (raw ${f(freshBase)}/s around it)`);
 }
 
-interface Result {
-  requests: { average: number; total: number };
-  latency: { p50: number; p99: number };
-  non2xx: number;
-  errors: number;
-}
-type Autocannon = (o: Record<string, unknown>) => Promise<Result>;
 interface Run {
   name: string;
   rps: number;
@@ -233,8 +220,7 @@ const mean = (rs: Run[]): Run => ({
 async function drive(): Promise<void> {
   await cold();
 
-  const spec = 'autocannon';
-  const autocannon = ((await import(spec)) as { default: Autocannon }).default;
+  const autocannon = await loadAutocannon();
   const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const ports = await new Promise<Ports>((resolve, reject) => {
     child.once('message', (m) => resolve(m as Ports));
