@@ -12,11 +12,11 @@ import { startControlPlane, type RunningControlPlane } from '../runtime/control-
 import { startIdentityAuthority } from '../runtime/identity/server.js';
 import { presentationFor, type AgentIdentity } from '../runtime/identity/client.js';
 import type { AuditRecord } from '../runtime/control-plane/types.js';
+import { jtiOf } from '../runtime/control-plane/proxy/testkit.js';
 import type { Store } from '../runtime/store/factory.js';
 import { testBackends } from '../runtime/store/testing.js';
 
 const json = (body: unknown): RequestInit => ({ method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-const jti = (jwt: string): string => (JSON.parse(Buffer.from(jwt.split('.')[1] ?? '', 'base64url').toString('utf8')) as { jti: string }).jti;
 
 /** Polls `probe` until it returns a status other than `while`, for at most `ms`. */
 async function until(probe: () => Promise<number>, whileStatus: number, ms: number): Promise<{ status: number; elapsed: number }> {
@@ -123,7 +123,7 @@ describe.each(testBackends())('identity end to end on $name', (b) => {
     const probe = async () => (await decide({ [H.actor]: 'bot', [H.service]: 'gpt', [H.agentVp]: vp })).status;
     expect(await probe()).toBe(200);
     expect(await probe()).toBe(200); // now served from the VP cache
-    expect((await fetch(`${idpUrl}/v1/revoke`, json({ vcJti: jti(agent.membershipVc) }))).status).toBe(200);
+    expect((await fetch(`${idpUrl}/v1/revoke`, json({ vcJti: jtiOf(agent.membershipVc) }))).status).toBe(200);
     const { status, elapsed } = await until(probe, 200, 3000);
     expect(status).toBe(403);
     expect(elapsed).toBeLessThan(1000);

@@ -106,8 +106,7 @@ describe('identity client over HTTP', () => {
   });
 
   it('checks delegations live, with id, credential and expiry', async () => {
-    const { identity } = await provisionAgent(authority, 'deleg-bot');
-    void identity;
+    await provisionAgent(authority, 'deleg-bot');
     const c = client();
     const q = { actor: 'deleg-bot', task: 'T-1', action: 'ledger:read', resource: 'acct/7' };
     expect(await c.checkDelegation(q)).toMatchObject({ ok: false });
