@@ -59,6 +59,9 @@ describe('identity client over HTTP', () => {
     expect(await c.verifyPresentation(vp)).toMatchObject({ ok: true });
     expect(count('/v1/agents/verify-presentation') - before).toBe(1);
     expect(c.cacheSize()).toBe(1);
+    // The same answer is available without I/O; nothing for a token never verified.
+    expect(c.cachedPresentation?.(vp)).toMatchObject({ ok: true, agentName: 'cache-bot' });
+    expect(c.cachedPresentation?.(vp, 'some-other-audience')).toBeUndefined();
     // Another audience is another question.
     expect(await c.verifyPresentation(vp, 'some-other-audience')).toMatchObject({ ok: false });
     expect(count('/v1/agents/verify-presentation') - before).toBe(2);
@@ -102,6 +105,7 @@ describe('identity client over HTTP', () => {
     }
     expect(answer.ok).toBe(false);
     expect(answer.reason).toMatch(/revoked/i);
+    expect(c.cachedPresentation?.(vp)).toBeUndefined();
     expect(Date.now() - t0).toBeLessThan(1000);
   });
 

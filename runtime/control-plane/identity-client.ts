@@ -160,14 +160,22 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
     }
   }
 
+  const keyOf = (vp: string, audience: string | undefined) => createHash('sha256').update(audience ?? '').update('\n').update(vp).digest('base64url');
+
+  /** A live, trusted cached answer for `key`; a stale one is dropped. */
+  function cached(key: string): PresentationAnswer | undefined {
+    const hit = cache.get(key);
+    if (!hit) return undefined;
+    if (hit.until > now() && cacheTrusted()) return hit.answer;
+    forget(key);
+    return undefined;
+  }
+
   async function verifyPresentation(vp: string, audience?: string): Promise<PresentationAnswer> {
     if (closed) return { ok: false, reason: 'identity client closed' };
-    const key = createHash('sha256').update(audience ?? '').update('\n').update(vp).digest('base64url');
-    const hit = cache.get(key);
-    if (hit) {
-      if (hit.until > now() && cacheTrusted()) return hit.answer;
-      forget(key);
-    }
+    const key = keyOf(vp, audience);
+    const hit = cached(key);
+    if (hit) return hit;
     const pending = inflight.get(key);
     if (pending) return pending;
     const p = verifyRemote(vp, audience, key).finally(() => inflight.delete(key));
@@ -231,6 +239,7 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
 
   return {
     verifyPresentation,
+    cachedPresentation: (vp, audience) => (closed ? undefined : cached(keyOf(vp, audience))),
     checkDelegation,
     pollRevocations,
     cacheSize: () => cache.size,

@@ -32,5 +32,10 @@ export interface IdentityPort {
   checkDelegation(q: DelegationQuery): Promise<DelegationAnswer>;
   /** POST /v1/agents/verify-presentation (cached by token hash). */
   verifyPresentation(vp: string, audience?: string): Promise<PresentationAnswer>;
+  /**
+   * The answer verifyPresentation would give from its cache, without I/O, or undefined. Lets a
+   * decision whose VP is cached finish in the request tick (optional).
+   */
+  cachedPresentation?(vp: string, audience?: string): PresentationAnswer | undefined;
   close?(): Promise<void>;
 }

@@ -115,7 +115,10 @@ function* egress(facts: EgressFacts, deps: DecisionDeps): Step<Outcome> {
     }
     for (const vp of uniqueVps) {
       if (!deps.identity) return egressOutcome(st, deny(403, 'identity', 'agent VP presented but no identity authority is configured to verify it'));
-      const v = yield* wait(withTimeout(deps.identity.verifyPresentation(vp, deps.vpAudience ?? VP_AUDIENCE), timeoutMs, 'VP verification'));
+      const audience = deps.vpAudience ?? VP_AUDIENCE;
+      const v =
+        deps.identity.cachedPresentation?.(vp, audience) ??
+        (yield* wait(withTimeout(deps.identity.verifyPresentation(vp, audience), timeoutMs, 'VP verification')));
       if (!v.ok) return egressOutcome(st, deny(403, 'identity', `invalid agent VP: ${v.reason}`));
       if (v.agentName !== actorName) {
         return egressOutcome(st, deny(403, 'identity', `VP proves agent ${JSON.stringify(v.agentName ?? '')}, not ${JSON.stringify(actorName)}`));
