@@ -2,14 +2,14 @@
  * Differential property test for the optimised planner and parser (issue 4): on random snapshots
  * (valid, invalid and duplicate records, SCIM-id and externalId references, groups omitted or
  * not) against random prior states (rows of several idps, skipped, inactive, stale hashes), the
- * result must equal the frozen pre-optimisation implementation in reference/ field for field.
+ * result must equal the frozen pre-optimisation implementation in e2e/fixtures/directory-reference/ field for field.
  */
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { planSync, planSyncLight, type CurrentEmployee, type Idp, type SyncPlan } from './plan.js';
 import { parseGroup, parseUser, SCHEMA_ENTERPRISE_USER, SCHEMA_USER } from './scim.js';
-import { planSync as refPlanSync } from './reference/plan.js';
-import { parseGroup as refParseGroup, parseUser as refParseUser } from './reference/scim.js';
+import { planSync as refPlanSync } from '../../../../e2e/fixtures/directory-reference/plan.js';
+import { parseGroup as refParseGroup, parseUser as refParseUser } from '../../../../e2e/fixtures/directory-reference/scim.js';
 import type { GroupRow } from './repo.js';
 
 const EXT = ['a', 'b', 'c', 'd', 'e', 'f', ' g ', 'h'];

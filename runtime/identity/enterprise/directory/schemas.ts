@@ -65,17 +65,6 @@ export const ConflictSchema = z
 
 export const SyncErrorSchema = z.object({ resource_type: z.enum(['User', 'Group']), external_id: z.string(), error: z.string() });
 
-export const CascadeSchema = z
-  .object({
-    agents_suspended: z.number(),
-    agents_quarantined: z.number(),
-    delegations_revoked: z.number(),
-    delegations_invalidated: z.number(),
-    delegations_expired: z.number(),
-    by_reason: z.record(z.string(), z.number()),
-  })
-  .openapi('CascadeCounts');
-
 export const SyncRunSchema = z
   .object({
     id: z.string(),
