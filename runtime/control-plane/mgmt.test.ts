@@ -218,6 +218,51 @@ describe('management API over HTTP', () => {
     }
   });
 
+  it('apply, delete and version: owners never take over each other; unchanged re-apply bumps nothing', async () => {
+    const v0 = (await (await get('/v1/registry/version')).json()).version;
+    const desired = { owner: 'folder:/gitops', services: [{ name: 'g1', upstream: 'g1.svc:80' }, { name: 'g2', upstream: 'nope' }, { name: 'orders', upstream: 'o.svc:1' }] };
+    const dry = await (await postJson('/v1/registry/apply', { ...desired, dryRun: true })).json();
+    expect(dry).toMatchObject({ version: v0, created: ['g1'], conflicts: ['orders'], conflictOwners: { orders: 'api' } });
+    expect(registry.get('g1')).toBeUndefined();
+    const r = await postJson('/v1/registry/apply', desired);
+    expect(r.status).toBe(200);
+    const applied = await r.json();
+    expect(applied).toMatchObject({ version: v0 + 1, created: ['g1'], updated: [], deleted: [], unchanged: [], conflicts: ['orders'] });
+    expect(applied.invalid.map((i: { name: string }) => i.name)).toEqual(['g2']);
+    const again = await (await postJson('/v1/registry/apply', desired)).json();
+    expect(again).toMatchObject({ version: v0 + 1, created: [], unchanged: ['g1'] });
+    const ver = await (await get('/v1/registry/version')).json();
+    expect(ver.version).toBe(v0 + 1);
+    expect(ver.hash).toMatch(/^[0-9a-f]{64}$/);
+    // The API owner cannot overwrite or delete a folder-owned entry.
+    expect((await postJson('/v1/registry/services', { name: 'g1', upstream: 'x.svc:1' })).status).toBe(409);
+    const del = await req(base + '/v1/registry/services/g1', { method: 'DELETE' });
+    expect(del.status).toBe(409);
+    expect((await del.json()).error).toMatch(/folder:\/gitops/);
+    // Its own entries it deletes; unknown is 404.
+    await postJson('/v1/registry/services', { name: 'tmp/one', upstream: 't.svc:1' });
+    const gone = await req(base + '/v1/registry/services/tmp/one', { method: 'DELETE' });
+    expect(gone.status).toBe(200);
+    expect((await gone.json()).deleted).toBe('tmp/one');
+    expect((await req(base + '/v1/registry/services/tmp/one', { method: 'DELETE' })).status).toBe(404);
+    // The folder withdraws what it granted by applying an empty desired state.
+    const pruned = await (await postJson('/v1/registry/apply', { owner: 'folder:/gitops', services: [] })).json();
+    expect(pruned.deleted).toEqual(['g1']);
+    for (const bad of [{ services: [] }, { owner: '', services: [] }, { owner: 'x', services: 'no' }, { owner: 'x', services: [], extra: 1 }]) {
+      const b = await postJson('/v1/registry/apply', bad);
+      expect(b.status, JSON.stringify(bad)).toBe(400);
+      expect((await b.json()).error).toMatch(/invalid request/);
+    }
+  });
+
+  it('GET /openapi.json documents the routes from the validating schemas', async () => {
+    const doc = await (await get('/openapi.json')).json();
+    expect(doc.openapi).toBe('3.1.0');
+    for (const p of ['/v1/registry/services', '/v1/registry/services/{name}', '/v1/registry/apply', '/v1/registry/version', '/v1/usage']) expect(Object.keys(doc.paths)).toContain(p);
+    expect(doc.components.schemas.Service.properties.upstream).toBeDefined();
+    expect(doc.paths['/v1/registry/services/{name}'].delete.responses['409']).toBeDefined();
+  });
+
   it('a registry store that is down answers 503, not 500', async () => {
     const down = await openTestPglite();
     const reg = await createRegistry(down);

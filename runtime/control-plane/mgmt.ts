@@ -1,57 +1,87 @@
 /**
- * Control-plane management listener (SPEC 4.3, `:8181`): health, registry, usage, audit, metrics.
+ * Control-plane management listener (SPEC 4.3, `:8181`): health, registry (with apply and the
+ * version), usage, audit, dry-run decisions, metrics, and `/openapi.json` generated from the
+ * same zod schemas that validate the requests. Each area is a sub-app composed here with
+ * `app.route('/', ...)`; the tests serve exactly this app.
  *
- * Error shapes (the control plane's, not the identity authority's): `{error: string}` with a
- * message naming the offending field; registry validation errors add `detail` (loc/msg/type).
+ * Error shapes (the control plane's, not the identity authority's; see mgmt-errors.ts):
+ * `{error: string}` with a message naming the offending field; validation errors add `detail`.
  * - malformed JSON, wrong types, unknown fields -> 400
  * - POST /v1/usage with any bad body -> 400 `{error: 'invalid body'}` exactly (SPEC 4.3, 7)
  * - request bodies over 1 MiB (MGMT_BODY_LIMIT) -> 413 `{error: 'body too large: limit 1048576 bytes'}`
  * - unknown route -> 404 `{error: 'not found'}`; store unreachable -> 503; never a 500 for bad input.
- * The egress-approval routes are mounted by their owner through `extraRoutes`.
  */
-import { Hono, type Context } from 'hono';
+import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import type { Context, Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import { errMsg, logger } from '../lib/log.js';
+import { BRAND_TITLE } from '../lib/brand.js';
 import type { AuditReader } from './audit/chain.js';
 import { RING_SIZE, DEFAULT_RECENT } from './audit/chain.js';
-import { AuditBackpressureError } from './audit/shipper.js';
+import { MGMT_BODY_LIMIT, mgmtHook, mgmtOnError, USAGE_PATH } from './mgmt-errors.js';
 import type { Registry } from './registry/registry.js';
-import { RegistryValidationError } from './registry/service.js';
+import { registryRoutes } from './registry/routes.js';
 import { UsageSchema, type UsageReport } from './types.js';
 
-/** Request body limit of the management API (SPEC is silent; 1 MiB, answered with 413). */
-export const MGMT_BODY_LIMIT = 1024 * 1024;
+export { MGMT_BODY_LIMIT } from './mgmt-errors.js';
 /** Prometheus text exposition format 0.0.4. */
 export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
 export interface MgmtDeps {
-  registry: Pick<Registry, 'list' | 'get' | 'upsert'>;
+  registry: Pick<Registry, 'list' | 'get' | 'upsert' | 'apply' | 'remove' | 'snapshot'>;
   audit: AuditReader;
   /** Feeds budget meters and counters; telemetry only, no audit row. */
   usage: (r: UsageReport) => void;
   metricsText: () => Promise<string>;
   ready: () => boolean;
-  /** Mounts more routes (egress approvals) on the same app. */
+  /** More sub-apps (decision dry-run, egress approvals, portal), composed at the root. */
+  routes?: Hono[];
+  /** Mounts more routes on the same app (legacy seam of the egress approvals). */
   extraRoutes?: (app: Hono) => void;
   /** Who registry writes are attributed to in the audit log (default `mgmt-api`). */
   actor?: (c: Context) => string;
 }
 
-const log = logger('mgmt');
+const json = <T extends z.ZodType>(schema: T, description: string) => ({ content: { 'application/json': { schema } }, description });
 
-class BadJson extends Error {}
-
-async function readJson(c: Context): Promise<unknown> {
-  const text = await c.req.text();
-  try {
-    return JSON.parse(text) as unknown;
-  } catch (e) {
-    throw new BadJson(`malformed JSON body: ${errMsg(e)}`);
-  }
+function usageRoutes(usage: MgmtDeps['usage']): OpenAPIHono {
+  const app = new OpenAPIHono({ defaultHook: mgmtHook });
+  app.openapi(
+    createRoute({
+      method: 'post',
+      path: USAGE_PATH,
+      request: { body: { content: { 'application/json': { schema: UsageSchema.openapi('UsageReport') } }, required: true } },
+      responses: {
+        200: json(z.object({ ok: z.literal(true) }), 'Recorded (telemetry only, no audit row).'),
+        400: json(z.object({ error: z.literal('invalid body') }), 'Malformed body.'),
+      },
+    }),
+    (c) => {
+      usage(c.req.valid('json'));
+      return c.json({ ok: true as const }, 200);
+    },
+  );
+  return app;
 }
 
-export function createMgmtApp(deps: MgmtDeps): Hono {
-  const app = new Hono();
+function auditRoutes(audit: AuditReader): OpenAPIHono {
+  const app = new OpenAPIHono({ defaultHook: mgmtHook });
+  app.get('/v1/audit', (c) => {
+    const raw = c.req.query('limit');
+    let limit = DEFAULT_RECENT;
+    if (raw !== undefined) {
+      if (!/^\d+$/.test(raw) || Number(raw) < 1) {
+        return c.json({ error: `limit must be an integer >= 1 (got ${JSON.stringify(raw)})` }, 400);
+      }
+      limit = Math.min(Number(raw), RING_SIZE);
+    }
+    return c.json(audit.recent(limit));
+  });
+  app.get('/v1/audit/verify', (c) => c.json(audit.verify()));
+  return app;
+}
+
+export function createMgmtApp(deps: MgmtDeps): OpenAPIHono {
+  const app = new OpenAPIHono({ defaultHook: mgmtHook });
 
   app.use(
     '*',
@@ -62,62 +92,25 @@ export function createMgmtApp(deps: MgmtDeps): Hono {
     }),
   );
 
+  // Bodies are JSON whatever the client declares (curl -d sends a form content type): the
+  // schema validators read them as JSON, and bad JSON is a 400 like any other bad input.
+  app.use('*', async (c, next) => {
+    const m = c.req.method;
+    if (m !== 'GET' && m !== 'HEAD' && !/^application\/json\b/i.test(c.req.header('content-type') ?? '')) {
+      const headers = new Headers(c.req.raw.headers);
+      headers.set('content-type', 'application/json');
+      c.req.raw = new Request(c.req.raw, { headers, duplex: 'half' } as RequestInit);
+    }
+    await next();
+  });
+
   app.get('/healthz', (c) => c.json({ ok: true }));
   app.get('/readyz', (c) => (deps.ready() ? c.json({ ready: true }) : c.json({ ready: false, error: 'not ready' }, 503)));
 
-  app.get('/v1/registry/services', (c) => c.json(deps.registry.list()));
-
-  app.post('/v1/registry/services', async (c) => {
-    let body: unknown;
-    try {
-      body = await readJson(c);
-    } catch (e) {
-      return c.json({ error: errMsg(e) }, 400);
-    }
-    try {
-      const stored = await deps.registry.upsert(body, { by: deps.actor?.(c) ?? 'mgmt-api' });
-      return c.json(stored);
-    } catch (e) {
-      if (e instanceof RegistryValidationError) return c.json({ error: e.message, detail: e.issues }, 400);
-      if (e instanceof AuditBackpressureError) return c.json({ error: 'audit log unavailable; write refused' }, 503);
-      log.error('registry upsert failed', { err: errMsg(e) });
-      return c.json({ error: 'registry store unavailable' }, 503);
-    }
-  });
-
-  // Names may contain '/' (ServiceSchema allows it), so the parameter takes the rest of the path.
-  app.get('/v1/registry/services/:name{.+}', (c) => {
-    const name = c.req.param('name');
-    const svc = deps.registry.get(name);
-    return svc ? c.json(svc) : c.json({ error: `service ${JSON.stringify(name)} not found` }, 404);
-  });
-
-  app.post('/v1/usage', async (c) => {
-    let body: unknown;
-    try {
-      body = await readJson(c);
-    } catch {
-      return c.json({ error: 'invalid body' }, 400);
-    }
-    const r = UsageSchema.safeParse(body);
-    if (!r.success) return c.json({ error: 'invalid body' }, 400);
-    deps.usage(r.data);
-    return c.json({ ok: true });
-  });
-
-  app.get('/v1/audit', (c) => {
-    const raw = c.req.query('limit');
-    let limit = DEFAULT_RECENT;
-    if (raw !== undefined) {
-      if (!/^\d+$/.test(raw) || Number(raw) < 1) {
-        return c.json({ error: `limit must be an integer >= 1 (got ${JSON.stringify(raw)})` }, 400);
-      }
-      limit = Math.min(Number(raw), RING_SIZE);
-    }
-    return c.json(deps.audit.recent(limit));
-  });
-
-  app.get('/v1/audit/verify', (c) => c.json(deps.audit.verify()));
+  app.route('/', registryRoutes({ registry: deps.registry, actor: deps.actor }));
+  app.route('/', usageRoutes(deps.usage));
+  app.route('/', auditRoutes(deps.audit));
+  for (const r of deps.routes ?? []) app.route('/', r);
 
   app.get('/metrics', async (c) => {
     const text = await deps.metricsText();
@@ -126,10 +119,8 @@ export function createMgmtApp(deps: MgmtDeps): Hono {
 
   deps.extraRoutes?.(app);
 
+  app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: `${BRAND_TITLE} control plane management API`, version: '1' } });
   app.notFound((c) => c.json({ error: 'not found' }, 404));
-  app.onError((err, c) => {
-    log.error('unhandled error', { err: err.message, path: c.req.path });
-    return c.json({ error: 'internal error' }, 500);
-  });
+  app.onError(mgmtOnError);
   return app;
 }

@@ -10,6 +10,7 @@
 import type http from 'node:http';
 import { createAdaptorServer } from '@hono/node-server';
 import type { Hono } from 'hono';
+import type { OpenAPIHono } from '@hono/zod-openapi';
 import { int, oneOf, optional, str, type Env } from '../lib/config.js';
 import { close as closeServer, listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
@@ -76,7 +77,7 @@ export interface ControlPlane extends ControlPlaneParts {
   /** The `/authz` listener (not yet listening). */
   authzServer: http.Server;
   /** The management app (registry, usage, audit, metrics, extra routes). */
-  mgmtApp: Hono;
+  mgmtApp: OpenAPIHono;
   /** Feeds a usage report to the budget meters and the token/cost counters. */
   recordUsage(r: UsageReport): void;
   /** Flushes the audit shipper and releases everything this plane opened (not the store). */

@@ -2,7 +2,7 @@
  * Shared control-plane records (SPEC 2.1-2.4). zod schemas validate the management API and
  * type everything else; the decision core and the stores use the inferred types.
  */
-import { z } from 'zod';
+import { z } from '@hono/zod-openapi';
 
 export const KINDS = ['', 'service', 'agent', 'model', 'tool'] as const;
 export const DATA_CLASSES = ['', 'public', 'internal', 'regulated'] as const;
@@ -31,7 +31,8 @@ export const ServiceSchema = z
     owner: z.string().max(253).optional(),
     requireScope: z.string().max(253).optional(),
     public: z.boolean().optional(),
-    registeredAt: z.iso.datetime({ offset: true }).optional(),
+    /** RFC 3339; empty (or Go's zero time) means "set by the store". */
+    registeredAt: z.union([z.iso.datetime({ offset: true }), z.literal('')]).optional(),
     kind: z.enum(KINDS).optional(),
     allowModels: nameList.optional(),
     allowTools: nameList.optional(),

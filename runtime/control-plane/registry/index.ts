@@ -1,4 +1,6 @@
-/** Registry: `createRegistry(store, {audit, now})` -> Registry (get/list/findByUpstream/upsert/close). */
+/** Registry: `createRegistry(store, {audit, now})` -> Registry (snapshot, apply, upsert, remove). */
 export { createRegistry } from './registry.js';
-export type { Registry, RegistryOptions } from './registry.js';
-export { RegistryValidationError, parseService, storedShape } from './service.js';
+export type { ApplyOptions, ApplyResult, Registry, RegistryOptions } from './registry.js';
+export { RegistryConflictError, RegistryValidationError, parseService, storedShape } from './service.js';
+export { planApply, contentKey, type ApplyPlan } from './plan.js';
+export { createSnapshot, emptySnapshot, type RegistryEntry, type RegistrySnapshot } from './snapshot.js';

@@ -151,7 +151,8 @@ describe.each(testBackends())('registry on $name', (b) => {
     await reg.upsert({ name: 'audited', upstream: 'a.svc:1' }, { by: 'alice' });
     await reg.upsert({ name: 'audited', upstream: 'a.svc:2' });
     const [created, updated] = audit.recent(2);
-    expect(created).toMatchObject({ seq: seq + 1, action: 'registry.upsert', subject: 'alice', service: 'audited', allow: true, reason: 'registered' });
+    expect(created).toMatchObject({ seq: seq + 1, action: 'registry.upsert', subject: 'alice', service: 'audited', allow: true });
+    expect(created!.reason).toMatch(/^registered by api \(version \d+\)$/);
     expect(updated).toMatchObject({ seq: seq + 2, action: 'registry.upsert', service: 'audited', allow: true });
     expect(updated!.reason).toMatch(/^updated/);
     expect(audit.verify().ok).toBe(true);
@@ -217,10 +218,11 @@ describe.each(testBackends())('registry on $name', (b) => {
         (v) => v === 'late.svc:2',
       );
       expect(back).toBe('late.svc:2');
-      // A stale notification (older rev) never rolls the snapshot back.
-      await store.notify(reg.channel, JSON.stringify({ name: 'zz-late', rev: 1 }));
-      await reg.reload('zz-late');
+      // A stale notification (older version) never rolls the snapshot back.
+      await store.notify(reg.channel, JSON.stringify({ v: 1, n: ['zz-late'] }));
+      await reg.reload();
       expect(reg.get('zz-late')?.upstream).toBe('late.svc:2');
+      expect(other.version).toBe(reg.version);
     } finally {
       await other.close();
     }

@@ -1,37 +1,77 @@
 /**
  * The service registry (SPEC 2.1): durable rows in `registry_services`, served from an
- * in-memory snapshot so the decision hot path never waits on the database.
+ * immutable in-memory snapshot (snapshot.ts) so the decision hot path never waits on the
+ * database.
  *
- * Writes: one statement upserts the row (keeping the original registeredAt, bumping `rev`),
- * NOTIFYs the change and appends the `registry.upsert` audit record, all in one transaction;
- * the snapshot is updated after commit. Replicas sharing a PostgreSQL schema LISTEN on the
- * schema's channel and reload the named entry; a version (`rev`) check makes late or
- * duplicate notifications harmless. With PostgreSQL a periodic full resync (default 30 s)
- * covers notifications missed while the listen connection was reconnecting.
+ * One write path: `apply(desired, {owner})` diffs the owner's desired entries (plan.ts),
+ * creates, updates and prunes what that owner owns, and does nothing at all (no transaction, no
+ * version bump, no audit record) when nothing changed. A change set is one transaction: it takes
+ * the `registry_state` row lock (writers serialize across replicas), re-plans against the locked
+ * rows, bumps the version once, writes the rows, NOTIFYs the changed names and appends one
+ * `registry.upsert` record per effective change; the snapshot changes after commit. The SPEC's
+ * upsert and the delete route are that same path for one entry of owner `api`.
+ *
+ * Replicas on one PostgreSQL schema LISTEN on the schema's channel and reload the named rows
+ * (an entry older than the one held never wins; a row gone at a version newer than the held
+ * entry is removed), plus a full resync every 30 s for notifications missed while reconnecting.
  */
 import { createHash } from 'node:crypto';
-import { asc, eq, sql } from 'drizzle-orm';
+import { eq, inArray, or, sql } from 'drizzle-orm';
 import { BRAND } from '../../lib/brand.js';
 import { errMsg, logger } from '../../lib/log.js';
 import { rowsOf, type Store } from '../../store/factory.js';
-import { registryServices } from '../../store/schema/control-plane.js';
+import { registryServices, registryState } from '../../store/schema/control-plane.js';
 import type { AuditEntry, Service } from '../types.js';
-import { deepFreeze, parseService, storedShape } from './service.js';
+import { contentKey, isNoop, planApply, type ApplyPlan, type CurrentEntry } from './plan.js';
+import { RegistryConflictError, deepFreeze, parseService, storedShape } from './service.js';
+import { createSnapshot, emptySnapshot, type RegistryEntry, type RegistrySnapshot } from './snapshot.js';
+
+export interface ApplyResult {
+  version: number;
+  created: string[];
+  updated: string[];
+  deleted: string[];
+  unchanged: string[];
+  /** Names held by another owner (not written). */
+  conflicts: string[];
+  /** name -> the owner holding it, for each conflict. */
+  conflictOwners: Record<string, string>;
+  /** Desired entries that failed validation, with why (the others were applied). */
+  invalid: { name: string; error: string }[];
+}
+
+export interface ApplyOptions {
+  /** The producer: `api`, `examples`, `folder:<path>`, `kubernetes:<cluster>`, ... */
+  owner: string;
+  /** Plan only: nothing is written. */
+  dryRun?: boolean;
+  /** Who the audit records name (default the owner). */
+  by?: string;
+}
 
 export interface Registry {
-  /** Snapshot read (never waits on the database). Returned objects are frozen. */
+  /** The current immutable snapshot. */
+  snapshot(): RegistrySnapshot;
+  /** The current registry version (monotonic; 0 for a store never written). */
+  readonly version: number;
+  /** Snapshot reads (never wait on the database). Returned objects are frozen. */
   get(name: string): Service | undefined;
-  /** Every service, sorted by name. */
   list(): Service[];
-  /** The service whose upstream is `host:port` (host case-insensitive); first by name if several. */
   findByUpstream(hostPort: string): Service | undefined;
+  /** The owner of an entry, if it exists. */
+  ownerOf(name: string): string | undefined;
+  apply(desired: readonly unknown[], opts: ApplyOptions): Promise<ApplyResult>;
   /**
-   * Validates (ServiceSchema, strict), stores and returns the stored service. Throws
-   * RegistryValidationError on bad input (nothing changes); store errors propagate.
+   * SPEC 4.3 upsert of one service by owner `api` (audited on every call). Throws
+   * RegistryValidationError on bad input and RegistryConflictError when another owner holds it.
    */
   upsert(input: unknown, opts?: { by?: string }): Promise<Service>;
-  /** Re-reads one entry, or every entry, from the store into the snapshot. */
-  reload(name?: string): Promise<void>;
+  /** Deletes an entry the owner holds: false when unknown; RegistryConflictError when another owner holds it. */
+  remove(name: string, opts: { owner: string; by?: string }): Promise<boolean>;
+  /** Called after every snapshot change (local write, notification, resync). */
+  onChange(listener: (snap: RegistrySnapshot) => void): () => void;
+  /** Re-reads every entry and the version from the store. */
+  reload(): Promise<void>;
   readonly channel: string;
   close(): Promise<void>;
 }
@@ -47,12 +87,11 @@ export interface RegistryOptions {
   channel?: string;
 }
 
-interface Entry {
-  svc: Service;
-  rev: number;
-}
-
 const log = logger('registry');
+/** NOTIFY payloads must stay under 8000 bytes: changed names go in chunks. */
+const NOTIFY_BYTES = 7000;
+/** Rows per INSERT statement (6 parameters each, PostgreSQL allows 65535). */
+const INSERT_CHUNK = 1000;
 
 async function defaultChannel(store: Store): Promise<string> {
   const [row] = await rowsOf<{ s: string }>(store.db, sql`select current_schema() as s`);
@@ -62,40 +101,115 @@ async function defaultChannel(store: Store): Promise<string> {
   return ch.length <= 63 ? ch : `${BRAND}_registry_${createHash('sha256').update(schema).digest('hex').slice(0, 24)}`;
 }
 
+function entryOf(doc: Service, owner: string, rev: number): RegistryEntry {
+  const svc = deepFreeze(storedShape(doc, doc.registeredAt ?? ''));
+  return { svc, owner, rev, key: contentKey(svc) };
+}
+
+/** NOTIFY payloads naming `names` at `version`, each under the size limit. */
+function notifyPayloads(version: number, names: string[]): string[] {
+  const out: string[] = [];
+  let chunk: string[] = [];
+  let bytes = 0;
+  for (const n of names) {
+    const b = Buffer.byteLength(n) + 3;
+    if (chunk.length && bytes + b > NOTIFY_BYTES) {
+      out.push(JSON.stringify({ v: version, n: chunk }));
+      chunk = [];
+      bytes = 0;
+    }
+    chunk.push(n);
+    bytes += b;
+  }
+  out.push(JSON.stringify({ v: version, n: chunk }));
+  return out;
+}
+
+function emptyResult(version: number, plan: ApplyPlan): ApplyResult {
+  const conflictOwners: Record<string, string> = {};
+  for (const c of plan.conflicts) conflictOwners[c.name] = c.owner;
+  return {
+    version,
+    created: plan.creates.map((s) => s.name),
+    updated: plan.updates.map((s) => s.name),
+    deleted: [...plan.deletes],
+    unchanged: [...plan.unchanged],
+    conflicts: plan.conflicts.map((c) => c.name),
+    conflictOwners,
+    invalid: plan.invalid,
+  };
+}
+
 export async function createRegistry(store: Store, opts: RegistryOptions = {}): Promise<Registry> {
   const now = opts.now ?? Date.now;
   const channel = opts.channel ?? (await defaultChannel(store));
-  const snap = new Map<string, Entry>();
-  let sorted: Service[] | undefined;
-  let byUpstream: Map<string, Service> | undefined;
+  let snap = emptySnapshot();
+  const listeners = new Set<(s: RegistrySnapshot) => void>();
+  let closed = false;
 
-  /** Applies a stored version unless the snapshot already holds the same or a newer one. */
-  function apply(doc: Service, rev: number): void {
-    const cur = snap.get(doc.name);
-    if (cur && cur.rev >= rev) return;
-    snap.set(doc.name, { svc: deepFreeze(storedShape(doc, doc.registeredAt ?? '')), rev });
-    sorted = undefined;
-    byUpstream = undefined;
+  function publish(next: RegistrySnapshot): void {
+    snap = next;
+    for (const l of listeners) {
+      try {
+        l(next);
+      } catch (e) {
+        log.warn('registry change listener failed', { err: errMsg(e) });
+      }
+    }
   }
 
-  async function reload(name?: string): Promise<void> {
-    const q = store.db.select({ doc: registryServices.doc, rev: registryServices.rev }).from(registryServices);
-    const rows = name === undefined ? await q.orderBy(asc(registryServices.name)) : await q.where(eq(registryServices.name, name));
-    for (const r of rows) apply(r.doc, Number(r.rev));
+  async function reload(): Promise<void> {
+    const { version, rows } = await store.db.transaction(async (tx) => {
+      const [st] = await tx.select({ version: registryState.version }).from(registryState).where(eq(registryState.id, 1));
+      const all = await tx.select({ name: registryServices.name, doc: registryServices.doc, rev: registryServices.rev, owner: registryServices.managedBy }).from(registryServices);
+      return { version: Number(st?.version ?? 0), rows: all };
+    });
+    const entries = new Map<string, RegistryEntry>();
+    for (const r of rows) entries.set(r.name, entryOf(r.doc, r.owner, Number(r.rev)));
+    publish(createSnapshot(version, entries));
   }
+
+  /** Reloads the named rows after a notification of `version` from a writer (maybe ourselves). */
+  async function reloadNames(version: number, names: string[]): Promise<void> {
+    if (version <= snap.version && names.every((n) => (snap.entry(n)?.rev ?? -1) >= version || (!snap.entry(n) && snap.version >= version))) return;
+    const rows = names.length
+      ? await store.db
+          .select({ name: registryServices.name, doc: registryServices.doc, rev: registryServices.rev, owner: registryServices.managedBy })
+          .from(registryServices)
+          .where(inArray(registryServices.name, names))
+      : [];
+    const found = new Map(rows.map((r) => [r.name, r]));
+    const entries = new Map(snap.entries);
+    for (const n of names) {
+      const r = found.get(n);
+      const cur = entries.get(n);
+      if (r) {
+        if (!cur || cur.rev < Number(r.rev)) entries.set(n, entryOf(r.doc, r.owner, Number(r.rev)));
+      } else if (cur && cur.rev < version) {
+        entries.delete(n);
+      }
+    }
+    publish(createSnapshot(Math.max(snap.version, version), entries));
+  }
+
+  // Notifications are handled one at a time, in arrival order.
+  let queue: Promise<void> = Promise.resolve();
+  const enqueue = (job: () => Promise<void>) => {
+    queue = queue.then(job).catch((e) => log.warn('registry reload failed', { err: errMsg(e) }));
+  };
 
   // Subscribe before the initial load so no change between the two is missed.
   const unlisten = await store.listen(channel, (payload) => {
-    let msg: { name?: unknown; rev?: unknown };
+    let msg: { v?: unknown; n?: unknown };
     try {
       msg = JSON.parse(payload) as typeof msg;
     } catch {
       return;
     }
-    if (typeof msg.name !== 'string') return;
-    const cur = snap.get(msg.name);
-    if (cur && typeof msg.rev === 'number' && cur.rev >= msg.rev) return; // our own write, or stale
-    reload(msg.name).catch((e) => log.warn('registry reload failed', { name: msg.name, err: errMsg(e) }));
+    const v = msg.v;
+    const names = msg.n;
+    if (typeof v !== 'number' || !Array.isArray(names) || !names.every((n) => typeof n === 'string')) return;
+    enqueue(() => reloadNames(v, names as string[]));
   });
   try {
     await reload();
@@ -105,81 +219,194 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
   }
 
   const resyncMs = opts.resyncMs ?? (store.kind === 'postgres' ? 30_000 : 0);
-  const timer =
-    resyncMs > 0
-      ? setInterval(() => reload().catch((e) => log.warn('registry resync failed', { err: errMsg(e) })), resyncMs).unref()
-      : undefined;
+  const timer = resyncMs > 0 ? setInterval(() => enqueue(reload), resyncMs).unref() : undefined;
 
-  let closed = false;
+  /**
+   * The write transaction: lock the version row, read the rows `names` (and, with `owner`, every
+   * row that owner holds), re-plan against them as they stand, then write, notify and audit.
+   * Returns the plan that was written (maybe a no-op) and the new entries.
+   */
+  async function write(
+    names: string[],
+    scanOwner: string | undefined,
+    replan: (cur: ReadonlyMap<string, CurrentEntry>, owned: string[]) => ApplyPlan,
+    owner: string,
+    by: string,
+  ): Promise<{ plan: ApplyPlan; version: number; written: Map<string, RegistryEntry> }> {
+    const audits: AuditEntry[] = [];
+    return store.db.transaction(async (tx) => {
+      const [st] = await tx.select({ version: registryState.version }).from(registryState).where(eq(registryState.id, 1)).for('update');
+      const base = Number(st?.version ?? 0);
+      const touched = names.length ? inArray(registryServices.name, names) : undefined;
+      const ownedCond = scanOwner !== undefined ? eq(registryServices.managedBy, scanOwner) : undefined;
+      const cond = touched && ownedCond ? or(touched, ownedCond) : (touched ?? ownedCond);
+      const rows = cond
+        ? await tx
+            .select({ name: registryServices.name, doc: registryServices.doc, owner: registryServices.managedBy, registeredAt: registryServices.registeredAt })
+            .from(registryServices)
+            .where(cond)
+        : [];
+      const cur = new Map<string, CurrentEntry & { registeredAt: string }>();
+      for (const r of rows) cur.set(r.name, { svc: r.doc, owner: r.owner, key: contentKey(r.doc), registeredAt: r.doc.registeredAt ?? r.registeredAt });
+      const plan = replan(cur, rows.filter((r) => r.owner === owner).map((r) => r.name));
+      if (isNoop(plan)) return { plan, version: base, written: new Map<string, RegistryEntry>() };
 
-  return {
-    channel,
-    get: (name) => snap.get(name)?.svc,
-    list() {
-      sorted ??= [...snap.values()].map((e) => e.svc).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-      return [...sorted];
-    },
-    findByUpstream(hostPort) {
-      if (!byUpstream) {
-        byUpstream = new Map();
-        const all = [...snap.values()].map((e) => e.svc).sort((a, b) => (a.name < b.name ? -1 : 1));
-        for (const s of all) {
-          const k = s.upstream.toLowerCase();
-          if (!byUpstream.has(k)) byUpstream.set(k, s);
-        }
+      const version = base + 1;
+      const at = new Date(now()).toISOString();
+      await tx.update(registryState).set({ version, updatedAt: at }).where(eq(registryState.id, 1));
+      const written = new Map<string, RegistryEntry>();
+      const values = [];
+      for (const svc of [...plan.creates, ...plan.updates]) {
+        const existing = cur.get(svc.name);
+        const registeredAt = existing?.registeredAt ?? (svc.registeredAt ? new Date(svc.registeredAt).toISOString() : at);
+        const doc = storedShape(svc, registeredAt);
+        values.push({ name: doc.name, doc, rev: version, registeredAt, updatedAt: at, managedBy: owner });
+        written.set(doc.name, entryOf(doc, owner, version));
+        audits.push({ action: 'registry.upsert', subject: by, service: doc.name, allow: true, reason: `${existing ? 'updated' : 'registered'} by ${owner} (version ${version})` });
       }
-      return byUpstream.get(hostPort.toLowerCase());
+      for (let i = 0; i < values.length; i += INSERT_CHUNK) {
+        await tx
+          .insert(registryServices)
+          .values(values.slice(i, i + INSERT_CHUNK))
+          .onConflictDoUpdate({
+            target: registryServices.name,
+            set: { doc: sql`excluded.doc`, rev: sql`excluded.rev`, updatedAt: sql`excluded.updated_at`, managedBy: sql`excluded.managed_by` },
+          });
+      }
+      for (let i = 0; i < plan.deletes.length; i += INSERT_CHUNK) {
+        await tx.delete(registryServices).where(inArray(registryServices.name, plan.deletes.slice(i, i + INSERT_CHUNK)));
+      }
+      for (const name of plan.deletes) audits.push({ action: 'registry.upsert', subject: by, service: name, allow: true, reason: `deleted by ${owner} (version ${version})` });
+      for (const p of notifyPayloads(version, [...written.keys(), ...plan.deletes])) await tx.execute(sql`select pg_notify(${channel}, ${p})`);
+      // Last step inside the transaction: if the audit sink refuses, nothing is written.
+      appendAll(audits);
+      return { plan, version, written };
+    });
+  }
+
+  /** Records appended by the write in flight (writes are serialized). */
+  let appended: AuditEntry[] = [];
+  function appendAll(entries: AuditEntry[]): void {
+    appended = [];
+    for (const e of entries) {
+      opts.audit?.append(e);
+      appended.push(e);
+    }
+  }
+
+  /** Runs `write`; a commit that fails after records were appended says so in the chain too. */
+  async function committed(by: string, run: () => ReturnType<typeof write>) {
+    appended = [];
+    try {
+      return await run();
+    } catch (e) {
+      if (appended.length > 0) {
+        const entry: AuditEntry = { action: 'registry.upsert', subject: by, allow: false, reason: `not committed: ${errMsg(e)}` };
+        if (appended.length === 1 && appended[0]!.service) entry.service = appended[0]!.service;
+        else entry.reason = `not committed (${appended.length} changes): ${errMsg(e)}`;
+        try {
+          opts.audit?.append(entry);
+        } catch {}
+      }
+      throw e;
+    } finally {
+      appended = [];
+    }
+  }
+
+  function publishWrite(version: number, written: Map<string, RegistryEntry>, deletes: string[]): void {
+    const entries = new Map(snap.entries);
+    for (const [n, e] of written) {
+      const cur = entries.get(n);
+      if (!cur || cur.rev <= e.rev) entries.set(n, e);
+    }
+    for (const n of deletes) if ((entries.get(n)?.rev ?? 0) < version) entries.delete(n);
+    publish(createSnapshot(Math.max(snap.version, version), entries));
+  }
+
+  // Local writes are serialized too: the transaction's row lock orders them in the store, this
+  // keeps the snapshot updates in the same order.
+  let writes: Promise<unknown> = Promise.resolve();
+  function serial<T>(job: () => Promise<T>): Promise<T> {
+    const p = writes.then(job, job);
+    writes = p.catch(() => {});
+    return p;
+  }
+
+  const registry: Registry = {
+    channel,
+    snapshot: () => snap,
+    get version() {
+      return snap.version;
+    },
+    get: (name) => snap.get(name),
+    list: () => [...snap.list()],
+    findByUpstream: (hostPort) => snap.findByUpstream(hostPort),
+    ownerOf: (name) => snap.entry(name)?.owner,
+    onChange(l) {
+      listeners.add(l);
+      return () => listeners.delete(l);
+    },
+    apply(desired, o) {
+      if (closed) return Promise.reject(new Error('registry is closed'));
+      if (!o.owner) return Promise.reject(new Error('apply needs an owner'));
+      const by = o.by ?? o.owner;
+      return serial(async () => {
+        const s = snap;
+        const plan = planApply(desired, o.owner, (n) => s.entry(n), s.ownedBy(o.owner));
+        if (o.dryRun || isNoop(plan)) return emptyResult(s.version, plan);
+        const names = [...plan.creates, ...plan.updates].map((x) => x.name).concat(plan.unchanged, plan.conflicts.map((c) => c.name));
+        const w = await committed(by, () => write(names, o.owner, (cur, owned) => planApply(desired, o.owner, (n) => cur.get(n), owned), o.owner, by));
+        publishWrite(w.version, w.written, w.plan.deletes);
+        return emptyResult(Math.max(w.version, snap.version), w.plan);
+      });
     },
     async upsert(input, o = {}) {
       if (closed) throw new Error('registry is closed');
       const svc = parseService(input);
-      const at = new Date(now()).toISOString();
-      const registeredAt = svc.registeredAt ? new Date(svc.registeredAt).toISOString() : at;
-      const doc = storedShape(svc, registeredAt);
-      let audited = false;
-      const write = store.db.transaction(async (tx) => {
-        const [row] = await tx
-          .insert(registryServices)
-          .values({ name: doc.name, doc, rev: 1, registeredAt, updatedAt: at })
-          .onConflictDoUpdate({
-            target: registryServices.name,
-            // The original registeredAt wins on update (SPEC 2.1: set by the store if zero).
-            set: {
-              doc: sql`excluded.doc || jsonb_build_object('registeredAt', registry_services.doc -> 'registeredAt')`,
-              rev: sql`registry_services.rev + 1`,
-              registeredAt: sql`registry_services.registered_at`,
-              updatedAt: sql`excluded.updated_at`,
-            },
-          })
-          .returning({ doc: registryServices.doc, rev: registryServices.rev });
-        if (!row) throw new Error('registry upsert returned no row');
-        const rev = Number(row.rev);
-        await tx.execute(sql`select pg_notify(${channel}, ${JSON.stringify({ name: doc.name, rev })})`);
-        // Last step inside the transaction: if the audit sink refuses, nothing is written.
-        opts.audit?.append({
-          action: 'registry.upsert',
-          subject: o.by ?? 'api',
-          service: doc.name,
-          allow: true,
-          reason: rev === 1 ? 'registered' : `updated (rev ${rev})`,
-        });
-        audited = true;
-        return { doc: row.doc, rev };
-      });
-      const stored = await write.catch((e: unknown) => {
-        // The commit itself failed after the record was appended: say so in the chain too.
-        if (audited) {
-          try {
-            opts.audit?.append({ action: 'registry.upsert', subject: o.by ?? 'api', service: doc.name, allow: false, reason: `not committed: ${errMsg(e)}` });
-          } catch {}
+      const by = o.by ?? 'api';
+      return serial(async () => {
+        const w = await committed(by, () => write([svc.name], undefined, (cur) => planApply([svc], 'api', (n) => cur.get(n), [], { prune: false }), 'api', by));
+        const conflict = w.plan.conflicts[0];
+        if (conflict) throw new RegistryConflictError(svc.name, conflict.owner);
+        if (isNoop(w.plan)) {
+          // SPEC 6: every upsert is audited, an unchanged one too (it bumps nothing).
+          opts.audit?.append({ action: 'registry.upsert', subject: by, service: svc.name, allow: true, reason: 'unchanged' });
+          if (!snap.get(svc.name)) await reload();
+          return snap.get(svc.name)!;
         }
-        throw e;
+        publishWrite(w.version, w.written, []);
+        return w.written.get(svc.name)!.svc;
       });
-      apply(stored.doc, stored.rev);
-      // The version this call stored (a newer concurrent one may already be in the snapshot).
-      return deepFreeze(storedShape(stored.doc, stored.doc.registeredAt ?? registeredAt));
     },
-    reload,
+    remove(name, o) {
+      if (closed) return Promise.reject(new Error('registry is closed'));
+      const by = o.by ?? o.owner;
+      return serial(async () => {
+        const w = await committed(by, () =>
+          write([name], undefined, (cur) => {
+            const plan = planApply([], o.owner, () => undefined, [], { prune: false });
+            const e = cur.get(name);
+            if (e && e.owner !== o.owner) plan.conflicts.push({ name, owner: e.owner });
+            else if (e) plan.deletes.push(name);
+            return plan;
+          }, o.owner, by),
+        );
+        const conflict = w.plan.conflicts[0];
+        if (conflict) throw new RegistryConflictError(name, conflict.owner);
+        if (isNoop(w.plan)) {
+          if (snap.entry(name)) await reload();
+          return false;
+        }
+        publishWrite(w.version, w.written, w.plan.deletes);
+        return true;
+      });
+    },
+    reload: () => {
+      const p = queue.then(reload);
+      queue = p.catch(() => {});
+      return p;
+    },
     async close() {
       if (closed) return;
       closed = true;
@@ -187,4 +414,5 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
       await unlisten();
     },
   };
+  return registry;
 }

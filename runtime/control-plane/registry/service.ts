@@ -15,6 +15,17 @@ export class RegistryValidationError extends Error {
   }
 }
 
+/** A write to an entry that another producer owns (apply never takes an entry over). */
+export class RegistryConflictError extends Error {
+  constructor(
+    readonly entry: string,
+    readonly owner: string,
+  ) {
+    super(`service ${JSON.stringify(entry)} is managed by ${JSON.stringify(owner)}`);
+    this.name = 'RegistryConflictError';
+  }
+}
+
 function describe(d: ValidationDetail): string {
   const path = d.loc.slice(1).join('.');
   return path ? `${path}: ${d.msg}` : d.msg;

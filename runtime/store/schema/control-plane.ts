@@ -1,4 +1,4 @@
-/** Drizzle view of the control-plane tables (migration 0001_control_plane). */
+/** Drizzle view of the control-plane tables (migrations 0001_control_plane, 0008_registry_apply). */
 import { bigint, boolean, doublePrecision, jsonb, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
 import type { Service } from '../../control-plane/types.js';
 
@@ -10,6 +10,15 @@ export const registryServices = pgTable('registry_services', {
   rev: bigint('rev', { mode: 'number' }).notNull().default(1),
   registeredAt: ts('registered_at').notNull(),
   updatedAt: ts('updated_at').notNull(),
+  /** The producer that owns the entry (migration 0008): `api`, `examples`, `folder:<path>`, ... */
+  managedBy: text('managed_by').notNull().default('api'),
+});
+
+/** The registry's one monotonic version (single row, id = 1; migration 0008). */
+export const registryState = pgTable('registry_state', {
+  id: bigint('id', { mode: 'number' }).primaryKey(),
+  version: bigint('version', { mode: 'number' }).notNull(),
+  updatedAt: ts('updated_at').notNull().defaultNow(),
 });
 
 export const auditLog = pgTable(
