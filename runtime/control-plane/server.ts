@@ -26,6 +26,7 @@ import { createMetrics, type ControlPlaneMetrics } from './metrics.js';
 import { createMgmtApp } from './mgmt.js';
 import { createOidcVerifier, oidcFromEnv } from './oidc.js';
 import { createOpaClient, type OpaClient } from './opa.js';
+import { portalApp } from '../portal/index.js';
 import { createRegistry, type Registry } from './registry/index.js';
 import type { UsageReport } from './types.js';
 
@@ -148,6 +149,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     usage: recordUsage,
     metricsText: () => metrics.text(),
     ready: () => !closed,
+    routes: [portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') })],
     extraRoutes: opts.extraRoutes ? (app) => opts.extraRoutes!(app, parts) : undefined,
   });
   const authzServer = createAuthzServer(decision);
