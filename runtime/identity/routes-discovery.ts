@@ -11,7 +11,7 @@ const StatusSchema = z.object({ status: z.string() });
 const ListParam = z.object({ list: z.string().min(1).max(128).regex(/^[A-Za-z0-9._-]+$/).openapi({ param: { name: 'list', in: 'path' } }) });
 
 /** JSON with a weak ETag; a matching If-None-Match answers 304 (the client polls this ~4x/s). */
-function conditional(c: Context, etag: string, payload: () => Promise<unknown>) {
+export function conditional(c: Context, etag: string, payload: () => Promise<unknown>) {
   c.header('ETag', etag);
   c.header('Cache-Control', 'no-cache');
   const inm = c.req.header('if-none-match');

@@ -8,6 +8,7 @@ import type { Store } from '../../store/factory.js';
 import { registerDirectoryRoutes, SYNC_BODY_LIMIT } from './directory/routes.js';
 import { runCascade } from './governance/cascade.js';
 import { registerGovernanceRoutes } from './governance/routes.js';
+import { registerStandingRoute } from './governance/standing.js';
 import { registerIdentityRoutes } from './identity/routes.js';
 import { registerKeyRoutes } from './keys/routes.js';
 import { registerPreviewRoutes } from './preview/routes.js';
@@ -32,6 +33,7 @@ export function enterpriseBodyLimit(path: string): number | undefined {
 export function registerEnterpriseRoutes(app: OpenAPIHono, ctx: EnterpriseContext): void {
   registerDirectoryRoutes(app, { db: ctx.store.db, now: ctx.now, cascade: runCascade });
   registerGovernanceRoutes(app, { db: ctx.store.db, now: ctx.now });
+  registerStandingRoute(app, { db: ctx.store.db });
   registerIdentityRoutes(app, { db: ctx.store.db, now: ctx.now, env: ctx.env });
   registerKeyRoutes(app, { db: ctx.store.db, now: ctx.now, env: ctx.env });
   registerPreviewRoutes(app, { db: ctx.store.db, env: ctx.env });

@@ -3,6 +3,7 @@
  * transfer ownership, issues and the portal summary. Every write is one transaction under the
  * tenant's governance lock; every read and write goes through the tenant-scoped repositories.
  */
+import { revokeMemberships } from './standing.js';
 import { count, notExists, eq, and } from 'drizzle-orm';
 import { badRequest, conflict, notFound } from '../../../lib/errors.js';
 import type { Db } from '../../../store/factory.js';
@@ -266,7 +267,10 @@ export async function transitionAgent(deps: GovDeps, name: string, to: string, b
     const at = new Date(deps.now()).toISOString();
     const reviewed = next === 'approved' || next === 'active' ? { lastReviewedAt: at } : {};
     await repo.updateAgent(name, { status: next, updatedAt: at, ...reviewed }, [{ at, action: 'transition', by, detail: `${from} -> ${next}` }]);
-    if (INACTIVE_AGENT.has(next)) await invalidateAgentDelegations(repo, name, at, by, next);
+    if (INACTIVE_AGENT.has(next)) {
+      await invalidateAgentDelegations(repo, name, at, by, next);
+      await revokeMemberships(tx, repo, [name], at, 'admin', by, 'agent_inactive');
+    }
     const updated = (await repo.getAgent(name))!;
     return agentOut(updated, await healthOf(view, updated));
   });

@@ -6,6 +6,7 @@
  * with nothing changed moves nothing. Every statement goes through the tenant-scoped repos.
  */
 import type { DbOrTx } from '../tenant.js';
+import { revokeMemberships } from './standing.js';
 import { groupKeyIn, ownerHealth, preloadedView, employeeHealth } from './directory-view.js';
 import {
   countPlan,
@@ -84,6 +85,10 @@ export async function runCascade(tx: DbOrTx, tenantId: string, opts: CascadeOpti
     })),
     at,
   );
+  // Suspension and quarantine also revoke the agent's Membership VC (log kind vc_revoke).
+  const byReason = new Map<string, string[]>();
+  for (const m of plan.agents) byReason.set(m.reason, [...(byReason.get(m.reason) ?? []), m.name]);
+  for (const [reason, names] of byReason) await revokeMemberships(tx, repo, names, at, opts.source, opts.by, reason);
   for (const m of plan.agents) {
     log.push({
       kind: m.to === 'suspended' ? 'agent_suspend' : 'agent_quarantine',

@@ -1,0 +1,67 @@
+/**
+ * The decision feed (GET /v1/governance/standing, ETag) and the credential consequence of losing
+ * standing: a manual suspension and a cascade suspension each revoke the agent's Membership VC
+ * with a `vc_revoke` log row. Real HTTP on PGlite (and PostgreSQL with TEST_DATABASE_URL).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eq } from 'drizzle-orm';
+import type { Store } from '../../../store/factory.js';
+import { agents as identityAgents, revocations } from '../../../store/schema/identity.js';
+import { testBackends } from '../../../store/testing.js';
+import { seedAgent, seedEmployee, serveEnterprise, setEmployee, subjectOf } from './testkit.js';
+
+const T = 'standing-t';
+
+describe.each(testBackends())('governance standing on $name', (b) => {
+  let store: Store;
+  let api: Awaited<ReturnType<typeof serveEnterprise>>;
+  beforeAll(async () => {
+    store = await b.open();
+    api = await serveEnterprise(store, () => Date.now());
+    const owner = await seedEmployee(store.db, { tenant: T, ext: 'own' });
+    const sponsor = await seedEmployee(store.db, { tenant: T, ext: 'spon' });
+    for (const name of ['bot-a', 'bot-b']) {
+      await seedAgent(store.db, T, { agentName: name, ownerRef: owner, businessSponsor: sponsor, status: 'active', riskTier: 'low', approvedRuntime: 'local_dev' });
+      await store.db.insert(identityAgents).values({ name, role: 'r', capabilities: [], did: `did:key:z${name}`, publicKey: 'x', membershipJti: `urn:uuid:m-${name}`, membershipExp: 9e9, createdAt: new Date().toISOString(), updatedAt: new Date().toISOString() } as never);
+    }
+  });
+  afterAll(async () => {
+    await api?.close();
+    await store?.close();
+  });
+
+  const revoked = async (jti: string) => (await store.db.select().from(revocations).where(eq(revocations.jti, jti))).length === 1;
+
+  it('serves every status with an ETag; an unchanged feed answers 304', async () => {
+    const r = await fetch(`${api.base}/v1/governance/standing`);
+    expect(r.status).toBe(200);
+    expect((await r.json()).agents).toMatchObject({ 'bot-a': 'active', 'bot-b': 'active' });
+    const etag = r.headers.get('etag')!;
+    expect(etag).toBeTruthy();
+    expect((await fetch(`${api.base}/v1/governance/standing`, { headers: { 'if-none-match': etag } })).status).toBe(304);
+  });
+
+  it('a manual suspension revokes the Membership VC (vc_revoke) and changes the feed', async () => {
+    const before = (await fetch(`${api.base}/v1/governance/standing`)).headers.get('etag')!;
+    const t = await api.post('/v1/governance/agents/bot-a/transition', { status: 'suspended', by: 'admin@x' });
+    expect(t.status).toBe(200);
+    expect(await revoked('urn:uuid:m-bot-a')).toBe(true);
+    expect(await revoked('urn:uuid:m-bot-b')).toBe(false);
+    const log = await (await fetch(`${api.base}/v1/revocation/log?tenant=${T}`)).json();
+    expect(log.find((l: { kind: string; agent_id: string }) => l.kind === 'vc_revoke' && l.agent_id === 'bot-a')).toMatchObject({ reason_code: 'agent_inactive', source: 'admin' });
+    const after = await fetch(`${api.base}/v1/governance/standing`, { headers: { 'if-none-match': before } });
+    expect(after.status).toBe(200);
+    expect((await after.json()).agents['bot-a']).toBe('suspended');
+  });
+
+  it('a cascade suspension (owner deactivated) revokes the Membership VC too', async () => {
+    await setEmployee(store.db, T, 'own', { active: false });
+    const r = await api.post(`/v1/revocation/cascade?tenant=${T}`, {});
+    expect(r.status).toBe(200);
+    expect(await revoked('urn:uuid:m-bot-b')).toBe(true);
+    const log = await (await fetch(`${api.base}/v1/revocation/log?tenant=${T}`)).json();
+    expect(log.find((l: { kind: string; agent_id: string }) => l.kind === 'vc_revoke' && l.agent_id === 'bot-b')).toMatchObject({ reason_code: 'owner_inactive' });
+    expect((await (await fetch(`${api.base}/v1/governance/standing`)).json()).agents['bot-b']).toBe('suspended');
+    void subjectOf;
+  });
+});

@@ -1,0 +1,73 @@
+/**
+ * Governance standing for the decision engine, and the credential consequence of losing it.
+ *
+ * - `GET /v1/governance/standing`: every governed agent's lifecycle status, across tenants
+ *   (agent names are unique across tenants), with an ETag so the control plane can poll it a few
+ *   times a second for the price of a 304. This is the control plane's feed: a governed agent
+ *   whose status is not `active` is denied egress (runtime/control-plane/decision).
+ * - `revokeMemberships`: suspension, quarantine and retirement revoke the agent's Membership VC
+ *   (the jti its provisioning recorded) in the same transaction as the move, each with a
+ *   revocation-log row of kind `vc_revoke`, so the agent's VPs are refused too.
+ */
+import { createHash } from 'node:crypto';
+import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import { and, asc, inArray, isNotNull } from 'drizzle-orm';
+import type { Db } from '../../../store/factory.js';
+import { governedAgents } from '../../../store/schema/governance.js';
+import { agents as identityAgents, revocations } from '../../../store/schema/identity.js';
+import { conditional } from '../../routes-discovery.js';
+import { DEFAULT_LIST } from '../../repo.js';
+import type { DbOrTx } from '../tenant.js';
+import type { GovernanceRepo } from './repo.js';
+
+const Standing = z.object({ agents: z.record(z.string(), z.string()) }).openapi('GovernanceStanding');
+
+/** name -> status of every governed agent, in name order. */
+export async function standingOf(db: DbOrTx): Promise<Record<string, string>> {
+  const rows = await db.select({ n: governedAgents.agentName, s: governedAgents.status }).from(governedAgents).orderBy(asc(governedAgents.agentName));
+  const out: Record<string, string> = {};
+  for (const r of rows) out[r.n] = r.s;
+  return out;
+}
+
+export function registerStandingRoute(app: OpenAPIHono, deps: { db: Db }): void {
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/v1/governance/standing',
+      tags: ['governance'],
+      summary: "Every governed agent's lifecycle status (the control plane's decision feed; ETag / If-None-Match)",
+      responses: { 200: { content: { 'application/json': { schema: Standing } }, description: 'name -> status' }, 304: { description: 'Unchanged' } },
+    }),
+    async (c) => {
+      const agents = await standingOf(deps.db);
+      const etag = `W/"${createHash('sha256').update(JSON.stringify(agents)).digest('base64url').slice(0, 22)}"`;
+      return conditional(c, etag, async () => ({ agents })) as never;
+    },
+  );
+}
+
+/**
+ * Revokes the Membership VC of each named agent that has one (not yet revoked) and appends a
+ * `vc_revoke` log row per revocation. Runs in the caller's transaction.
+ */
+export async function revokeMemberships(tx: DbOrTx, repo: GovernanceRepo, names: string[], at: string, source: 'auto' | 'admin', by: string, reasonCode: string): Promise<number> {
+  if (!names.length) return 0;
+  const held = await tx
+    .select({ name: identityAgents.name, jti: identityAgents.membershipJti, tenantId: identityAgents.tenantId })
+    .from(identityAgents)
+    .where(and(inArray(identityAgents.name, names), isNotNull(identityAgents.membershipJti)));
+  if (!held.length) return 0;
+  const revoked = await tx
+    .insert(revocations)
+    .values(held.map((h) => ({ jti: h.jti!, tenantId: h.tenantId, list: DEFAULT_LIST, revokedAt: at })))
+    .onConflictDoNothing()
+    .returning({ jti: revocations.jti });
+  const fresh = new Set(revoked.map((r) => r.jti));
+  await repo.appendLog(
+    held
+      .filter((h) => fresh.has(h.jti!))
+      .map((h) => ({ kind: 'vc_revoke' as const, reasonCode, agentId: h.name, delegationId: null, source, by, detail: `membership VC ${h.jti} revoked`, at })),
+  );
+  return fresh.size;
+}
