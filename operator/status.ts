@@ -118,7 +118,7 @@ function programmed(r: Observed, o: Outcome): Cond {
 
 /** The status one resource should carry. `prev` keeps lastTransitionTime of unchanged conditions. */
 export function statusFor(r: Observed, d: Desired, o: Outcome, now: string, prev?: CrStatus): CrStatus {
-  const verdict = d.verdicts.get(keyOf(r)) ?? { accepted: false as const, reason: 'Invalid' as const, message: r.errors.join('; ') };
+  const verdict = d.verdicts.get(`${keyOf(r)}@${r.origin}`) ?? d.verdicts.get(keyOf(r)) ?? { accepted: false as const, reason: 'Invalid' as const, message: r.errors.join('; ') };
   const accepted: Cond = verdict.accepted ? ok('Accepted', 'valid and not in conflict') : no(verdict.reason, verdict.message);
   const prog: Cond = verdict.accepted ? programmed(r, o) : no(verdict.reason, 'not programmed: not accepted');
   const ready: Cond = accepted.status !== 'True' ? accepted : prog.status !== 'True' ? { ...prog, status: prog.status === 'Unknown' ? 'Unknown' : 'False' } : ok('Ready', prog.message);

@@ -1,0 +1,74 @@
+/**
+ * Where the applier sends desired state: the registry's one `apply` (in process for `npm start`,
+ * `POST /v1/registry/apply` on the management API from the cluster operator), and the identity
+ * authority's HTTP API (agents and governance), either over the network or in process through the
+ * Hono app's `request` (the same routes, no socket).
+ */
+import type { Service } from '../runtime/control-plane/types.js';
+import type { ApplyResult } from './status.js';
+
+export interface RegistryPort {
+  apply(services: readonly Service[], opts: { owner: string; dryRun?: boolean; by?: string }): Promise<ApplyResult>;
+}
+
+/** A fetch-shaped call against the identity authority: `path` is absolute (`/v1/...`). */
+export type IdentityRequest = (path: string, init?: RequestInit) => Promise<Response>;
+
+/** The in-process registry (runtime/control-plane/registry): apply is already that shape. */
+export function inProcessRegistry(registry: { apply(desired: readonly unknown[], opts: { owner: string; dryRun?: boolean; by?: string }): Promise<ApplyResult> }): RegistryPort {
+  return { apply: (services, opts) => registry.apply(services, opts) };
+}
+
+async function failure(res: Response): Promise<Error> {
+  const text = await res.text().catch(() => '');
+  return new Error(`${res.status} ${text.slice(0, 500)}`);
+}
+
+/** `POST <mgmt>/v1/registry/apply`: the apply route of the management API. */
+export function httpRegistry(mgmtUrl: string, fetchImpl: typeof fetch = fetch): RegistryPort {
+  const url = new URL('/v1/registry/apply', mgmtUrl).toString();
+  return {
+    async apply(services, opts) {
+      const res = await fetchImpl(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        // The route names the caller in its audit records itself (`by` is for in-process callers).
+        body: JSON.stringify({ owner: opts.owner, services, ...(opts.dryRun ? { dryRun: true } : {}) }),
+        signal: AbortSignal.timeout(30_000),
+      });
+      if (res.status !== 200) throw await failure(res);
+      return (await res.json()) as ApplyResult;
+    },
+  };
+}
+
+/** Identity authority over HTTP at `baseUrl`. */
+export function httpIdentity(baseUrl: string, fetchImpl: typeof fetch = fetch): IdentityRequest {
+  return (path, init) => fetchImpl(new URL(path, baseUrl), { ...init, signal: init?.signal ?? AbortSignal.timeout(15_000) });
+}
+
+/** Identity authority in process: its Hono app answers without a socket. */
+export function inProcessIdentity(app: { request(path: string, init?: RequestInit): Response | Promise<Response> }): IdentityRequest {
+  return async (path, init) => app.request(path, init);
+}
+
+/** JSON POST helper: returns status and parsed body (undefined when not JSON). */
+export async function postJson(req: IdentityRequest, path: string, body: unknown): Promise<{ status: number; body: any }> {
+  const res = await req(path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const text = await res.text();
+  let parsed: unknown;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {
+    parsed = text;
+  }
+  return { status: res.status, body: parsed };
+}
+
+/** The message of an identity-authority error envelope `{error:{code,message}}` (or the raw body). */
+export function errorText(status: number, body: any): string {
+  const e = body?.error;
+  if (e && typeof e === 'object') return `${status} ${e.code ?? ''}: ${e.message ?? ''}`.trim();
+  if (body?.detail) return `${status} ${JSON.stringify(body.detail).slice(0, 500)}`;
+  return `${status} ${typeof body === 'string' ? body.slice(0, 500) : JSON.stringify(body ?? '').slice(0, 500)}`;
+}
