@@ -1,0 +1,89 @@
+import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createApplier } from '../apply.js';
+import { EXAMPLES_DIR, openTestStack, type TestStack } from '../testing/stack.js';
+import { startFolderSource, type FolderSource } from './source.js';
+
+async function until(check: () => boolean, what: string, ms = 15_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const svcDoc = (name: string, upstream: string) => `apiVersion: writ.io/v1alpha1\nkind: RegistryService\nmetadata:\n  name: ${name}\nspec:\n  upstream: ${upstream}\n`;
+
+describe('folder source', () => {
+  let t: TestStack;
+  let dir: string;
+  let src: FolderSource | undefined;
+
+  beforeEach(async () => {
+    t = await openTestStack();
+    dir = mkdtempSync(join(tmpdir(), 'writ-folder-'));
+    cpSync(EXAMPLES_DIR, dir, { recursive: true });
+  });
+  afterEach(async () => {
+    await src?.close();
+    await t?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const start = (rescanMs = 0) => {
+    src = startFolderSource({ dir, rescanMs, applier: (owner) => createApplier({ owner, registry: t.registryPort, identity: t.identity }) });
+    return src;
+  };
+
+  it('loads a nested, multi-document folder and follows edits, new files and deletions without a restart (fs.watch)', async () => {
+    const s = start();
+    await s.ready;
+    expect(t.registry.ownerOf('research-agent')).toBe(s.owner);
+    expect(s.owner).toBe(`folder:${dir}`);
+    expect([...s.statuses().values()].every((st) => st.conditions.find((c) => c.type === 'Ready')!.status === 'True')).toBe(true);
+
+    // Edit: the research agent loses the ledger tool.
+    const file = join(dir, 'agents/research-agent.yaml');
+    const text = (await import('node:fs')).readFileSync(file, 'utf8');
+    writeFileSync(file, text.replace('allowTools: [search, ledger]', 'allowTools: [search]'));
+    await until(() => JSON.stringify(t.registry.get('research-agent')?.allowTools) === '["search"]', 'the edit');
+
+    // New file in a new nested folder.
+    mkdirSync(join(dir, 'team-b/deeper'), { recursive: true });
+    writeFileSync(join(dir, 'team-b/deeper/extra.yaml'), `${svcDoc('extra-a', 'a.svc:1')}---\n${svcDoc('extra-b', 'b.svc:2')}`);
+    await until(() => t.registry.get('extra-a') !== undefined && t.registry.get('extra-b') !== undefined, 'the new file');
+
+    // Deleted file: its grants are withdrawn.
+    rmSync(join(dir, 'agents/research-agent.yaml'));
+    await until(() => t.registry.get('research-agent') === undefined, 'the deletion');
+    expect(t.registry.get('extra-a')).toBeDefined();
+  });
+
+  it('an invalid document is reported with file:line and never blocks the rest of its file or the folder', async () => {
+    writeFileSync(join(dir, 'broken.yaml'), `${svcDoc('ok-one', 'ok.svc:1')}---\n${svcDoc('bad-one', 'no port')}`);
+    const s = start();
+    await s.ready;
+    expect(t.registry.get('ok-one')).toBeDefined();
+    expect(t.registry.get('bad-one')).toBeUndefined();
+    expect(t.registry.get('web')).toBeDefined();
+    expect(s.problems()).toEqual([{ file: 'broken.yaml', line: 13, message: expect.stringContaining('RegistryService bad-one: spec.upstream') }]);
+    const st = s.statuses().get('RegistryService/default/bad-one')!;
+    expect(st.conditions.find((c) => c.type === 'Accepted')).toMatchObject({ status: 'False', reason: 'Invalid' });
+  });
+
+  it('the periodic rescan alone (no watch events) picks up a change, and a resync with nothing changed writes nothing', async () => {
+    const s = start(0);
+    await s.ready;
+    const version = t.registry.version;
+    const audits = t.audits.length;
+    await s.resync();
+    expect(t.registry.version).toBe(version);
+    expect(t.audits.length).toBe(audits);
+    writeFileSync(join(dir, 'services.yaml'), svcDoc('web', 'web.default.svc:81'));
+    await s.resync();
+    expect(t.registry.get('web')!.upstream).toBe('web.default.svc:81');
+    expect(t.registry.get('orders')).toBeUndefined();
+  });
+});
