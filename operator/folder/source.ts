@@ -82,7 +82,7 @@ export function startFolderSource(opts: FolderSourceOptions): FolderSource {
     } catch (e) {
       // The folder itself is gone (a checkout being replaced): keep the last good state rather
       // than withdrawing everything for a moment; the next scan sees the new folder.
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new Error(`policy folder ${dir} does not exist`);
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new Error(`policy folder ${dir} does not exist`, { cause: e });
       throw e;
     }
     const seen = new Set(names);
