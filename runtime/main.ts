@@ -17,6 +17,7 @@ import { parse as parseYaml } from 'yaml';
 import { envName } from './lib/brand.js';
 import { bool, optional, str, type Env } from './lib/config.js';
 import { errMsg, logger } from './lib/log.js';
+import { isMain, runUntilSignal } from './lib/process.js';
 import { openStore, type Store, type StoreOptions } from './store/factory.js';
 import { controlPlaneStoreOptions } from './control-plane/server.js';
 import { startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
@@ -120,31 +121,4 @@ export async function startWrit(env: Env = process.env): Promise<Writ> {
   }
 }
 
-async function main(): Promise<void> {
-  let writ: Writ;
-  try {
-    writ = await startWrit();
-  } catch (e) {
-    log.error('start failed', { err: errMsg(e) });
-    process.exit(1);
-  }
-  let stopping = false;
-  const stop = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    log.info('stopping', { signal });
-    const force = setTimeout(() => process.exit(1), 15_000);
-    force.unref();
-    writ.close().then(
-      () => process.exit(0),
-      (e: unknown) => {
-        log.error('stop failed', { err: errMsg(e) });
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGINT', () => stop('SIGINT'));
-  process.on('SIGTERM', () => stop('SIGTERM'));
-}
-
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) void main();
+if (isMain(import.meta.url)) void runUntilSignal('main', () => startWrit());

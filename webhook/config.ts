@@ -1,0 +1,106 @@
+/**
+ * The webhook's settings: Go-style flags (SPEC 4.8: `-addr`, `-health-addr`, `-idp-url`,
+ * `-require-provisioned`, plus the TLS and proxy ones below), each with an env fallback. A flag
+ * wins over its variable; everything is validated before any listener opens.
+ */
+import { bool, int, optional, parseAddr, str, type Env } from '../runtime/lib/config.js';
+
+/** flag -> the env variable it overrides. */
+export const FLAGS = {
+  addr: 'WEBHOOK_ADDR',
+  'health-addr': 'WEBHOOK_HEALTH_ADDR',
+  'idp-url': 'AGENT_IDP_URL',
+  'require-provisioned': 'REQUIRE_PROVISIONED',
+  'tls-cert-file': 'WEBHOOK_TLS_CERT_FILE',
+  'tls-key-file': 'WEBHOOK_TLS_KEY_FILE',
+  'proxy-url': 'WEBHOOK_PROXY_URL',
+  'no-proxy': 'WEBHOOK_NO_PROXY',
+  'idp-timeout-ms': 'WEBHOOK_IDP_TIMEOUT_MS',
+  'cert-reload-ms': 'WEBHOOK_CERT_RELOAD_MS',
+} as const;
+type Flag = keyof typeof FLAGS;
+const BOOL_FLAGS = new Set<Flag>(['require-provisioned']);
+
+export interface WebhookSettings {
+  addr: string;
+  healthAddr: string;
+  idpUrl: string;
+  requireProvisioned: boolean;
+  certFile: string;
+  keyFile: string;
+  /** Values injected into agent containers. */
+  proxyEnv: { HTTPS_PROXY: string; HTTP_PROXY: string; NO_PROXY: string };
+  idpTimeoutMs: number;
+  certReloadMs: number;
+}
+
+/**
+ * `-name value`, `-name=value`, `--name value`; a boolean flag alone means true. Returns the
+ * flags as env entries (so one set of readers serves both); throws on an unknown flag.
+ */
+export function flagsToEnv(argv: readonly string[]): Env {
+  const out: Env = {};
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const m = /^--?([a-z][a-z-]*)(?:=(.*))?$/s.exec(arg);
+    if (!m) throw new Error(`unexpected argument ${JSON.stringify(arg)} (flags: ${Object.keys(FLAGS).map((f) => `-${f}`).join(' ')})`);
+    const flag = m[1] as Flag;
+    if (!(flag in FLAGS)) throw new Error(`unknown flag -${m[1]} (flags: ${Object.keys(FLAGS).map((f) => `-${f}`).join(' ')})`);
+    let value = m[2];
+    if (value === undefined) {
+      const next = argv[i + 1];
+      if (BOOL_FLAGS.has(flag) && (next === undefined || next.startsWith('-'))) value = 'true';
+      else if (next === undefined) throw new Error(`flag -${flag} needs a value`);
+      else value = argv[++i]!;
+    }
+    out[FLAGS[flag]] = value;
+  }
+  return out;
+}
+
+function httpUrl(name: string, v: string | undefined): string {
+  if (v === undefined) throw new Error(`${name} is required`);
+  let u: URL;
+  try {
+    u = new URL(v);
+  } catch {
+    throw new Error(`${name} must be an http(s) URL, got ${JSON.stringify(v)}`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`${name} must be an http(s) URL, got ${JSON.stringify(v)}`);
+  return v.replace(/\/+$/, '');
+}
+
+function positive(env: Env, name: string, fallback: number): number {
+  const n = int(env, name, fallback);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(env[name])}`);
+  return n;
+}
+
+/** NO_PROXY default: loopback, the cluster API and the identity authority stay direct (SPEC 4.8). */
+export function defaultNoProxy(idpUrl: string): string {
+  return ['localhost', '127.0.0.1', '::1', 'kubernetes.default.svc', 'kubernetes.default.svc.cluster.local', new URL(idpUrl).hostname].join(',');
+}
+
+/** Settings from argv flags over env; throws one message naming the flag/variable at fault. */
+export function webhookSettings(argv: readonly string[], env: Env): WebhookSettings {
+  const e: Env = { ...env, ...flagsToEnv(argv) };
+  const addr = str(e, FLAGS.addr, ':8443');
+  const healthAddr = str(e, FLAGS['health-addr'], ':8080');
+  parseAddr(addr);
+  parseAddr(healthAddr);
+  const idpUrl = httpUrl(`-idp-url / ${FLAGS['idp-url']}`, optional(e, FLAGS['idp-url']));
+  const proxyUrl = httpUrl(`-proxy-url / ${FLAGS['proxy-url']}`, optional(e, FLAGS['proxy-url']));
+  if (!proxyUrl.startsWith('http://')) throw new Error(`-proxy-url / ${FLAGS['proxy-url']} must be an http:// URL (the forward proxy speaks plain HTTP and CONNECT)`);
+  const noProxy = str(e, FLAGS['no-proxy'], defaultNoProxy(idpUrl));
+  return {
+    addr,
+    healthAddr,
+    idpUrl,
+    requireProvisioned: bool(e, FLAGS['require-provisioned'], true),
+    certFile: str(e, FLAGS['tls-cert-file'], '/etc/webhook/certs/tls.crt'),
+    keyFile: str(e, FLAGS['tls-key-file'], '/etc/webhook/certs/tls.key'),
+    proxyEnv: { HTTPS_PROXY: proxyUrl, HTTP_PROXY: proxyUrl, NO_PROXY: noProxy },
+    idpTimeoutMs: positive(e, FLAGS['idp-timeout-ms'], 2000),
+    certReloadMs: positive(e, FLAGS['cert-reload-ms'], 10_000),
+  };
+}

@@ -1,0 +1,10 @@
+/**
+ * `node dist/webhook/main.js [-addr :8443] [-health-addr :8080] [-idp-url URL] [-require-provisioned=false] ...`
+ * (or `tsx webhook/main.ts ...`): the admission webhook. Flags override their env variables
+ * (see config.ts and README.md); a bad setting or an unreadable cert exits 1 with one line.
+ */
+import { isMain, runUntilSignal } from '../runtime/lib/process.js';
+import { webhookSettings } from './config.js';
+import { startWebhook } from './server.js';
+
+if (isMain(import.meta.url)) void runUntilSignal('webhook', async () => startWebhook(webhookSettings(process.argv.slice(2), process.env)));
