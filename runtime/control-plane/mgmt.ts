@@ -15,8 +15,7 @@ import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { Context, Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { BRAND_TITLE } from '../lib/brand.js';
-import type { AuditReader } from './audit/chain.js';
-import { RING_SIZE, DEFAULT_RECENT } from './audit/chain.js';
+import { auditRoutes, type AuditRoutesReader } from './audit/routes.js';
 import { MGMT_BODY_LIMIT, mgmtHook, mgmtOnError, USAGE_PATH } from './mgmt-errors.js';
 import type { Registry } from './registry/registry.js';
 import { registryRoutes } from './registry/routes.js';
@@ -28,11 +27,13 @@ export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
 export interface MgmtDeps {
   registry: Pick<Registry, 'list' | 'get' | 'upsert' | 'apply' | 'remove' | 'snapshot'>;
-  audit: AuditReader;
+  audit: AuditRoutesReader;
   /** Feeds budget meters and counters; telemetry only, no audit row. */
   usage: (r: UsageReport) => void;
   metricsText: () => Promise<string>;
   ready: () => boolean;
+  /** Detail added to a ready /readyz answer (the audit chain's state); the status stays deps.ready's. */
+  readyDetail?: () => Record<string, unknown>;
   /** More sub-apps (decision dry-run, egress approvals, portal), composed at the root. */
   routes?: Hono[];
   /** Mounts more routes on the same app (legacy seam of the egress approvals). */
@@ -63,23 +64,6 @@ function usageRoutes(usage: MgmtDeps['usage']): OpenAPIHono {
   return app;
 }
 
-function auditRoutes(audit: AuditReader): OpenAPIHono {
-  const app = new OpenAPIHono({ defaultHook: mgmtHook });
-  app.get('/v1/audit', (c) => {
-    const raw = c.req.query('limit');
-    let limit = DEFAULT_RECENT;
-    if (raw !== undefined) {
-      if (!/^\d+$/.test(raw) || Number(raw) < 1) {
-        return c.json({ error: `limit must be an integer >= 1 (got ${JSON.stringify(raw)})` }, 400);
-      }
-      limit = Math.min(Number(raw), RING_SIZE);
-    }
-    return c.json(audit.recent(limit));
-  });
-  app.get('/v1/audit/verify', (c) => c.json(audit.verify()));
-  return app;
-}
-
 export function createMgmtApp(deps: MgmtDeps): OpenAPIHono {
   const app = new OpenAPIHono({ defaultHook: mgmtHook });
 
@@ -105,7 +89,7 @@ export function createMgmtApp(deps: MgmtDeps): OpenAPIHono {
   });
 
   app.get('/healthz', (c) => c.json({ ok: true }));
-  app.get('/readyz', (c) => (deps.ready() ? c.json({ ready: true }) : c.json({ ready: false, error: 'not ready' }, 503)));
+  app.get('/readyz', (c) => (deps.ready() ? c.json({ ready: true, ...deps.readyDetail?.() }) : c.json({ ready: false, error: 'not ready' }, 503)));
 
   app.route('/', registryRoutes({ registry: deps.registry, actor: deps.actor }));
   app.route('/', usageRoutes(deps.usage));

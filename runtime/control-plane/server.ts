@@ -15,7 +15,7 @@ import { int, oneOf, optional, str, type Env } from '../lib/config.js';
 import { close as closeServer, listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { Store, StoreOptions } from '../store/factory.js';
-import { openAuditChain, type AuditChain } from './audit/index.js';
+import { auditHealth, auditOptionsFromEnv, openAuditChain, registerAuditMetrics, type AuditChain } from './audit/index.js';
 import { createAuthzServer } from './authz-server.js';
 import { createBudgetMeter, type BudgetMeter } from './budget.js';
 import type { PipelineDeps } from './decision/pipeline.js';
@@ -106,11 +106,12 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const opaUrl = optional(env, 'OPA_URL');
   const opaTimeout = int(env, 'OPA_TIMEOUT_MS', 500);
   const identityTimeoutMs = int(env, 'AGENT_IDP_TIMEOUT_MS', 2000);
+  const auditOpts = auditOptionsFromEnv(env);
   const ownIdentity = opts.identity ? undefined : identityFromEnv(env);
   const identity = opts.identity ?? ownIdentity;
   const opa: OpaClient | undefined = opaUrl ? createOpaClient({ url: opaUrl, timeoutMs: opaTimeout }) : undefined;
 
-  const audit = await openAuditChain(opts.durableAudit === false ? undefined : opts.store, { chain: str(env, 'AUDIT_CHAIN_ID', 'default'), now });
+  const audit = await openAuditChain(opts.durableAudit === false ? undefined : opts.store, { ...auditOpts, now });
   let registry: Registry;
   try {
     registry = await createRegistry(opts.store, { audit, now });
@@ -121,6 +122,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   }
   const budget = createBudgetMeter();
   const metrics = createMetrics({ known: (n) => registry.get(n) !== undefined });
+  registerAuditMetrics(metrics.registry, audit);
 
   const decision: PipelineDeps = {
     registry,
@@ -149,6 +151,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     usage: recordUsage,
     metricsText: () => metrics.text(),
     ready: () => !closed,
+    readyDetail: () => ({ audit: auditHealth(audit) }),
     routes: [portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') })],
     extraRoutes: opts.extraRoutes ? (app) => opts.extraRoutes!(app, parts) : undefined,
   });

@@ -9,6 +9,7 @@ import { openTestPostgres, testBackends, testSchema } from '../../store/testing.
 import type { AuditEntry, AuditRecord } from '../types.js';
 import { openAuditChain } from './chain.js';
 import { verifyChain } from './hash.js';
+import { ChainLeasedError } from './lease.js';
 import { AuditBackpressureError } from './shipper.js';
 import { loadTail, verifyStored } from './store.js';
 
@@ -150,16 +151,25 @@ describe.each(testBackends())('audit chain on $name', (b) => {
       await store.exec('alter table audit_log_away rename to audit_log');
     }
     await chain.flush();
-    expect(chain.append(entry(32)).seq).toBe(32);
+    // The refused decision is recorded as a summary denial before the next record.
+    expect(chain.append(entry(32)).seq).toBe(33);
+    expect(chain.recent(2)[0]).toMatchObject({ seq: 32, action: 'authz', allow: false, reason: expect.stringMatching(/^audit backpressure: 1 decisions denied unrecorded since /) });
     await chain.close();
     const stored = await loadTail(store, 'outage', 100);
-    expect(stored.map((r) => r.seq)).toEqual(Array.from({ length: 32 }, (_, i) => i + 1));
+    expect(stored.map((r) => r.seq)).toEqual(Array.from({ length: 33 }, (_, i) => i + 1));
     expect(verifyChain(stored).ok).toBe(true);
   });
 
-  it('a second writer on the same chain id is detected, not merged', async () => {
-    const first = await openAuditChain(store, { chain: 'dup' });
-    const second = await openAuditChain(store, { chain: 'dup', retryMinMs: 5, retryMaxMs: 10 });
+  it('a second writer on the same chain id is refused at start; one past the lease is detected, not merged', async () => {
+    const live = await openAuditChain(store, { chain: 'leased', leaseTtlMs: 300 });
+    await expect(openAuditChain(store, { chain: 'leased', leaseTtlMs: 300 })).rejects.toThrow(ChainLeasedError);
+    await live.close();
+    // Released at close: the next writer takes it at once and continues the chain.
+    const next = await openAuditChain(store, { chain: 'leased', leaseTtlMs: 300 });
+    await next.close();
+
+    const first = await openAuditChain(store, { chain: 'dup', leaseTtlMs: false });
+    const second = await openAuditChain(store, { chain: 'dup', retryMinMs: 5, retryMaxMs: 10, leaseTtlMs: false });
     first.append(entry(1));
     await first.close();
     second.append(entry(2)); // also seq 1, different content

@@ -18,6 +18,14 @@ export class AuditBackpressureError extends Error {
   }
 }
 
+/** A record a caller waits on (AUDIT_DURABILITY=sync) was not committed in time. */
+export class AuditNotCommittedError extends Error {
+  constructor(seq: number, ms: number, why?: string) {
+    super(`audit record ${seq} not committed within ${ms} ms${why ? ` (${why})` : ''}`);
+    this.name = 'AuditNotCommittedError';
+  }
+}
+
 /** The driver's own message (drizzle wraps it with the whole statement and its parameters). */
 function shortError(e: unknown): string {
   const cause = e instanceof Error && e.cause instanceof Error ? e.cause : e;
@@ -39,6 +47,12 @@ export interface ShipperOptions<T> {
   maxPending?: number;
   retryMinMs?: number;
   retryMaxMs?: number;
+  /** How long `whenStored` waits before rejecting (default 5000 ms). */
+  commitTimeoutMs?: number;
+  /** Called after each batch is stored (checkpoints, lag metrics). */
+  onStored?: (batch: T[]) => void;
+  /** Called after each failed write with the batch still pending (the spool). */
+  onFailure?: (pending: readonly T[]) => void;
   log?: Logger;
 }
 
@@ -48,10 +62,20 @@ export interface ShipperStats {
   shippedSeq: number;
   failures: number;
   lastError?: string;
+  /** Age (ms) of the oldest record waiting to be stored; 0 when none. */
+  lagMs: number;
 }
 
 export interface Shipper<T extends { seq: number }> {
   push(rec: T): void;
+  /**
+   * undefined when `seq` is already stored, else a promise resolving once it is (group commit:
+   * waiters never linger, so a batch carries whatever arrived while the previous one was
+   * written); rejects with AuditNotCommittedError after commitTimeoutMs.
+   */
+  whenStored(seq: number): Promise<void> | undefined;
+  /** Records pushed but not yet stored, oldest first (a copy). */
+  unstored(): T[];
   /** Resolves once every record pushed so far is stored; rejects after timeoutMs if given. */
   flush(timeoutMs?: number): Promise<void>;
   stats(): ShipperStats;
@@ -66,6 +90,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
   const retryMin = o.retryMinMs ?? 100;
   const retryMax = o.retryMaxMs ?? 5_000;
   const log = o.log ?? logger('audit-shipper');
+  const commitTimeout = o.commitTimeoutMs ?? 5000;
 
   let queue: T[] = [];
   let head = 0; // index of the oldest unshipped record in `queue`
@@ -79,10 +104,39 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
   let wake: (() => void) | undefined;
   const waiters: { seq: number; resolve: () => void }[] = [];
   let lingerWake: (() => void) | undefined;
+  // Durable waiters (sync durability), in seq order: a FIFO with a head index.
+  type Durable = { seq: number; at: number; resolve: () => void; reject: (e: Error) => void };
+  let durable: Durable[] = [];
+  let dHead = 0;
+  let pushedAt: number[] = [];
+  let reaper: NodeJS.Timeout | undefined;
 
   const pending = () => queue.length - head;
 
+  function settleDurable(): void {
+    while (dHead < durable.length && durable[dHead]!.seq <= shippedSeq) durable[dHead++]!.resolve();
+    if (dHead > 1024 && dHead * 2 > durable.length) {
+      durable = durable.slice(dHead);
+      dHead = 0;
+    }
+    if (dHead >= durable.length && reaper) {
+      clearInterval(reaper);
+      reaper = undefined;
+    }
+  }
+
+  /** Rejects durable waiters older than the commit timeout (store down or hung). */
+  function reap(all = false): void {
+    const limit = Date.now() - commitTimeout;
+    while (dHead < durable.length && (all || durable[dHead]!.at <= limit)) {
+      const w = durable[dHead++]!;
+      w.reject(new AuditNotCommittedError(w.seq, commitTimeout, lastError));
+    }
+    settleDurable();
+  }
+
   function settle(): void {
+    settleDurable();
     for (let i = waiters.length - 1; i >= 0; i--) {
       const w = waiters[i]!;
       if (w.seq <= shippedSeq || pending() === 0) {
@@ -94,7 +148,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
 
   /** Waits up to lingerMs for a fuller batch, unless one is full or someone waits on a flush. */
   function linger(): Promise<void> | undefined {
-    if (lingerMs <= 0 || pending() >= maxBatch || waiters.length > 0) return undefined;
+    if (lingerMs <= 0 || pending() >= maxBatch || waiters.length > 0 || dHead < durable.length) return undefined;
     return new Promise<void>((resolve) => {
       const done = () => {
         clearTimeout(t);
@@ -120,6 +174,12 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
           lastError = shortError(e);
           const delay = Math.min(retryMax, retryMin * 2 ** Math.min(failures - 1, 16));
           log.warn('audit batch not stored; retrying', { err: lastError, failures, pending: pending(), retryMs: delay });
+          reap();
+          try {
+            o.onFailure?.(queue.slice(head));
+          } catch (e2) {
+            log.error('audit failure hook failed', { err: errMsg(e2) });
+          }
           await new Promise<void>((resolve) => {
             wake = resolve;
             sleepTimer = setTimeout(resolve, delay);
@@ -135,9 +195,15 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
         // Compact the consumed prefix now and then instead of shifting per batch.
         if (head > 4096 && head * 2 > queue.length) {
           queue = queue.slice(head);
+          pushedAt = pushedAt.slice(head);
           head = 0;
         }
         settle();
+        try {
+          o.onStored?.(batch);
+        } catch (e) {
+          log.error('audit onStored hook failed', { err: errMsg(e) });
+        }
       }
     } finally {
       running = false;
@@ -178,12 +244,33 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
       if (stopped) throw new Error('audit chain is closed');
       if (pending() >= maxPending) throw new AuditBackpressureError(pending());
       queue.push(rec);
+      pushedAt.push(Date.now());
       pushedSeq = rec.seq;
       if (lingerWake && pending() >= maxBatch) lingerWake();
       kick();
     },
+    whenStored(seq) {
+      if (seq <= shippedSeq) return undefined;
+      if (stopped) return Promise.reject(new Error('audit chain is closed'));
+      return new Promise<void>((resolve, reject) => {
+        durable.push({ seq, at: Date.now(), resolve, reject });
+        lingerWake?.();
+        if (!reaper) {
+          reaper = setInterval(() => reap(), Math.max(10, Math.min(1000, commitTimeout / 4)));
+          reaper.unref();
+        }
+        kick();
+      });
+    },
+    unstored: () => queue.slice(head),
     flush,
-    stats: () => ({ pending: pending(), shippedSeq, failures, ...(lastError ? { lastError } : {}) }),
+    stats: () => ({
+      pending: pending(),
+      shippedSeq,
+      failures,
+      ...(lastError ? { lastError } : {}),
+      lagMs: pending() > 0 ? Date.now() - (pushedAt[head] ?? Date.now()) : 0,
+    }),
     async close(timeoutMs) {
       // Cut a retry sleep short so a clean shutdown tries the store right away.
       if (sleepTimer) clearTimeout(sleepTimer);
@@ -194,6 +281,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
         stopped = true;
         if (sleepTimer) clearTimeout(sleepTimer);
         wake?.();
+        reap(true);
       }
     },
   };

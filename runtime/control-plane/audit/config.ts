@@ -1,0 +1,67 @@
+/**
+ * The audit chain's settings from the environment (validated at start, before any listener):
+ *
+ *   AUDIT_CHAIN_ID               explicit chain id; default: POD_NAME or the host name, made
+ *                                unique per live writer (base, base-2, ...)
+ *   AUDIT_DURABILITY             async (default) | sync: answer a decision only once its record is committed
+ *   AUDIT_COMMIT_TIMEOUT_MS      sync: longest wait for a commit before the decision is denied (5000)
+ *   AUDIT_MAX_PENDING            the async window: records allowed to wait for the store (100000)
+ *   AUDIT_CHECKPOINT_EVERY       sign a checkpoint every N stored records (1000)
+ *   AUDIT_CHECKPOINT_INTERVAL_MS ... or every T ms with new records (60000)
+ *   AUDIT_VERIFY_INTERVAL_MS     background verification period (30000; 0 = off)
+ *   AUDIT_RETENTION_DAYS         prune records older than this (unset = keep all)
+ *   AUDIT_RETENTION_RECORDS      keep at most this many records per chain (unset = all)
+ *   AUDIT_KEY_ENCRYPTION_KEY     seals the checkpoint signing key at rest (default IDP_KEY_ENCRYPTION_KEY)
+ *   AUDIT_SPOOL_DIR              local spool for records the store cannot take (default
+ *                                `audit-spool` next to the data folder; `none` = no spool)
+ */
+import { hostname } from 'node:os';
+import { dirname, join } from 'node:path';
+import { envName } from '../../lib/brand.js';
+import { int, oneOf, optional, str, type Env } from '../../lib/config.js';
+import type { AuditChainOptions } from './chain.js';
+
+function nonNegative(env: Env, name: string, fallback: number): number {
+  const n = int(env, name, fallback);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${JSON.stringify(env[name])}`);
+  return n;
+}
+
+function positive(env: Env, name: string, fallback: number): number {
+  const n = nonNegative(env, name, fallback);
+  if (n < 1) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(env[name])}`);
+  return n;
+}
+
+/** Where the spool goes by default: beside the PGlite data folder (`.data/audit-spool`). */
+export function defaultSpoolDir(env: Env): string | undefined {
+  const v = optional(env, 'AUDIT_SPOOL_DIR');
+  if (v === 'none') return undefined;
+  if (v) return v;
+  return join(dirname(optional(env, envName('DATA_DIR')) ?? optional(env, 'REGISTRY_DATA_DIR') ?? '.data/writ'), 'audit-spool');
+}
+
+export function auditOptionsFromEnv(env: Env): Omit<AuditChainOptions, 'now'> {
+  const explicit = optional(env, 'AUDIT_CHAIN_ID');
+  const base = optional(env, envName('POD_NAME')) ?? optional(env, 'POD_NAME') ?? (hostname() || 'control-plane');
+  const days = nonNegative(env, 'AUDIT_RETENTION_DAYS', 0);
+  const records = nonNegative(env, 'AUDIT_RETENTION_RECORDS', 0);
+  return {
+    ...(explicit ? { chain: explicit } : { chainBase: base }),
+    durability: oneOf(env, 'AUDIT_DURABILITY', ['async', 'sync'] as const, 'async'),
+    commitTimeoutMs: positive(env, 'AUDIT_COMMIT_TIMEOUT_MS', 5000),
+    maxPending: positive(env, 'AUDIT_MAX_PENDING', 100_000),
+    spoolDir: defaultSpoolDir(env),
+    proof: {
+      keySecret: optional(env, 'AUDIT_KEY_ENCRYPTION_KEY') ?? optional(env, 'IDP_KEY_ENCRYPTION_KEY'),
+      checkpointEvery: positive(env, 'AUDIT_CHECKPOINT_EVERY', 1000),
+      checkpointIntervalMs: positive(env, 'AUDIT_CHECKPOINT_INTERVAL_MS', 60_000),
+      verifyIntervalMs: nonNegative(env, 'AUDIT_VERIFY_INTERVAL_MS', 30_000),
+      ...(days ? { retentionDays: days } : {}),
+      ...(records ? { retentionRecords: records } : {}),
+    },
+  };
+}
+
+/** For messages: the chain id a start would try first. */
+export const chainIdHint = (env: Env): string => str(env, 'AUDIT_CHAIN_ID', optional(env, 'POD_NAME') ?? hostname());

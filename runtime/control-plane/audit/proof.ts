@@ -1,0 +1,219 @@
+/**
+ * What makes a stored chain provable (issue 16), per chain writer:
+ *  - checkpoints: every `checkpointEvery` stored records or `checkpointIntervalMs`, the newest
+ *    stored record's `{chainId, seq, hash, time}` is signed and stored (checkpoint.ts);
+ *  - a background verifier: incrementally re-checks what was stored since the last pass against
+ *    its links and the signed checkpoints (and from the start every `fullVerifyEvery` passes),
+ *    exposing the verified seq and any break (metrics, /readyz detail);
+ *  - retention (retention.ts) and the checks the routes serve (whole-store verify of any chain
+ *    in the store, consistency with a kept checkpoint).
+ */
+import { errMsg, logger } from '../../lib/log.js';
+import type { Store } from '../../store/factory.js';
+import type { AuditRecord } from '../types.js';
+import type { AuditChain } from './chain.js';
+import { latestCheckpoint, listCheckpoints, loadAuditSigner, storeCheckpoint, trustedCheckpoints, verifyCheckpoint, type AuditSigner, type Jwks, type SignedCheckpoint } from './checkpoint.js';
+import { GENESIS, type ChainAnchor } from './hash.js';
+import { pruneChain, type RetentionOptions } from './retention.js';
+import { verifyRange, type RangeResult } from './verify.js';
+
+const log = logger('audit.proof');
+
+export interface ProofOptions extends RetentionOptions {
+  /** AUDIT_KEY_ENCRYPTION_KEY: seals the signing key at rest. */
+  keySecret?: string;
+  /** Sign a checkpoint after this many stored records (default 1000). */
+  checkpointEvery?: number;
+  /** ... or after this long with new records (default 60 s). */
+  checkpointIntervalMs?: number;
+  /** Background verification period (default 30 s; 0 turns it off). */
+  verifyIntervalMs?: number;
+  /** Every this many passes, verify from the start instead of incrementally (default 20). */
+  fullVerifyEvery?: number;
+}
+
+export interface ProofHealth {
+  chain: string;
+  /** Highest seq the background verifier has checked (0 before the first pass). */
+  verifiedSeq: number;
+  /** -1 while the stored chain verifies, else the first broken seq found. */
+  brokenAtSeq: number;
+  reason?: string;
+  checkpointSeq: number;
+  /** Highest pruned seq (0 when nothing was pruned). */
+  prunedThrough: number;
+  lastVerifiedAt?: string;
+}
+
+export interface ConsistencyResult extends RangeResult {
+  checkpoint: { chainId: string; seq: number; hash: string; time: string };
+}
+
+export interface AuditProof {
+  readonly chainId: string;
+  readonly store: Store;
+  jwks(): Jwks;
+  latest(): SignedCheckpoint | undefined;
+  /** Signs a checkpoint of the newest stored record now (undefined when nothing new). */
+  checkpoint(opts?: { prune?: boolean; at?: ChainAnchor & { time?: string } }): Promise<SignedCheckpoint | undefined>;
+  checkpoints(chain: string, o?: { from?: number; to?: number; limit?: number }): Promise<SignedCheckpoint[]>;
+  /** Whole-store verification of a range of any chain in the store (default this one). */
+  verify(o?: { chain?: string; from?: number; to?: number }): Promise<RangeResult>;
+  /** Proves the stored chain extends a checkpoint a client kept (a JWS). Throws on a bad signature. */
+  consistency(jws: string): Promise<ConsistencyResult>;
+  /** One background verification pass (exposed for tests). */
+  verifyTick(full?: boolean): Promise<ProofHealth>;
+  /** One retention pass: returns the number of records pruned. */
+  prune(): Promise<number>;
+  health(): ProofHealth;
+  /** @internal the chain reports each stored batch. */
+  onStored(last: AuditRecord, n: number): void;
+  /** @internal */
+  attach(chain: AuditChain): void;
+  close(): Promise<void>;
+}
+
+export async function openProof(store: Store, chainId: string, o: ProofOptions, now: () => number): Promise<AuditProof> {
+  const signer: AuditSigner = await loadAuditSigner(store, { secret: o.keySecret });
+  const every = o.checkpointEvery ?? 1000;
+  const intervalMs = o.checkpointIntervalMs ?? 60_000;
+  const verifyMs = o.verifyIntervalMs ?? 30_000;
+  const fullEvery = o.fullVerifyEvery ?? 20;
+  let latest = await latestCheckpoint(store, chainId);
+  let prunedAnchor = await latestCheckpoint(store, chainId, true);
+  let lastStored: ChainAnchor & { time?: string } = latest ? { seq: latest.seq, hash: latest.hash } : GENESIS;
+  let sinceCheckpoint = 0;
+  let chain: AuditChain | undefined;
+  let signing: Promise<unknown> = Promise.resolve();
+  let closed = false;
+  const health: ProofHealth = { chain: chainId, verifiedSeq: 0, brokenAtSeq: -1, checkpointSeq: latest?.seq ?? 0, prunedThrough: prunedAnchor?.seq ?? 0 };
+  let verified: ChainAnchor = GENESIS;
+  let passes = 0;
+  const jwks = signer.jwks;
+
+  const checkpoint: AuditProof['checkpoint'] = (opts = {}) => {
+    const run = signing.then(async () => {
+      const at = opts.at ?? lastStored;
+      if (at.seq === 0 || (!opts.prune && latest && latest.seq >= at.seq)) return undefined;
+      const cp = await signer.sign({ chainId, seq: at.seq, hash: at.hash, time: new Date(now()).toISOString(), ...(opts.prune ? { prune: true as const } : {}) });
+      await storeCheckpoint(store, cp);
+      if (!latest || cp.seq >= latest.seq) latest = cp;
+      if (cp.prune) prunedAnchor = cp;
+      health.checkpointSeq = latest.seq;
+      sinceCheckpoint = 0;
+      return cp;
+    });
+    signing = run.catch(() => {});
+    return run;
+  };
+
+  const background = (what: string, p: Promise<unknown>) => void p.catch((e: unknown) => log.warn(`audit ${what} failed`, { chain: chainId, err: errMsg(e) }));
+
+  /** Signed checkpoints of a chain plus its signed prune anchor; unverifiable rows count as breaks. */
+  const trusted = async (name: string) => {
+    const t = await trustedCheckpoints(store, name, jwks);
+    return { ...t, anchor: t.pruned ? { seq: t.pruned.seq, hash: t.pruned.hash } : undefined };
+  };
+
+  const verify: AuditProof['verify'] = async (q = {}) => {
+    const name = q.chain ?? chainId;
+    const t = await trusted(name);
+    const r = await verifyRange(store, name, {
+      from: q.from,
+      to: q.to,
+      checkpoints: t.hashes,
+      pruned: t.anchor,
+      expectEnd: name === chainId && chain ? chain.stats().shippedSeq : undefined,
+    });
+    const forged = t.forged.filter((s) => s >= r.from && (q.to === undefined || s <= q.to));
+    if (forged.length && (r.ok || forged[0]! < r.brokenAtSeq)) return { ...r, ok: false, brokenAtSeq: forged[0]!, reason: 'checkpoint' };
+    return r;
+  };
+
+  const verifyTick: AuditProof['verifyTick'] = async (full = false) => {
+    passes++;
+    if (full || passes % fullEvery === 0 || health.brokenAtSeq !== -1) verified = GENESIS;
+    const t = await trusted(chainId);
+    const r = await verifyRange(store, chainId, {
+      from: verified.seq + 1,
+      anchor: verified.seq > 0 ? verified : undefined,
+      checkpoints: t.hashes,
+      pruned: t.anchor,
+      expectEnd: chain?.stats().shippedSeq,
+    });
+    const forged = t.forged[0];
+    if (!r.ok) {
+      health.brokenAtSeq = r.brokenAtSeq;
+      health.reason = r.reason;
+    } else if (forged !== undefined) {
+      health.brokenAtSeq = forged;
+      health.reason = 'checkpoint';
+    } else {
+      health.brokenAtSeq = -1;
+      delete health.reason;
+      verified = { seq: r.lastSeq, hash: r.lastHash };
+    }
+    if (health.brokenAtSeq !== -1) log.error('audit chain verification failed', { chain: chainId, brokenAtSeq: health.brokenAtSeq, reason: health.reason });
+    health.verifiedSeq = r.ok ? r.lastSeq : Math.max(0, health.brokenAtSeq - 1);
+    health.prunedThrough = t.anchor?.seq ?? 0;
+    health.lastVerifiedAt = new Date(now()).toISOString();
+    return { ...health };
+  };
+
+  const prune = async (): Promise<number> => {
+    const n = await pruneChain(store, chainId, o, now, jwks, (at) => checkpoint({ prune: true, at }));
+    if (n > 0) health.prunedThrough = prunedAnchor?.seq ?? health.prunedThrough;
+    return n;
+  };
+
+  const timers: NodeJS.Timeout[] = [];
+  const every_ = (ms: number, f: () => void) => {
+    if (ms > 0) {
+      const t = setInterval(f, ms);
+      t.unref();
+      timers.push(t);
+    }
+  };
+  every_(intervalMs, () => background('checkpoint', checkpoint()));
+  every_(verifyMs, () => background('verification', verifyTick()));
+  if (o.retentionDays || o.retentionRecords) every_(o.pruneIntervalMs ?? 60_000, () => background('retention', prune()));
+
+  return {
+    chainId,
+    store,
+    jwks: () => jwks,
+    latest: () => latest,
+    checkpoint,
+    checkpoints: (name, q) => listCheckpoints(store, name, q),
+    verify,
+    async consistency(jws) {
+      const cp = await verifyCheckpoint(jws, jwks);
+      if (prunedAnchor && cp.seq < prunedAnchor.seq && cp.chainId === chainId) {
+        throw new Error(`checkpoint seq ${cp.seq} is in pruned history (retained records start after seq ${prunedAnchor.seq}); verify it against the export of that range`);
+      }
+      const t = await trusted(cp.chainId);
+      const hashes = new Map(t.hashes);
+      hashes.set(cp.seq, cp.hash);
+      const r = await verifyRange(store, cp.chainId, { from: 1, checkpoints: hashes, pruned: t.anchor, expectEnd: cp.seq });
+      return { ...r, checkpoint: { chainId: cp.chainId, seq: cp.seq, hash: cp.hash, time: cp.time } };
+    },
+    verifyTick,
+    prune,
+    health: () => ({ ...health }),
+    onStored(last, n) {
+      lastStored = { seq: last.seq, hash: last.hash };
+      sinceCheckpoint += n;
+      if (sinceCheckpoint >= every && !closed) background('checkpoint', checkpoint());
+    },
+    attach(c) {
+      chain = c;
+    },
+    async close() {
+      closed = true;
+      for (const t of timers) clearInterval(t);
+      // A final checkpoint at a clean stop: the state a client can compare the next start with.
+      await checkpoint().catch((e: unknown) => log.warn('audit final checkpoint failed', { chain: chainId, err: errMsg(e) }));
+      await signing;
+    },
+  };
+}

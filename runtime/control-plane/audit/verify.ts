@@ -1,0 +1,138 @@
+/**
+ * Whole-store verification: streams a range of a stored chain page by page (bounded memory,
+ * any size) and reports the first seq where it breaks, in the SPEC's `{ok, brokenAtSeq}` shape
+ * plus detail.
+ *
+ * What a stored chain is checked against:
+ *  - its own links and hashes (verifyChain): a modified, deleted or reordered record breaks at
+ *    its seq (a deleted one at the seq that is missing);
+ *  - the signed checkpoints the caller passes (seq -> hash): a record rewritten with every later
+ *    hash recomputed still disagrees with the first checkpoint after it, reported at that seq;
+ *  - where it must end (`expectEnd`: the highest checkpoint, or what this process knows it
+ *    stored): a truncated tail breaks at the first missing seq.
+ * Pruned history (retention) starts at a signed prune checkpoint instead of genesis.
+ */
+import { and, asc, eq, gte, lte } from 'drizzle-orm';
+import type { Store } from '../../store/factory.js';
+import { auditLog } from '../../store/schema/control-plane.js';
+import type { AuditRecord } from '../types.js';
+import { GENESIS, verifyChain, type ChainAnchor, type VerifyResult } from './hash.js';
+import { fromRow } from './store.js';
+
+export const VERIFY_PAGE = 5000;
+
+export interface RangeOptions {
+  /** First seq to verify (default 1). */
+  from?: number;
+  /** Last seq to verify (default: the end of the stored chain). */
+  to?: number;
+  /** Signed checkpoints in or around the range: seq -> hash. */
+  checkpoints?: ReadonlyMap<number, string>;
+  /** The chain is known to reach at least this seq (truncation below it is a break). */
+  expectEnd?: number;
+  /** A signed prune checkpoint: rows up to its seq were deleted on purpose. */
+  pruned?: ChainAnchor;
+  /** The link before `from`, when the caller already holds it (incremental verification). */
+  anchor?: ChainAnchor;
+  pageSize?: number;
+}
+
+export type BreakReason = 'hash' | 'link' | 'missing' | 'checkpoint' | 'truncated';
+
+export interface RangeResult extends VerifyResult {
+  /** Records checked. */
+  checked: number;
+  /** The first seq verified and the last seen (0 when none). */
+  from: number;
+  lastSeq: number;
+  /** Hash of lastSeq (the next call's anchor for incremental verification). */
+  lastHash: string;
+  reason?: BreakReason;
+}
+
+/** Pages of records with seq in [from, to], oldest first. */
+export async function* readRange(store: Store, chain: string, from: number, to = Number.MAX_SAFE_INTEGER, pageSize = VERIFY_PAGE): AsyncGenerator<AuditRecord[]> {
+  let next = from;
+  while (next <= to) {
+    const rows = await store.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.chain, chain), gte(auditLog.seq, next), lte(auditLog.seq, to)))
+      .orderBy(asc(auditLog.seq))
+      .limit(pageSize);
+    if (rows.length === 0) return;
+    const page = rows.map(fromRow);
+    yield page;
+    if (rows.length < pageSize) return;
+    next = page[page.length - 1]!.seq + 1;
+  }
+}
+
+async function hashAt(store: Store, chain: string, seq: number): Promise<string | undefined> {
+  const rows = await store.db
+    .select({ hash: auditLog.hash })
+    .from(auditLog)
+    .where(and(eq(auditLog.chain, chain), eq(auditLog.seq, seq)))
+    .limit(1);
+  return rows[0]?.hash;
+}
+
+/** Classifies the first break verifyChain found in `page`. */
+function reasonOf(page: readonly AuditRecord[], at: number, prev: ChainAnchor): BreakReason {
+  const i = page.findIndex((r) => r.seq >= at);
+  const r = page[i];
+  if (!r || r.seq !== at) return 'missing';
+  const before = i > 0 ? page[i - 1]!.hash : prev.hash;
+  return r.prevHash !== before ? 'link' : 'hash';
+}
+
+/**
+ * Verifies `[from, to]` of a stored chain. The record before `from` (or genesis, or the prune
+ * anchor) anchors the first link; a range starting inside pruned history starts at the anchor.
+ */
+export async function verifyRange(store: Store, chain: string, o: RangeOptions = {}): Promise<RangeResult> {
+  const pageSize = o.pageSize ?? VERIFY_PAGE;
+  let from = Math.max(1, o.from ?? 1);
+  const to = o.to ?? Number.MAX_SAFE_INTEGER;
+  let anchor: ChainAnchor;
+  if (o.pruned && from <= o.pruned.seq + 1) {
+    anchor = o.pruned;
+    from = o.pruned.seq + 1;
+  } else if (o.anchor && o.anchor.seq === from - 1) {
+    anchor = o.anchor;
+  } else if (from === 1) {
+    anchor = GENESIS;
+  } else {
+    const h = await hashAt(store, chain, from - 1);
+    if (h === undefined) return broken(from - 1, 'missing', 0, from, GENESIS);
+    anchor = { seq: from - 1, hash: h };
+  }
+  const start = from;
+  let checked = 0;
+  let prev = anchor;
+  for await (const page of readRange(store, chain, from, to, pageSize)) {
+    const v = verifyChain(page, prev);
+    if (!v.ok) return broken(v.brokenAtSeq, reasonOf(page, v.brokenAtSeq, prev), checked + page.findIndex((r) => r.seq >= v.brokenAtSeq), start, prev);
+    if (o.checkpoints?.size) {
+      for (let i = 0; i < page.length; i++) {
+        const r = page[i]!;
+        const want = o.checkpoints.get(r.seq);
+        if (want !== undefined && want !== r.hash) return broken(r.seq, 'checkpoint', checked + i, start, prev);
+      }
+    }
+    checked += page.length;
+    const last = page[page.length - 1]!;
+    prev = { seq: last.seq, hash: last.hash };
+  }
+  // Where the chain must reach (within the range): the highest checkpoint and whatever the
+  // caller knows was stored. A `to` past the end is not a break: those seqs are not written yet.
+  let end = Math.max(o.expectEnd ?? 0, 0);
+  if (o.checkpoints) for (const s of o.checkpoints.keys()) if (s > end) end = s;
+  end = Math.min(end, to);
+  if (prev.seq < end) return broken(prev.seq + 1, prev.seq + 1 === start ? 'missing' : 'truncated', checked, start, prev);
+  return { ok: true, brokenAtSeq: -1, checked, from: start, lastSeq: prev.seq, lastHash: prev.hash };
+}
+
+function broken(seq: number, reason: BreakReason, checked: number, from: number, prev: ChainAnchor): RangeResult {
+  return { ok: false, brokenAtSeq: seq, reason, checked: Math.max(0, checked), from, lastSeq: prev.seq, lastHash: prev.hash };
+}

@@ -1,0 +1,43 @@
+/** Drizzle view of the audit-proof tables (migration 0010_audit_proof) and the egress holders (0011). */
+import { bigint, boolean, jsonb, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
+
+const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'string' });
+
+export const auditCheckpoints = pgTable(
+  'audit_checkpoints',
+  {
+    chain: text('chain').notNull(),
+    seq: bigint('seq', { mode: 'number' }).notNull(),
+    hash: text('hash').notNull(),
+    time: text('time').notNull(),
+    /** Compact JWS (EdDSA) over `{chainId, seq, hash, time[, prune]}`. */
+    jws: text('jws').notNull(),
+    kid: text('kid').notNull(),
+    /** Taken at a retention boundary: rows up to seq were pruned on purpose. */
+    prune: boolean('prune').notNull().default(false),
+  },
+  (t) => [primaryKey({ columns: [t.chain, t.seq] })],
+);
+
+export const auditKeys = pgTable('audit_keys', {
+  id: text('id').primaryKey(),
+  kid: text('kid').notNull(),
+  publicJwk: jsonb('public_jwk').$type<Record<string, string>>().notNull(),
+  privateKey: text('private_key').notNull(),
+  salt: text('salt'),
+  enc: text('enc').$type<'none' | 'aes-256-gcm'>().notNull(),
+  createdAt: ts('created_at').notNull().defaultNow(),
+});
+
+export const auditLeases = pgTable('audit_leases', {
+  chain: text('chain').primaryKey(),
+  owner: text('owner').notNull(),
+  expiresAt: ts('expires_at').notNull(),
+});
+
+/** Live approval-queue processes (0011): a pending request whose holder instance is absent here lost its connection. */
+export const egressHolders = pgTable('egress_holders', {
+  instance: text('instance').primaryKey(),
+  replica: text('replica').notNull(),
+  expiresAt: ts('expires_at').notNull(),
+});
