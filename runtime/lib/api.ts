@@ -2,12 +2,16 @@
  * Factory for the JSON management APIs (hono + zod-openapi): one validation hook that answers
  * 422 `{detail:[…]}`, one error handler that answers `{error:{code,message}}` and never a 500
  * body with internals, and a body-size limit.
+ *
+ * Input no store can hold is rejected here, once for every route: a NUL character or an unpaired
+ * UTF-16 surrogate in any string (body values and keys, path and query parameters), and JSON
+ * nested deeper than MAX_INPUT_DEPTH (free-form fields such as capability `constraints`).
  */
 import { OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { Context, MiddlewareHandler } from 'hono';
-import { ApiError, envelope, zodDetail } from './errors.js';
+import { ApiError, envelope, zodDetail, type ValidationDetail } from './errors.js';
 import { logger } from './log.js';
 
 const log = logger('api');
@@ -15,11 +19,95 @@ const log = logger('api');
 /** Default request body limit of the management APIs (SPEC is silent: 1 MiB). */
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
 
-export function validationHook(result: { success: boolean; error?: unknown; target: string }, c: Context) {
-  if (!result.success) {
-    return c.json({ detail: zodDetail(result.error as import('zod').ZodError, result.target === 'json' ? 'body' : result.target) }, 422);
+/** Deepest nesting of arrays and objects a request may carry (the body itself is level 1). */
+export const MAX_INPUT_DEPTH = 32;
+
+// Code units, no `u` flag: a NUL, a high surrogate not followed by a low one, a low one not preceded by a high one.
+const NUL_OR_LONE_SURROGATE = /\0|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const badString = (s: string): boolean => NUL_OR_LONE_SURROGATE.test(s);
+const STRING_DETAIL = { msg: 'string contains a NUL character or an unpaired surrogate', type: 'string_invalid_characters' };
+
+/**
+ * What in a parsed request value no store can hold: strings (values or keys) with a NUL or an
+ * unpaired surrogate, and nesting deeper than MAX_INPUT_DEPTH. Iterative, so a hostile depth
+ * cannot overflow the stack; stops at the first few findings.
+ */
+export function inputProblems(value: unknown, where: string): ValidationDetail[] {
+  const out: ValidationDetail[] = [];
+  const stack: { v: unknown; loc: (string | number)[] }[] = [{ v: value, loc: [where] }];
+  while (stack.length && out.length < 10) {
+    const { v, loc } = stack.pop()!;
+    if (typeof v === 'string') {
+      if (badString(v)) out.push({ loc, ...STRING_DETAIL });
+      continue;
+    }
+    if (v === null || typeof v !== 'object') continue;
+    if (loc.length > MAX_INPUT_DEPTH) {
+      out.push({ loc, msg: `nested deeper than ${MAX_INPUT_DEPTH} levels`, type: 'too_deep', ctx: { max_depth: MAX_INPUT_DEPTH } });
+      continue;
+    }
+    if (Array.isArray(v)) {
+      for (let i = v.length - 1; i >= 0; i--) stack.push({ v: v[i], loc: [...loc, i] });
+      continue;
+    }
+    for (const [k, x] of Object.entries(v)) {
+      if (badString(k)) out.push({ loc: [...loc, k], ...STRING_DETAIL });
+      else stack.push({ v: x, loc: [...loc, k] });
+    }
   }
-  return undefined;
+  return out;
+}
+
+/** Path segments and query parameters of a request URL that decode to a NUL, or do not decode at all. */
+export function urlProblems(url: string): ValidationDetail[] {
+  const u = new URL(url);
+  const out: ValidationDetail[] = [];
+  const check = (raw: string, loc: (string | number)[]) => {
+    let s: string;
+    try {
+      s = decodeURIComponent(raw);
+    } catch {
+      out.push({ loc, msg: 'percent-encoding is not valid UTF-8', type: 'string_invalid_characters' });
+      return;
+    }
+    if (badString(s)) out.push({ loc, ...STRING_DETAIL });
+  };
+  if (u.pathname.includes('%')) check(u.pathname, ['path']);
+  if (u.search.includes('%') || u.search.includes('\0')) {
+    for (const pair of u.search.slice(1).split('&')) {
+      const [k = '', v = ''] = pair.replace(/\+/g, ' ').split('=', 2);
+      check(k, ['query']);
+      check(v, ['query', k]);
+    }
+  }
+  return out;
+}
+
+/**
+ * Middleware for apps that read bodies outside the validation hook (the control plane's
+ * management API): rejects the URL and JSON body problems above through `reject`.
+ */
+export function rejectBadInput(reject: (c: Context, detail: ValidationDetail[]) => Response): MiddlewareHandler {
+  return async (c, next) => {
+    let detail = urlProblems(c.req.url);
+    if (!detail.length && /^application\/([\w.-]+\+)?json/i.test(c.req.header('content-type') ?? '')) {
+      let body: unknown;
+      try {
+        body = await c.req.json();
+      } catch {
+        return next(); // malformed JSON: the route's own validation answers it
+      }
+      detail = inputProblems(body, 'body');
+    }
+    return detail.length ? reject(c, detail) : next();
+  };
+}
+
+export function validationHook(result: { success: boolean; error?: unknown; target: string; data?: unknown }, c: Context) {
+  const where = result.target === 'json' ? 'body' : result.target;
+  if (!result.success) return c.json({ detail: zodDetail(result.error as import('zod').ZodError, where) }, 422);
+  const detail = inputProblems(result.data, where);
+  return detail.length ? c.json({ detail }, 422) : undefined;
 }
 
 export function onApiError(err: Error, c: Context): Response {
@@ -56,6 +144,11 @@ export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: stri
   const fixed = limiter(max);
   const pick = opts.bodyLimitFor;
   app.use('*', pick ? (c, next) => limiter(pick(c.req.path) ?? max)(c, next) : fixed);
+  // Path and query strings are checked for every route (a route without a schema for them too).
+  app.use('*', async (c, next) => {
+    const detail = urlProblems(c.req.url);
+    return detail.length ? c.json({ detail }, 422) : next();
+  });
   app.onError(onApiError);
   app.notFound((c) => c.json(envelope('not_found', `no route for ${c.req.method} ${c.req.path}`), 404));
   return app;
