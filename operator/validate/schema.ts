@@ -114,6 +114,7 @@ function checkNode(v: unknown, s: Schema, path: FieldError['path'], old: unknown
   if (isObj(v)) {
     for (const r of s.required ?? []) if (v[r] === undefined) at('required field is missing', [...path, r]);
     for (const [k, x] of Object.entries(v)) {
+      if (x === undefined) continue; // absent (a JS key without a value), reported by required
       const ps = s.properties?.[k];
       if (!ps) {
         if (s.properties) at('unknown field', [...path, k]);
