@@ -58,7 +58,7 @@ function row(a) {
       ? a.activation_blockers.map((b) => h('span', { class: 'chip chip-blocker' }, b))
       : h('span', { class: 'ok-text small' }, 'ready')),
     h('td', {}, h('details', {},
-      h('summary', {}, `${num(a.history.length)} events`),
+      h('summary', {}, `${num(a.history.length)} event${a.history.length === 1 ? '' : 's'}`),
       h('ol', { class: 'history' }, a.history.map((e) =>
         h('li', {}, h('time', { class: 'muted small', datetime: e.at }, dateTime(e.at)), ' ', h('strong', {}, e.action), ' by ', e.by, e.detail ? h('div', { class: 'muted small' }, e.detail) : null))))));
 }

@@ -34,9 +34,11 @@ async function refreshFooter(ctx) {
     }
     status.textContent = `${ctx.config.decisionsMetric} · ${new Date().toLocaleTimeString('en-GB', { hour12: false })}`;
     status.classList.remove('warn-text');
+    document.querySelector('footer.bottom').classList.remove('stale');
   } catch (e) {
     status.textContent = `metrics unavailable (${e.message ?? e})`;
     status.classList.add('warn-text');
+    document.querySelector('footer.bottom').classList.add('stale');
   }
 }
 

@@ -88,9 +88,9 @@ function sameIds(box, ids) {
 
 function decideCell(id, onAct) {
   const reason = h('input', { class: 'reason-input', 'aria-label': `Reason for ${id}`, placeholder: 'reason (required to deny)', maxlength: 2048 });
-  return h('td', { class: 'decide' }, reason,
+  return h('td', {}, h('div', { class: 'decide' }, reason,
     h('button', { class: 'btn approve', type: 'button', dataset: { id }, onclick: () => onAct(id, 'approve', reason) }, 'Approve'),
-    h('button', { class: 'btn deny', type: 'button', dataset: { id }, onclick: () => onAct(id, 'deny', reason) }, 'Deny'));
+    h('button', { class: 'btn deny', type: 'button', dataset: { id }, onclick: () => onAct(id, 'deny', reason) }, 'Deny')));
 }
 
 /** A pending table (re-rendered only when its ids change) above a "recently decided" one. */
@@ -104,7 +104,7 @@ function renderQueue(box, list, spec, onAct) {
     h('table', { class: cls }, h('thead', {}, h('tr', {}, cols.map((t) => h('th', { scope: 'col' }, t)))), h('tbody', {}, rows));
   if (!sameIds(pendingBox, pending.map((r) => r.id))) {
     fill(pendingBox, pending.length
-      ? table('data', [...spec.pendingCols, 'Decision'], pending.map((r) => h('tr', { dataset: { id: r.id } }, spec.pendingRow(r), decideCell(r.id, onAct))))
+      ? table('data', [...spec.pendingCols, 'Decision'], pending.map((r) => h('tr', { dataset: { id: r.id, target: r.target ?? '' } }, spec.pendingRow(r), decideCell(r.id, onAct))))
       : empty(spec.emptyText));
   }
   fill(doneBox, done.length ? [h('h3', {}, 'Recently decided'), table('data compact', spec.doneCols, done.map((r) => h('tr', {}, spec.doneRow(r))))] : null);
