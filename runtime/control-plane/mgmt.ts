@@ -14,6 +14,7 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { Context, Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
+import { rejectBadInput } from '../lib/api.js';
 import { BRAND_TITLE } from '../lib/brand.js';
 import { auditRoutes, type AuditRoutesReader } from './audit/routes.js';
 import { MGMT_BODY_LIMIT, mgmtHook, mgmtOnError, USAGE_PATH } from './mgmt-errors.js';
@@ -87,6 +88,8 @@ export function createMgmtApp(deps: MgmtDeps): OpenAPIHono {
     }
     await next();
   });
+  // NUL, unpaired surrogates, over-deep JSON: 400 here (lib/api.ts), never a store error later.
+  app.use('*', rejectBadInput((c, detail) => c.json(c.req.path === USAGE_PATH ? { error: 'invalid body' } : { error: `invalid request: ${detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; ')}`, detail }, 400)));
 
   app.get('/healthz', (c) => c.json({ ok: true }));
   app.get('/readyz', (c) => (deps.ready() ? c.json({ ready: true, ...deps.readyDetail?.() }) : c.json({ ready: false, error: 'not ready' }, 503)));
