@@ -7,4 +7,9 @@ import { isMain, runUntilSignal } from '../runtime/lib/process.js';
 import { webhookSettings } from './config.js';
 import { startWebhook } from './server.js';
 
-if (isMain(import.meta.url)) void runUntilSignal('webhook', async () => startWebhook(webhookSettings(process.argv.slice(2), process.env)));
+if (isMain(import.meta.url)) {
+  void runUntilSignal('webhook', async () => {
+    const wh = await startWebhook(webhookSettings(process.argv.slice(2), process.env));
+    return { ports: { webhook: wh.port, health: wh.healthPort }, close: () => wh.close() };
+  });
+}

@@ -1,16 +1,19 @@
 /**
  * Process lifecycle of the entry points: start, then close cleanly on SIGINT/SIGTERM.
  *
- *   if (isMain(import.meta.url)) void runUntilSignal('identity', () => startIdentityAuthority());
+ *   if (isMain(import.meta.url)) void runUntilSignal('identity', () => startIdentity());
  *
- * A start failure exits 1 with one log line; a signal closes what started and exits 0 (1 when
- * the close fails or takes longer than `forceMs`). A second signal while closing is ignored.
+ * Once started it logs one `{"msg":"up", ...ports}` line. A start failure exits 1 with one log
+ * line. A signal closes what started (a signal during start waits for the start, then closes)
+ * and exits 0; 1 when the close fails or takes longer than `forceMs`. Repeated signals are ignored.
  */
 import { fileURLToPath } from 'node:url';
 import { errMsg, logger } from './log.js';
 
 export interface Closable {
   close(): Promise<void>;
+  /** Bound ports, logged in the `up` line (tests and operators read it). */
+  ports?: Record<string, number | undefined>;
 }
 
 /** True when the module at `url` is the script node was started with. */
@@ -20,24 +23,16 @@ export function isMain(url: string): boolean {
 
 export async function runUntilSignal(component: string, start: () => Promise<Closable>, opts: { forceMs?: number } = {}): Promise<void> {
   const log = logger(component);
-  let running: Closable;
-  try {
-    running = await start();
-  } catch (e) {
-    log.error('start failed', { err: errMsg(e) });
-    process.exit(1);
-  }
-  let stopping = false;
-  const stop = (signal: NodeJS.Signals) => {
-    if (stopping) return;
-    stopping = true;
+  const forceMs = opts.forceMs ?? 15_000;
+  let running: Closable | undefined;
+  let signalled: NodeJS.Signals | undefined;
+  const shutdown = (r: Closable, signal: NodeJS.Signals) => {
     log.info('stopping', { signal });
-    const force = setTimeout(() => {
-      log.error('stop timed out; exiting', { afterMs: opts.forceMs ?? 15_000 });
+    setTimeout(() => {
+      log.error('stop timed out; exiting', { afterMs: forceMs });
       process.exit(1);
-    }, opts.forceMs ?? 15_000);
-    force.unref();
-    running.close().then(
+    }, forceMs).unref();
+    r.close().then(
       () => {
         log.info('stopped');
         process.exit(0);
@@ -48,6 +43,19 @@ export async function runUntilSignal(component: string, start: () => Promise<Clo
       },
     );
   };
-  process.on('SIGINT', stop);
-  process.on('SIGTERM', stop);
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (signalled) return;
+    signalled = signal;
+    if (running) shutdown(running, signal);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    running = await start();
+  } catch (e) {
+    log.error('start failed', { err: errMsg(e) });
+    process.exit(1);
+  }
+  log.info('up', { ...running.ports });
+  if (signalled) shutdown(running, signalled);
 }

@@ -1,0 +1,117 @@
+/**
+ * Every per-component entry point as a real child process (`node --import tsx <entry>`) on
+ * ephemeral ports: it logs its `up` line with the bound ports, answers its health probe, and
+ * exits 0 on SIGTERM; a bad setting exits 1 with one `start failed` line.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { H } from './brand.js';
+import { makePki } from '../../webhook/tls-testing.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+interface Child {
+  ports: Record<string, number>;
+  lines: string[];
+  signal(s: NodeJS.Signals): void;
+  exited: Promise<number | null>;
+}
+
+/** Spawns `entry` and resolves at its `up` log line (rejects if it exits first). */
+export function startEntry(cmd: string[], env: Record<string, string>, cwd = ROOT): Promise<Child> {
+  const child = spawn(cmd[0]!, cmd.slice(1), { cwd, env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const lines: string[] = [];
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${cmd.join(' ')} did not come up:\n${lines.join('\n')}`));
+    }, 60_000);
+    createInterface({ input: child.stderr! }).on('line', (line) => {
+      lines.push(line);
+      let ev: Record<string, unknown>;
+      try {
+        ev = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        return;
+      }
+      if (ev.msg !== 'up') return;
+      clearTimeout(timer);
+      const ports: Record<string, number> = {};
+      for (const [k, v] of Object.entries(ev)) if (typeof v === 'number') ports[k] = v;
+      resolve({ ports, lines, signal: (s) => child.kill(s), exited });
+    });
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`${cmd.join(' ')} exited with ${code}:\n${lines.join('\n')}`));
+    });
+  });
+}
+
+const tsx = (entry: string) => [process.execPath, '--import', 'tsx', join(ROOT, entry)];
+const ANY = '127.0.0.1:0';
+
+describe('per-component entry points', { timeout: 90_000 }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'writ-entry-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  async function stopsCleanly(c: Child, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+    c.signal(signal);
+    expect(await c.exited).toBe(0);
+    expect(c.lines.some((l) => l.includes('"msg":"stopped"'))).toBe(true);
+  }
+
+  it('control plane: /authz, management and the example services; SIGTERM exits 0', async () => {
+    const c = await startEntry(tsx('runtime/control-plane/main.ts'), { REGISTRY_BACKEND: 'pglite', REGISTRY_DATA_DIR: join(dir, 'cp'), DECISION_ADDR: ANY, MGMT_ADDR: ANY, WRIT_EXAMPLES: 'true' });
+    expect((await fetch(`http://127.0.0.1:${c.ports.mgmt}/healthz`)).status).toBe(200);
+    expect((await fetch(`http://127.0.0.1:${c.ports.mgmt}/readyz`)).status).toBe(200);
+    // The examples were applied: public `web` is allowed, an unknown service denied.
+    expect((await fetch(`http://127.0.0.1:${c.ports.decision}/authz`, { headers: { [H.service]: 'web' } })).status).toBe(200);
+    expect((await fetch(`http://127.0.0.1:${c.ports.decision}/authz`, { headers: { [H.service]: 'nope' } })).status).toBe(403);
+    expect(c.ports.proxy).toBeUndefined(); // no AGENT_IDP_URL: no forward proxy
+    await stopsCleanly(c);
+  });
+
+  it('identity authority and a control plane wired to it (forward proxy on); SIGINT and SIGTERM exit 0', async () => {
+    const idp = await startEntry(tsx('runtime/identity/main.ts'), { IDP_STORE_BACKEND: 'memory', PORT: '0', WRIT_EXAMPLES: 'true' });
+    const url = `http://127.0.0.1:${idp.ports.identity}`;
+    expect((await fetch(`${url}/healthz`)).status).toBe(200);
+    expect((await fetch(`${url}/readyz`)).status).toBe(200);
+    expect(await (await fetch(`${url}/v1/agents/research-agent`)).json()).toMatchObject({ name: 'research-agent', provisioned: false });
+    const cp = await startEntry(tsx('runtime/control-plane/main.ts'), { REGISTRY_BACKEND: 'memory', DECISION_ADDR: ANY, MGMT_ADDR: ANY, EGRESS_PROXY_ADDR: ANY, AGENT_IDP_URL: url });
+    expect(cp.ports.proxy).toBeGreaterThan(0);
+    await stopsCleanly(cp);
+    await stopsCleanly(idp, 'SIGINT');
+  });
+
+  it('broker: probes; SIGTERM exits 0', async () => {
+    const c = await startEntry(tsx('runtime/broker/main.ts'), { BROKER_ADDR: ANY });
+    expect((await fetch(`http://127.0.0.1:${c.ports.broker}/health/liveliness`)).status).toBe(200);
+    expect((await fetch(`http://127.0.0.1:${c.ports.broker}/health/readiness`)).status).toBe(200);
+    await stopsCleanly(c);
+  });
+
+  it('webhook: flags, /healthz on the health address; SIGTERM exits 0', async () => {
+    const pki = makePki(dir, 'entry');
+    writeFileSync(join(dir, 'tls.crt'), pki.cert);
+    writeFileSync(join(dir, 'tls.key'), pki.key);
+    const c = await startEntry(
+      [...tsx('webhook/main.ts'), '-addr', ANY, '-health-addr', ANY, '-idp-url', 'http://127.0.0.1:9', '-proxy-url', 'http://proxy:80', '-tls-cert-file', join(dir, 'tls.crt'), '-tls-key-file', join(dir, 'tls.key')],
+      {},
+    );
+    expect(c.ports.webhook).toBeGreaterThan(0);
+    expect((await fetch(`http://127.0.0.1:${c.ports.health}/healthz`)).status).toBe(200);
+    await stopsCleanly(c);
+  });
+
+  it('a bad setting exits 1 with one start-failed line naming it', async () => {
+    const bad = startEntry(tsx('runtime/control-plane/main.ts'), { REGISTRY_BACKEND: 'postgres', DECISION_ADDR: ANY, MGMT_ADDR: ANY });
+    await expect(bad).rejects.toThrow(/exited with 1:[\s\S]*start failed[\s\S]*REGISTRY_DB_URL/);
+    await expect(startEntry([...tsx('webhook/main.ts'), '-bogus'], {})).rejects.toThrow(/exited with 1:[\s\S]*unknown flag -bogus/);
+  });
+});
