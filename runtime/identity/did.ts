@@ -26,7 +26,11 @@ export function base58btcEncode(bytes: Uint8Array): string {
   return '1'.repeat(zeros) + digits.reverse().map((d) => ALPHABET[d]).join('');
 }
 
+/** Longest input base58btcDecode accepts: the decode is quadratic, so its input is bounded first. */
+export const BASE58_MAX_CHARS = 128;
+
 export function base58btcDecode(s: string): Uint8Array {
+  if (s.length > BASE58_MAX_CHARS) throw new Error(`base58btc input too long (${s.length} > ${BASE58_MAX_CHARS} characters)`);
   let zeros = 0;
   while (zeros < s.length && s[zeros] === '1') zeros++;
   const bytes: number[] = [];
@@ -61,8 +65,14 @@ export function ed25519Multibase(raw: Uint8Array): string {
   return 'z' + base58btcEncode(buf);
 }
 
-/** Raw 32-byte Ed25519 key from a `z6Mk…` multibase; throws on anything else. */
+/** Length of every Ed25519 multibase key: `z` + 47 base58btc characters (the 34-byte value starts 0xed01). */
+export const ED25519_MULTIBASE_CHARS = 48;
+/** Length of every Ed25519 did:key (`did:key:` + the multibase key). */
+export const DID_KEY_CHARS = 'did:key:'.length + ED25519_MULTIBASE_CHARS;
+
+/** Raw 32-byte Ed25519 key from a `z6Mk…` multibase; throws on anything else (the length is checked before decoding). */
 export function ed25519FromMultibase(mb: string): Uint8Array {
+  if (mb.length !== ED25519_MULTIBASE_CHARS) throw new Error(`Ed25519 multibase key must have length ${ED25519_MULTIBASE_CHARS}`);
   if (!mb.startsWith('z')) throw new Error('multibase must be base58btc (z)');
   const buf = base58btcDecode(mb.slice(1));
   if (buf.length !== 34 || buf[0] !== ED25519_PUB[0] || buf[1] !== ED25519_PUB[1]) {
@@ -78,6 +88,7 @@ export function didKeyFromPublicKey(raw: Uint8Array): string {
 /** Resolves a did:key to its raw Ed25519 key; the DID itself is the key (no network). */
 export function publicKeyFromDidKey(did: string): Uint8Array {
   if (!did.startsWith('did:key:')) throw new Error('not a did:key');
+  if (did.length !== DID_KEY_CHARS) throw new Error(`an Ed25519 did:key has length ${DID_KEY_CHARS}`);
   const id = did.slice('did:key:'.length);
   if (id.includes('#') || id.includes(':')) throw new Error('did:key must not carry a fragment or path');
   return ed25519FromMultibase(id);

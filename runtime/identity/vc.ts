@@ -7,7 +7,8 @@
 import { randomUUID, verify as edVerify, type KeyObject } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { W3C_VC_CONTEXT } from './client.js';
-import { didKeyVerificationMethod, publicKeyFromDidKey, publicKeyObject } from './did.js';
+import { DID_KEY_CHARS, didKeyVerificationMethod, publicKeyFromDidKey, publicKeyObject } from './did.js';
+import { parseJws, type Jws } from './jws.js';
 
 export const MEMBERSHIP_TYPE = 'AgentMembershipCredential';
 export const CAPABILITY_TYPE = 'AgentCapabilityCredential';
@@ -68,35 +69,7 @@ export async function issueCredential(issuer: IssuerKey, input: IssueInput): Pro
 
 type Json = Record<string, unknown>;
 
-export interface Jws {
-  header: Json;
-  payload: Json;
-  signingInput: Buffer;
-  signature: Buffer;
-}
-
-const B64U = /^[A-Za-z0-9_-]*$/;
-
-function decodeJson(part: string): Json | undefined {
-  try {
-    const v = JSON.parse(Buffer.from(part, 'base64url').toString('utf8')) as unknown;
-    return v && typeof v === 'object' && !Array.isArray(v) ? (v as Json) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Parses a compact JWS; undefined when it is not one. */
-export function parseJws(token: unknown): Jws | undefined {
-  if (typeof token !== 'string' || token.length > 64 * 1024) return undefined;
-  const parts = token.split('.');
-  if (parts.length !== 3 || !parts.every((p) => B64U.test(p))) return undefined;
-  const [h, p, s] = parts as [string, string, string];
-  const header = decodeJson(h);
-  const payload = decodeJson(p);
-  if (!header || !payload) return undefined;
-  return { header, payload, signingInput: Buffer.from(`${h}.${p}`), signature: Buffer.from(s, 'base64url') };
-}
+export { parseJws, type Jws } from './jws.js';
 
 function signatureOk(jws: Jws, key: KeyObject): boolean {
   const alg = jws.header.alg;
@@ -151,6 +124,64 @@ function typesOf(vc: unknown): string[] {
   return typeof t === 'string' ? [t] : Array.isArray(t) ? t.filter((x): x is string => typeof x === 'string') : [];
 }
 
+/** What step 2 reads of an issuer-verified Membership VC. */
+interface Membership {
+  iss: string;
+  sub: unknown;
+  subjectId: unknown;
+  exp?: number;
+  nbf?: number;
+  jti?: string;
+}
+
+/**
+ * Issuer-verified Membership VCs by their exact compact form, per issuer key: each is verified
+ * once and its claims reused (bounded LRU). The claims, expiry included, are still checked on
+ * every use, and an expired entry is dropped when met, so a cached VC never outlives its exp.
+ */
+const membershipCache = new WeakMap<KeyObject, Map<string, Membership>>();
+export const MEMBERSHIP_CACHE_MAX = 10_000;
+
+function cacheFor(issuerKey: KeyObject): Map<string, Membership> {
+  let c = membershipCache.get(issuerKey);
+  if (!c) membershipCache.set(issuerKey, (c = new Map()));
+  return c;
+}
+
+/** The first Membership VC of `creds`, issuer-checked (cached), or the reason it fails. */
+function membershipOf(creds: unknown[], o: VerifyOptions): Membership | string {
+  const cache = cacheFor(o.issuerKey);
+  for (const c of creds) {
+    if (typeof c !== 'string') continue;
+    const hit = cache.get(c);
+    if (hit && hit.iss === o.issuerDid) {
+      cache.delete(c);
+      // Past its expiry (beyond any skew a caller may allow) it is dropped and checked afresh.
+      if (hit.exp === undefined || hit.exp + (o.skewSec ?? 30) > o.nowSec) cache.set(c, hit);
+      return hit;
+    }
+    const j = parseJws(c);
+    if (!j || !typesOf(j.payload.vc).includes(MEMBERSHIP_TYPE)) continue;
+    const p = j.payload;
+    if (p.iss !== o.issuerDid) return 'membership credential not issued by this issuer';
+    if (!signatureOk(j, o.issuerKey)) return 'membership credential signature invalid';
+    const m: Membership = {
+      iss: o.issuerDid,
+      sub: p.sub,
+      subjectId: ((p.vc as Json).credentialSubject as Json | undefined)?.id,
+      exp: num(p.exp),
+      nbf: num(p.nbf),
+      jti: typeof p.jti === 'string' && p.jti !== '' ? p.jti : undefined,
+    };
+    if (m.exp !== undefined && m.exp + (o.skewSec ?? 30) > o.nowSec) {
+      if (cache.size >= MEMBERSHIP_CACHE_MAX) cache.delete(cache.keys().next().value!);
+      cache.set(c, m);
+    }
+    return m;
+  }
+  return 'no membership credential in presentation';
+}
+
 /** SPEC 4.4 steps 1-2 without the store: every failure is ok=false with a specific reason. */
 export function checkPresentation(vpJwt: unknown, o: VerifyOptions): PresentationCheck {
   const skew = o.skewSec ?? 30;
@@ -159,7 +190,8 @@ export function checkPresentation(vpJwt: unknown, o: VerifyOptions): Presentatio
   const p = vp.payload;
   const holder = p.iss;
   if (typeof holder !== 'string' || !holder.startsWith('did:key:')) return { ok: false, reason: 'presentation issuer is not a did:key' };
-  const key = holderKey(holder);
+  // Bounded before anything else looks at it (a 45,000-character did:key used to cost seconds).
+  const key = holder.length === DID_KEY_CHARS ? holderKey(holder) : undefined;
   if (!key) return { ok: false, reason: 'presentation issuer is not a valid Ed25519 did:key' };
   const kid = vp.header.kid;
   if (kid !== undefined && kid !== didKeyVerificationMethod(holder) && kid !== holder) {
@@ -183,27 +215,15 @@ export function checkPresentation(vpJwt: unknown, o: VerifyOptions): Presentatio
   const creds = Array.isArray(body.verifiableCredential) ? body.verifiableCredential : [];
 
   // Step 2: the Membership VC. Non-membership entries are ignored; the first membership decides.
-  let membership: Jws | undefined;
-  for (const c of creds) {
-    const j = parseJws(c);
-    if (j && typesOf(j.payload.vc).includes(MEMBERSHIP_TYPE)) {
-      membership = j;
-      break;
-    }
-  }
-  if (!membership) return { ok: false, reason: 'no membership credential in presentation', holderDid: holder };
-  const m = membership.payload;
-  if (m.iss !== o.issuerDid) return { ok: false, reason: 'membership credential not issued by this issuer', holderDid: holder };
-  if (!signatureOk(membership, o.issuerKey)) return { ok: false, reason: 'membership credential signature invalid', holderDid: holder };
-  const subjectId = ((m.vc as Json).credentialSubject as Json | undefined)?.id;
-  if (m.sub !== holder || (subjectId !== undefined && subjectId !== holder)) {
+  const m = membershipOf(creds, o);
+  if (typeof m === 'string') return { ok: false, reason: m, holderDid: holder };
+  if (m.sub !== holder || (m.subjectId !== undefined && m.subjectId !== holder)) {
     return { ok: false, reason: 'membership credential not issued to the presentation holder', holderDid: holder };
   }
-  const mExp = num(m.exp);
-  if (mExp === undefined) return { ok: false, reason: 'membership credential has no expiry', holderDid: holder };
-  if (mExp + skew <= o.nowSec) return { ok: false, reason: 'membership credential expired', holderDid: holder };
-  const mNbf = num(m.nbf);
-  if (mNbf !== undefined && mNbf - skew > o.nowSec) return { ok: false, reason: 'membership credential not yet valid', holderDid: holder };
-  if (typeof m.jti !== 'string' || m.jti === '') return { ok: false, reason: 'membership credential has no jti', holderDid: holder };
+  if (m.exp === undefined) return { ok: false, reason: 'membership credential has no expiry', holderDid: holder };
+  if (m.exp + skew <= o.nowSec) return { ok: false, reason: 'membership credential expired', holderDid: holder };
+  if (m.nbf !== undefined && m.nbf - skew > o.nowSec) return { ok: false, reason: 'membership credential not yet valid', holderDid: holder };
+  if (m.jti === undefined) return { ok: false, reason: 'membership credential has no jti', holderDid: holder };
+  const mExp = m.exp;
   return { ok: true, holderDid: holder, membershipJti: m.jti, membershipExp: mExp, vpExp: exp, vpJti: typeof p.jti === 'string' ? p.jti : undefined };
 }
