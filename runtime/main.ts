@@ -7,13 +7,11 @@
  *   forward proxy       EGRESS_PROXY_ADDR (:9092)        model broker   BROKER_ADDR (:8080)
  *
  * AGENT_IDP_URL defaults to this process's identity authority, which turns on the regulated
- * delegation check and the forward proxy. Example resources (runtime/examples/registry.yaml) are
- * loaded into an empty registry unless WRIT_EXAMPLES=false. BROKER_ENABLED=false leaves the broker
+ * delegation check and the forward proxy. The folder source (operator/folder) applies the custom
+ * resources of WRIT_POLICY_DIR, or of crds/examples/ unless WRIT_EXAMPLES=false, and follows
+ * their edits without a restart. BROKER_ENABLED=false leaves the broker
  * out; the broker's decision and usage URLs default to this process's listeners.
  */
-import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { parse as parseYaml } from 'yaml';
 import { envName } from './lib/brand.js';
 import { bool, optional, str, type Env } from './lib/config.js';
 import { errMsg, logger } from './lib/log.js';
@@ -22,12 +20,10 @@ import { openStore, type Store, type StoreOptions } from './store/factory.js';
 import { controlPlaneStoreOptions } from './control-plane/server.js';
 import { startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
 import { startBroker } from './broker/server.js';
-import type { Registry } from './control-plane/registry/index.js';
-import { startIdentityAuthority, type IdentityAuthority } from './identity/server.js';
+import { startIdentityAuthority } from './identity/server.js';
+import { policyFolderConfig, startPolicyFolder } from '../operator/folder/embedded.js';
 
 const log = logger('main');
-
-export const EXAMPLES_FILE = fileURLToPath(new URL('./examples/registry.yaml', import.meta.url));
 
 export interface Writ {
   ports: { identity: number; decision: number; mgmt: number; proxy?: number; broker?: number };
@@ -44,27 +40,9 @@ function embeddedDefault(env: Env): boolean {
   return ['REGISTRY_DB_URL', 'REGISTRY_BACKEND', 'IDP_DB_URL', 'IDP_STORE_BACKEND'].every((k) => optional(env, k) === undefined);
 }
 
-/** Loads the example registry entries and identity agents that do not exist yet. */
-export async function loadExamples(registry: Registry, authority: IdentityAuthority, file = EXAMPLES_FILE): Promise<number> {
-  const doc = (parseYaml(readFileSync(file, 'utf8')) ?? {}) as { services?: unknown[]; agents?: unknown[] };
-  let added = 0;
-  for (const s of doc.services ?? []) {
-    const name = (s as { name?: unknown }).name;
-    if (typeof name === 'string' && registry.get(name)) continue;
-    await registry.upsert(s, { by: 'examples' });
-    added++;
-  }
-  await authority.whenReady();
-  for (const a of doc.agents ?? []) {
-    // Create is idempotent on name: an agent that exists (perhaps provisioned) is left as it is.
-    const res = await authority.app.request('/v1/agents', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(a) });
-    if (res.status >= 300) throw new Error(`example agent rejected: ${res.status} ${await res.text()}`);
-  }
-  return added;
-}
-
 /** Starts every listener; on any failure closes what already started and rethrows. */
 export async function startWrit(env: Env = process.env): Promise<Writ> {
+  const policy = policyFolderConfig(env);
   const closers: Closer[] = [];
   const closeAll = async () => {
     for (const c of closers.reverse()) {
@@ -95,9 +73,9 @@ export async function startWrit(env: Env = process.env): Promise<Writ> {
     closers.push({ name: 'control plane', close: () => run.close() });
     const cp = run.cp;
 
-    if (bool(env, envName('EXAMPLES'), true)) {
-      const added = await loadExamples(cp.plane.registry, idp.authority);
-      log.info('examples loaded', { added });
+    if (policy) {
+      const folder = await startPolicyFolder(policy, { registry: cp.plane.registry, authority: idp.authority });
+      closers.push({ name: 'policy folder', close: () => folder.close() });
     }
 
     // The broker asks this process's decision endpoint and reports usage to its management API.
