@@ -3,55 +3,16 @@
  * ephemeral ports: it logs its `up` line with the bound ports, answers its health probe, and
  * exits 0 on SIGTERM; a bad setting exits 1 with one `start failed` line.
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { H } from './brand.js';
 import { makePki } from '../../webhook/tls-testing.js';
+import { startEntry, type Child } from './entry-testing.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-
-interface Child {
-  ports: Record<string, number>;
-  lines: string[];
-  signal(s: NodeJS.Signals): void;
-  exited: Promise<number | null>;
-}
-
-/** Spawns `entry` and resolves at its `up` log line (rejects if it exits first). */
-export function startEntry(cmd: string[], env: Record<string, string>, cwd = ROOT): Promise<Child> {
-  const child = spawn(cmd[0]!, cmd.slice(1), { cwd, env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  const lines: string[] = [];
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`${cmd.join(' ')} did not come up:\n${lines.join('\n')}`));
-    }, 60_000);
-    createInterface({ input: child.stderr! }).on('line', (line) => {
-      lines.push(line);
-      let ev: Record<string, unknown>;
-      try {
-        ev = JSON.parse(line) as Record<string, unknown>;
-      } catch {
-        return;
-      }
-      if (ev.msg !== 'up') return;
-      clearTimeout(timer);
-      const ports: Record<string, number> = {};
-      for (const [k, v] of Object.entries(ev)) if (typeof v === 'number') ports[k] = v;
-      resolve({ ports, lines, signal: (s) => child.kill(s), exited });
-    });
-    void exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`${cmd.join(' ')} exited with ${code}:\n${lines.join('\n')}`));
-    });
-  });
-}
 
 const tsx = (entry: string) => [process.execPath, '--import', 'tsx', join(ROOT, entry)];
 const ANY = '127.0.0.1:0';

@@ -1,0 +1,62 @@
+/**
+ * The production build: `tsc -p tsconfig.build.json` plus the asset copy, into a temp folder,
+ * then the built control plane and broker started with plain `node` (no tsx): each finds its
+ * assets (SQL migrations, the example registry, the model table) next to the built JavaScript.
+ */
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { H } from './brand.js';
+import { copyAssets, isAsset } from './build-assets.js';
+import { startEntry } from './entry-testing.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const ANY = '127.0.0.1:0';
+
+describe('isAsset', () => {
+  it('keeps migrations, YAML, JSON and portal files; drops TypeScript, READMEs and test data', () => {
+    for (const f of ['runtime/store/migrations/0000_base.sql', 'runtime/broker/models.yaml', 'crds/examples/seed/directory.json', 'runtime/portal/assets/style.css']) expect(isAsset(f, false)).toBe(true);
+    for (const f of ['runtime/main.ts', 'webhook/webhook.test.ts', 'runtime/README.md', 'operator/crd/testdata/x.yaml', 'operator/testing/stack.yaml']) expect(isAsset(f, false)).toBe(false);
+  });
+});
+
+describe('npm run build output', { timeout: 240_000 }, () => {
+  const out = mkdtempSync(join(tmpdir(), 'writ-build-'));
+  const dist = join(out, 'dist');
+
+  beforeAll(async () => {
+    await promisify(execFile)(join(ROOT, 'node_modules', '.bin', 'tsc'), ['-p', join(ROOT, 'tsconfig.build.json'), '--outDir', dist], { cwd: ROOT });
+    copyAssets(ROOT, dist);
+    // What the image has beside dist/: the package's module type and its dependencies.
+    writeFileSync(join(out, 'package.json'), JSON.stringify({ type: 'module' }));
+    symlinkSync(join(ROOT, 'node_modules'), join(out, 'node_modules'));
+  }, 240_000);
+  afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+  it('emits every entry point and copies the assets', () => {
+    for (const f of ['runtime/main.js', 'runtime/control-plane/main.js', 'runtime/identity/main.js', 'runtime/broker/main.js', 'webhook/main.js', 'sidecar/main.js']) {
+      expect(existsSync(join(dist, f)), f).toBe(true);
+    }
+    expect(existsSync(join(dist, 'runtime/store/migrations/0000_base.sql'))).toBe(true);
+    expect(existsSync(join(dist, 'runtime/lib/process.test.js'))).toBe(false);
+  });
+
+  it('node dist/runtime/control-plane/main.js starts (migrations and examples from dist) and stops on SIGTERM', async () => {
+    const c = await startEntry([process.execPath, join(dist, 'runtime/control-plane/main.js')], { REGISTRY_BACKEND: 'memory', DECISION_ADDR: ANY, MGMT_ADDR: ANY, WRIT_EXAMPLES: 'true' }, out);
+    expect((await fetch(`http://127.0.0.1:${c.ports.decision}/authz`, { headers: { [H.service]: 'web' } })).status).toBe(200);
+    c.signal('SIGTERM');
+    expect(await c.exited).toBe(0);
+  });
+
+  it('node dist/runtime/broker/main.js serves its bundled model table', async () => {
+    const c = await startEntry([process.execPath, join(dist, 'runtime/broker/main.js')], { BROKER_ADDR: ANY }, out);
+    const models = (await (await fetch(`http://127.0.0.1:${c.ports.broker}/v1/models`)).json()) as { data: { id: string }[] };
+    expect(models.data.length).toBeGreaterThan(0);
+    c.signal('SIGTERM');
+    expect(await c.exited).toBe(0);
+  });
+});
