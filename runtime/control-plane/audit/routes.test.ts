@@ -62,7 +62,7 @@ describe.each(testBackends())('audit routes on $name', (b) => {
     for (const q of ['from=0', 'from=x', 'to=-1', 'from=5&to=2', 'from=1.5', `chain=${'c'.repeat(201)}`]) {
       const r = await fetch(`${base}/v1/audit/verify?${q}`);
       expect(r.status, q).toBe(400);
-      expect((await r.json()).error, q).toMatch(/from|to|chain/);
+      expect(((await r.json()) as { error: string }).error, q).toMatch(/from|to|chain/);
     }
   });
 
