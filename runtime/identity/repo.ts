@@ -89,17 +89,30 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
       return (await db.select().from(delegations).where(and(eq(delegations.tenantId, tenant), eq(delegations.id, id))))[0];
     },
 
-    /** pending -> approved with its VC; undefined when it was no longer pending (lost the race). */
-    async approveDelegation(id: string, a: { approver: string; vc: string; vcJti: string; notAfter: number; cred: NewCredential }, nowMs: number): Promise<DelegationRow | undefined> {
+    /**
+     * pending -> approved. The delegation row is locked first; only then is its VC signed (by
+     * `sign`, from the locked row) and recorded with its credential row, in the same transaction.
+     * The caller hands the VC out only after this resolves, i.e. after the commit: a VC that is
+     * not recorded (and so revocable) is never issued. Undefined when it was no longer pending.
+     */
+    async approveDelegation(
+      id: string,
+      approver: string,
+      sign: (d: DelegationRow) => Promise<{ jwt: string; jti: string; exp: number; subjectDid: string }>,
+      nowMs: number,
+    ): Promise<{ row: DelegationRow; vc: string } | undefined> {
       return db.transaction(async (tx) => {
+        const where = and(eq(delegations.tenantId, tenant), eq(delegations.id, id), eq(delegations.status, 'pending'));
+        const [d] = await tx.select().from(delegations).where(where).for('update');
+        if (!d) return undefined;
+        const vc = await sign(d);
         const rows = await tx
           .update(delegations)
-          .set({ status: 'approved', approver: a.approver, approvedAt: iso(nowMs), vc: a.vc, vcJti: a.vcJti, notAfter: a.notAfter })
-          .where(and(eq(delegations.tenantId, tenant), eq(delegations.id, id), eq(delegations.status, 'pending')))
+          .set({ status: 'approved', approver, approvedAt: iso(nowMs), vc: vc.jwt, vcJti: vc.jti, notAfter: vc.exp })
+          .where(where)
           .returning();
-        if (!rows.length) return undefined;
-        await tx.insert(credentials).values({ ...a.cred, delegationId: id, tenantId: tenant, issuedAt: iso(nowMs) });
-        return rows[0];
+        await tx.insert(credentials).values({ jti: vc.jti, kind: 'delegation', subjectDid: vc.subjectDid, agentName: d.actorName, delegationId: id, exp: vc.exp, tenantId: tenant, issuedAt: iso(nowMs) });
+        return { row: rows[0]!, vc: vc.jwt };
       });
     },
 

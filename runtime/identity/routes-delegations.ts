@@ -139,31 +139,34 @@ export function registerDelegationRoutes(app: OpenAPIHono, ctx: IdentityContext)
       const { id } = c.req.valid('param');
       const { approver } = c.req.valid('json');
       const repo = identityRepo(ctx.store);
-      const d = await repo.getDelegation(id);
-      if (!d) throw notFound('delegation', id);
-      if (d.status !== 'pending') throw notPending(d);
       const issuer = ctx.issuer();
       const nowSec = Math.floor(ctx.now() / 1000);
-      const subject = d.actorDid ?? `urn:agent:${encodeURIComponent(d.actorName)}`;
-      const vc = await issueCredential(issuer, {
-        subjectDid: subject,
-        type: DELEGATION_TYPE,
-        claims: { delegationId: d.id, actorName: d.actorName, task: d.task, action: d.action, resource: d.resource, approver },
-        ttlSeconds: d.ttlSeconds,
-        nowSec,
-        statusListUrl: `${ctx.settings.publicUrl}/status/default`,
-      });
-      const row = await repo.approveDelegation(
+      // Signed inside the approving transaction, from the locked pending row, and answered only
+      // once that transaction has committed (repo.approveDelegation).
+      const done = await repo.approveDelegation(
         id,
-        { approver, vc: vc.jwt, vcJti: vc.jti, notAfter: vc.exp, cred: { jti: vc.jti, kind: 'delegation', subjectDid: subject, agentName: d.actorName, exp: vc.exp } },
+        approver,
+        async (d) => {
+          const subjectDid = d.actorDid ?? `urn:agent:${encodeURIComponent(d.actorName)}`;
+          const vc = await issueCredential(issuer, {
+            subjectDid,
+            type: DELEGATION_TYPE,
+            claims: { delegationId: d.id, actorName: d.actorName, task: d.task, action: d.action, resource: d.resource, approver },
+            ttlSeconds: d.ttlSeconds,
+            nowSec,
+            statusListUrl: `${ctx.settings.publicUrl}/status/default`,
+          });
+          return { jwt: vc.jwt, jti: vc.jti, exp: vc.exp, subjectDid };
+        },
         ctx.now(),
       );
-      if (!row) {
-        // Lost a race with another approve/deny: report the state that won.
+      if (!done) {
+        // Unknown, or not pending (perhaps it lost a race with another approve/deny): say which.
         const now = await repo.getDelegation(id);
         throw now ? notPending(now) : notFound('delegation', id);
       }
-      return c.json({ id, status: 'approved' as const, vc: vc.jwt, vcJti: vc.jti, notAfter: vc.exp }, 200);
+      const { row } = done;
+      return c.json({ id, status: 'approved' as const, vc: done.vc, vcJti: row.vcJti!, notAfter: row.notAfter! }, 200);
     },
   );
 

@@ -11,8 +11,8 @@ import { OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { Context, MiddlewareHandler } from 'hono';
-import { ApiError, envelope, zodDetail, type ValidationDetail } from './errors.js';
-import { logger } from './log.js';
+import { ApiError, envelope, isStoreError, zodDetail, type ValidationDetail } from './errors.js';
+import { errMsg, logger, withoutParams } from './log.js';
 
 const log = logger('api');
 
@@ -121,7 +121,12 @@ export function onApiError(err: Error, c: Context): Response {
     if (status === 415) return c.json(envelope('unsupported_media_type', 'Content-Type must be application/json'), 415);
     return c.json(envelope('http_error', err.message || 'request failed'), status);
   }
-  log.error('unhandled error', { err: err.message, stack: err.stack, path: c.req.path });
+  if (isStoreError(err)) {
+    // Never the SQL parameters (errMsg leaves them out): they can hold a signed VC or a key hash.
+    log.warn('store error', { err: errMsg(err), path: c.req.path });
+    return c.json(envelope('store_unavailable', 'the store failed or did not answer in time; the operation did not complete, retry later'), 503);
+  }
+  log.error('unhandled error', { err: errMsg(err), stack: withoutParams(err.stack ?? ''), path: c.req.path });
   return c.json(envelope('internal_error', 'internal error'), 500);
 }
 

@@ -31,6 +31,33 @@ export const conflict = (code: string, message: string, extra: Record<string, un
   new ApiError(409, code, message, extra);
 export const badRequest = (code: string, message: string): ApiError => new ApiError(400, code, message);
 
+/** A store call ran past its deadline; it was cancelled and rolled back, so it never takes effect. */
+export class StoreTimeoutError extends Error {
+  readonly code = 'STORE_TIMEOUT';
+}
+
+// postgres.js connection codes, Node socket codes, and SQLSTATEs of a lost, shut-down or cancelled backend.
+const UNAVAILABLE = new Set([
+  'STORE_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
+  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND',
+  '57014', '57P01', '57P02', '57P03', '08000', '08001', '08003', '08004', '08006', '25P03', '40001', '40P01', '53300',
+]);
+
+/**
+ * Is `e` a failure of the store rather than of the request: a failed query (drizzle wraps it with
+ * its `query`), a database error (SQLSTATE `code`), a lost connection, a deadline, a closed PGlite?
+ * The APIs answer these 503: the operation did not complete and may be retried.
+ */
+export function isStoreError(e: unknown): boolean {
+  for (let x: unknown = e, i = 0; x instanceof Error && i < 4; x = (x as { cause?: unknown }).cause, i++) {
+    const code = (x as { code?: unknown }).code;
+    if (typeof code === 'string' && (UNAVAILABLE.has(code) || /^[0-9A-Z]{5}$/.test(code))) return true;
+    if ('query' in x && 'params' in x) return true;
+    if (x.name === 'PostgresError' || /PGlite is closed/.test(x.message)) return true;
+  }
+  return false;
+}
+
 export function envelope(code: string, message: string, extra: Record<string, unknown> = {}) {
   return { error: { code, message, ...extra } };
 }

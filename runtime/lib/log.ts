@@ -1,6 +1,8 @@
 /**
  * Minimal structured logger: one JSON line per event on stderr. Never pass secrets in fields;
- * `redact` masks the well-known secret-bearing keys as a second line of defence.
+ * `redact` masks the well-known secret-bearing keys as a second line of defence, and strips the
+ * SQL parameters drizzle puts in a failed query's message (a freshly signed VC, a key's salt and
+ * hash, ...) from every string and error it is given.
  */
 type Level = 'debug' | 'info' | 'warn' | 'error';
 const order: Record<Level, number> = { debug: 10, info: 20, warn: 30, error: 40 };
@@ -14,8 +16,20 @@ export function setLogLevel(level: Level): void {
 
 function redact(fields: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(fields)) out[k] = SECRET_KEYS.test(k) ? '[redacted]' : v;
+  for (const [k, v] of Object.entries(fields)) {
+    out[k] = SECRET_KEYS.test(k) ? '[redacted]' : typeof v === 'string' ? withoutParams(v) : v instanceof Error ? errMsg(v) : v;
+  }
   return out;
+}
+
+const PARAMS = '\nparams: ';
+
+/** A text without the `params: ...` part drizzle appends to a failed query's message (the rest of a stack's frames kept). */
+export function withoutParams(s: string): string {
+  const i = s.indexOf(PARAMS);
+  if (i < 0) return s;
+  const frames = s.slice(i).split('\n').filter((l) => /^\s+at /.test(l));
+  return [s.slice(0, i) + ' [parameters withheld]', ...frames].join('\n');
 }
 
 function emit(level: Level, component: string, msg: string, fields: Record<string, unknown>): void {
@@ -40,7 +54,17 @@ export function logger(component: string): Logger {
   };
 }
 
-/** Message of an unknown thrown value, without a stack. */
+/**
+ * Message of an unknown thrown value, without a stack and never with SQL parameters: a failed
+ * drizzle query (it carries `query` and `params`) is told by its statement and its cause only.
+ */
 export function errMsg(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
+  if (!(e instanceof Error)) return withoutParams(String(e));
+  if ('params' in e && 'query' in e) {
+    const cause = (e as { cause?: unknown }).cause;
+    const m = (cause as { message?: unknown } | undefined)?.message;
+    const why = typeof m === 'string' ? withoutParams(m) : `unknown cause ${String(cause)}`;
+    return `query failed: ${why} (${String((e as { query: unknown }).query).replace(/\s+/g, ' ').slice(0, 160)})`;
+  }
+  return withoutParams(e.message);
 }
