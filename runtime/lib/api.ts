@@ -146,6 +146,14 @@ export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: stri
     }
     return m;
   };
+  // An answer given before the whole body was read (413, a route that never reads it) closes the
+  // connection: the unread rest must not be taken for the client's next request, and a client
+  // told keep-alive must not see that next request dropped.
+  app.use('*', async (c, next) => {
+    await next();
+    const hasBody = c.req.header('transfer-encoding') !== undefined || Number(c.req.header('content-length') ?? 0) > 0;
+    if (hasBody && (c.res.status === 413 || !c.req.raw.bodyUsed)) c.res.headers.set('connection', 'close');
+  });
   const fixed = limiter(max);
   const pick = opts.bodyLimitFor;
   app.use('*', pick ? (c, next) => limiter(pick(c.req.path) ?? max)(c, next) : fixed);
