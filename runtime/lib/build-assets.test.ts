@@ -1,7 +1,7 @@
 /**
  * The production build: `tsc -p tsconfig.build.json` plus the asset copy, into a temp folder,
- * then the built control plane and broker started with plain `node` (no tsx): each finds its
- * assets (SQL migrations, the example registry, the model table) next to the built JavaScript.
+ * then the built control plane and all-in-one started with plain `node` (no tsx): each finds its
+ * assets (SQL migrations, the CRD examples, the model table) next to the built JavaScript.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from './brand.js';
 import { copyAssets, isAsset } from './build-assets.js';
-import { startEntry } from './entry-testing.js';
+import { addPublicService, startEntry } from './entry-testing.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const ANY = '127.0.0.1:0';
@@ -45,15 +45,18 @@ describe('npm run build output', { timeout: 240_000 }, () => {
     expect(existsSync(join(dist, 'runtime/lib/process.test.js'))).toBe(false);
   });
 
-  it('node dist/runtime/control-plane/main.js starts (migrations and examples from dist) and stops on SIGTERM', async () => {
-    const c = await startEntry([process.execPath, join(dist, 'runtime/control-plane/main.js')], { REGISTRY_BACKEND: 'memory', DECISION_ADDR: ANY, MGMT_ADDR: ANY, WRIT_EXAMPLES: 'true' }, out);
+  it('node dist/runtime/control-plane/main.js starts (migrations from dist) and stops on SIGTERM', async () => {
+    const c = await startEntry([process.execPath, join(dist, 'runtime/control-plane/main.js')], { REGISTRY_BACKEND: 'memory', DECISION_ADDR: ANY, MGMT_ADDR: ANY }, out);
+    await addPublicService(c.ports.mgmt!);
     expect((await fetch(`http://127.0.0.1:${c.ports.decision}/authz`, { headers: { [H.service]: 'web' } })).status).toBe(200);
     c.signal('SIGTERM');
     expect(await c.exited).toBe(0);
   });
 
-  it('node dist/runtime/broker/main.js serves its bundled model table', async () => {
-    const c = await startEntry([process.execPath, join(dist, 'runtime/broker/main.js')], { BROKER_ADDR: ANY }, out);
+  it('node dist/runtime/main.js loads crds/examples and the model table from dist', async () => {
+    const c = await startEntry([process.execPath, join(dist, 'runtime/main.js')], { WRIT_DATA_DIR: join(out, 'data'), PORT: '0', DECISION_ADDR: ANY, MGMT_ADDR: ANY, EGRESS_PROXY_ADDR: ANY, BROKER_ADDR: ANY }, out);
+    const services = (await (await fetch(`http://127.0.0.1:${c.ports.mgmt}/v1/registry/services`)).json()) as { name: string }[];
+    expect(services.length).toBeGreaterThan(0);
     const models = (await (await fetch(`http://127.0.0.1:${c.ports.broker}/v1/models`)).json()) as { data: { id: string }[] };
     expect(models.data.length).toBeGreaterThan(0);
     c.signal('SIGTERM');

@@ -43,3 +43,12 @@ export function startEntry(cmd: string[], env: Record<string, string>, cwd = ROO
   });
 }
 
+/** Registers public service `web` through the management API (SPEC 4.3). */
+export async function addPublicService(mgmtPort: number): Promise<void> {
+  const r = await fetch(`http://127.0.0.1:${mgmtPort}/v1/registry/services`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ name: 'web', upstream: 'web.default.svc:80', owner: 'platform', public: true, kind: 'service', dataClass: 'public' }),
+  });
+  if (r.status >= 300) throw new Error(`registry upsert: ${r.status} ${await r.text()}`);
+}

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { H } from './brand.js';
 import { makePki } from '../../webhook/tls-testing.js';
-import { startEntry, type Child } from './entry-testing.js';
+import { addPublicService, startEntry, type Child } from './entry-testing.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -27,11 +27,12 @@ describe('per-component entry points', { timeout: 90_000 }, () => {
     expect(c.lines.some((l) => l.includes('"msg":"stopped"'))).toBe(true);
   }
 
-  it('control plane: /authz, management and the example services; SIGTERM exits 0', async () => {
-    const c = await startEntry(tsx('runtime/control-plane/main.ts'), { REGISTRY_BACKEND: 'pglite', REGISTRY_DATA_DIR: join(dir, 'cp'), DECISION_ADDR: ANY, MGMT_ADDR: ANY, WRIT_EXAMPLES: 'true' });
+  it('control plane: management and /authz; SIGTERM exits 0', async () => {
+    const c = await startEntry(tsx('runtime/control-plane/main.ts'), { REGISTRY_BACKEND: 'pglite', REGISTRY_DATA_DIR: join(dir, 'cp'), DECISION_ADDR: ANY, MGMT_ADDR: ANY });
     expect((await fetch(`http://127.0.0.1:${c.ports.mgmt}/healthz`)).status).toBe(200);
     expect((await fetch(`http://127.0.0.1:${c.ports.mgmt}/readyz`)).status).toBe(200);
-    // The examples were applied: public `web` is allowed, an unknown service denied.
+    await addPublicService(c.ports.mgmt!);
+    // A public service is allowed, an unknown one denied.
     expect((await fetch(`http://127.0.0.1:${c.ports.decision}/authz`, { headers: { [H.service]: 'web' } })).status).toBe(200);
     expect((await fetch(`http://127.0.0.1:${c.ports.decision}/authz`, { headers: { [H.service]: 'nope' } })).status).toBe(403);
     expect(c.ports.proxy).toBeUndefined(); // no AGENT_IDP_URL: no forward proxy
@@ -39,11 +40,15 @@ describe('per-component entry points', { timeout: 90_000 }, () => {
   });
 
   it('identity authority and a control plane wired to it (forward proxy on); SIGINT and SIGTERM exit 0', async () => {
-    const idp = await startEntry(tsx('runtime/identity/main.ts'), { IDP_STORE_BACKEND: 'memory', PORT: '0', WRIT_EXAMPLES: 'true' });
+    const idp = await startEntry(tsx('runtime/identity/main.ts'), { IDP_STORE_BACKEND: 'memory', PORT: '0' });
     const url = `http://127.0.0.1:${idp.ports.identity}`;
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
-    expect((await fetch(`${url}/readyz`)).status).toBe(200);
-    expect(await (await fetch(`${url}/v1/agents/research-agent`)).json()).toMatchObject({ name: 'research-agent', provisioned: false });
+    for (let i = 0; (await fetch(`${url}/readyz`)).status !== 200; i++) {
+      if (i > 100) throw new Error('identity authority never ready');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const created = await fetch(`${url}/v1/agents`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'a1', role: 'worker', capabilities: [] }) });
+    expect(created.status).toBe(201);
     const cp = await startEntry(tsx('runtime/control-plane/main.ts'), { REGISTRY_BACKEND: 'memory', DECISION_ADDR: ANY, MGMT_ADDR: ANY, EGRESS_PROXY_ADDR: ANY, AGENT_IDP_URL: url });
     expect(cp.ports.proxy).toBeGreaterThan(0);
     await stopsCleanly(cp);
