@@ -9,11 +9,15 @@
  * replicas. A decision wakes the hold in this process directly and in other replicas through
  * NOTIFY; a slow poll of the held ids covers a lost notification (a listener reconnecting).
  *
- * Restart: a held connection dies with its process. On start the queue expires the pending rows
- * this replica (`replicaId`) held before, and any row past its deadline whoever held it.
+ * Restart: a held connection dies with its process. Each queue renews a heartbeat under a
+ * per-process instance id (holders.ts); a pending row whose holding instance is gone (this
+ * replica before a restart, or a replica that came back under another id) is expired by any
+ * queue, on start and on every heartbeat, with the `egress.proxy` record its proxy would have
+ * written, and approving it is refused (409 expired) instead of answering `approved` while
+ * nothing can be forwarded. Rows past their deadline are expired whoever held them.
  */
 import { randomUUID } from 'node:crypto';
-import { and, desc, eq, inArray, lt, or } from 'drizzle-orm';
+import { and, desc, eq, inArray, isNull, lt, or, sql } from 'drizzle-orm';
 import { BRAND } from '../../lib/brand.js';
 import type { Env } from '../../lib/config.js';
 import { ApiError, conflict, notFound } from '../../lib/errors.js';
@@ -21,6 +25,7 @@ import { errMsg, logger } from '../../lib/log.js';
 import type { Store } from '../../store/factory.js';
 import { egressRequests } from '../../store/schema/egress.js';
 import type { AuditSink } from '../decision/types.js';
+import { DEFAULT_HOLDER_TTL_MS, claim, expireWhere, holderGone, lostHoldRecord, startHeartbeat } from './holders.js';
 import {
   EGRESS_STATUSES,
   UUID_RE,
@@ -52,6 +57,8 @@ export interface ApprovalQueueOptions {
   replicaId?: string;
   /** Safety re-read of held requests, in case a notification is lost (default 5000 ms). */
   pollMs?: number;
+  /** Heartbeat time-to-live of this process's holds (default 15 s): a holder silent this long is gone. */
+  holderTtlMs?: number;
   env?: Env;
 }
 
@@ -191,15 +198,38 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
     poller.unref();
   };
 
-  // Restart: this replica's held connections are gone; so are those of any replica past deadline.
+  /**
+   * Expires the pending rows whose holding process is gone (and, on start, the rows this replica
+   * held before the instance ids existed) with the `egress.proxy` record their proxy would have
+   * written; in one transaction, so a refused record leaves them pending for the next pass.
+   */
+  const expireGone = async (why: string, legacyReplica?: string): Promise<number> => {
+    const gone = holderGone(store);
+    const where = legacyReplica ? sql`(${gone} or (holder_instance is null and holder = ${legacyReplica}))` : gone;
+    const rows = await db.transaction(async (tx) => {
+      const expired = await expireWhere(tx as unknown as Store['db'], where, why, stamp());
+      for (const r of expired) audit.append(lostHoldRecord(r, why));
+      return expired;
+    });
+    for (const r of rows) await announce(r.id, 'expired');
+    if (rows.length) log.info('expired egress requests whose holding process is gone', { count: rows.length, replicaId });
+    return rows.length;
+  };
+  const sweepGone = () => {
+    if (!closed) void expireGone('the process holding the connection is gone').catch((e: unknown) => log.warn('expiring orphaned egress holds failed', { err: errMsg(e) }));
+  };
+
+  let heartbeat: Awaited<ReturnType<typeof startHeartbeat>>;
   try {
-    const stale = await db
+    heartbeat = await startHeartbeat(store, replicaId, opts.holderTtlMs ?? DEFAULT_HOLDER_TTL_MS, sweepGone);
+    // Restart: held connections of gone processes are lost; rows past deadline expire whoever held them.
+    await expireGone('proxy restarted; the held connection was lost', replicaId);
+    const late = await db
       .update(t)
-      .set({ status: 'expired', decidedAt: stamp(), denyReason: 'proxy restarted; the held connection was lost' })
-      .where(and(eq(t.status, 'pending'), or(eq(t.holder, replicaId), lt(t.expiresAt, stamp()))))
+      .set({ status: 'expired', decidedAt: stamp(), denyReason: 'approval timed out' })
+      .where(and(eq(t.status, 'pending'), lt(t.expiresAt, stamp())))
       .returning({ id: t.id });
-    for (const r of stale) await announce(r.id, 'expired');
-    if (stale.length) log.info('expired egress requests held before restart', { count: stale.length, replicaId });
+    for (const r of late) await announce(r.id, 'expired');
   } catch (e) {
     await unlisten();
     throw e;
@@ -212,12 +242,13 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
       const rows = await tx
         .update(t)
         .set({ status: to, approver, decidedAt: stamp(), denyReason })
-        .where(and(eq(t.id, id), eq(t.status, 'pending')))
+        .where(and(eq(t.id, id), eq(t.status, 'pending'), or(isNull(sql`holder_instance`), sql`not ${holderGone(store)}`)))
         .returning();
       const r = rows[0];
       if (!r) {
         const cur = await tx.select({ status: t.status }).from(t).where(eq(t.id, id)).limit(1);
         if (!cur[0]) throw notFound('egress request', id);
+        if (cur[0].status === 'pending') return undefined; // its holding process is gone
         throw conflict('not_pending', `egress request ${id} is ${cur[0].status}, not pending`, { status: cur[0].status });
       }
       // Inside the transaction: if the audit chain refuses the row, the decision is rolled back.
@@ -238,6 +269,11 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
       }
       return r;
     });
+    if (!row) {
+      // Nothing would be forwarded: expire it (with its proxy record) and say so.
+      await expireGone('the process holding the connection is gone');
+      throw conflict('not_pending', `egress request ${id} expired: the process holding its connection is gone, nothing would be forwarded`, { status: 'expired' });
+    }
     await announce(id, to);
     return toRecord(row);
   };
@@ -249,23 +285,27 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
     async create(input) {
       if (closed) throw new ApiError(503, 'unavailable', 'egress approval queue is closed');
       const at = now();
-      const [row] = await db
-        .insert(t)
-        .values({
-          id: randomUUID(),
-          status: 'pending',
-          actor: clip(input.actor),
-          actorDid: clip(input.actorDid),
-          target: clip(input.target),
-          service: clip(input.service),
-          action: clip(input.action),
-          resource: clip(input.resource),
-          reason: clip(input.reason),
-          requestedAt: new Date(at).toISOString(),
-          expiresAt: new Date(at + timeoutMs).toISOString(),
-          holder: replicaId,
-        })
-        .returning();
+      const [row] = await db.transaction(async (tx) => {
+        const inserted = await tx
+          .insert(t)
+          .values({
+            id: randomUUID(),
+            status: 'pending',
+            actor: clip(input.actor),
+            actorDid: clip(input.actorDid),
+            target: clip(input.target),
+            service: clip(input.service),
+            action: clip(input.action),
+            resource: clip(input.resource),
+            reason: clip(input.reason),
+            requestedAt: new Date(at).toISOString(),
+            expiresAt: new Date(at + timeoutMs).toISOString(),
+            holder: replicaId,
+          })
+          .returning();
+        await claim(tx as unknown as Store['db'], inserted[0]!.id, heartbeat.instance);
+        return inserted;
+      });
       return toRecord(row!);
     },
 
@@ -356,6 +396,7 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
           wake(id, s);
         }),
       );
+      await heartbeat.stop();
       try {
         await unlisten();
       } catch (e) {
