@@ -145,6 +145,14 @@ export async function registerAgent(deps: GovDeps, b: RegisterInput): Promise<Ag
       if (crossTenant(t, b.ownerRef)) throw badRequest('owner_cross_tenant', `owner ${JSON.stringify(b.ownerRef)} belongs to another tenant`);
       const owner = await resolveOwner(view, b.ownerType, b.ownerRef);
       if (!owner) throw badRequest('owner_unresolved', `owner ${JSON.stringify(b.ownerRef)} is not a ${b.ownerType === 'employee' ? 'unique employee' : 'group'} of tenant ${t}`);
+      // A team reference names a group of this tenant; another tenant's group denies (SPEC 7).
+      let team: string | null = null;
+      if (b.teamRef !== undefined) {
+        if (crossTenant(t, b.teamRef)) throw badRequest('team_cross_tenant', `team ${JSON.stringify(b.teamRef)} belongs to another tenant`);
+        const key = groupKeyIn(t, b.teamRef);
+        if (!key || !(await view.group(key))) throw badRequest('team_unresolved', `team ${JSON.stringify(b.teamRef)} is not a group of tenant ${t}`);
+        team = key;
+      }
       let sponsor: string | null = null;
       if (b.businessSponsor !== undefined) {
         const s = crossTenant(t, b.businessSponsor) ? undefined : ((await view.employee(b.businessSponsor)) ?? (await view.findEmployee(b.businessSponsor)));
@@ -165,7 +173,7 @@ export async function registerAgent(deps: GovDeps, b: RegisterInput): Promise<Ag
         agentName: b.agentName,
         ownerType: b.ownerType,
         ownerRef: owner.ref,
-        teamRef: b.teamRef ?? null,
+        teamRef: team,
         businessSponsor: sponsor,
         riskTier: b.riskTier ?? null,
         approvedRuntime: b.approvedRuntime ?? null,
@@ -336,7 +344,13 @@ const zeroPosture = (): PostureCounts => ({ owner_inactive: 0, blocked: 0, activ
 
 /** Identity-authority agents (SPEC 2.5) with no governed record: the ungoverned fleet. */
 async function countUngoverned(db: Db, tenant?: string): Promise<number> {
-  const noRecord = notExists(db.select({ n: governedAgents.agentName }).from(governedAgents).where(eq(governedAgents.agentName, identityAgents.name)));
+  // Same name in the same tenant: another tenant's governed agent of that name governs nothing here.
+  const noRecord = notExists(
+    db
+      .select({ n: governedAgents.agentName })
+      .from(governedAgents)
+      .where(and(eq(governedAgents.agentName, identityAgents.name), eq(governedAgents.tenantId, identityAgents.tenantId))),
+  );
   const rows = await db
     .select({ n: count() })
     .from(identityAgents)
