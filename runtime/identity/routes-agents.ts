@@ -8,6 +8,7 @@ import { didKeyFromPublicKey, rawPrivateSeed, rawPublicKey } from './did.js';
 import { identityRepo, type AgentRow, type NewCredential } from './repo.js';
 import { AgentCreateSchema, AgentName, AgentRecordSchema, body, err, errors, json, ProvisionSchema, VerifyRequestSchema, VerifyResponseSchema } from './schemas.js';
 import { CAPABILITY_TYPE, checkPresentation, issueCredential, MEMBERSHIP_TYPE } from './vc.js';
+import type { Step3 } from './verify-index.js';
 
 const NameParam = z.object({ name: AgentName.openapi({ param: { name: 'name', in: 'path' } }) });
 
@@ -35,11 +36,17 @@ export async function verifyPresentation(ctx: IdentityContext, vp: string, audie
     skewSec: ctx.settings.clockSkewSeconds,
   });
   if (!r.ok) return fail(r.reason, r.holderDid ?? null);
+  // Step 3 from memory while the index is current, else from the store (fail closed on a stale view).
+  const step3 = ctx.verifyIndex?.lookup(r.membershipJti, r.holderDid) ?? (await step3FromStore(ctx, r.membershipJti, r.holderDid));
+  if (step3.revoked) return fail('membership credential revoked', r.holderDid);
+  if (step3.agent === undefined) return fail('holder did is not a registered agent (unknown or rotated key)', r.holderDid);
+  return { ok: true, agentName: step3.agent, agentDid: r.holderDid, reason: 'verified', membershipJti: r.membershipJti, exp: Math.min(r.vpExp, r.membershipExp) };
+}
+
+async function step3FromStore(ctx: IdentityContext, jti: string, did: string): Promise<Step3> {
   const repo = identityRepo(ctx.store);
-  const [revoked, agent] = await Promise.all([repo.revokedAmong([r.membershipJti]), repo.agentByDid(r.holderDid)]);
-  if (revoked.size) return fail('membership credential revoked', r.holderDid);
-  if (!agent) return fail('holder did is not a registered agent (unknown or rotated key)', r.holderDid);
-  return { ok: true, agentName: agent.name, agentDid: r.holderDid, reason: 'verified', membershipJti: r.membershipJti, exp: Math.min(r.vpExp, r.membershipExp) };
+  const [revoked, agent] = await Promise.all([repo.revokedAmong([jti]), repo.agentByDid(did)]);
+  return { revoked: revoked.size > 0, agent: agent?.name };
 }
 
 export function registerAgentRoutes(app: OpenAPIHono, ctx: IdentityContext): void {
@@ -133,6 +140,9 @@ export function registerAgentRoutes(app: OpenAPIHono, ctx: IdentityContext): voi
       ];
       const ok = await repo.provision(name, { did, publicKey: Buffer.from(pub).toString('base64'), membershipJti: membership.jti, membershipExp: membership.exp, creds }, ctx.now());
       if (!ok) throw notFound('agent', name);
+      // This replica knows at once; the others through the change feed.
+      ctx.verifyIndex?.noteProvisioned(name, did);
+      if (agent.membershipJti) ctx.verifyIndex?.noteRevoked(agent.membershipJti);
       return c.json(
         {
           name,

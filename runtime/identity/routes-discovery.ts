@@ -77,6 +77,7 @@ export function registerDiscoveryRoutes(app: OpenAPIHono, ctx: IdentityContext, 
       const repo = identityRepo(ctx.store);
       if (!(await repo.credentialExists(vcJti))) throw new ApiError(404, 'unknown_credential', `no credential ${JSON.stringify(vcJti)} was issued here`);
       await repo.revoke(vcJti, ctx.now());
+      ctx.verifyIndex?.noteRevoked(vcJti); // at once here; other replicas through the change feed
       return c.json({ revoked: true as const, vcJti }, 200);
     },
   );

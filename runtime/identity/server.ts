@@ -15,6 +15,7 @@ import { errMsg, logger } from '../lib/log.js';
 import { openStore, type Store } from '../store/factory.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import { enterpriseBodyLimit, registerEnterpriseRoutes } from './enterprise/index.js';
+import { createChangeFeed } from './change-feed.js';
 import { notReady, type IdentityContext, type IdentitySettings } from './context.js';
 import { didWeb } from './did.js';
 import { loadIssuerKey } from './issuer-key.js';
@@ -22,6 +23,7 @@ import { registerAgentRoutes } from './routes-agents.js';
 import { registerDelegationRoutes } from './routes-delegations.js';
 import { registerDiscoveryRoutes } from './routes-discovery.js';
 import type { IssuerKey } from './vc.js';
+import { createVerifyIndex } from './verify-index.js';
 
 const log = logger('identity');
 
@@ -69,6 +71,7 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   });
   readyP.catch(() => {});
 
+  const changes = createChangeFeed(o.store);
   const ctx: IdentityContext = {
     store: o.store,
     now,
@@ -77,6 +80,8 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
       if (!key) throw notReady();
       return key;
     },
+    changes,
+    verifyIndex: createVerifyIndex(o.store, changes),
   };
 
   // The store is migrated by openStore; the key load is the remaining readiness step. It is
@@ -106,7 +111,7 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   registerDiscoveryRoutes(app, ctx, () => key !== undefined);
   registerAgentRoutes(app, ctx);
   registerDelegationRoutes(app, ctx);
-  registerEnterpriseRoutes(app, { store: o.store, now, env });
+  registerEnterpriseRoutes(app, { store: o.store, now, env, changes });
   app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: `${BRAND_TITLE} identity authority`, version: '1.0.0' } });
   app.get('/docs', swaggerUI({ url: '/openapi.json' }));
 
@@ -120,6 +125,7 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
       closed = true;
       if (retry) clearTimeout(retry);
       rejectReady(new Error('identity authority closed'));
+      await changes.close();
     },
   };
 }

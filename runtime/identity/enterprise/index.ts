@@ -5,6 +5,7 @@
  */
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Store } from '../../store/factory.js';
+import type { ChangeFeed } from '../change-feed.js';
 import { registerDirectoryRoutes, SYNC_BODY_LIMIT } from './directory/routes.js';
 import { runCascade } from './governance/cascade.js';
 import { registerGovernanceRoutes } from './governance/routes.js';
@@ -20,6 +21,8 @@ export interface EnterpriseContext {
   /** Clock in epoch milliseconds; tests pass a fake. */
   now: () => number;
   env: Record<string, string | undefined>;
+  /** Committed identity changes (API-key cache currency); absent: every key verify reads the store. */
+  changes?: ChangeFeed;
 }
 
 /**
@@ -35,6 +38,6 @@ export function registerEnterpriseRoutes(app: OpenAPIHono, ctx: EnterpriseContex
   registerGovernanceRoutes(app, { db: ctx.store.db, now: ctx.now });
   registerStandingRoute(app, { db: ctx.store.db });
   registerIdentityRoutes(app, { db: ctx.store.db, now: ctx.now, env: ctx.env });
-  registerKeyRoutes(app, { db: ctx.store.db, now: ctx.now, env: ctx.env });
+  registerKeyRoutes(app, { db: ctx.store.db, now: ctx.now, env: ctx.env, changes: ctx.changes });
   registerPreviewRoutes(app, { db: ctx.store.db, env: ctx.env });
 }

@@ -26,8 +26,8 @@ export interface Minted {
   hash: string;
 }
 
-export function hashSecret(pepper: Buffer, salt: string, secret: string): Buffer {
-  return createHmac('sha256', pepper).update(Buffer.from(salt, 'base64url')).update(secret).digest();
+export function hashSecret(pepper: Buffer, salt: string | Buffer, secret: string): Buffer {
+  return createHmac('sha256', pepper).update(typeof salt === 'string' ? Buffer.from(salt, 'base64url') : salt).update(secret).digest();
 }
 
 export function mint(env: KeyEnv, pepper: Buffer): Minted {
@@ -63,11 +63,12 @@ const DUMMY_SALT = Buffer.alloc(SALT_BYTES).toString('base64url');
 const DUMMY_HASH = Buffer.alloc(32);
 
 /**
- * Constant-time check of `secret` against a stored hash. With no stored row it still computes
- * one HMAC and one comparison, so a missing key costs the same as a wrong one.
+ * Constant-time check of `secret` against a stored hash (base64url text, or decoded bytes). With
+ * no stored row it still computes one HMAC and one comparison, so a missing key costs the same as
+ * a wrong one.
  */
-export function secretMatches(pepper: Buffer, secret: string, stored: { salt: string; hash: string } | undefined): boolean {
-  const expected = stored ? Buffer.from(stored.hash, 'base64url') : DUMMY_HASH;
+export function secretMatches(pepper: Buffer, secret: string, stored: { salt: string | Buffer; hash: string | Buffer } | undefined): boolean {
+  const expected = stored ? (typeof stored.hash === 'string' ? Buffer.from(stored.hash, 'base64url') : stored.hash) : DUMMY_HASH;
   const actual = hashSecret(pepper, stored?.salt ?? DUMMY_SALT, secret);
   const same = expected.length === actual.length && timingSafeEqual(expected, actual);
   return stored !== undefined && same;

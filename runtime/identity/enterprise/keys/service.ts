@@ -10,7 +10,9 @@ import { logger } from '../../../lib/log.js';
 import { rowsOf, type Db } from '../../../store/factory.js';
 import { apiKeyPepper, apiKeys } from '../../../store/schema/keys.js';
 import { iso } from '../directory/repo.js';
+import type { ChangeFeed } from '../../change-feed.js';
 import type { DbOrTx } from '../tenant.js';
+import { createKeyCache } from './cache.js';
 import { masked, mint, parseKey, pepperFromEnv, secretMatches, type KeyEnv } from './secret.js';
 
 const log = logger('identity.keys');
@@ -103,6 +105,18 @@ export interface KeyServiceDeps {
   env: Record<string, string | undefined>;
   /** Smallest step of last_used_at updates (default 60 s). */
   touchGapMs?: number;
+  /** Committed key changes: with it, verified rows are kept in memory (see cache.ts); without, every verify reads the store. */
+  changes?: ChangeFeed;
+}
+
+/** A key row as verification uses it: salt and hash decoded, the safe record built once. */
+interface Verifiable {
+  row: KeyRow;
+  salt: Buffer;
+  hash: Buffer;
+  rec: KeyRecord;
+  /** last_used_at in epoch ms (NaN when never used). */
+  usedAt: number;
 }
 
 export interface VerifyResult {
@@ -118,16 +132,26 @@ export function keyService(deps: KeyServiceDeps) {
   const gap = deps.touchGapMs ?? 60_000;
   const envPepper = deps.env.IDP_API_KEY_PEPPER ? pepperFromEnv(deps.env.IDP_API_KEY_PEPPER) : undefined;
   let pepperP: Promise<Buffer> | undefined;
+  let pepperNow: Buffer | undefined;
+  const cache = createKeyCache<Verifiable>(deps.changes);
+  const verifiable = (row: KeyRow): Verifiable => {
+    const rec = keyOut(row);
+    return { row, salt: Buffer.from(row.salt, 'base64url'), hash: Buffer.from(row.hash, 'base64url'), rec, usedAt: rec.lastUsedAt === null ? NaN : Date.parse(rec.lastUsedAt) };
+  };
+  const readKey = async (id: string) => {
+    const row = (await db.select().from(apiKeys).where(eq(apiKeys.id, id)).limit(1))[0];
+    return row && verifiable(row);
+  };
 
   /** IDP_API_KEY_PEPPER, else a random pepper generated once and kept in the store (development). */
   const pepper = (): Promise<Buffer> =>
     (pepperP ??= (async () => {
-      if (envPepper) return envPepper;
+      if (envPepper) return (pepperNow = envPepper);
       await db.insert(apiKeyPepper).values({ id: 'pepper', pepper: randomBytes(32).toString('base64url') }).onConflictDoNothing();
       const row = (await db.select().from(apiKeyPepper).where(eq(apiKeyPepper.id, 'pepper')))[0];
       if (!row) throw new Error('api key pepper row missing');
       log.warn('IDP_API_KEY_PEPPER is unset: API-key hashes use a pepper stored in the database; set it in production');
-      return Buffer.from(row.pepper, 'base64url');
+      return (pepperNow = Buffer.from(row.pepper, 'base64url'));
     })().catch((e) => {
       pepperP = undefined;
       throw e;
@@ -189,13 +213,15 @@ export function keyService(deps: KeyServiceDeps) {
         });
         return { key: keyOut(row), plaintext: m.plaintext };
       });
+      cache.forget(id); // at once here; other replicas through the change feed
+      await deps.changes?.settled(); // answer once the change has gone out to every replica
       log.info('api key rotated', { keyId: out.key.id, rotatedFrom: id });
       return out;
     },
 
     /** Active or rotated -> revoked; revoking a revoked key returns it unchanged. */
     async revoke(id: string, by: string | undefined, guard?: string): Promise<KeyRecord> {
-      return db.transaction(async (tx) => {
+      const out = await db.transaction(async (tx) => {
         const repo = await scoped(tx, id, guard);
         const cur = await repo.get(id, true);
         if (!cur) throw notFound('key', id);
@@ -204,6 +230,9 @@ export function keyService(deps: KeyServiceDeps) {
         log.info('api key revoked', { keyId: id });
         return keyOut(row!);
       });
+      cache.forget(id); // at once here; other replicas through the change feed
+      await deps.changes?.settled(); // answer once the change has gone out to every replica
+      return out;
     },
 
     async get(id: string, guard?: string): Promise<KeyRecord> {
@@ -227,25 +256,28 @@ export function keyService(deps: KeyServiceDeps) {
      * granted only when it is literally in the key's list.
      */
     async verify(key: string, o: { scope?: string; tenantId?: string } = {}): Promise<VerifyResult> {
-      const p = await pepper();
+      const p = pepperNow ?? (await pepper());
       const parsed = parseKey(key);
       if (!parsed) {
         secretMatches(p, '', undefined);
         return { valid: false, reason: 'malformed' };
       }
-      // The presented key names its own row: one read by id (the key is the credential for it).
-      const row = (await db.select().from(apiKeys).where(eq(apiKeys.id, parsed.id)).limit(1))[0];
-      const ok = secretMatches(p, parsed.secret, row) && row!.env === parsed.env;
-      if (!ok || !row) return { valid: false, reason: 'invalid_key' };
+      // The presented key names its own row: from memory while the cache is current, else one read by id.
+      const k = await cache.get(parsed.id, () => readKey(parsed.id));
+      const ok = secretMatches(p, parsed.secret, k) && k!.row.env === parsed.env;
+      if (!ok || !k) return { valid: false, reason: 'invalid_key' };
+      const row = k.row;
       if (row.status === 'revoked') return { valid: false, reason: 'key_revoked' };
       if (row.status !== 'active') return { valid: false, reason: 'key_rotated' };
       if (o.tenantId !== undefined && o.tenantId !== row.tenantId) return { valid: false, reason: 'tenant_mismatch' };
-      const at = stamp();
-      const rec = keyOut(row);
-      // Verification stays a single read unless last_used_at is due to move (at most once per gap).
-      if (row.lastUsedAt === null || Date.parse(iso(row.lastUsedAt)) < Date.parse(at) - gap) {
+      let rec = k.rec;
+      // last_used_at moves at most once per gap (per replica), so verification is rarely a write.
+      const nowMs = now();
+      if (!(k.usedAt >= nowMs - gap)) {
+        const at = new Date(nowMs).toISOString();
+        k.usedAt = nowMs;
         await keysRepo(db, row.tenantId).touch(row.id, at, gap);
-        rec.lastUsedAt = at;
+        rec = k.rec = { ...rec, lastUsedAt: at };
       }
       if (o.scope !== undefined && !row.scopes.includes(o.scope)) return { valid: false, reason: 'scope_not_granted', key: rec };
       return { valid: true, reason: 'ok', key: rec };

@@ -1,0 +1,126 @@
+/**
+ * API-key verification from memory (cache.ts) is exactly as strict as reading the store: rotate
+ * and revoke take effect at once on the replica that made them and on another replica on the
+ * same PostgreSQL schema, and with change notifications lost a replica reads the store.
+ * Over real sockets; PGlite always, PostgreSQL when TEST_DATABASE_URL is set.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import postgres from 'postgres';
+import { setLogLevel } from '../../../lib/log.js';
+import type { Store } from '../../../store/factory.js';
+import { openTestPostgres, TEST_DATABASE_URL, testBackends, testSchema } from '../../../store/testing.js';
+import { startIdentityAuthority } from '../../server.js';
+
+type Authority = Awaited<ReturnType<typeof startIdentityAuthority>>;
+const env = { IDP_ISSUER_HOST: 'idp.keys.test', IDP_API_KEY_PEPPER: 'hex:' + 'ab'.repeat(32) };
+
+function api(a: Authority) {
+  const base = `http://127.0.0.1:${a.port}`;
+  const post = async (path: string, body?: unknown) => {
+    const r = await fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body ?? {}) });
+    return (await r.json()) as any;
+  };
+  return {
+    create: (name: string) => post('/v1/keys', { name, env: 'live', scopes: ['models:invoke'] }) as Promise<{ key: { id: string }; plaintext: string }>,
+    verify: async (key: string) => (await post('/v1/keys/verify', { key, scope: 'models:invoke' })).reason as string,
+    rotate: (id: string) => post(`/v1/keys/${id}/rotate`, { by: 'ops' }) as Promise<{ key: { id: string }; plaintext: string }>,
+    revoke: (id: string) => post(`/v1/keys/${id}/revoke`, { by: 'ops' }),
+  };
+}
+
+async function until(f: () => Promise<boolean> | boolean, ms: number): Promise<void> {
+  const t0 = performance.now();
+  while (!(await f())) {
+    if (performance.now() - t0 > ms) throw new Error(`condition not met within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+const live = (a: Authority) => a.authority.context.changes!.live();
+
+beforeAll(() => setLogLevel('error'));
+
+describe.each(testBackends())('API-key cache on $name', (b) => {
+  let store: Store;
+  let idp: Authority;
+  beforeAll(async () => {
+    store = await b.open();
+    idp = await startIdentityAuthority({ store, env, addr: '127.0.0.1:0' });
+    await idp.authority.whenReady();
+    await until(() => live(idp), 5000);
+  });
+  afterAll(async () => {
+    await idp?.close();
+    await store?.close();
+  });
+
+  it('rotate and revoke take effect at once after cached verifications', async () => {
+    const c = api(idp);
+    const k = await c.create('one');
+    expect(await c.verify(k.plaintext)).toBe('ok');
+    expect(await c.verify(k.plaintext)).toBe('ok');
+    const r = await c.rotate(k.key.id);
+    expect(await c.verify(k.plaintext)).toBe('key_rotated');
+    expect(await c.verify(r.plaintext)).toBe('ok');
+    await c.revoke(r.key.id);
+    expect(await c.verify(r.plaintext)).toBe('key_revoked');
+    // A wrong secret for a cached id stays invalid (the compare is still done).
+    const wrong = r.plaintext.slice(0, -2) + (r.plaintext.endsWith('AA') ? 'BB' : 'AA');
+    expect(await c.verify(wrong)).toBe('invalid_key');
+  });
+});
+
+describe.skipIf(!TEST_DATABASE_URL)('API keys on two identity authorities on one PostgreSQL schema', () => {
+  let schema: string;
+  let sa: Store;
+  let sb: Store;
+  let a: Authority;
+  let bb: Authority;
+  beforeAll(async () => {
+    schema = testSchema();
+    sa = await openTestPostgres({ schema });
+    sb = await openTestPostgres({ schema, keepSchema: true });
+    a = await startIdentityAuthority({ store: sa, env, addr: '127.0.0.1:0' });
+    bb = await startIdentityAuthority({ store: sb, env, addr: '127.0.0.1:0' });
+    await Promise.all([a.authority.whenReady(), bb.authority.whenReady()]);
+    await until(() => live(a) && live(bb), 5000);
+  }, 30_000);
+  afterAll(async () => {
+    await bb?.close();
+    await a?.close();
+    await sb?.close();
+    await sa?.close();
+  });
+
+  it('a rotate or revoke on one replica is refused by the other at once', async () => {
+    const ca = api(a);
+    const cb = api(bb);
+    for (let i = 0; i < 5; i++) {
+      const k = await ca.create(`k${i}`);
+      expect(await cb.verify(k.plaintext)).toBe('ok');
+      expect(await cb.verify(k.plaintext)).toBe('ok');
+      const r = await ca.rotate(k.key.id);
+      expect(await cb.verify(k.plaintext)).toBe('key_rotated');
+      expect(await cb.verify(r.plaintext)).toBe('ok');
+      await ca.revoke(r.key.id);
+      expect(await cb.verify(r.plaintext)).toBe('key_revoked');
+      expect(await ca.verify(r.plaintext)).toBe('key_revoked');
+    }
+  });
+
+  it('with the LISTEN connections killed, a revoke written meanwhile is refused within about a second', async () => {
+    const ca = api(a);
+    const cb = api(bb);
+    const k = await ca.create('loss');
+    expect(await cb.verify(k.plaintext)).toBe('ok');
+    const admin = postgres(TEST_DATABASE_URL!, { max: 1, onnotice: () => {} });
+    try {
+      await admin`select pg_terminate_backend(pid) from pg_stat_activity where query ilike ${`listen%identity_changes_${schema}%`}`;
+      await admin.unsafe(`update "${schema}".api_keys set status = 'revoked' where id = $1`, [k.key.id]);
+    } finally {
+      await admin.end();
+    }
+    await until(async () => (await cb.verify(k.plaintext)) === 'key_revoked', 2000);
+    await until(() => live(bb), 15_000);
+    expect(await cb.verify(k.plaintext)).toBe('key_revoked');
+  }, 30_000);
+});

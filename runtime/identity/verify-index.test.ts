@@ -1,0 +1,199 @@
+/**
+ * Verify-presentation answers step 3 from memory (verify-index.ts) and stays exactly as strict as
+ * the store: a revocation is refused at once on the replica that took it, within about a second
+ * on another replica on the same PostgreSQL schema, and while change notifications are lost the
+ * replicas fall back to the store. Membership VCs are cached but never past their exp.
+ * Over real sockets; PGlite always, PostgreSQL when TEST_DATABASE_URL is set.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import postgres from 'postgres';
+import { sql } from 'drizzle-orm';
+import { VP_AUDIENCE } from '../lib/brand.js';
+import { setLogLevel } from '../lib/log.js';
+import type { Store } from '../store/factory.js';
+import { openTestPostgres, TEST_DATABASE_URL, testBackends, testSchema } from '../store/testing.js';
+import { presentationFor, type AgentIdentity } from './client.js';
+import { startIdentityAuthority } from './server.js';
+import { makeAgent, makeIssuer } from './testkit.js';
+import { checkPresentation } from './vc.js';
+
+type Authority = Awaited<ReturnType<typeof startIdentityAuthority>>;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function api(a: Authority) {
+  const base = `http://127.0.0.1:${a.port}`;
+  const post = async (path: string, body?: unknown) => {
+    const r = await fetch(base + path, { method: 'POST', headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+    return { status: r.status, json: (await r.json()) as any };
+  };
+  return {
+    post,
+    verify: async (vp: string) => (await post('/v1/agents/verify-presentation', { vp })).json as { ok: boolean; reason: string; agentName: string | null },
+    provision: async (name: string): Promise<AgentIdentity & { membershipJti: string }> => {
+      expect((await post('/v1/agents', { name, role: 'worker', capabilities: [{ action: 'chat', resource: 'gpt' }] })).status).toBe(201);
+      const p = await post(`/v1/agents/${name}/provision`);
+      expect(p.status).toBe(200);
+      return p.json;
+    },
+  };
+}
+
+/** Polls until `f` holds; the elapsed ms, or throws after `ms`. */
+async function until(f: () => Promise<boolean> | boolean, ms: number): Promise<number> {
+  const t0 = performance.now();
+  while (!(await f())) {
+    if (performance.now() - t0 > ms) throw new Error(`condition not met within ${ms} ms`);
+    await sleep(10);
+  }
+  return performance.now() - t0;
+}
+
+const current = (a: Authority) => a.authority.context.verifyIndex!.size().current;
+
+beforeAll(() => setLogLevel('error'));
+
+describe.each(testBackends())('verify index on $name', (b) => {
+  let store: Store;
+  let idp: Authority;
+  let clock = Date.now();
+  beforeAll(async () => {
+    store = await b.open();
+    idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.index.test', IDP_MEMBERSHIP_TTL_SECONDS: '60', IDP_CLOCK_SKEW_SECONDS: '5' }, addr: '127.0.0.1:0', now: () => clock });
+    await idp.authority.whenReady();
+    await until(() => current(idp), 5000);
+  });
+  afterAll(async () => {
+    await idp?.close();
+    await store?.close();
+  });
+
+  it('answers from memory and refuses a revoked Membership VC at once on this replica', async () => {
+    const c = api(idp);
+    const id = await c.provision('idx-a');
+    const vp = await presentationFor(id, { now: clock });
+    expect(await c.verify(vp)).toMatchObject({ ok: true, agentName: 'idx-a' });
+    expect(current(idp)).toBe(true);
+    expect(idp.authority.context.verifyIndex!.size()).toMatchObject({ agents: expect.any(Number), current: true });
+    expect((await c.post('/v1/revoke', { vcJti: id.membershipJti })).status).toBe(200);
+    expect(await c.verify(vp)).toMatchObject({ ok: false, reason: 'membership credential revoked' });
+  });
+
+  it('a revocation written by any other path (plain SQL) reaches the in-memory view', async () => {
+    const c = api(idp);
+    const id = await c.provision('idx-sql');
+    const vp = await presentationFor(id, { now: clock });
+    expect((await c.verify(vp)).ok).toBe(true);
+    await store.db.execute(sql`insert into identity_revocations (jti, tenant_id, list, revoked_at) values (${id.membershipJti}, 'default', 'default', now())`);
+    await until(async () => (await c.verify(vp)).reason === 'membership credential revoked', 1500);
+  });
+
+  it('re-provisioning refuses the old key at once', async () => {
+    const c = api(idp);
+    const old = await c.provision('idx-rot');
+    const vp = await presentationFor(old, { now: clock });
+    expect((await c.verify(vp)).ok).toBe(true);
+    const fresh = await c.provision('idx-rot');
+    expect((await c.verify(vp)).ok).toBe(false);
+    expect(await c.verify(await presentationFor(fresh, { now: clock }))).toMatchObject({ ok: true, agentName: 'idx-rot' });
+  });
+
+  it('a cached Membership VC is never accepted past its exp', async () => {
+    const c = api(idp);
+    const id = await c.provision('idx-exp');
+    const vp = await presentationFor(id, { now: clock, ttlSeconds: 3600 });
+    expect((await c.verify(vp)).ok).toBe(true);
+    expect((await c.verify(vp)).ok).toBe(true); // second use: from the cache
+    clock += 64_000; // exp (60 s) + skew (5 s) not yet passed
+    expect((await c.verify(vp)).ok).toBe(true);
+    clock += 2_000;
+    expect(await c.verify(vp)).toMatchObject({ ok: false, reason: 'membership credential expired' });
+    clock = Date.now();
+  });
+});
+
+describe('Membership VC cache (pure)', () => {
+  it('verifies each exact token once, rechecks claims on every use, and drops it past exp', async () => {
+    const issuer = makeIssuer('cache.test');
+    const now = Math.floor(Date.now() / 1000);
+    const agent = await makeAgent(issuer, { nowSec: now, ttlSeconds: 100 });
+    const o = (nowSec: number) => ({ issuerDid: issuer.did, issuerKey: issuer.publicKey, audience: VP_AUDIENCE, nowSec, skewSec: 0 });
+    const vp = await presentationFor(agent, { ttlSeconds: 1000 });
+    expect(checkPresentation(vp, o(now)).ok).toBe(true);
+    expect(checkPresentation(vp, o(now + 50)).ok).toBe(true);
+    expect(checkPresentation(vp, o(now + 100))).toMatchObject({ ok: false, reason: 'membership credential expired' });
+    // A token differing from the cached one only in its signature is verified afresh, and fails.
+    const [h, p, s] = agent.membershipVc.split('.') as [string, string, string];
+    const forged = `${h}.${p}.${s.slice(0, -2)}${s.endsWith('AA') ? 'BA' : 'AA'}`;
+    const vp2 = await presentationFor({ ...agent, membershipVc: forged }, { ttlSeconds: 1000 });
+    expect(checkPresentation(vp2, o(now))).toMatchObject({ ok: false, reason: 'membership credential signature invalid' });
+    // Another issuer with the same DID but another key does not see the first one's cache.
+    const other = { ...makeIssuer('cache.test') };
+    expect(checkPresentation(vp, { ...o(now), issuerKey: other.publicKey })).toMatchObject({ ok: false, reason: 'membership credential signature invalid' });
+  });
+});
+
+describe.skipIf(!TEST_DATABASE_URL)('two identity authorities on one PostgreSQL schema', () => {
+  let schema: string;
+  let sa: Store;
+  let sb: Store;
+  let a: Authority;
+  let bb: Authority;
+  beforeAll(async () => {
+    schema = testSchema();
+    sa = await openTestPostgres({ schema });
+    sb = await openTestPostgres({ schema, keepSchema: true });
+    const env = { IDP_ISSUER_HOST: 'idp.replicas.test' };
+    a = await startIdentityAuthority({ store: sa, env, addr: '127.0.0.1:0' });
+    bb = await startIdentityAuthority({ store: sb, env, addr: '127.0.0.1:0' });
+    await Promise.all([a.authority.whenReady(), bb.authority.whenReady()]);
+    await until(() => current(a) && current(bb), 5000);
+  }, 30_000);
+  afterAll(async () => {
+    await bb?.close();
+    await a?.close();
+    await sb?.close();
+    await sa?.close();
+  });
+
+  it('a revoke or re-provision on one replica is refused by the other within about a second', async () => {
+    const ca = api(a);
+    const cb = api(bb);
+    const id = await ca.provision('rep-1');
+    const vp = await presentationFor(id);
+    await until(async () => (await cb.verify(vp)).ok, 1500);
+    expect(current(bb)).toBe(true);
+    expect((await ca.post('/v1/revoke', { vcJti: id.membershipJti })).status).toBe(200);
+    expect((await ca.verify(vp)).ok).toBe(false);
+    const took = await until(async () => !(await cb.verify(vp)).ok, 1500);
+    expect(took).toBeLessThan(1500);
+
+    const id2 = await ca.provision('rep-2');
+    const vp2 = await presentationFor(id2);
+    await until(async () => (await cb.verify(vp2)).ok, 1500);
+    await ca.provision('rep-2');
+    await until(async () => !(await cb.verify(vp2)).ok, 1500);
+  });
+
+  it('with the LISTEN connections killed, both fall back to the store (fail closed), then recover', async () => {
+    const ca = api(a);
+    const cb = api(bb);
+    const id = await ca.provision('rep-loss');
+    const vp = await presentationFor(id);
+    await until(async () => (await cb.verify(vp)).ok && current(bb), 1500);
+    const admin = postgres(TEST_DATABASE_URL!, { max: 1, onnotice: () => {} });
+    try {
+      const killed = await admin`select pg_terminate_backend(pid) from pg_stat_activity where query ilike ${`listen%identity_changes_${schema}%`}`;
+      expect(killed.length).toBeGreaterThanOrEqual(1);
+      // Written while nobody listens: no notification reaches either replica.
+      await admin.unsafe(`insert into "${schema}".identity_revocations (jti, tenant_id, list, revoked_at) values ($1, 'default', 'default', now())`, [id.membershipJti]);
+    } finally {
+      await admin.end();
+    }
+    await until(async () => !(await cb.verify(vp)).ok && !(await ca.verify(vp)).ok, 2000);
+    expect(await cb.verify(vp)).toMatchObject({ ok: false, reason: 'membership credential revoked' });
+    // LISTEN comes back (reconnected or re-subscribed), the views reload and are current again.
+    await until(() => current(a) && current(bb), 15_000);
+    expect((await cb.verify(vp)).ok).toBe(false);
+  }, 30_000);
+});
