@@ -1,0 +1,216 @@
+/**
+ * Traces against an in-test OTLP/HTTP receiver that decodes what arrives (JSON encoding):
+ * identity-authority operation spans (names, attributes) continuing a caller's `traceparent`;
+ * a decision span whose identity-authority call carries it on (parent/child across the
+ * hop); polls without a caller context are not traced; the stdout fallback of a real identity
+ * authority process writes one JSON line per operation and no decision spans; config validation.
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import http from 'node:http';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BRAND } from './brand.js';
+import { close, listen } from './http.js';
+import { openStore, type Store } from '../store/factory.js';
+import { startIdentityAuthority } from '../identity/server.js';
+import { presentationFor, type AgentIdentity } from '../identity/client.js';
+import { flushTracing, initTracing, injectTrace, shutdownTracing, startDecisionSpan, tracingFromEnv, tracingMode } from './tracing.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+interface OtlpSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  name: string;
+  service: string;
+  attributes: Record<string, string | number | boolean>;
+}
+
+type AnyValue = { stringValue?: string; intValue?: number | string; boolValue?: boolean; doubleValue?: number };
+const valueOf = (v: AnyValue) => v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : (v.boolValue ?? v.doubleValue ?? ''));
+
+/** A minimal OTLP/HTTP trace receiver: decodes ExportTraceServiceRequest JSON bodies. */
+export async function otlpReceiver(): Promise<{ url: string; spans: OtlpSpan[]; server: http.Server }> {
+  const spans: OtlpSpan[] = [];
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => {
+      if (req.method !== 'POST' || req.url !== '/v1/traces' || !/json/.test(req.headers['content-type'] ?? '')) {
+        res.writeHead(404).end();
+        return;
+      }
+      const doc = JSON.parse(body) as {
+        resourceSpans: { resource: { attributes: { key: string; value: AnyValue }[] }; scopeSpans: { spans: (Omit<OtlpSpan, 'attributes' | 'service'> & { attributes?: { key: string; value: AnyValue }[] })[] }[] }[];
+      };
+      for (const rs of doc.resourceSpans) {
+        const service = String(valueOf(rs.resource.attributes.find((a) => a.key === 'service.name')?.value ?? {}));
+        for (const ss of rs.scopeSpans) {
+          for (const s of ss.spans) {
+            const attributes: OtlpSpan['attributes'] = {};
+            for (const a of s.attributes ?? []) attributes[a.key] = valueOf(a.value);
+            spans.push({ traceId: s.traceId, spanId: s.spanId, parentSpanId: s.parentSpanId || undefined, name: s.name, service, attributes });
+          }
+        }
+      }
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  const port = await listen(server, '127.0.0.1:0');
+  return { url: `http://127.0.0.1:${port}`, spans, server };
+}
+
+export const newTraceparent = () => {
+  const traceId = randomBytes(16).toString('hex');
+  const spanId = randomBytes(8).toString('hex');
+  return { traceId, spanId, traceparent: `00-${traceId}-${spanId}-01` };
+};
+
+async function until<T>(f: () => T | undefined, what: string, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = f();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe('tracing config', () => {
+  it('reads OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_SDK_DISABLED, refusing a bad endpoint', () => {
+    expect(tracingFromEnv({})).toEqual({ mode: 'stdout' });
+    expect(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: '' })).toEqual({ mode: 'stdout' });
+    expect(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' })).toEqual({ mode: 'otlp', endpoint: 'http://collector:4318' });
+    expect(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_SDK_DISABLED: 'true' })).toEqual({ mode: 'off' });
+    expect(() => tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toThrow(/OTEL_EXPORTER_OTLP_ENDPOINT/);
+    expect(() => tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'ftp://c' })).toThrow(/OTEL_EXPORTER_OTLP_ENDPOINT/);
+    expect(() => tracingFromEnv({ OTEL_SDK_DISABLED: 'maybe' })).toThrow(/OTEL_SDK_DISABLED/);
+  });
+});
+
+describe('OTLP export of identity-authority and decision spans', () => {
+  let rx: Awaited<ReturnType<typeof otlpReceiver>>;
+  let store: Store;
+  let idp: Awaited<ReturnType<typeof startIdentityAuthority>>;
+  let base: string;
+
+  beforeAll(async () => {
+    rx = await otlpReceiver();
+    expect(initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: rx.url }), `${BRAND}-test`)).toBe(true);
+    expect(tracingMode()).toBe('otlp');
+    expect(initTracing({ mode: 'stdout' })).toBe(false);
+    store = await openStore({ backend: 'memory' });
+    idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.test' }, addr: '127.0.0.1:0' });
+    await idp.authority.whenReady();
+    base = `http://127.0.0.1:${idp.port}`;
+  });
+  afterAll(async () => {
+    await idp?.close();
+    await store?.close();
+    await shutdownTracing();
+    if (rx) await close(rx.server);
+  });
+
+  const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+    fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+
+  it('identity and credential operations are spans that continue the caller trace', async () => {
+    const caller = newTraceparent();
+    const h = { traceparent: caller.traceparent };
+    expect((await post('/v1/agents', { name: 'tracer-bot', role: 'worker', capabilities: [] }, h)).status).toBe(201);
+    const prov = (await (await post('/v1/agents/tracer-bot/provision', {}, h)).json()) as AgentIdentity;
+        const vp = await presentationFor(prov, { ttlSeconds: 60 });
+    expect(((await (await post('/v1/agents/verify-presentation', { vp }, h)).json()) as { ok: boolean }).ok).toBe(true);
+    const d = (await (await post('/v1/delegations/request', { actorName: 'tracer-bot', task: 't', action: 'read', resource: 'r', reason: 'why' }, h)).json()) as { id: string };
+    const approved = (await (await post(`/v1/delegations/${d.id}/approve`, { approver: 'alice' }, h)).json()) as { vcJti: string };
+    expect((await post('/v1/revoke', { vcJti: approved.vcJti }, h)).status).toBe(200);
+    await post('/v1/identity/resolve', { claims: { iss: 'https://unknown.example', sub: 'x' } }, h);
+    // A poll without caller context: not traced.
+    expect((await fetch(`${base}/v1/revocations`)).status).toBe(200);
+    await flushTracing();
+
+    const ops = ['agent.register', 'agent.provision', 'vp.verify', 'delegation.request', 'delegation.approve', 'vc.revoke', 'identity.resolve'];
+    const mine = await until(() => {
+      const s = rx.spans.filter((x) => x.traceId === caller.traceId);
+      return ops.every((o) => s.some((x) => x.name === o)) ? s : undefined;
+    }, 'the identity operation spans');
+    for (const o of ops) {
+      const s = mine.find((x) => x.name === o)!;
+      expect(s.parentSpanId, o).toBe(caller.spanId);
+      expect(s.service).toBe(`${BRAND}-test`);
+      expect(s.attributes[`${BRAND}.operation`]).toBe(o);
+      expect(s.attributes['http.request.method']).toBe(o === 'delegation.check' ? 'GET' : 'POST');
+    }
+    expect(mine.find((x) => x.name === 'agent.provision')!.attributes).toMatchObject({ 'http.route': '/v1/agents/:name/provision', 'http.response.status_code': 200 });
+    expect(rx.spans.some((x) => String(x.attributes['http.route'] ?? '').includes('revocations'))).toBe(false);
+  });
+
+  it('a decision span continues the gateway trace and its identity-authority call is its child', async () => {
+    const gateway = newTraceparent();
+    const span = startDecisionSpan('authz', gateway.traceparent);
+    const status = await span.run(async () => {
+      const headers = injectTrace({ 'content-type': 'application/json' });
+      expect(headers.traceparent).toMatch(new RegExp(`^00-${gateway.traceId}-[0-9a-f]{16}-01$`));
+      const qs = new URLSearchParams({ actor: 'tracer-bot', task: 't', action: 'read', resource: 'r' });
+      return (await fetch(`${base}/v1/delegations/check?${qs}`, { headers })).status;
+    });
+    expect(status).toBe(200);
+    span.end({ rule: 'delegation', allow: false, service: 'ledger', status: 403 });
+    await flushTracing();
+    const inTrace = await until(() => {
+      const s = rx.spans.filter((x) => x.traceId === gateway.traceId);
+      return s.length >= 2 ? s : undefined;
+    }, 'the decision and check spans');
+    const decision = inTrace.find((x) => x.name === 'authz')!;
+    const check = inTrace.find((x) => x.name === 'delegation.check')!;
+    expect(decision.parentSpanId).toBe(gateway.spanId);
+    expect(check.parentSpanId).toBe(decision.spanId);
+    expect(decision.attributes).toMatchObject({ [`${BRAND}.rule`]: 'delegation', [`${BRAND}.decision`]: 'deny', [`${BRAND}.service`]: 'ledger', 'http.response.status_code': 403 });
+  });
+
+  it('a decision without a traceparent starts its own trace', async () => {
+    const span = startDecisionSpan('proxy');
+    span.end({ rule: 'registry', allow: true });
+    await flushTracing();
+    const s = await until(() => rx.spans.find((x) => x.name === 'proxy'), 'the proxy span');
+    expect(s.parentSpanId).toBeUndefined();
+    expect(s.attributes[`${BRAND}.decision`]).toBe('allow');
+  });
+});
+
+describe('stdout fallback (no OTEL_EXPORTER_OTLP_ENDPOINT)', () => {
+  it('a real identity authority process writes one JSON line per operation, nothing for polls or decisions', async () => {
+    expect(tracingMode()).toBe('off');
+    const script = `
+      import { startIdentityAuthority } from ${JSON.stringify(join(ROOT, 'runtime/identity/server.ts'))};
+      import { startDecisionSpan } from ${JSON.stringify(join(ROOT, 'runtime/lib/tracing.ts'))};
+      const idp = await startIdentityAuthority({ env: { IDP_STORE_BACKEND: 'memory' }, addr: '127.0.0.1:0' });
+      await idp.authority.whenReady();
+      const base = 'http://127.0.0.1:' + idp.port;
+      const post = (p, b) => fetch(base + p, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b) });
+      await post('/v1/agents', { name: 'out-bot', role: 'w', capabilities: [] });
+      await post('/v1/agents/out-bot/provision', {});
+      for (let i = 0; i < 5; i++) await fetch(base + '/v1/revocations');
+      startDecisionSpan('authz', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01').end({ rule: 'registry', allow: true });
+      await idp.close();
+      process.exit(0);
+    `;
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, LOG_LEVEL: 'error' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+    const code = await new Promise<number | null>((r) => child.on('exit', r));
+    expect(code, err).toBe(0);
+    const lines = out.trim().split('\n').map((l) => JSON.parse(l) as { trace: boolean; name: string; traceId: string; attributes: Record<string, unknown> });
+    expect(lines.map((l) => l.name)).toEqual(['agent.register', 'agent.provision']);
+    expect(lines[1]).toMatchObject({ trace: true, attributes: { [`${BRAND}.operation`]: 'agent.provision', 'http.response.status_code': 200 } });
+  }, 60_000);
+});

@@ -1,0 +1,262 @@
+/**
+ * Traces (SPEC 6, 8): OpenTelemetry with W3C trace context, one tracer provider per process.
+ *
+ * - `OTEL_EXPORTER_OTLP_ENDPOINT` set: every span (identity-authority operations and decisions)
+ *   goes to `<endpoint>/v1/traces` over OTLP/HTTP (protobuf), batched.
+ * - unset: the SPEC's stdout fallback, at a level that does not flood: only the identity
+ *   authority's identity and credential operations (provision, VC issue, verify-presentation,
+ *   delegation approve/deny, revoke, resolve, and requests that arrive with a `traceparent`),
+ *   one JSON line per span on stdout. Decision spans are not recorded (one per request would
+ *   flood), and cost nothing.
+ * - `OTEL_SDK_DISABLED=true`: no tracing at all.
+ *
+ * A caller's `traceparent` is continued; outgoing calls (control plane -> identity authority)
+ * send the active context on (`injectTrace`), so one trace runs gateway -> /authz -> identity
+ * authority. `startDecisionSpan` is the decision paths' API: a shared no-op when decision
+ * tracing is off.
+ */
+import { context, propagation, trace, SpanKind, SpanStatusCode, type Attributes, type Context as OtelContext, type Span, type Tracer } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { ExportResultCode, W3CTraceContextPropagator, hrTimeToMicroseconds, type ExportResult } from '@opentelemetry/core';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BasicTracerProvider, BatchSpanProcessor, SimpleSpanProcessor, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace-base';
+import type { MiddlewareHandler } from 'hono';
+import { routePath } from 'hono/route';
+import { BRAND } from './brand.js';
+import { bool, optional, type Env } from './config.js';
+
+export type TracingMode = 'otlp' | 'stdout' | 'off';
+
+export interface TracingConfig {
+  mode: TracingMode;
+  /** OTLP/HTTP base endpoint (mode otlp), e.g. http://collector:4318. */
+  endpoint?: string;
+}
+
+/** Reads and validates OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_SDK_DISABLED (call before listening). */
+export function tracingFromEnv(env: Env): TracingConfig {
+  if (bool(env, 'OTEL_SDK_DISABLED', false)) return { mode: 'off' };
+  const endpoint = optional(env, 'OTEL_EXPORTER_OTLP_ENDPOINT');
+  if (endpoint === undefined) return { mode: 'stdout' };
+  let url: URL;
+  try {
+    url = new URL(endpoint);
+  } catch {
+    throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(endpoint)}`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(endpoint)}`);
+  return { mode: 'otlp', endpoint: endpoint.replace(/\/+$/, '') };
+}
+
+/** One JSON line per span on stdout (the fallback exporter). */
+export class JsonLineSpanExporter implements SpanExporter {
+  constructor(private readonly write: (line: string) => void = (l) => void process.stdout.write(l)) {}
+  export(spans: ReadableSpan[], done: (r: ExportResult) => void): void {
+    for (const s of spans) {
+      const ctx = s.spanContext();
+      this.write(
+        JSON.stringify({
+          trace: true,
+          name: s.name,
+          traceId: ctx.traceId,
+          spanId: ctx.spanId,
+          parentSpanId: s.parentSpanContext?.spanId,
+          start: new Date(hrTimeToMicroseconds(s.startTime) / 1000).toISOString(),
+          durationMs: hrTimeToMicroseconds(s.duration) / 1000,
+          status: s.status.code === SpanStatusCode.ERROR ? 'error' : 'ok',
+          attributes: s.attributes,
+        }) + '\n',
+      );
+    }
+    done({ code: ExportResultCode.SUCCESS });
+  }
+  async shutdown(): Promise<void> {}
+}
+
+interface State {
+  mode: TracingMode;
+  provider?: BasicTracerProvider;
+  tracer?: Tracer;
+}
+
+const state: State = { mode: 'off' };
+/** Read on the hot path: decision spans are recorded only when exporting over OTLP. */
+let decisionsOn = false;
+
+/**
+ * Installs the process-wide tracer provider, W3C propagator and async context (idempotent: the
+ * first call wins, as the all-in-one starts several components in one process). True when this
+ * call installed it (its caller then owns `shutdownTracing`).
+ */
+export function initTracing(cfg: TracingConfig, serviceName = BRAND): boolean {
+  if (state.provider || cfg.mode === 'off') return false;
+  const exporter: SpanExporter =
+    cfg.mode === 'otlp' ? new OTLPTraceExporter({ url: `${cfg.endpoint}/v1/traces`, timeoutMillis: 5000 }) : new JsonLineSpanExporter();
+  const processor =
+    cfg.mode === 'otlp'
+      ? new BatchSpanProcessor(exporter, { scheduledDelayMillis: 1000, maxQueueSize: 8192, maxExportBatchSize: 512 })
+      : new SimpleSpanProcessor(exporter);
+  const provider = new BasicTracerProvider({ resource: resourceFromAttributes({ 'service.name': serviceName }), spanProcessors: [processor] });
+  trace.setGlobalTracerProvider(provider);
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  state.mode = cfg.mode;
+  state.provider = provider;
+  state.tracer = provider.getTracer(BRAND);
+  decisionsOn = cfg.mode === 'otlp';
+  return true;
+}
+
+export function tracingMode(): TracingMode {
+  return state.mode;
+}
+
+/** Exports what is buffered (tests, shutdown). */
+export async function flushTracing(): Promise<void> {
+  await state.provider?.forceFlush();
+}
+
+/** Flushes and removes the provider (process shutdown; tests re-init afterwards). */
+export async function shutdownTracing(): Promise<void> {
+  const p = state.provider;
+  if (!p) return;
+  state.provider = undefined;
+  state.tracer = undefined;
+  state.mode = 'off';
+  decisionsOn = false;
+  await p.shutdown();
+  trace.disable();
+  propagation.disable();
+  context.disable();
+}
+
+const getter = {
+  get: (carrier: Record<string, string | string[] | undefined>, key: string) => carrier[key],
+  keys: (carrier: Record<string, string | string[] | undefined>) => Object.keys(carrier),
+};
+
+/** The context a request's W3C headers (`traceparent`, `tracestate`) carry, or the active one. */
+export function extractTrace(headers: Record<string, string | string[] | undefined>): OtelContext {
+  return propagation.extract(context.active(), headers, getter);
+}
+
+/** Adds `traceparent` (and `tracestate`) of the active context to outgoing request headers. */
+export function injectTrace(headers: Record<string, string>): Record<string, string> {
+  if (state.provider) propagation.inject(context.active(), headers);
+  return headers;
+}
+
+// --- decision spans ------------------------------------------------------------------------
+
+export interface DecisionAttributes {
+  rule?: string;
+  allow?: boolean;
+  service?: string;
+  actor?: string;
+  action?: string;
+  status?: number;
+  reason?: string;
+}
+
+export interface DecisionSpan {
+  /** Runs `fn` with this span as the active context (identity-authority calls inside carry it). */
+  run<T>(fn: () => T): T;
+  end(attrs: DecisionAttributes): void;
+}
+
+const NOOP: DecisionSpan = {
+  run: (fn) => fn(),
+  end: () => {},
+};
+
+/**
+ * A span around one decision (`/authz`, proxy, broker), continuing the caller's `traceparent`.
+ * The shared no-op when decision tracing is off (stdout or disabled): one branch, no allocation.
+ */
+export function startDecisionSpan(name: string, traceparent?: string | string[], tracestate?: string | string[]): DecisionSpan {
+  if (!decisionsOn) return NOOP;
+  const parent = traceparent ? propagation.extract(context.active(), { traceparent, tracestate }, getter) : context.active();
+  const span = state.tracer!.startSpan(name, { kind: SpanKind.SERVER }, parent);
+  const ctx = trace.setSpan(parent, span);
+  return {
+    run: (fn) => context.with(ctx, fn),
+    end(a) {
+      const attrs: Attributes = {};
+      if (a.rule !== undefined) attrs[`${BRAND}.rule`] = a.rule;
+      if (a.allow !== undefined) attrs[`${BRAND}.decision`] = a.allow ? 'allow' : 'deny';
+      if (a.service !== undefined) attrs[`${BRAND}.service`] = a.service;
+      if (a.actor !== undefined) attrs[`${BRAND}.actor`] = a.actor;
+      if (a.action !== undefined) attrs[`${BRAND}.action`] = a.action;
+      if (a.status !== undefined) attrs['http.response.status_code'] = a.status;
+      if (a.reason !== undefined) attrs[`${BRAND}.reason`] = a.reason;
+      span.setAttributes(attrs);
+      span.end();
+    },
+  };
+}
+
+// --- identity-authority spans --------------------------------------------------------------
+
+/** The identity authority's identity and credential operations (SPEC 6), by `METHOD route`. */
+export const IDENTITY_OPERATIONS: Record<string, string> = {
+  'POST /v1/agents': 'agent.register',
+  'POST /v1/agents/:name/provision': 'agent.provision',
+  'POST /v1/agents/verify-presentation': 'vp.verify',
+  'POST /v1/delegations/request': 'delegation.request',
+  'POST /v1/delegations/:id/approve': 'delegation.approve',
+  'POST /v1/delegations/:id/deny': 'delegation.deny',
+  'GET /v1/delegations/check': 'delegation.check',
+  'GET /v1/delegations/:id/vc': 'vc.issue',
+  'POST /v1/revoke': 'vc.revoke',
+  'POST /v1/identity/resolve': 'identity.resolve',
+  'POST /v1/authority/delegations': 'authority.grant',
+  'POST /v1/authority/delegations/:id/revoke': 'authority.revoke',
+  'POST /v1/keys': 'key.create',
+};
+
+/**
+ * Hono middleware of the identity authority: a server span per identity/credential operation
+ * (and per request that arrives with a `traceparent`), continuing the caller's trace; polls and
+ * probes without one are not traced. Attributes: operation, route, method, status.
+ */
+export function identityTracing(): MiddlewareHandler {
+  return async (c, next) => {
+    const tracer = state.tracer;
+    if (!tracer) return next();
+    const traceparent = c.req.header('traceparent');
+    // The route is known only after routing: decide from the method and raw path first, cheaply.
+    if (!traceparent && !/^\/v1\/(agents|delegations|revoke|identity\/resolve|authority\/delegations|keys)/.test(c.req.path)) return next();
+    const parent = traceparent ? propagation.extract(context.active(), { traceparent, tracestate: c.req.header('tracestate') }, getter) : context.active();
+    const span: Span = tracer.startSpan(`${c.req.method} ${c.req.path}`, { kind: SpanKind.SERVER }, parent);
+    try {
+      await context.with(trace.setSpan(parent, span), next);
+    } finally {
+      // After next(): the index of the handler that answered (not the last route that matched).
+      const route = routePath(c) || c.req.path;
+      const op = IDENTITY_OPERATIONS[`${c.req.method} ${route}`];
+      span.updateName(op ?? `${c.req.method} ${route}`);
+      const status = c.res.status;
+      span.setAttributes({ 'http.request.method': c.req.method, 'http.route': route, 'http.response.status_code': status, ...(op ? { [`${BRAND}.operation`]: op } : {}) });
+      if (status >= 500 || c.error) span.setStatus({ code: SpanStatusCode.ERROR, message: c.error?.message ?? `HTTP ${status}` });
+      // A traced operation that is not one of ours and had no caller context is noise: drop it.
+      if (op || traceparent) span.end();
+    }
+  };
+}
+
+/** An explicit child span around `fn` (a no-op wrapper when tracing is off). */
+export async function withSpan<T>(name: string, attrs: Attributes, fn: () => Promise<T>): Promise<T> {
+  const tracer = state.tracer;
+  if (!tracer) return fn();
+  return tracer.startActiveSpan(name, { attributes: attrs }, async (span) => {
+    try {
+      return await fn();
+    } catch (e) {
+      span.setStatus({ code: SpanStatusCode.ERROR, message: e instanceof Error ? e.message : String(e) });
+      throw e;
+    } finally {
+      span.end();
+    }
+  });
+}
