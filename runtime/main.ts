@@ -12,10 +12,11 @@
  * their edits without a restart. BROKER_ENABLED=false leaves the broker
  * out; the broker's decision and usage URLs default to this process's listeners.
  */
-import { envName } from './lib/brand.js';
+import { BRAND, envName } from './lib/brand.js';
 import { bool, optional, str, type Env } from './lib/config.js';
 import { errMsg, logger } from './lib/log.js';
 import { isMain, runUntilSignal } from './lib/process.js';
+import { initTracing, shutdownTracing, tracingFromEnv } from './lib/tracing.js';
 import { openStore, type Store, type StoreOptions } from './store/factory.js';
 import { controlPlaneStoreOptions } from './control-plane/server.js';
 import { startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
@@ -44,6 +45,8 @@ function embeddedDefault(env: Env): boolean {
 export async function startWrit(env: Env = process.env): Promise<Writ> {
   const policy = policyFolderConfig(env);
   const closers: Closer[] = [];
+  // One tracer provider for every component of this process (closed last: spans flushed).
+  if (initTracing(tracingFromEnv(env), BRAND)) closers.push({ name: 'tracing', close: shutdownTracing });
   const closeAll = async () => {
     for (const c of closers.reverse()) {
       try {

@@ -7,11 +7,12 @@ import { createAdaptorServer } from '@hono/node-server';
 import { swaggerUI } from '@hono/swagger-ui';
 import type http from 'node:http';
 import { createApi } from '../lib/api.js';
-import { BRAND_TITLE, VP_AUDIENCE } from '../lib/brand.js';
+import { BRAND, BRAND_TITLE, VP_AUDIENCE } from '../lib/brand.js';
 import { int, oneOf, optional, str, type Env } from '../lib/config.js';
 import { envelope } from '../lib/errors.js';
 import { close as closeServer, listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
+import { identityTracing, initTracing, tracingFromEnv } from '../lib/tracing.js';
 import { openStore, type Store } from '../store/factory.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import { enterpriseBodyLimit, registerEnterpriseRoutes } from './enterprise/index.js';
@@ -104,6 +105,7 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   load();
 
   const app = createApi({ bodyLimitFor: enterpriseBodyLimit });
+  app.use('*', identityTracing());
   app.use('*', async (c, next) => {
     if (!key && !ALWAYS.has(c.req.path)) return c.json(envelope('not_ready', 'identity authority is starting'), 503);
     return next();
@@ -141,6 +143,7 @@ export interface StartOptions {
 
 export async function startIdentityAuthority(o: StartOptions = {}): Promise<{ port: number; authority: IdentityAuthority; close(): Promise<void> }> {
   const env = o.env ?? process.env;
+  initTracing(tracingFromEnv(env), `${BRAND}-identity`);
   const ownStore = !o.store;
   const store =
     o.store ??
