@@ -50,7 +50,7 @@ describe.each(testBackends())('control plane end to end on $name', (b) => {
     store = await b.open();
     cp = await startControlPlane({
       store,
-      env: { OPA_URL: `http://127.0.0.1:${opaPort}/v1/data/writ/allow` },
+      env: { OPA_URL: `http://127.0.0.1:${opaPort}/v1/data/writ/allow`, TRUSTED_PROXIES: '127.0.0.1, ::1' },
       identity,
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',
@@ -95,7 +95,7 @@ describe.each(testBackends())('control plane end to end on $name', (b) => {
     expect(unknown.status).toBe(403);
     expect(await unknown.json()).toMatchObject({ allow: false, rule: 'registry' });
     expect((await decide({ [H.service]: 'orders', authorization: 'Bearer dev' })).status).toBe(200);
-    // fetch cannot set Host; x-forwarded-host takes precedence over it anyway.
+    // fetch cannot set Host; x-forwarded-host counts because this peer is a trusted proxy.
     expect((await decide({ 'x-forwarded-host': 'orders.default.svc:8080', authorization: 'Bearer dev' })).status).toBe(200);
   });
 

@@ -4,8 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../lib/brand.js';
 import { close, listen } from '../lib/http.js';
 import { createAuthzServer } from './authz-server.js';
-import { createBudgetMeter } from './budget.js';
-import type { PipelineDeps } from './decision/pipeline.js';
+import { engineOf } from './decision/testkit.js';
 import type { AuditEntry, Service } from './types.js';
 
 const services: Service[] = [
@@ -38,25 +37,29 @@ function call(port: number, method: string, path: string, headers: Record<string
 describe('/authz listener', () => {
   let server: http.Server;
   let port: number;
-  const audit: AuditEntry[] = [];
+  let audit: AuditEntry[] = [];
 
   beforeAll(async () => {
-    const m = new Map(services.map((s) => [s.name, s]));
-    const deps: PipelineDeps = {
-      registry: { get: (n) => m.get(n), list: () => [...m.values()] },
-      budget: createBudgetMeter(),
-      identityMode: 'header',
+    const engine = engineOf(services, {
       identity: {
         verifyPresentation: async () => ({ ok: false, reason: 'unused' }),
         checkDelegation: async () => ({ ok: false, reason: 'no approved delegation' }),
       },
-      now: Date.now,
-      audit: { append: (e) => audit.push(e) },
-    };
-    server = createAuthzServer(deps, { maxBodyBytes: 1024 });
+    });
+    audit = engine.audit;
+    server = createAuthzServer(engine, { maxBodyBytes: 1024 });
     port = await listen(server, '127.0.0.1:0');
   });
   afterAll(() => close(server));
+
+  it('every answer carries the policy version; a forwarded host from an untrusted peer cannot pick the target', async () => {
+    const r = await call(port, 'GET', '/authz', { [H.service]: 'web' });
+    expect(r.headers[H.policyVersion]).toBe('1');
+    // Host names the private service; X-Forwarded-Host tries to pass as the public one.
+    const spoof = await call(port, 'GET', '/authz', { host: 'orders', 'x-forwarded-host': 'web' });
+    expect(spoof.status).toBe(403);
+    expect(JSON.parse(spoof.body)).toMatchObject({ allow: false, rule: 'inline', reason: 'private service needs credentials' });
+  });
 
   it.each(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'])('%s /authz and /authz/<path> decide', async (method) => {
     for (const path of ['/authz', '/authz/api/v1/things?x=1', '/authz?probe']) {

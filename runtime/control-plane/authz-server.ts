@@ -8,11 +8,9 @@
 import http from 'node:http';
 import { H } from '../lib/brand.js';
 import { errMsg, logger } from '../lib/log.js';
+import type { Committed } from './decision/commit.js';
+import { authorize, type DecisionEngine } from './decision/engine.js';
 import { factsFromHeaders } from './decision/facts.js';
-import { isPending } from './decision/maybe.js';
-import { authorizeEgress, authorizeIngress, type PipelineDeps } from './decision/pipeline.js';
-import type { Outcome } from './decision/types.js';
-import type { Decision } from './types.js';
 
 const log = logger('authz');
 
@@ -63,8 +61,10 @@ function send(req: http.IncomingMessage, res: http.ServerResponse, status: numbe
   res.end(req.method === 'HEAD' ? undefined : data);
 }
 
-function render(req: http.IncomingMessage, res: http.ServerResponse, d: Decision): void {
-  const headers = d.needsApproval ? { ...d.headers, [H.needsApproval]: 'true' } : d.headers;
+function render(req: http.IncomingMessage, res: http.ServerResponse, c: Committed): void {
+  const d = c.decision;
+  const headers: Record<string, string> = { ...d.headers, [H.policyVersion]: String(c.version) };
+  if (d.needsApproval) headers[H.needsApproval] = 'true';
   send(req, res, d.status, { allow: d.allow, reason: d.reason, rule: d.rule }, headers);
 }
 
@@ -74,27 +74,22 @@ function failed(req: http.IncomingMessage, res: http.ServerResponse, e: unknown)
   send(req, res, 403, { allow: false, reason: 'internal decision error', rule: 'inline' });
 }
 
-/**
- * Decides and answers. Module-level rather than a per-request closure: the hot path allocates no
- * functions (under tsx every named closure also costs a `__name` defineProperty per request).
- */
-function decide(req: http.IncomingMessage, res: http.ServerResponse, rest: string, deps: PipelineDeps): void {
-  let decided: Outcome | Promise<Outcome>;
+/** Decides and answers; a decision that waited on nothing is answered in this tick. */
+function decide(req: http.IncomingMessage, res: http.ServerResponse, rest: string, engine: DecisionEngine): void {
+  let decided: Committed | Promise<Committed>;
   try {
-    const f = factsFromHeaders(req.headers, { method: req.method, path: rest });
-    decided = f.path === 'egress' ? authorizeEgress(f.facts, deps) : authorizeIngress(f.facts, deps);
+    decided = authorize(engine, factsFromHeaders(req.headers, { method: req.method, path: rest, trustedPeer: engine.trustedPeer(req.socket.remoteAddress) }));
   } catch (e) {
     return failed(req, res, e);
   }
-  // Most decisions wait on nothing: answer in this tick rather than from a microtask.
-  if (!isPending(decided)) return render(req, res, decided.decision);
+  if (!(decided instanceof Promise)) return render(req, res, decided);
   decided.then(
-    (out) => render(req, res, out.decision),
+    (out) => render(req, res, out),
     (e: unknown) => failed(req, res, e),
   );
 }
 
-export function createAuthzHandler(deps: PipelineDeps, opts: AuthzServerOptions = {}): http.RequestListener {
+export function createAuthzHandler(deps: DecisionEngine, opts: AuthzServerOptions = {}): http.RequestListener {
   const maxBody = opts.maxBodyBytes ?? 1024 * 1024;
   return (req, res) => {
     const url = req.url ?? '/';
@@ -115,7 +110,7 @@ export function createAuthzHandler(deps: PipelineDeps, opts: AuthzServerOptions 
   };
 }
 
-export function createAuthzServer(deps: PipelineDeps, opts: AuthzServerOptions = {}): http.Server {
+export function createAuthzServer(deps: DecisionEngine, opts: AuthzServerOptions = {}): http.Server {
   const server = http.createServer({ maxHeaderSize: opts.maxHeaderBytes ?? 64 * 1024, keepAliveTimeout: 65_000 }, createAuthzHandler(deps, opts));
   // Envoy and nginx keep connection pools open; let idle sockets live a little longer than theirs.
   server.headersTimeout = 66_000;

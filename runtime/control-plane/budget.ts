@@ -6,7 +6,7 @@
  * letting spend through early). Zero or absent ceilings mean no limit on that dimension.
  */
 import type { Budget } from './types.js';
-import type { BudgetPort } from './decision/types.js';
+import { overBudget } from './decision/egress.js';
 
 export const HOUR_MS = 3_600_000;
 export const DAY_MS = 86_400_000;
@@ -56,6 +56,13 @@ export interface BudgetUsage {
   costUsdLastDay: number;
 }
 
+/** Egress rate ceilings. `reserveCall` counts one call now; the function it returns undoes it. */
+export interface BudgetPort {
+  /** Undefined when within budget, else a reason naming the exceeded dimension. */
+  check(agent: string, budget: Budget | undefined, now: number): string | undefined;
+  reserveCall(agent: string, now: number): () => void;
+}
+
 export interface BudgetMeter extends BudgetPort {
   /** Adds a usage report (tokens and USD) to the agent's windows. */
   recordUsage(agent: string, tokens: number, costUsd: number, now: number): void;
@@ -74,7 +81,6 @@ export interface BudgetMeterOptions {
   maxAgents?: number;
 }
 
-const fmt = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(4).replace(/0+$/, '').replace(/\.$/, ''));
 
 export function createBudgetMeter(opts: BudgetMeterOptions = {}): BudgetMeter {
   const hourBuckets = opts.hourBuckets ?? 60;
@@ -100,25 +106,16 @@ export function createBudgetMeter(opts: BudgetMeterOptions = {}): BudgetMeter {
     return m;
   }
 
+  function usage(agent: string, now: number): BudgetUsage {
+    const m = meters.get(agent);
+    if (!m) return { tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 };
+    return { tokensLastHour: sumOf(m.tokens, now), callsLastHour: sumOf(m.calls, now), costUsdLastDay: sumOf(m.cost, now) };
+  }
+
   return {
     check(agent: string, budget: Budget | undefined, now: number): string | undefined {
-      if (!budget) return undefined;
-      const m = meters.get(agent);
-      if (!m) return undefined;
-      const { tokensPerHour: tph = 0, callsPerHour: cph = 0, costUsdPerDay: cpd = 0 } = budget;
-      if (tph > 0) {
-        const used = sumOf(m.tokens, now);
-        if (used >= tph) return `token budget exceeded: ${fmt(used)} of ${tph} tokens per hour`;
-      }
-      if (cph > 0) {
-        const used = sumOf(m.calls, now);
-        if (used >= cph) return `call budget exceeded: ${fmt(used)} of ${cph} calls per hour`;
-      }
-      if (cpd > 0) {
-        const used = sumOf(m.cost, now);
-        if (used >= cpd) return `cost budget exceeded: ${fmt(used)} of ${cpd} USD per day`;
-      }
-      return undefined;
+      if (!budget || !meters.has(agent)) return undefined;
+      return overBudget(usage(agent, now), budget);
     },
     reserveCall(agent: string, now: number): () => void {
       addTo(meterFor(agent, now).calls, now, 1);
@@ -141,11 +138,7 @@ export function createBudgetMeter(opts: BudgetMeterOptions = {}): BudgetMeter {
       if (tokens > 0) addTo(m.tokens, now, tokens);
       if (costUsd > 0) addTo(m.cost, now, costUsd);
     },
-    usage(agent: string, now: number): BudgetUsage {
-      const m = meters.get(agent);
-      if (!m) return { tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 };
-      return { tokensLastHour: sumOf(m.tokens, now), callsLastHour: sumOf(m.calls, now), costUsdLastDay: sumOf(m.cost, now) };
-    },
+    usage,
     size: () => meters.size,
   };
 }

@@ -21,12 +21,13 @@
  * EGRESS_PROXY_IDLE_TIMEOUT_MS, EGRESS_PROXY_KEEPALIVE_TIMEOUT_MS.
  */
 import type { Hono } from 'hono';
-import { int, optional, str, type Env } from '../lib/config.js';
+import { int, str, type Env } from '../lib/config.js';
 import { listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { Store } from '../store/factory.js';
 import { createApprovalQueue, registerEgressRoutes, type ApprovalQueue, type ApprovalQueueOptions } from './approvals/index.js';
-import { createForwardProxy, DEFAULT_CONNECT_PORTS, DEFAULT_LIMITS, type ForwardProxy, type ProxyLimits } from './proxy/index.js';
+import { createForwardProxy, DEFAULT_LIMITS, type ForwardProxy, type ProxyLimits } from './proxy/index.js';
+export { connectPortsFromEnv } from './proxy/target.js';
 import { startControlPlane, type ControlPlaneParts, type RunningControlPlane, type StartOptions } from './server.js';
 
 const log = logger('egress-gateway');
@@ -61,8 +62,6 @@ export interface EgressGatewayOptions {
   /** Default EGRESS_PROXY_ADDR or `:9092`. */
   addr?: string;
   limits?: Partial<ProxyLimits>;
-  /** Default EGRESS_CONNECT_PORTS or 443. */
-  connectPorts?: readonly number[];
   /** Queue overrides (tests): hold timeout, replica id, poll period, clock. */
   queue?: Partial<Pick<ApprovalQueueOptions, 'timeoutMs' | 'replicaId' | 'pollMs' | 'now'>>;
 }
@@ -96,22 +95,9 @@ export function proxyLimitsFromEnv(env: Env): ProxyLimits {
   };
 }
 
-/** `443,8443` -> [443, 8443]; throws on anything that is not a port list. */
-export function connectPortsFromEnv(env: Env): number[] {
-  const raw = optional(env, 'EGRESS_CONNECT_PORTS');
-  if (raw === undefined) return [...DEFAULT_CONNECT_PORTS];
-  const ports = raw.split(',').map((p) => p.trim()).filter(Boolean);
-  const out = ports.map(Number);
-  if (out.length === 0 || out.some((p, i) => !/^\d{1,5}$/.test(ports[i]!) || p < 1 || p > 65535)) {
-    throw new Error(`EGRESS_CONNECT_PORTS must be a comma-separated list of ports, got ${JSON.stringify(raw)}`);
-  }
-  return out;
-}
-
 export async function startEgressGateway(o: EgressGatewayOptions): Promise<EgressGateway> {
   const env = o.env ?? process.env;
-  const deps = o.plane.decision;
-  if (!deps.identity) {
+  if (!o.plane.identity) {
     log.info('forward proxy disabled: no identity authority (set AGENT_IDP_URL); egress-request routes answer 503');
     o.slot.queue = undefined;
     return { enabled: false, close: async () => {} };
@@ -119,10 +105,9 @@ export async function startEgressGateway(o: EgressGatewayOptions): Promise<Egres
   // Validate every setting before opening anything.
   const addr = o.addr ?? str(env, 'EGRESS_PROXY_ADDR', DEFAULT_PROXY_ADDR);
   const limits = { ...proxyLimitsFromEnv(env), ...o.limits };
-  const connectPorts = new Set(o.connectPorts ?? connectPortsFromEnv(env));
 
   const queue = await createApprovalQueue({ store: o.store, audit: o.plane.audit, env, now: o.plane.now, ...o.queue });
-  const proxy = createForwardProxy({ deps, queue: () => o.slot.queue, limits, policy: { connectPorts }, metricsRegistry: o.plane.metrics.registry });
+  const proxy = createForwardProxy({ engine: o.plane.engine, queue: () => o.slot.queue, limits, metricsRegistry: o.plane.metrics.registry });
   o.slot.queue = queue;
   let port: number;
   try {
@@ -133,7 +118,7 @@ export async function startEgressGateway(o: EgressGatewayOptions): Promise<Egres
     await queue.close();
     throw e;
   }
-  log.info('forward proxy listening', { port, approvalTimeoutMs: queue.timeoutMs, connectPorts: [...connectPorts] });
+  log.info('forward proxy listening', { port, approvalTimeoutMs: queue.timeoutMs, connectPorts: [...o.plane.engine.policy.current().settings.connectPorts] });
   let closed = false;
   return {
     enabled: true,
@@ -167,7 +152,7 @@ export interface RunningWithEgress {
 
 /** startControlPlane with the egress routes mounted and the gateway started on its parts. */
 export async function startControlPlaneWithEgress(
-  opts: StartOptions & Pick<EgressGatewayOptions, 'limits' | 'connectPorts' | 'queue'> & { proxyAddr?: string },
+  opts: StartOptions & Pick<EgressGatewayOptions, 'limits' | 'queue'> & { proxyAddr?: string },
 ): Promise<RunningWithEgress> {
   if (opts.extraRoutes) throw new Error('startControlPlaneWithEgress mounts its own extraRoutes');
   const slot = egressRoutesSlot();
@@ -181,7 +166,6 @@ export async function startControlPlaneWithEgress(
       env: opts.env,
       addr: opts.proxyAddr,
       limits: opts.limits,
-      connectPorts: opts.connectPorts,
       queue: opts.queue,
     });
   } catch (e) {

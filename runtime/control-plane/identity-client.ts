@@ -10,14 +10,18 @@
  *   cached egress within `pollMs` plus one round trip. If the watcher has not heard from the
  *   authority for `staleMs`, the cache is not trusted: every verification goes to the authority
  *   (which fails closed when it is down).
- * - `checkDelegation` is never cached: GET /v1/delegations/check on every regulated egress.
+ * - `checkDelegation` is never cached: GET /v1/delegations/check on every regulated egress. An
+ *   answer that could not be had is `{ok:false, unavailable:true}`: an outage, not a "no".
+ * - A standing watcher polls /v1/governance/standing (ETag) on the same period (500 ms when the
+ *   revocation watcher is off) and keeps every governed agent's status for the decision engine.
  *
  * Every method resolves (never rejects); any error or timeout answers `{ok:false, reason}`.
  */
 import { createHash } from 'node:crypto';
 import { Pool } from 'undici';
 import { errMsg, logger } from '../lib/log.js';
-import type { DelegationAnswer, DelegationQuery, IdentityPort, PresentationAnswer } from './identity-port.js';
+import { injectTrace } from '../lib/tracing.js';
+import type { DelegationAnswer, DelegationQuery, GovernanceStanding, IdentityPort, PresentationAnswer } from './identity-port.js';
 
 const log = logger('identity-client');
 
@@ -35,7 +39,17 @@ export interface IdentityClientOptions {
   /** Most cached verifications kept (oldest evicted first). Default 10 000. */
   maxEntries?: number;
   now?: () => number;
+  /** Observes each call (metrics): operation, seconds, outcome. */
+  onCall?: (operation: string, seconds: number, outcome: 'ok' | 'error' | 'timeout' | 'http_error') => void;
 }
+
+/** Metric label of a call: its route, never its query. */
+const OPERATIONS: Record<string, string> = {
+  '/v1/agents/verify-presentation': 'verify_presentation',
+  '/v1/delegations/check': 'delegation_check',
+  '/v1/revocations': 'revocations',
+  '/v1/governance/standing': 'standing',
+};
 
 interface Entry {
   answer: PresentationAnswer;
@@ -65,6 +79,8 @@ export interface IdentityClient extends IdentityPort {
   cacheSize(): number;
   /** Runs one revocation poll now; resolves true when the authority answered. */
   pollRevocations(): Promise<boolean>;
+  /** Runs one governance-standing fetch now; resolves true when the authority answered. */
+  pollStanding(): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -89,9 +105,19 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
   let closed = false;
 
   async function call(method: 'GET' | 'POST', path: string, body?: string, extra?: Record<string, string>): Promise<{ status: number; json: unknown; headers: Record<string, unknown> }> {
-    const headers: Record<string, string> = { accept: 'application/json', ...extra };
+    // The active trace context (a decision's span) travels with the call.
+    const headers: Record<string, string> = injectTrace({ accept: 'application/json', ...extra });
     if (body !== undefined) headers['content-type'] = 'application/json';
-    const res = await pool.request({ method, path: prefix + path, headers, body, signal: AbortSignal.timeout(timeoutMs) });
+    const op = OPERATIONS[path.split('?')[0] ?? ''] ?? 'other';
+    const t0 = performance.now();
+    let res: Awaited<ReturnType<typeof pool.request>>;
+    try {
+      res = await pool.request({ method, path: prefix + path, headers, body, signal: AbortSignal.timeout(timeoutMs) });
+    } catch (e) {
+      opts.onCall?.(op, (performance.now() - t0) / 1000, (e as { name?: string }).name === 'TimeoutError' ? 'timeout' : 'error');
+      throw e;
+    }
+    opts.onCall?.(op, (performance.now() - t0) / 1000, res.statusCode >= 500 ? 'http_error' : 'ok');
     if (res.statusCode === 304) {
       await res.body.dump();
       return { status: 304, json: undefined, headers: res.headers };
@@ -188,7 +214,7 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
     try {
       const qs = new URLSearchParams({ actor: q.actor, task: q.task, action: q.action, resource: q.resource });
       const { status, json } = await call('GET', `/v1/delegations/check?${qs}`);
-      if (status !== 200) return { ok: false, reason: `identity authority answered ${status}` };
+      if (status !== 200) return { ok: false, unavailable: true, reason: `identity authority answered ${status}` };
       const b = (json ?? {}) as CheckBody;
       const out: DelegationAnswer = { ok: b.ok === true, reason: str(b.reason) ?? (b.ok === true ? 'delegation approved' : 'no delegation') };
       const id = str(b.delegationId);
@@ -198,7 +224,7 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
       if (typeof b.notAfter === 'number' && Number.isFinite(b.notAfter)) out.notAfter = b.notAfter;
       return out;
     } catch (e) {
-      return { ok: false, reason: `identity authority unreachable: ${(e as Error).name === 'TimeoutError' ? 'timeout' : errMsg(e)}` };
+      return { ok: false, unavailable: true, reason: `identity authority unreachable: ${(e as Error).name === 'TimeoutError' ? 'timeout' : errMsg(e)}` };
     }
   }
 
@@ -224,6 +250,39 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
     }
   }
 
+  let standing: GovernanceStanding | undefined;
+  let standingTag: string | undefined;
+  const standingListeners = new Set<() => void>();
+
+  /** One fetch of the governance standing; true when the authority answered. */
+  async function pollStanding(): Promise<boolean> {
+    try {
+      const { status, json, headers } = await call('GET', '/v1/governance/standing', undefined, standingTag && standing ? { 'if-none-match': standingTag } : undefined);
+      if (status === 304 && standing) {
+        standing = { agents: standing.agents, fetchedAt: now() };
+        return true;
+      }
+      const agents = (json as { agents?: unknown } | undefined)?.agents;
+      if (status !== 200 || !agents || typeof agents !== 'object') return false;
+      const map = new Map<string, string>();
+      for (const [k, v] of Object.entries(agents as Record<string, unknown>)) if (typeof v === 'string') map.set(k, v);
+      standing = { agents: map, fetchedAt: now() };
+      const tag = headers.etag;
+      standingTag = typeof tag === 'string' ? tag : undefined;
+      for (const l of standingListeners) l();
+      return true;
+    } catch {
+      return false;
+    }
+  }
+  let standingTimer: NodeJS.Timeout | undefined;
+  const standingMs = pollMs > 0 ? pollMs : 500;
+  const standingLoop = async () => {
+    await pollStanding();
+    if (!closed) standingTimer = setTimeout(() => void standingLoop(), standingMs).unref();
+  };
+  void standingLoop();
+
   let timer: NodeJS.Timeout | undefined;
   let failing = false;
   const loop = async () => {
@@ -242,11 +301,18 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
     cachedPresentation: (vp, audience) => (closed ? undefined : cached(keyOf(vp, audience))),
     checkDelegation,
     pollRevocations,
+    pollStanding,
+    standing: () => standing,
+    onStanding(l) {
+      standingListeners.add(l);
+      return () => standingListeners.delete(l);
+    },
     cacheSize: () => cache.size,
     async close() {
       if (closed) return;
       closed = true;
       if (timer) clearTimeout(timer);
+      if (standingTimer) clearTimeout(standingTimer);
       cache.clear();
       byJti.clear();
       await pool.close().catch(() => {});

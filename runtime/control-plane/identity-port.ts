@@ -18,6 +18,16 @@ export interface DelegationAnswer {
   vcJti?: string;
   /** Epoch seconds. */
   notAfter?: number;
+  /** True when no answer could be had (authority unreachable, timeout, error): an outage, not a "no". */
+  unavailable?: boolean;
+}
+
+/** Every governed agent's lifecycle status, as last fetched from the identity authority. */
+export interface GovernanceStanding {
+  /** agent name -> status (`active`, `suspended`, ...). */
+  readonly agents: ReadonlyMap<string, string>;
+  /** Epoch ms of the last successful fetch (or 304). */
+  readonly fetchedAt: number;
 }
 
 export interface PresentationAnswer {
@@ -37,5 +47,9 @@ export interface IdentityPort {
    * decision whose VP is cached finish in the request tick (optional).
    */
   cachedPresentation?(vp: string, audience?: string): PresentationAnswer | undefined;
+  /** The governance standing feed, when this port keeps one (undefined before the first fetch). */
+  standing?(): GovernanceStanding | undefined;
+  /** Called when the standing's content changes. */
+  onStanding?(listener: () => void): () => void;
   close?(): Promise<void>;
 }

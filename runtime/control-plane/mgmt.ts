@@ -36,7 +36,7 @@ export interface MgmtDeps {
   /** Detail added to a ready /readyz answer (the audit chain's state); the status stays deps.ready's. */
   readyDetail?: () => Record<string, unknown>;
   /** More sub-apps (decision dry-run, egress approvals, portal), composed at the root. */
-  routes?: Hono[];
+  routes?: Hono<any, any, any>[];
   /** Mounts more routes on the same app (legacy seam of the egress approvals). */
   extraRoutes?: (app: Hono) => void;
   /** Who registry writes are attributed to in the audit log (default `mgmt-api`). */

@@ -11,15 +11,21 @@ import type http from 'node:http';
 import { createAdaptorServer } from '@hono/node-server';
 import type { Hono } from 'hono';
 import type { OpenAPIHono } from '@hono/zod-openapi';
-import { int, oneOf, optional, str, type Env } from '../lib/config.js';
+import { bool, int, oneOf, optional, str, type Env } from '../lib/config.js';
+import { envName, VP_AUDIENCE } from '../lib/brand.js';
+import { connectPortsFromEnv } from './proxy/target.js';
 import { close as closeServer, listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { Store, StoreOptions } from '../store/factory.js';
 import { auditHealth, auditOptionsFromEnv, openAuditChain, registerAuditMetrics, type AuditChain } from './audit/index.js';
 import { createAuthzServer } from './authz-server.js';
 import { createBudgetMeter, type BudgetMeter } from './budget.js';
-import type { PipelineDeps } from './decision/pipeline.js';
-import type { IdentityMode } from './decision/types.js';
+import { createDecisionEngine, type DecisionEngine } from './decision/engine.js';
+import { createPolicySource } from './decision/policy.js';
+import { decisionRoutes } from './decision/routes.js';
+import type { DecisionSettings, IdentityMode } from './decision/types.js';
+import { callTicketKey, createCallTickets } from './tickets.js';
+import { trustedPeers } from '../lib/net.js';
 import type { IdentityPort } from './identity-port.js';
 import { createIdentityClient } from './identity-client.js';
 import { createMetrics, type ControlPlaneMetrics } from './metrics.js';
@@ -50,8 +56,8 @@ export interface ControlPlaneParts {
   audit: AuditChain;
   budget: BudgetMeter;
   metrics: ControlPlaneMetrics;
-  /** The decision deps, for callers that run the same egress decision (the forward proxy). */
-  decision: PipelineDeps;
+  /** The decision engine every enforcement point runs (/authz, the forward proxy, the dry-run). */
+  engine: DecisionEngine;
   identity?: IdentityPort;
   now: () => number;
 }
@@ -72,6 +78,8 @@ export interface ControlPlaneOptions {
   durableAudit?: boolean;
   /** Workforce OIDC override (tests); default from OIDC_* env. */
   oidc?: Parameters<typeof createOidcVerifier>[0];
+  /** CONNECT ports open to hosts outside the registry; default EGRESS_CONNECT_PORTS or 443. */
+  connectPorts?: readonly number[];
 }
 
 export interface ControlPlane extends ControlPlaneParts {
@@ -123,27 +131,31 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const budget = createBudgetMeter();
   const metrics = createMetrics({ known: (n) => registry.get(n) !== undefined });
   registerAuditMetrics(metrics.registry, audit);
-
-  const decision: PipelineDeps = {
-    registry,
-    budget,
-    identity,
-    oidc,
-    opa,
+  const pollMs = int(env, 'AGENT_IDP_REVOCATION_POLL_MS', 500);
+  const settings: DecisionSettings = {
     identityMode,
-    vpAudience: optional(env, 'AGENT_VP_AUDIENCE'),
-    identityTimeoutMs,
-    now,
-    audit,
-    meter: metrics,
+    identityAuthority: !!identity,
+    oidc: !!oidc,
+    opa: !!opa,
+    vpAudience: optional(env, 'AGENT_VP_AUDIENCE') ?? VP_AUDIENCE,
+    requireGoverned: bool(env, envName('REQUIRE_GOVERNED'), false),
+    governanceMaxAgeMs: Math.max(3 * (pollMs > 0 ? pollMs : 500), 2000),
+    connectPorts: new Set(opts.connectPorts ?? connectPortsFromEnv(env)),
   };
+  const tickets = createCallTickets(await callTicketKey(opts.store), now);
+  const engine = createDecisionEngine({
+    policy: createPolicySource({ registry, standing: identity?.standing ? () => identity.standing!() : undefined, settings }),
+    ports: { identity, oidc, opa, budget, tickets, identityTimeoutMs, now },
+    sinks: { budget, audit, meter: metrics, tickets, now },
+    trustedPeer: trustedPeers(optional(env, 'TRUSTED_PROXIES') ?? ''),
+  });
 
   const recordUsage = (r: UsageReport) => {
     budget.recordUsage(r.agent, r.tokens, r.costUsd, now());
     metrics.recordUsage(r.agent, r.model, r.tokens, r.costUsd);
   };
 
-  const parts: ControlPlaneParts = { registry, audit, budget, metrics, decision, identity, now };
+  const parts: ControlPlaneParts = { registry, audit, budget, metrics, engine, identity, now };
   let closed = false;
   const mgmtApp = createMgmtApp({
     registry,
@@ -152,10 +164,10 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     metricsText: () => metrics.text(),
     ready: () => !closed,
     readyDetail: () => ({ audit: auditHealth(audit) }),
-    routes: [portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') })],
+    routes: [decisionRoutes(engine), portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') })],
     extraRoutes: opts.extraRoutes ? (app) => opts.extraRoutes!(app, parts) : undefined,
   });
-  const authzServer = createAuthzServer(decision);
+  const authzServer = createAuthzServer(engine);
 
   log.info('control plane ready', {
     identityMode,

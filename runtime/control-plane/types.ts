@@ -101,4 +101,6 @@ export interface Decision {
   headers: Record<string, string>;
   /** Set when the egress target needs a human decision (regulated, no delegation). */
   needsApproval?: boolean;
+  /** Proxy: no usable credential was presented (answered 407 with a challenge). */
+  challenge?: boolean;
 }

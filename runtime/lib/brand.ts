@@ -25,6 +25,8 @@ export const H = {
   needsApproval: header('Needs-Approval').toLowerCase(),
   denyReason: header('Deny-Reason').toLowerCase(),
   requestId: header('Request-Id').toLowerCase(),
+  policyVersion: header('Policy-Version').toLowerCase(),
+  callTicket: header('Call-Ticket').toLowerCase(),
 } as const;
 
 /** `writ_<name>` Prometheus metric names. */

@@ -1,19 +1,19 @@
 /**
- * Table-driven tests of the pure decision core, one row per case of SPEC 4.1 (plus the choices
- * documented in ../README.md). Ports are in-memory fakes; the budget meter is the real one with
- * an injected clock.
+ * Table tests of the decision (SPEC 4.1 and the choices in ../README.md). The pure `evaluate`
+ * is tested with plain answers; the rows further down run the whole gather -> evaluate -> commit
+ * through `authorize` with ports that are answer tables (a VP token -> its verification, a
+ * token -> its claims), the in-memory budget meter and an injected clock.
  */
 import { describe, expect, it } from 'vitest';
 import { H } from '../../lib/brand.js';
-import type { IdentityPort } from '../identity-port.js';
+import type { DelegationAnswer, IdentityPort, PresentationAnswer } from '../identity-port.js';
 import type { AuditEntry, Service } from '../types.js';
-import { createBudgetMeter, HOUR_MS } from '../budget.js';
-import { decideEgress } from './egress.js';
-import { decideIngress } from './ingress.js';
-import { authorizeEgress, authorizeIngress } from './pipeline.js';
+import { createBudgetMeter, HOUR_MS, type BudgetMeter } from '../budget.js';
+import { authorize } from './engine.js';
 import { factsFromHeaders } from './facts.js';
 import { bearerToken, hasScopes, isVpJwt } from './credentials.js';
-import type { DecisionDeps, EgressFacts, IngressFacts, OidcPort, OpaPort, Outcome, RegistryView } from './types.js';
+import { engineOf } from './testkit.js';
+import { type DecisionSettings, type EgressFacts, type Evaluation, type IngressFacts, type OidcPort, type OpaPort } from './types.js';
 
 const T0 = Date.UTC(2026, 5, 1, 9, 0, 0);
 const NOT_AFTER = Math.floor(T0 / 1000) + 3600;
@@ -29,7 +29,7 @@ const SERVICES: Service[] = [
     allowModels: ['gpt'],
     allowTools: ['search', 'ledger'],
     allowAgents: ['helper'],
-    egressAllow: ['orders'],
+    egressAllow: ['orders', 'api.example.com', 'files.example.com:8443'],
   },
   { name: 'helper', upstream: 'helper.agents.svc:8080', kind: 'agent' },
   { name: 'gpt', upstream: 'broker.writ.svc:8080', kind: 'model' },
@@ -39,19 +39,20 @@ const SERVICES: Service[] = [
   { name: 'kindless', upstream: 'kindless.svc:80' },
 ];
 
-function registryOf(list: Service[]): RegistryView {
-  const m = new Map(list.map((s) => [s.name, s]));
-  return { get: (n) => m.get(n), list: () => [...m.values()] };
-}
-
-/** VP strings the fake identity authority knows. */
-const VPS: Record<string, { ok: boolean; agentName?: string; agentDid?: string; reason: string }> = {
+/** VP strings and their verification: an answer table. */
+const VPS: Record<string, PresentationAnswer> = {
   'vp-bot': { ok: true, agentName: 'bot', agentDid: 'did:key:zBot', reason: 'ok' },
   'vp-helper': { ok: true, agentName: 'helper', agentDid: 'did:key:zHelper', reason: 'ok' },
   'vp-revoked': { ok: false, reason: 'membership VC revoked' },
 };
 
-type DelegationMode = 'ok' | 'no' | 'error' | 'hang' | 'expired';
+type DelegationMode = 'ok' | 'no' | 'error' | 'hang' | 'expired' | 'down';
+const DELEGATIONS: Record<Exclude<DelegationMode, 'error' | 'hang'>, DelegationAnswer> = {
+  ok: { ok: true, reason: 'ok', delegationId: 'del-1', vcJti: 'jti-1', notAfter: NOT_AFTER },
+  no: { ok: false, reason: 'no approved delegation' },
+  expired: { ok: true, reason: 'ok', vcJti: 'jti-1', notAfter: Math.floor(T0 / 1000) - 1 },
+  down: { ok: false, unavailable: true, reason: 'identity authority unreachable: connect ECONNREFUSED' },
+};
 
 function identityFake(mode: DelegationMode = 'ok', seen: unknown[] = []): IdentityPort {
   return {
@@ -63,22 +64,21 @@ function identityFake(mode: DelegationMode = 'ok', seen: unknown[] = []): Identi
       seen.push(q);
       if (mode === 'error') throw new Error('connection refused');
       if (mode === 'hang') return new Promise(() => {});
-      if (mode === 'no') return { ok: false, reason: 'no approved delegation' };
-      if (mode === 'expired') return { ok: true, reason: 'ok', vcJti: 'jti-1', notAfter: Math.floor(T0 / 1000) - 1 };
-      return { ok: true, reason: 'ok', delegationId: 'del-1', vcJti: 'jti-1', notAfter: NOT_AFTER };
+      return DELEGATIONS[mode];
     },
   };
 }
 
+const CLAIMS: Record<string, Record<string, unknown>> = {
+  'tok-plain': { sub: 'alice' },
+  'tok-scope': { sub: 'bob', scope: 'openid payroll.read' },
+  'tok-scp-str': { sub: 'carol', scp: 'payroll.read other' },
+  'tok-scp-arr': { sub: 'dave', scp: ['x', 'payroll.read'] },
+  'tok-crlf': { sub: 'mallory\r\nX-Writ-Subject: admin' },
+};
 const oidcFake: OidcPort = {
   async verify(token) {
-    const claims: Record<string, Record<string, unknown>> = {
-      'tok-plain': { sub: 'alice' },
-      'tok-scope': { sub: 'bob', scope: 'openid payroll.read' },
-      'tok-scp-str': { sub: 'carol', scp: 'payroll.read other' },
-      'tok-scp-arr': { sub: 'dave', scp: ['x', 'payroll.read'] },
-    };
-    const c = claims[token];
+    const c = CLAIMS[token];
     return c ? { ok: true, subject: String(c.sub), claims: c } : { ok: false, reason: 'bad signature' };
   },
 };
@@ -90,15 +90,27 @@ const opa = (allow: boolean | 'throw'): OpaPort => ({
   },
 });
 
-function deps(over: Partial<DecisionDeps> = {}): DecisionDeps {
-  return {
-    registry: registryOf(SERVICES),
-    budget: createBudgetMeter(),
-    identityMode: 'header',
-    identityTimeoutMs: 50,
-    now: () => T0,
-    ...over,
-  };
+interface Over {
+  identity?: IdentityPort;
+  oidc?: OidcPort;
+  opa?: OpaPort;
+  identityMode?: DecisionSettings['identityMode'];
+  services?: Service[];
+  budget?: BudgetMeter;
+  now?: () => number;
+}
+
+/** Gather, evaluate and commit one decision against an engine built from `over`. */
+async function run(facts: IngressFacts | EgressFacts, over: Over = {}): Promise<Evaluation> {
+  const e = engineOf(over.services ?? SERVICES, {
+    identity: over.identity,
+    oidc: over.oidc,
+    opa: over.opa,
+    settings: over.identityMode ? { identityMode: over.identityMode } : {},
+    now: over.now ?? (() => T0),
+    budget: over.budget,
+  });
+  return authorize(e, facts);
 }
 
 interface Expect {
@@ -111,38 +123,38 @@ interface Expect {
   label?: string;
 }
 
-function check(out: Outcome, e: Expect) {
+function check(out: Evaluation, e: Expect) {
+  const audit = out.effects.audit;
   expect(out.decision.status).toBe(e.status);
   expect(out.decision.allow).toBe(e.status === 200);
   expect(out.decision.rule).toBe(e.rule);
-  expect(out.audit.allow).toBe(e.status === 200);
-  expect(out.audit.rule).toBe(e.rule);
-  expect(out.audit.reason).toBe(out.decision.reason);
+  expect(audit.allow).toBe(e.status === 200);
+  expect(audit.rule).toBe(e.rule);
+  expect(audit.reason).toBe(out.decision.reason);
   if (e.reason) expect(out.decision.reason).toMatch(e.reason);
   for (const [k, v] of Object.entries(e.headers ?? {})) expect(out.decision.headers[k]).toBe(v);
   if (e.status !== 200) {
     expect(out.decision.headers[H.subject]).toBeUndefined();
     expect(out.decision.headers[H.upstream]).toBeUndefined();
   }
-  if (e.action) expect(out.audit.action).toBe(e.action);
+  if (e.action) expect(audit.action).toBe(e.action);
   for (const [k, v] of Object.entries(e.audit ?? {})) {
-    if (v === undefined) expect(out.audit).not.toHaveProperty(k);
-    else expect((out.audit as unknown as Record<string, unknown>)[k]).toEqual(v);
+    if (v === undefined) expect(audit).not.toHaveProperty(k);
+    else expect((audit as unknown as Record<string, unknown>)[k]).toEqual(v);
   }
-  if (e.label) expect(out.serviceLabel).toBe(e.label);
+  if (e.label) expect(out.effects.serviceLabel).toBe(e.label);
 }
 
 // ---------------------------------------------------------------- ingress
 
 interface IngressRow {
   name: string;
-  facts: IngressFacts;
-  deps?: Partial<DecisionDeps>;
+  facts: Omit<IngressFacts, 'kind'>;
+  deps?: Over;
   expect: Expect;
 }
 
 const OIDC = { oidc: oidcFake };
-
 const ingressRows: IngressRow[] = [
   { name: 'public service, no credentials -> 200', facts: { service: 'web' }, expect: { status: 200, rule: 'inline', headers: { [H.subject]: 'anonymous', [H.upstream]: 'web.default.svc:80' }, action: 'authz', audit: { service: 'web', subject: 'anonymous' }, label: 'web' } },
   { name: 'public service, OIDC on, no credentials -> 200', facts: { service: 'web' }, deps: OIDC, expect: { status: 200, rule: 'inline' } },
@@ -170,24 +182,19 @@ const ingressRows: IngressRow[] = [
   { name: 'X-Writ-Service wins over host', facts: { service: 'orders', host: 'web' }, expect: { status: 403, rule: 'inline' } },
   { name: 'OPA allows', facts: { service: 'web' }, deps: { opa: opa(true) }, expect: { status: 200, rule: 'inline' } },
   { name: 'OPA vetoes -> 403 opa', facts: { service: 'web' }, deps: { opa: opa(false) }, expect: { status: 403, rule: 'opa', reason: /policy denied/ } },
-  { name: 'OPA throws -> 403 opa (fail closed)', facts: { service: 'web' }, deps: { opa: opa('throw') }, expect: { status: 403, rule: 'opa', reason: /decision error: boom/ } },
+  { name: 'OPA throws -> 403 opa (fail closed)', facts: { service: 'web' }, deps: { opa: opa('throw') }, expect: { status: 403, rule: 'opa', reason: /decision error: OPA failed: boom/ } },
   { name: 'OPA not consulted when inline denies', facts: { service: 'orders' }, deps: { opa: opa(true) }, expect: { status: 403, rule: 'inline' } },
-  {
-    name: 'registry throwing -> 403 registry (fail closed)',
-    facts: { service: 'web' },
-    deps: { registry: { get: () => { throw new Error('snapshot gone'); }, list: () => [] } },
-    expect: { status: 403, rule: 'registry', reason: /snapshot gone/ },
-  },
+  { name: 'OIDC subject that is not a header value -> 401, never an allow without X-Writ-Subject', facts: { service: 'orders', authorization: 'Bearer tok-crlf' }, deps: OIDC, expect: { status: 401, rule: 'identity', reason: /not a valid header value/ } },
 ];
 
-describe('decideIngress (SPEC 4.1)', () => {
+describe('ingress (SPEC 4.1)', () => {
   it.each(ingressRows)('$name', async (row) => {
-    check(await decideIngress(row.facts, deps(row.deps)), row.expect);
+    check(await run({ kind: 'ingress', ...row.facts }, row.deps), row.expect);
   });
 
   it('OPA sees the facts, not the credential', async () => {
     let input: Record<string, unknown> = {};
-    await decideIngress({ service: 'orders', authorization: 'Bearer tok-plain', method: 'GET', path: '/x' }, deps({ oidc: oidcFake, opa: { evaluate: async (i) => ((input = i), { allow: true, reason: '' }) } }));
+    await run({ kind: 'ingress', service: 'orders', authorization: 'Bearer tok-plain', method: 'GET', requestPath: '/x' }, { oidc: oidcFake, opa: { evaluate: async (i) => ((input = i), { allow: true, reason: '' }) } });
     expect(input).toMatchObject({ path: 'ingress', service: 'orders', subject: 'alice', method: 'GET', requestPath: '/x' });
     expect(JSON.stringify(input)).not.toContain('tok-plain');
   });
@@ -198,14 +205,13 @@ describe('decideIngress (SPEC 4.1)', () => {
 interface EgressRow {
   name: string;
   facts: Partial<EgressFacts>;
-  deps?: Partial<DecisionDeps>;
+  deps?: Over;
   expect: Expect;
 }
 
 const ID = { identity: identityFake() };
-const base: EgressFacts = { actor: 'bot', onBehalfOf: 'alice@example.com', task: 't-1', target: 'search', action: 'search:query', resource: 'index/a', via: 'authz' };
+const base: EgressFacts = { kind: 'egress', via: 'authz', actor: 'bot', onBehalfOf: 'alice@example.com', task: 't-1', target: 'search', action: 'search:query', resource: 'index/a' };
 const fakeVpJwt = (claims: Record<string, unknown>) => `${Buffer.from('{"alg":"EdDSA"}').toString('base64url')}.${Buffer.from(JSON.stringify(claims)).toString('base64url')}.c2ln`;
-
 const egressRows: EgressRow[] = [
   { name: 'tool in allowTools -> 200, audit tool.read', facts: {}, expect: { status: 200, rule: 'inline', action: 'tool.read', headers: { [H.subject]: 'alice@example.com', [H.upstream]: 'search.tools.svc:8080', [H.actor]: 'bot', [H.agentDid]: undefined }, audit: { actor: 'bot', subject: 'alice@example.com', task: 't-1', service: 'search' }, label: 'search' } },
   { name: 'model in allowModels -> 200, audit model.invoke', facts: { target: 'gpt' }, expect: { status: 200, rule: 'inline', action: 'model.invoke' } },
@@ -264,17 +270,18 @@ const egressRows: EgressRow[] = [
   { name: 'OPA throws -> 403 opa', facts: {}, deps: { opa: opa('throw') }, expect: { status: 403, rule: 'opa' } },
   { name: 'OPA vetoes a delegated call -> 403 opa, no delegation on the audit row', facts: { target: 'ledger' }, deps: { ...ID, opa: opa(false) }, expect: { status: 403, rule: 'opa', audit: { delegationId: undefined } } },
   // proxy reuse
-  { name: 'via proxy with a resolved target: audit egress.proxy', facts: { target: undefined, resolvedTarget: SERVICES.find((s) => s.name === 'orders'), via: 'proxy' }, expect: { status: 200, rule: 'inline', action: 'egress.proxy', audit: { service: 'orders' } } },
+  { name: 'regulated, identity authority down -> 403 (an outage is not an approval question)', facts: { target: 'ledger' }, deps: { identity: identityFake('down') }, expect: { status: 403, rule: 'delegation', reason: /unreachable/ } },
+  { name: 'ingress-style header injection in on-behalf-of -> 403 identity', facts: { onBehalfOf: 'a\r\nb' }, expect: { status: 403, rule: 'identity', reason: /header value/ } },
 ];
 
-describe('decideEgress (SPEC 4.1)', () => {
+describe('egress (SPEC 4.1)', () => {
   it.each(egressRows)('$name', async (row) => {
-    check(await decideEgress({ ...base, ...row.facts }, deps(row.deps)), row.expect);
+    check(await run({ ...base, ...row.facts }, row.deps), row.expect);
   });
 
   it('asks for the delegation with actor, task, action, resource and the VP with the default audience', async () => {
     const seen: unknown[] = [];
-    await decideEgress({ ...base, target: 'ledger', vp: 'vp-bot' }, deps({ identity: identityFake('ok', seen) }));
+    await run({ ...base, target: 'ledger', vp: 'vp-bot' }, { identity: identityFake('ok', seen) });
     expect(seen).toEqual([
       { vp: 'vp-bot', audience: 'writ-egress' },
       { actor: 'bot', task: 't-1', action: 'search:query', resource: 'index/a' },
@@ -283,92 +290,92 @@ describe('decideEgress (SPEC 4.1)', () => {
 
   it('checks the delegation on every regulated call (no caching)', async () => {
     const seen: unknown[] = [];
-    const d = deps({ identity: identityFake('ok', seen) });
-    for (let i = 0; i < 3; i++) expect((await decideEgress({ ...base, target: 'ledger' }, d)).decision.status).toBe(200);
+    for (let i = 0; i < 3; i++) expect((await run({ ...base, target: 'ledger' }, { identity: identityFake('ok', seen) })).decision.status).toBe(200);
     expect(seen).toHaveLength(3);
   });
 });
 
 describe('budgets in the egress decision', () => {
-  const withBudget = (budget: Service['budget']) => registryOf(SERVICES.map((s) => (s.name === 'bot' ? { ...s, budget } : s)));
+  const withBudget = (budget: Service['budget']) => SERVICES.map((s) => (s.name === 'bot' ? { ...s, budget } : s));
 
   it('calls per hour: each allowed decision counts, denied ones do not, the window slides', async () => {
     let now = T0;
     const budget = createBudgetMeter();
-    const d = deps({ registry: withBudget({ callsPerHour: 2 }), budget, now: () => now });
-    expect((await decideEgress({ ...base, target: 'notes' }, d)).decision.status).toBe(403); // not allowlisted: not counted
-    expect((await decideEgress(base, d)).decision.status).toBe(200);
-    expect((await decideEgress(base, d)).decision.status).toBe(200);
-    const over = await decideEgress(base, d);
+    const d = { services: withBudget({ callsPerHour: 2 }), budget, now: () => now };
+    expect((await run({ ...base, target: 'notes' }, d)).decision.status).toBe(403); // not allowlisted: not counted
+    expect((await run(base, d)).decision.status).toBe(200);
+    expect((await run(base, d)).decision.status).toBe(200);
+    const over = await run(base, d);
     check(over, { status: 403, rule: 'inline', reason: /call budget exceeded: 2 of 2 calls per hour/ });
     now = T0 + HOUR_MS - 1;
-    expect((await decideEgress(base, d)).decision.status).toBe(403);
+    expect((await run(base, d)).decision.status).toBe(403);
     now = T0 + HOUR_MS + HOUR_MS / 60 + 1;
-    expect((await decideEgress(base, d)).decision.status).toBe(200);
+    expect((await run(base, d)).decision.status).toBe(200);
   });
 
   it('a call denied by a later layer (OPA) is not counted', async () => {
     const budget = createBudgetMeter();
-    const d = deps({ registry: withBudget({ callsPerHour: 1 }), budget });
-    expect((await decideEgress(base, { ...d, opa: opa(false) })).decision.status).toBe(403);
+    const d = { services: withBudget({ callsPerHour: 1 }), budget };
+    expect((await run(base, { ...d, opa: opa(false) })).decision.status).toBe(403);
     expect(budget.usage('bot', T0).callsLastHour).toBe(0);
-    expect((await decideEgress(base, d)).decision.status).toBe(200);
+    expect((await run(base, d)).decision.status).toBe(200);
     expect(budget.usage('bot', T0).callsLastHour).toBe(1);
   });
 
   it('tokens per hour from usage reports, with expiry', async () => {
     let now = T0;
     const budget = createBudgetMeter();
-    const d = deps({ registry: withBudget({ tokensPerHour: 1000 }), budget, now: () => now });
+    const d = { services: withBudget({ tokensPerHour: 1000 }), budget, now: () => now };
     budget.recordUsage('bot', 999, 0, now);
-    expect((await decideEgress(base, d)).decision.status).toBe(200);
+    expect((await run(base, d)).decision.status).toBe(200);
     budget.recordUsage('bot', 1, 0, now);
-    check(await decideEgress(base, d), { status: 403, rule: 'inline', reason: /token budget exceeded: 1000 of 1000/ });
+    check(await run(base, d), { status: 403, rule: 'inline', reason: /token budget exceeded: 1000 of 1000/ });
     now += HOUR_MS + 2 * 60_000;
-    expect((await decideEgress(base, d)).decision.status).toBe(200);
+    expect((await run(base, d)).decision.status).toBe(200);
   });
 
   it('USD per day from usage reports, with expiry', async () => {
     let now = T0;
     const budget = createBudgetMeter();
-    const d = deps({ registry: withBudget({ costUsdPerDay: 2.5 }), budget, now: () => now });
+    const d = { services: withBudget({ costUsdPerDay: 2.5 }), budget, now: () => now };
     budget.recordUsage('bot', 10, 2.5, now);
-    check(await decideEgress(base, d), { status: 403, rule: 'inline', reason: /cost budget exceeded: 2.5 of 2.5 USD per day/ });
+    check(await run(base, d), { status: 403, rule: 'inline', reason: /cost budget exceeded: 2.5 of 2.5 USD per day/ });
     now += 23 * HOUR_MS;
-    expect((await decideEgress(base, d)).decision.status).toBe(403);
+    expect((await run(base, d)).decision.status).toBe(403);
     now = T0 + 24 * HOUR_MS + 16 * 60_000;
-    expect((await decideEgress(base, d)).decision.status).toBe(200);
+    expect((await run(base, d)).decision.status).toBe(200);
   });
 
   it('zero ceilings are no limit', async () => {
     const budget = createBudgetMeter();
     budget.recordUsage('bot', 1e9, 1e9, T0);
-    const d = deps({ registry: withBudget({ tokensPerHour: 0, callsPerHour: 0, costUsdPerDay: 0 }), budget });
-    expect((await decideEgress(base, d)).decision.status).toBe(200);
+    const d = { services: withBudget({ tokensPerHour: 0, callsPerHour: 0, costUsdPerDay: 0 }), budget };
+    expect((await run(base, d)).decision.status).toBe(200);
   });
 
   it('budget is checked after the allowlist', async () => {
     const budget = createBudgetMeter();
     budget.recordUsage('bot', 5000, 0, T0);
-    const d = deps({ registry: withBudget({ tokensPerHour: 10 }), budget });
-    expect((await decideEgress({ ...base, target: 'notes' }, d)).decision.reason).toMatch(/allowTools/);
+    const d = { services: withBudget({ tokensPerHour: 10 }), budget };
+    expect((await run({ ...base, target: 'notes' }, d)).decision.reason).toMatch(/allowTools/);
   });
 });
 
-describe('pipeline: audit then metrics', () => {
+describe('commit: audit then metrics', () => {
   it('appends the audit row and observes the decision', async () => {
-    const rows: AuditEntry[] = [];
     const observed: unknown[] = [];
-    const d = { ...deps(), audit: { append: (e: AuditEntry) => rows.push(e) }, meter: { observeDecision: (...a: unknown[]) => observed.push(a.slice(0, 3)) } };
-    await authorizeIngress({ service: 'web' }, d);
-    await authorizeEgress({ ...base, target: 'nowhere' }, d);
-    expect(rows.map((r) => [r.action, r.allow])).toEqual([['authz', true], ['egress', false]]);
+    const e = engineOf(SERVICES, { now: () => T0 });
+    const withMeter = { ...e, sinks: { ...e.sinks, meter: { observeDecision: (...a: unknown[]) => observed.push(a.slice(0, 3)) } } };
+    await authorize(withMeter, { kind: 'ingress', service: 'web' });
+    await authorize(withMeter, { ...base, target: 'nowhere' });
+    expect(e.audit.map((r) => [r.action, r.allow])).toEqual([['authz', true], ['egress', false]]);
     expect(observed).toEqual([['web', true, 'inline'], ['unknown', false, 'registry']]);
   });
 
   it('an audit failure turns an allow into a deny', async () => {
-    const d = { ...deps(), audit: { append: () => { throw new Error('disk full'); } } };
-    const out = await authorizeIngress({ service: 'web' }, d);
+    const e = engineOf(SERVICES);
+    const failing = { ...e, sinks: { ...e.sinks, audit: { append: () => { throw new Error('disk full'); } } } };
+    const out = await authorize(failing, { kind: 'ingress', service: 'web' });
     expect(out.decision).toMatchObject({ allow: false, status: 403 });
     expect(out.decision.reason).toMatch(/audit unavailable: disk full/);
     expect(out.decision.headers).toEqual({});
@@ -378,10 +385,12 @@ describe('pipeline: audit then metrics', () => {
 describe('facts and credentials', () => {
   it('X-Writ-Actor selects egress, everything else is ingress', () => {
     const e = factsFromHeaders({ [H.actor]: 'bot', [H.service]: 'gpt', [H.targetKind]: 'model', authorization: 'Bearer x', host: 'h' });
-    expect(e).toMatchObject({ path: 'egress', facts: { actor: 'bot', target: 'gpt', targetKind: 'model', authorization: 'Bearer x', via: 'authz' } });
-    const i = factsFromHeaders({ host: 'web:80', 'x-forwarded-host': 'orders' }, { method: 'GET', path: '/a' });
-    expect(i).toEqual({ path: 'ingress', facts: { service: undefined, host: 'orders', authorization: undefined, method: 'GET', path: '/a' } });
-    expect(factsFromHeaders({ [H.actor]: '' }).path).toBe('egress');
+    expect(e).toMatchObject({ kind: 'egress', actor: 'bot', target: 'gpt', targetKind: 'model', authorization: 'Bearer x', via: 'authz' });
+    const trusted = factsFromHeaders({ host: 'web:80', 'x-forwarded-host': 'orders' }, { method: 'GET', path: '/a', trustedPeer: true });
+    expect(trusted).toEqual({ kind: 'ingress', service: undefined, host: 'orders', authorization: undefined, method: 'GET', requestPath: '/a' });
+    // From anyone else a forwarded host is ignored: it cannot pick the target.
+    expect(factsFromHeaders({ host: 'orders', 'x-forwarded-host': 'web' })).toMatchObject({ kind: 'ingress', host: 'orders' });
+    expect(factsFromHeaders({ [H.actor]: '' }).kind).toBe('egress');
   });
 
   it('bearer parsing, VP shape and scopes', () => {

@@ -1,22 +1,21 @@
 /**
- * Egress decision, SPEC 4.1: "may this agent make this call, on behalf of this human, for this
- * task, right now?". Order: agent token, VP, registry (actor and target), allowlist, budget,
- * delegation (regulated targets), optional OPA veto. Audit and metrics are the caller's
- * (pipeline.ts); the forward proxy calls this same function with `via: 'proxy'` and a target it
- * resolved from host:port. Any exception is a deny (fail closed).
+ * Egress evaluation, SPEC 4.1: "may this agent make this call, on behalf of this human, for this
+ * task, right now?". Pure. Order: agent token and VP (identity), governance standing (identity),
+ * registry (actor and target; through the proxy the target is resolved from host:port),
+ * allowlist, budget, delegation for regulated targets (or a human's approval of a held proxy
+ * request), optional OPA veto. /authz and the forward proxy evaluate the same function.
  */
-import { H, VP_AUDIENCE } from '../../lib/brand.js';
-import { errMsg } from '../../lib/log.js';
-import type { AuditAction, Service } from '../types.js';
-import type { DelegationAnswer } from '../identity-port.js';
+import { H } from '../../lib/brand.js';
+import type { BudgetUsage } from '../budget.js';
+import type { AuditAction, Budget, Decision, Service } from '../types.js';
 import { bearerToken, isVpJwt } from './credentials.js';
-import { UNKNOWN_LABEL, allow, auditOf, deny } from './outcome.js';
-import { drive, wait, type Step } from './maybe.js';
-import type { DecisionDeps, EgressFacts, Outcome, Rule } from './types.js';
+import { HEADER_SAFE, Run } from './run.js';
+import { isFailure, type Answers, type EgressFacts, type Evaluation, type PolicySnapshot, type ProxyHop, type RegistryView, type Step } from './types.js';
 
-const DEFAULT_IDENTITY_TIMEOUT_MS = 2000;
+export const EXTERNAL = 'external';
+const ACTIVE = 'active';
 
-/** Audit action by target kind (SPEC 2.3, 6). */
+/** Audit action by target kind (SPEC 2.3, 6); every proxy decision is `egress.proxy`. */
 export function egressAction(kind: string | undefined, via: EgressFacts['via']): AuditAction {
   if (via === 'proxy') return 'egress.proxy';
   if (kind === 'model') return 'model.invoke';
@@ -34,190 +33,237 @@ export function allowListFor(actor: Service, kind: string): { list: readonly str
   return { list: actor.egressAllow ?? [], field: 'egressAllow' };
 }
 
-class Timeout extends Error {}
+const allowedFor = (actor: Service, svc: Service) => allowListFor(actor, svc.kind ?? '').list.includes(svc.name);
 
-function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const t = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Timeout(`${what} timed out after ${ms} ms`)), ms);
-  });
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+/**
+ * The registry entry a proxied host:port reaches. Several entries may share one upstream (models
+ * behind one broker): the first by name the agent may reach wins, else the first by name.
+ */
+export function resolveUpstream(reg: RegistryView, hostPort: string, actor: Service): Service | undefined {
+  const hits = reg.byUpstream(hostPort);
+  return hits.find((s) => allowedFor(actor, s)) ?? hits[0];
 }
 
 /**
- * The outcome itself when nothing had to be awaited (no VP, no regulated target, no OPA), else a
- * promise of it (see maybe.ts). The first identity call, if any, is made synchronously.
+ * The egressAllow entry naming an external host: an exact `host:port`, or a bare `host` on the
+ * scheme's default port (80 for plain HTTP, a CONNECT port for tunnels). A registry name in
+ * egressAllow names that registry entry only, never a host name.
  */
-export function decideEgress(facts: EgressFacts, deps: DecisionDeps): Outcome | Promise<Outcome> {
-  return drive(egress(facts, deps));
+export function externalAllowEntry(actor: Service, hop: ProxyHop, reg: RegistryView, connectPorts: ReadonlySet<number>): string | undefined {
+  const list = actor.egressAllow ?? [];
+  for (const e of list) if (e.toLowerCase() === hop.hostPort) return e;
+  const defaultPort = hop.connect ? connectPorts.has(hop.port) : hop.port === 80;
+  if (!defaultPort) return undefined;
+  for (const e of list) if (!e.includes(':') && e.toLowerCase() === hop.host && !reg.get(e)) return e;
+  return undefined;
 }
 
-/** One egress decision's state, filled in as the layers pass; what its outcome is built from. */
-interface EgressRun {
-  readonly facts: EgressFacts;
-  readonly actorName: string;
-  readonly subject: string;
-  target?: Service;
-  kind?: string;
-  agentDid?: string;
-  delegation?: Outcome['delegation'];
-  releaseCall?: () => void;
+const fmt = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(4).replace(/0+$/, '').replace(/\.$/, ''));
+
+/** The budget dimension `usage` exceeds, if any (zero or absent ceilings: no limit). */
+export function overBudget(usage: BudgetUsage, budget: Budget | undefined, opts: { calls?: boolean } = {}): string | undefined {
+  if (!budget) return undefined;
+  const { tokensPerHour: tph = 0, callsPerHour: cph = 0, costUsdPerDay: cpd = 0 } = budget;
+  if (tph > 0 && usage.tokensLastHour >= tph) return `token budget exceeded: ${fmt(usage.tokensLastHour)} of ${tph} tokens per hour`;
+  if (opts.calls !== false && cph > 0 && usage.callsLastHour >= cph) return `call budget exceeded: ${fmt(usage.callsLastHour)} of ${cph} calls per hour`;
+  if (cpd > 0 && usage.costUsdLastDay >= cpd) return `cost budget exceeded: ${fmt(usage.costUsdLastDay)} of ${cpd} USD per day`;
+  return undefined;
 }
 
-/** The outcome of a decision; a deny releases the budget call reserved for it. */
-function egressOutcome(st: EgressRun, d: Outcome['decision']): Outcome {
-  if (!d.allow) st.releaseCall?.();
-  const { facts, target, delegation } = st;
-  const audit = auditOf(egressAction(st.kind ?? target?.kind, facts.via), d, {
-    subject: st.subject,
-    actor: st.actorName,
-    task: facts.task,
-    service: target?.name ?? facts.target,
-  });
-  if (d.allow && delegation) {
-    audit.delegationId = delegation.id;
-    if (delegation.exp !== undefined) audit.delegationExp = delegation.exp;
+/** The governance verdict on an agent: undefined when it may act, else why not. */
+function governanceDenial(snap: PolicySnapshot, agent: string, now: number): string | undefined {
+  const g = snap.governance;
+  const status = g?.agents.get(agent);
+  const fresh = g !== undefined && now - g.fetchedAt <= snap.settings.governanceMaxAgeMs;
+  if (status !== undefined) {
+    if (!fresh) return `governance standing of agent ${JSON.stringify(agent)} is unknown: identity authority unreachable (fail closed)`;
+    return status === ACTIVE ? undefined : `agent ${JSON.stringify(agent)} is ${status} (governance)`;
   }
-  const out: Outcome = { decision: d, audit, serviceLabel: target?.name ?? UNKNOWN_LABEL };
-  if (delegation && d.allow) out.delegation = delegation;
-  if (st.agentDid) out.agentDid = st.agentDid;
-  return out;
+  if (!snap.settings.requireGoverned) return undefined;
+  if (!fresh) return `governance standing of agent ${JSON.stringify(agent)} is unknown: identity authority unreachable (fail closed)`;
+  return `agent ${JSON.stringify(agent)} has no governed record (governance required)`;
 }
 
-function* egress(facts: EgressFacts, deps: DecisionDeps): Step<Outcome> {
-  let stage: Rule = 'identity';
-  const actorName = facts.actor.trim();
-  const st: EgressRun = {
-    facts,
-    actorName,
-    subject: facts.onBehalfOf?.trim() || actorName,
-    target: facts.resolvedTarget,
-    kind: facts.targetKind?.trim().toLowerCase() || undefined,
-  };
-  const timeoutMs = deps.identityTimeoutMs ?? DEFAULT_IDENTITY_TIMEOUT_MS;
+export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers, now: number): Step {
+  const run = new Run(snap);
+  const s = snap.settings;
+  const reg = snap.registry;
+  const proxy = f.via === 'proxy' ? f.hop : undefined;
+  let actorName = f.actor?.trim() ?? '';
+  let agentDid: string | undefined;
+  let target: Service | undefined;
+  let service = proxy?.hostPort ?? f.target?.trim();
+  let kind = f.targetKind?.trim().toLowerCase() || undefined;
+  const task = f.task?.trim() || undefined;
+  const subjectOf = () => f.onBehalfOf?.trim() || actorName || undefined;
+  const end = (d: Decision, extra: Parameters<Run['end']>[4] = {}, out: Partial<Evaluation> = {}): Evaluation =>
+    run.end(d, egressAction(kind ?? target?.kind, f.via), { subject: subjectOf(), actor: actorName || undefined, task, service }, target?.name, extra, agentDid ? { agentDid, ...out } : out);
 
-  try {
-    if (!actorName) return egressOutcome(st, deny(403, 'identity', 'empty actor'));
-    if (deps.identityMode === 'vc' && !deps.identity) {
-      return egressOutcome(st, deny(403, 'identity', 'vc identity mode needs the identity authority (AGENT_IDP_URL)'));
-    }
+  // 1-2. Agent token and VP. The agent token is the agent's Membership VP in VC-JWT form (what
+  //      the sidecar mints); a token of any other shape is not a VP and is ignored.
+  if (f.via === 'proxy' && !f.vp) return end(run.deny(403, 'identity', f.credentialIssue ?? 'missing Proxy-Authorization', { challenge: true }));
+  if (f.via === 'authz' && !actorName) return end(run.deny(403, 'identity', 'empty actor'));
+  if (s.identityMode === 'vc' && !s.identityAuthority) return end(run.deny(403, 'identity', 'vc identity mode needs the identity authority (AGENT_IDP_URL)'));
+  const vps: string[] = [];
+  const headerVp = f.vp?.trim();
+  if (headerVp) vps.push(headerVp);
+  const token = bearerToken(f.authorization);
+  if (token && token !== headerVp && isVpJwt(token)) vps.push(token);
+  if (vps.length === 0 && s.identityMode === 'vc') return end(run.deny(403, 'identity', 'agent VP required (vc identity mode)'));
+  for (const vp of vps) {
+    if (!s.identityAuthority) return end(run.deny(403, 'identity', 'agent VP presented but no identity authority is configured to verify it (fail closed)'));
+    const v = a.vps?.get(vp);
+    if (!v) return run.ask({ kind: 'vp', vp, audience: s.vpAudience });
+    if (isFailure(v)) return end(run.deny(403, 'identity', v.failed));
+    if (!v.ok || !v.agentName) return end(run.deny(403, 'identity', `invalid agent VP: ${v.ok ? 'no agent name' : v.reason}`));
+    if (actorName && v.agentName !== actorName) return end(run.deny(403, 'identity', `VP proves agent ${JSON.stringify(v.agentName)}, not ${JSON.stringify(actorName)}`));
+    if (agentDid && v.agentDid !== agentDid) return end(run.deny(403, 'identity', 'agent token and VP prove different DIDs'));
+    actorName = v.agentName;
+    agentDid = v.agentDid;
+  }
+  const subject = subjectOf() ?? actorName;
+  if (!HEADER_SAFE.test(subject) || !HEADER_SAFE.test(actorName)) return end(run.deny(403, 'identity', 'actor or on-behalf-of is not a valid header value'));
+  run.pass(agentDid ? `agent ${actorName} proved by VP (${agentDid})` : `agent ${actorName} (header identity)`, 'governance');
 
-    // 1-2. Agent token and VP. The agent token is the agent's Membership VP in VC-JWT form
-    //      (what the sidecar mints); a token of any other shape is not a VP and is ignored.
-    const token = bearerToken(facts.authorization);
-    // No per-call closures on this path (under tsx each costs a __name defineProperty).
-    const uniqueVps: string[] = [];
-    const headerVp = facts.vp?.trim();
-    if (headerVp) uniqueVps.push(headerVp);
-    if (token && isVpJwt(token) && token !== headerVp) uniqueVps.push(token);
-    if (uniqueVps.length === 0 && deps.identityMode === 'vc') {
-      return egressOutcome(st, deny(403, 'identity', 'agent VP required (vc identity mode)'));
-    }
-    for (const vp of uniqueVps) {
-      if (!deps.identity) return egressOutcome(st, deny(403, 'identity', 'agent VP presented but no identity authority is configured to verify it'));
-      const audience = deps.vpAudience ?? VP_AUDIENCE;
-      const v =
-        deps.identity.cachedPresentation?.(vp, audience) ??
-        (yield* wait(withTimeout(deps.identity.verifyPresentation(vp, audience), timeoutMs, 'VP verification')));
-      if (!v.ok) return egressOutcome(st, deny(403, 'identity', `invalid agent VP: ${v.reason}`));
-      if (v.agentName !== actorName) {
-        return egressOutcome(st, deny(403, 'identity', `VP proves agent ${JSON.stringify(v.agentName ?? '')}, not ${JSON.stringify(actorName)}`));
+  // Governance standing (rule identity): a governed agent that is not active acts for no one.
+  const gov = governanceDenial(snap, actorName, now);
+  if (gov) {
+    run.stage = 'governance';
+    return end(run.deny(403, 'identity', gov));
+  }
+  run.pass(snap.governance?.agents.has(actorName) ? 'governed agent is active' : 'not governed', 'registry');
+
+  // 3. Registry: the actor is a registered agent; the target a registered service (or, through
+  //    the proxy, an external host).
+  const actor = reg.get(actorName);
+  if (!actor || actor.kind !== 'agent') return end(run.deny(403, 'registry', `unknown agent ${JSON.stringify(actorName)}`));
+  let external: string | undefined;
+  if (proxy) {
+    target = resolveUpstream(reg, proxy.hostPort, actor);
+    if (target) service = target.name;
+    else {
+      external = externalAllowEntry(actor, proxy, reg, s.connectPorts);
+      service = external ?? EXTERNAL;
+      if (proxy.connect && !external && !s.connectPorts.has(proxy.port)) {
+        run.stage = 'inline';
+        return end(run.deny(403, 'inline', `CONNECT to port ${proxy.port} is not allowed for ${proxy.host} (not a registry upstream, not in egressAllow)`));
       }
-      if (st.agentDid && v.agentDid !== st.agentDid) return egressOutcome(st, deny(403, 'identity', 'agent token and VP prove different DIDs'));
-      st.agentDid = v.agentDid;
     }
+  } else {
+    if (!service) return end(run.deny(403, 'registry', 'no target named'));
+    target = reg.get(service);
+    if (!target) return end(run.deny(403, 'registry', `unknown target ${JSON.stringify(service)}`));
+  }
+  if (target && kind && target.kind && target.kind !== kind) {
+    return end(run.deny(403, 'registry', `target kind mismatch: request says ${kind}, registry says ${target.kind}`));
+  }
+  if (target) kind = kind ?? target.kind ?? '';
+  run.pass(target ? `target ${target.name}` : external ? `external ${proxy!.hostPort} listed as ${external}` : `external ${proxy!.hostPort}`, 'inline');
 
-    // 3. Registry: the actor is a registered agent, the target a registered service.
-    stage = 'registry';
-    const actor = deps.registry.get(actorName);
-    if (!actor || actor.kind !== 'agent') return egressOutcome(st, deny(403, 'registry', `unknown agent ${JSON.stringify(actorName)}`));
-    if (!st.target) {
-      const name = facts.target?.trim();
-      if (!name) return egressOutcome(st, deny(403, 'registry', 'no target named'));
-      st.target = deps.registry.get(name);
-      if (!st.target) return egressOutcome(st, deny(403, 'registry', `unknown target ${JSON.stringify(name)}`));
-    }
-    if (st.kind && st.target.kind && st.target.kind !== st.kind) {
-      return egressOutcome(st, deny(403, 'registry', `target kind mismatch: request says ${st.kind}, registry says ${st.target.kind}`));
-    }
-    st.kind = st.kind ?? st.target.kind ?? '';
+  // 4a. Allowlist (deny by default). An unlisted external host is a human's question (below).
+  if (target) {
+    const { list, field } = allowListFor(actor, kind ?? '');
+    if (!list.includes(target.name)) return end(run.deny(403, 'inline', `${target.name} is not in ${actor.name}.${field}`));
+    run.pass(`${target.name} is in ${actor.name}.${field}`, 'budget');
+  } else {
+    run.pass(external ? `${external} is in ${actor.name}.egressAllow` : 'unlisted external host', 'budget');
+  }
 
-    // 4a. Allowlist (deny by default).
-    stage = 'inline';
-    const { list, field } = allowListFor(actor, st.kind);
-    if (!list.includes(st.target.name)) {
-      return egressOutcome(st, deny(403, 'inline', `${st.target.name} is not in ${actor.name}.${field}`));
-    }
+  // 4b. Budget. A call ticket from a proxy hop means that hop already counted this call.
+  let ticketed = false;
+  if (f.ticket && target) {
+    if (a.ticket === undefined) return run.ask({ kind: 'ticket', ticket: f.ticket, actor: actorName, upstream: target.upstream });
+    ticketed = a.ticket;
+  }
+  if (actor.budget) {
+    if (!a.usage) return run.ask({ kind: 'usage', agent: actorName });
+    const over = overBudget(a.usage, actor.budget, { calls: !ticketed });
+    if (over) return end(run.deny(403, 'inline', over));
+  }
+  run.pass(ticketed ? 'within budget (call counted by the proxy hop)' : 'within budget');
+  const reserve = ticketed ? {} : { reserveCall: { agent: actorName, budget: actor.budget } };
 
-    // 4b. Budget; the call is counted now and released if a later layer denies.
-    const over = deps.budget.check(actor.name, actor.budget, deps.now());
-    if (over) return egressOutcome(st, deny(403, 'inline', over));
-    st.releaseCall = deps.budget.reserveCall(actor.name, deps.now());
-
-    // 4c. Delegation (task-based access control) for regulated targets, on every call.
-    let rule: Rule = 'inline';
-    let reason = 'allowed by registry allowlist and budget';
-    if (st.target.dataClass === 'regulated') {
-      stage = 'delegation';
-      if (!deps.identity) return egressOutcome(st, deny(403, 'delegation', 'regulated target and no identity authority configured (fail closed)'));
-      const task = facts.task?.trim();
-      const action = facts.action?.trim();
-      const resource = facts.resource?.trim();
-      if (!task || !action || !resource) {
-        return egressOutcome(st, deny(403, 'delegation', 'regulated target needs task, action and resource'));
-      }
-      let answer: DelegationAnswer;
-      try {
-        answer = yield* wait(withTimeout(deps.identity.checkDelegation({ actor: actor.name, task, action, resource }), timeoutMs, 'delegation check'));
-      } catch (e) {
-        return egressOutcome(st, deny(403, 'delegation', `delegation check failed: ${errMsg(e)}`));
-      }
-      const nowSec = Math.floor(deps.now() / 1000);
-      const expired = answer.ok && answer.notAfter !== undefined && answer.notAfter <= nowSec;
-      if (!answer.ok || expired) {
-        return egressOutcome(st, 
-          deny(401, 'delegation', `needs approval: ${expired ? 'delegation expired' : answer.reason || 'no approved delegation'}`, {
-            needsApproval: true,
-            headers: { [H.needsApproval]: 'true' },
-          }),
-        );
-      }
-      const id = answer.delegationId ?? answer.vcJti;
-      if (id) st.delegation = answer.notAfter !== undefined ? { id, exp: answer.notAfter } : { id };
+  // 4c. Delegation (task-based access control) for regulated targets, on every call; an
+  //     unlisted external host through the proxy waits for a human instead.
+  run.stage = 'delegation';
+  let rule: Decision['rule'] = 'inline';
+  let reason = external || target ? 'allowed by registry allowlist and budget' : '';
+  let delegation: Evaluation['delegation'];
+  let needsApproval: string | undefined = !target && !external ? `needs approval: external host ${proxy!.hostPort} is not in ${actor.name}.egressAllow` : undefined;
+  if (target?.dataClass === 'regulated') {
+    if (!s.identityAuthority) return end(run.deny(403, 'delegation', 'regulated target and no identity authority configured (fail closed)'));
+    const action = f.action?.trim();
+    const resource = f.resource?.trim();
+    if (!task || !action || !resource) return end(run.deny(403, 'delegation', 'regulated target needs task, action and resource'));
+    const d = a.delegation;
+    if (!d) return run.ask({ kind: 'delegation', query: { actor: actorName, task, action, resource } });
+    // An outage is not an approval question: no human can fix it.
+    if (isFailure(d)) return end(run.deny(403, 'delegation', d.failed));
+    if (d.unavailable) return end(run.deny(403, 'delegation', `delegation check failed: ${d.reason}`));
+    const expired = d.ok && d.notAfter !== undefined && d.notAfter <= Math.floor(now / 1000);
+    if (!d.ok || expired) needsApproval = `needs approval: ${expired ? 'delegation expired' : d.reason || 'no approved delegation'}`;
+    else {
+      const id = d.delegationId ?? d.vcJti;
+      if (id) delegation = d.notAfter !== undefined ? { id, exp: d.notAfter } : { id };
       rule = 'delegation';
       reason = 'approved delegation';
     }
-
-    // 4d. Optional org-wide veto.
-    if (deps.opa) {
-      stage = 'opa';
-      const v = yield* wait(
-        deps.opa.evaluate({
-        path: 'egress',
-        via: facts.via ?? 'authz',
-        actor: actor.name,
-        agentDid: st.agentDid ?? '',
-        onBehalfOf: facts.onBehalfOf ?? '',
-        task: facts.task ?? '',
-        target: st.target.name,
-        targetKind: st.kind,
-        dataClass: st.target.dataClass ?? '',
-        action: facts.action ?? '',
-        resource: facts.resource ?? '',
-          delegationId: st.delegation?.id ?? '',
-        }),
-      );
-      if (!v.allow) return egressOutcome(st, deny(403, 'opa', `opa: ${v.reason}`));
-    }
-
-    const headers: Record<string, string> = {
-      [H.subject]: st.subject,
-      [H.upstream]: st.target.upstream,
-      [H.actor]: actor.name,
-    };
-    if (st.agentDid) headers[H.agentDid] = st.agentDid;
-    return egressOutcome(st, allow(rule, reason, headers));
-  } catch (e) {
-    return egressOutcome(st, deny(403, stage, `decision error: ${errMsg(e)}`));
   }
+  if (needsApproval) {
+    if (!proxy) return end(run.deny(401, 'delegation', needsApproval, { needsApproval: true, headers: { [H.needsApproval]: 'true' } }));
+    // Through the proxy a human decides: the request is held until approved, denied or expired.
+    run.stage = 'approval';
+    const h = a.hold;
+    if (!h) {
+      return run.ask({
+        kind: 'hold',
+        request: { actor: actorName, actorDid: agentDid, target: proxy.hostPort, service: service ?? EXTERNAL, action: f.action?.trim() ?? '', resource: f.resource?.trim() ?? '', reason: needsApproval },
+      });
+    }
+    const ref = h.id ? `egress request ${h.id}` : 'egress request';
+    if (h.result === 'pending') return end(run.deny(401, 'delegation', `${needsApproval} (would be held for a human)`, { needsApproval: true }));
+    if (h.result === 'denied') return end(run.deny(403, 'delegation', `${ref} denied${h.detail ? `: ${h.detail}` : ''}`));
+    if (h.result === 'expired') return end(run.deny(403, 'delegation', `${ref} expired${h.detail ? `: ${h.detail}` : ''}`));
+    if (h.result === 'unavailable') return end(run.deny(403, 'delegation', `needs approval and the approval queue is unavailable: ${h.detail}`));
+    rule = 'delegation';
+    reason = `${ref} approved${h.detail ? ` by ${h.detail}` : ''}`;
+  }
+  run.pass(reason, 'opa');
+
+  // 4d. Optional org-wide veto.
+  if (s.opa) {
+    const v = a.opa;
+    if (!v) {
+      return run.ask({
+        kind: 'opa',
+        input: {
+          path: 'egress',
+          via: f.via,
+          actor: actorName,
+          agentDid: agentDid ?? '',
+          onBehalfOf: f.onBehalfOf ?? '',
+          task: task ?? '',
+          target: target?.name ?? proxy?.hostPort ?? '',
+          targetKind: kind ?? '',
+          dataClass: target?.dataClass ?? '',
+          action: f.action ?? '',
+          resource: f.resource ?? '',
+          delegationId: delegation?.id ?? '',
+        },
+      });
+    }
+    if (isFailure(v)) return end(run.deny(403, 'opa', `decision error: ${v.failed}`));
+    if (!v.allow) return end(run.deny(403, 'opa', `opa: ${v.reason}`));
+    run.pass(v.reason || 'policy allowed');
+  }
+
+  const headers: Record<string, string> = { [H.subject]: subject, [H.upstream]: target?.upstream ?? proxy!.hostPort, [H.actor]: actorName };
+  if (agentDid) headers[H.agentDid] = agentDid;
+  const extra = { ...reserve, ...(proxy && target ? { ticket: { actor: actorName, upstream: target.upstream } } : {}) };
+  const ev = end(run.allow(rule, reason, headers), extra, delegation ? { delegation } : {});
+  if (delegation) {
+    ev.effects.audit.delegationId = delegation.id;
+    if (delegation.exp !== undefined) ev.effects.audit.delegationExp = delegation.exp;
+  }
+  return ev;
 }

@@ -1,8 +1,12 @@
-/** The pure decision core: facts + ports -> Outcome. See ../README.md. */
+/** The decision: pure `evaluate` over a policy snapshot, `decide` to gather its answers, `commit` for its effects. */
 export * from './types.js';
-export { decideIngress } from './ingress.js';
-export { decideEgress, egressAction, allowListFor } from './egress.js';
-export { authorizeIngress, authorizeEgress, settle, type DecisionMeter, type PipelineDeps } from './pipeline.js';
-export { factsFromHeaders, type Facts, type HeaderBag } from './facts.js';
+export { evaluate } from './evaluate.js';
+export { decide, type Gatherer, type AnswerOf } from './decide.js';
+export { commit, type Committed, type Sinks, type TicketMinter } from './commit.js';
+export { createGatherer, within, type Ports, type TicketVerifier } from './gather.js';
+export { createPolicySource, makePolicySnapshot, type PolicySource } from './policy.js';
+export { authorize, createDecisionEngine, dryRun, withHold, type DecisionEngine } from './engine.js';
+export { egressAction, allowListFor, overBudget, resolveUpstream, externalAllowEntry, EXTERNAL } from './egress.js';
+export { factsFromHeaders, proxyFacts, first, type HeaderBag, type RequestMeta } from './facts.js';
 export { bearerToken, isVpJwt, grantedScopes, hasScopes } from './credentials.js';
 export { resolveHost, UNKNOWN_LABEL, ANONYMOUS } from './outcome.js';

@@ -1,104 +1,191 @@
 /**
- * Facts in, outcome out. The decision core sees only these records and the ports below; HTTP,
- * storage, clocks and remote calls are adapters passed in by the caller (/authz, the forward
- * proxy, a dry run).
+ * The decision's records. A decision is gather, then evaluate (DESIGN principle 1):
+ * `evaluate(facts, snapshot, answers, now)` is pure and either finishes with an Evaluation
+ * (the decision, every layer's verdict, the effects the caller commits) or names the one
+ * Question it needs answered first; `decide` (decide.ts) answers questions through the
+ * enforcement point's ports and evaluates again. HTTP, storage, clocks and remote calls are the
+ * callers': /authz (HTTP and gRPC), the forward proxy, the broker's hop and the dry-run.
  */
-import type { AuditEntry, Decision, Rule, Service } from '../types.js';
-import type { IdentityPort } from '../identity-port.js';
-
-/** Read-only registry snapshot (A2's in-memory registry implements it; tests use a Map). */
-export interface RegistryView {
-  get(name: string): Service | undefined;
-  list(): readonly Service[];
-  /** Service whose `upstream` is exactly this `host:port`; optional, falls back to a scan of list(). */
-  findByUpstream?(hostPort: string): Service | undefined;
-}
-
-/** The audit chain: hashes synchronously and returns the chained record. */
-export interface AuditSink {
-  append(entry: AuditEntry): unknown;
-}
-
-/** Egress rate ceilings. `reserveCall` counts one call now; `release` undoes it if a later layer denies. */
-export interface BudgetPort {
-  /** Returns undefined when within budget, else a reason naming the exceeded dimension. */
-  check(agent: string, budget: Service['budget'], now: number): string | undefined;
-  reserveCall(agent: string, now: number): () => void;
-}
-
-/** Workforce OIDC verifier (oidc.ts). Must resolve, never reject. */
-export interface OidcPort {
-  verify(token: string): Promise<{ ok: true; subject: string; claims: Record<string, unknown> } | { ok: false; reason: string }>;
-}
-
-/** Org-wide policy-engine veto (opa.ts). Must resolve, never reject. */
-export interface OpaPort {
-  evaluate(input: Record<string, unknown>): Promise<{ allow: boolean; reason: string }>;
-}
+import type { BudgetUsage } from '../budget.js';
+import type { DelegationAnswer, DelegationQuery, GovernanceStanding, PresentationAnswer } from '../identity-port.js';
+import type { AuditEntry, Budget, Decision, Rule, Service } from '../types.js';
 
 export type IdentityMode = 'header' | 'vc';
 
-export interface DecisionDeps {
-  registry: RegistryView;
-  budget: BudgetPort;
-  /** Present when AGENT_IDP_URL is set: verifies VPs and checks delegations. */
-  identity?: IdentityPort;
-  /** Present when workforce OIDC is configured. */
-  oidc?: OidcPort;
-  /** Present when OPA_URL is set. */
-  opa?: OpaPort;
+/** The settings that shape decisions (part of the snapshot). */
+export interface DecisionSettings {
   identityMode: IdentityMode;
-  /** Audience the agent's VP must carry (default `writ-egress`). */
-  vpAudience?: string;
-  /** Upper bound on one identity-authority call in the decision (default 2000 ms). */
-  identityTimeoutMs?: number;
-  /** Epoch milliseconds. */
-  now: () => number;
+  /** An identity authority is configured (AGENT_IDP_URL): VPs can be verified, delegations checked. */
+  identityAuthority: boolean;
+  /** Workforce OIDC verifies ingress credentials. */
+  oidc: boolean;
+  /** An OPA veto is configured. */
+  opa: boolean;
+  /** Audience an agent's VP must carry. */
+  vpAudience: string;
+  /** WRIT_REQUIRE_GOVERNED: egress needs a governed record. */
+  requireGoverned: boolean;
+  /** A governance standing older than this is unknown (ms). */
+  governanceMaxAgeMs: number;
+  /** Ports CONNECT may reach on hosts outside the registry. */
+  connectPorts: ReadonlySet<number>;
+}
+
+/** Read-only registry view (registry/snapshot.ts implements it). */
+export interface RegistryView {
+  get(name: string): Service | undefined;
+  list(): readonly Service[];
+  findByUpstream(hostPort: string): Service | undefined;
+  byUpstream(hostPort: string): readonly Service[];
+}
+
+/** Everything a decision reads: immutable, versioned. */
+export interface PolicySnapshot {
+  /** The registry version (what producers apply and observe). */
+  readonly version: number;
+  /** Content hash over registry, governance standing and settings. */
+  readonly hash: string;
+  readonly registry: RegistryView;
+  /** Governance standing from the identity authority (undefined before the first fetch). */
+  readonly governance?: GovernanceStanding;
+  readonly settings: DecisionSettings;
 }
 
 /** Request facts of the ingress path (no `X-Writ-Actor`). */
 export interface IngressFacts {
+  kind: 'ingress';
   /** `X-Writ-Service`, when the gateway names the target. */
   service?: string;
-  /** x-forwarded-host, else host: used when `service` is absent. */
+  /** Host (x-forwarded-host only from a trusted proxy): used when `service` is absent. */
   host?: string;
   /** Raw Authorization header value. */
   authorization?: string;
   method?: string;
-  path?: string;
+  requestPath?: string;
 }
 
-/** Request facts of the egress path. Shared with the forward proxy (`via: 'proxy'`). */
+/** Where a proxied request goes. */
+export interface ProxyHop {
+  host: string;
+  port: number;
+  hostPort: string;
+  /** CONNECT (a tunnel) rather than a plain absolute-URI request. */
+  connect: boolean;
+}
+
+/** Request facts of the egress path: /authz (`via: 'authz'`) or the forward proxy (`via: 'proxy'`). */
 export interface EgressFacts {
-  actor: string;
+  kind: 'egress';
+  via: 'authz' | 'proxy';
+  /** `X-Writ-Actor`; through the proxy the actor is the agent the VP proves. */
+  actor?: string;
   onBehalfOf?: string;
   task?: string;
-  /** Registry name of the target (`X-Writ-Service`); ignored when `resolvedTarget` is given. */
+  /** Registry name of the target (`X-Writ-Service`); the proxy resolves `hop` instead. */
   target?: string;
-  /** The proxy resolves the target from host:port itself and passes the registry entry here. */
-  resolvedTarget?: Service;
   /** `X-Writ-Target-Kind`; else the registry entry's kind. */
   targetKind?: string;
   action?: string;
   resource?: string;
-  /** `X-Writ-Agent-VP`. */
+  /** `X-Writ-Agent-VP`, or the proxy's `Proxy-Authorization: Bearer` VP. */
   vp?: string;
-  /** Raw Authorization header value (the agent token; see README for its format). */
+  /** Raw Authorization header value (the agent token). */
   authorization?: string;
-  /** Who asks: the /authz endpoint or the forward proxy (audited as `egress.proxy`). */
-  via?: 'authz' | 'proxy';
+  /** `X-Writ-Call-Ticket`: a proxy hop already counted this call (proxy -> broker -> /authz). */
+  ticket?: string;
+  /** Proxy only. */
+  hop?: ProxyHop;
+  /** Proxy only: why the credential is unusable (missing or not a Bearer token). */
+  credentialIssue?: string;
 }
 
-/** A decision plus what the audit row and the metrics need. */
-export interface Outcome {
-  decision: Decision;
+export type Facts = IngressFacts | EgressFacts;
+
+/** An answer that could not be had (timeout, error, unreachable): decisions deny on it. */
+export interface Failure {
+  failed: string;
+}
+export const isFailure = (v: unknown): v is Failure => typeof v === 'object' && v !== null && 'failed' in v;
+
+export type OidcAnswer = { ok: true; subject: string; claims: Record<string, unknown> } | { ok: false; reason: string };
+
+/** What a human (or the hold timeout) said of a held proxy request. `pending`: not asked (dry-run). */
+export interface HoldAnswer {
+  result: 'approved' | 'denied' | 'expired' | 'unavailable' | 'pending';
+  id?: string;
+  detail: string;
+}
+
+/** What goes into the approval queue. */
+export interface HoldRequest {
+  actor: string;
+  actorDid?: string;
+  /** `host:port`. */
+  target: string;
+  /** `external` or a registry name. */
+  service: string;
+  action: string;
+  resource: string;
+  reason: string;
+}
+
+export type Question =
+  | { kind: 'oidc'; token: string }
+  | { kind: 'vp'; vp: string; audience: string }
+  | { kind: 'usage'; agent: string }
+  | { kind: 'ticket'; ticket: string; actor: string; upstream: string }
+  | { kind: 'delegation'; query: DelegationQuery }
+  | { kind: 'hold'; request: HoldRequest }
+  | { kind: 'opa'; input: Record<string, unknown> };
+
+/** The answers gathered so far (tests hand them in directly). */
+export interface Answers {
+  oidc?: OidcAnswer | Failure;
+  /** VP token -> verification. */
+  vps?: ReadonlyMap<string, PresentationAnswer | Failure>;
+  /** The actor's current budget usage. */
+  usage?: BudgetUsage;
+  /** The call ticket is valid for this actor and target. */
+  ticket?: boolean;
+  delegation?: DelegationAnswer | Failure;
+  hold?: HoldAnswer;
+  opa?: { allow: boolean; reason: string } | Failure;
+}
+
+/** One layer's verdict, in evaluation order (the dry-run shows them). */
+export interface Layer {
+  layer: Rule | 'governance' | 'budget' | 'approval';
+  verdict: 'pass' | 'deny' | 'needs-approval';
+  reason: string;
+}
+
+/** What the caller commits after a decision: audit record, budget, metrics, proxy ticket. */
+export interface Effects {
   audit: AuditEntry;
   /** Bounded metric label: a registry name, or `unknown`. */
   serviceLabel: string;
-  /** Set on allowed regulated egress. */
-  delegation?: { id: string; exp?: number };
-  /** Verified agent DID, when a VP was verified. */
-  agentDid?: string;
+  /** Count one call against the agent (an allowed egress no earlier hop counted). */
+  reserveCall?: { agent: string; budget?: Budget };
+  /** Proxy: mint a call ticket for the upstream leg (a registry target). */
+  ticket?: { actor: string; upstream: string };
 }
 
+export interface Evaluation {
+  decision: Decision;
+  layers: Layer[];
+  effects: Effects;
+  /** The snapshot version the decision was made at. */
+  version: number;
+  /** Verified agent DID, when a VP was verified. */
+  agentDid?: string;
+  /** Set on delegation-allowed egress. */
+  delegation?: { id: string; exp?: number };
+}
+
+export type Step = Evaluation | { question: Question };
+export const isQuestion = (s: Step): s is { question: Question } => 'question' in s;
+
 export type { Rule };
+
+export type { AuditSink, DecisionMeter } from './commit.js';
+export type { OidcPort, OpaPort } from './gather.js';

@@ -19,9 +19,11 @@ import { Gauge, Counter, type Registry as PromRegistry } from 'prom-client';
 import { BRAND, header, metric } from '../../lib/brand.js';
 import { errMsg, logger } from '../../lib/log.js';
 import type { ApprovalQueue } from '../approvals/queue.js';
-import type { PipelineDeps } from '../decision/pipeline.js';
-import type { Outcome } from '../decision/types.js';
-import { decideProxy, type HoldTicket, type ProxyPolicy, type ProxyVerdict } from './decide.js';
+import type { Committed } from '../decision/commit.js';
+import type { DecisionEngine } from '../decision/engine.js';
+import type { HoldAnswer, HoldRequest } from '../decision/types.js';
+import { H } from '../../lib/brand.js';
+import { decideProxy, type ProxyVerdict } from './decide.js';
 import { hasBody, rewriteRequestHeaders, rewriteResponseHeaders, safeHeaderValue } from './headers.js';
 import { parseAbsoluteTarget, parseConnectTarget, type ProxyTarget } from './target.js';
 
@@ -51,14 +53,11 @@ export const DEFAULT_LIMITS: ProxyLimits = {
   maxEarlyBytes: 64 * 1024,
 };
 
-export const DEFAULT_CONNECT_PORTS: readonly number[] = [443];
-
 export interface ForwardProxyOptions {
-  /** The control plane's decision deps (registry, budget, identity, OPA, audit, meter). */
-  deps: PipelineDeps;
+  /** The control plane's decision engine (the same one /authz runs). */
+  engine: DecisionEngine;
   /** The approval queue, or a getter for it; absent: requests that need approval are denied. */
   queue?: ApprovalQueue | (() => ApprovalQueue | undefined);
-  policy?: Partial<ProxyPolicy>;
   limits?: Partial<ProxyLimits>;
   /** Registers the proxy's own gauges and counters here (the control plane's metrics registry). */
   metricsRegistry?: PromRegistry;
@@ -111,13 +110,13 @@ function upstreamError(t: ProxyTarget, e: unknown): { status: 502 | 504; message
   return { status: 502, message: `upstream ${t.hostPort} failed: ${code ?? errMsg(e)}` };
 }
 
-function denyHeaders(o: Outcome, requestId?: string): Record<string, string> {
+function denyHeaders(o: Committed, requestId?: string): Record<string, string> {
   const h: Record<string, string> = { [DENY_REASON]: safeHeaderValue(o.decision.reason) };
   if (requestId) h[EGRESS_REQUEST] = requestId;
   return h;
 }
 
-function denyBody(o: Outcome, requestId?: string): object {
+function denyBody(o: Committed, requestId?: string): object {
   const b: Record<string, unknown> = { allow: false, reason: o.decision.reason, rule: o.decision.rule };
   if (requestId) b.egressRequest = requestId;
   return b;
@@ -147,9 +146,8 @@ function sendJson(res: http.ServerResponse, status: number, body: object, header
 }
 
 export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
-  const deps = opts.deps;
+  const engine = opts.engine;
   const limits: ProxyLimits = { ...DEFAULT_LIMITS, ...opts.limits };
-  const policy: ProxyPolicy = { connectPorts: opts.policy?.connectPorts ?? new Set(DEFAULT_CONNECT_PORTS) };
   const queueOf = (): ApprovalQueue | undefined => (typeof opts.queue === 'function' ? opts.queue() : opts.queue);
 
   const clients = new Set<net.Socket>();
@@ -222,17 +220,17 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     });
   });
 
-  /** Waits for a human decision; resolves with the settled outcome and the request id. */
-  async function hold(ticket: HoldTicket, onGone: (abort: () => void) => () => void): Promise<{ outcome: Outcome; id?: string }> {
+  /** Holds a request in the approval queue until a human decides or it expires; never rejects. */
+  async function hold(input: HoldRequest, onGone: (abort: () => void) => () => void): Promise<HoldAnswer> {
     const queue = queueOf();
-    if (!queue) return { outcome: ticket.finish('unavailable', undefined, 'the egress approval queue is disabled') };
+    if (!queue) return { result: 'unavailable', detail: 'the egress approval queue is disabled' };
     let id: string | undefined;
     const ac = new AbortController();
     holds.add(ac);
     const release = onGone(() => ac.abort());
     try {
       if (closing) throw new Error('proxy shutting down');
-      const rec = await queue.create(ticket.input);
+      const rec = await queue.create(input);
       id = rec.id;
       log.info('egress request held', { id, actor: rec.actor, target: rec.target, service: rec.service });
       const result = await queue.hold(rec.id, ac.signal);
@@ -244,9 +242,9 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
       } catch {
         // The status is what matters; the detail only decorates the reason.
       }
-      return { outcome: ticket.finish(result, rec.id, detail), id };
+      return { result, id, detail };
     } catch (e) {
-      return { outcome: ticket.finish('unavailable', id, errMsg(e)), id };
+      return { result: 'unavailable', id, detail: errMsg(e) };
     } finally {
       release();
       holds.delete(ac);
@@ -320,9 +318,11 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     }
   }
 
-  function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: Outcome): void {
+  function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: Committed): void {
     if (res.destroyed || req.socket.destroyed) return;
-    const raw = rewriteRequestHeaders(req.rawHeaders, req.headers.connection, outcome.decision.headers, t.port === 80 ? t.host : t.hostPort);
+    // The call ticket tells the next hop (the broker's /authz) this call is already counted.
+    const add = outcome.ticket ? { ...outcome.decision.headers, [H.callTicket]: outcome.ticket } : outcome.decision.headers;
+    const raw = rewriteRequestHeaders(req.rawHeaders, req.headers.connection, add, t.port === 80 ? t.host : t.hostPort);
     if (closing) res.setHeader('connection', 'close');
     // Transfer-Encoding is hop-by-hop: undici re-frames a streamed body without a length as chunked.
     const body = hasBody(req.headers) ? req : null;
@@ -361,25 +361,25 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     if (v.kind === 'deny') return sendJson(res, 403, denyBody(v.outcome, requestId), denyHeaders(v.outcome, requestId), hasBody(req.headers));
   }
 
-  /** Decides a plain request, holds it if needed, then forwards or answers. Never rejects. */
+  /** Decides a plain request (holding it if a human must decide), then forwards or answers. Never rejects. */
   async function decidePlain(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget): Promise<void> {
     let v: ProxyVerdict;
     try {
-      v = await decideProxy({ via: 'http', method: req.method ?? 'GET', target: t, proxyAuthorization: req.headers['proxy-authorization'], headers: req.headers }, deps, policy);
+      v = await decideProxy({ via: 'http', method: req.method ?? 'GET', target: t, headers: req.headers }, engine, (input) =>
+        hold(input, (abort) => {
+          const onClose = () => {
+            if (!res.writableFinished) abort();
+          };
+          if (res.destroyed) abort();
+          else res.once('close', onClose);
+          return () => res.off('close', onClose);
+        }),
+      );
     } catch (e) {
       log.error('proxy decision failed', { err: errMsg(e) });
       return sendJson(res, 403, { allow: false, reason: 'internal decision error', rule: 'inline' }, { [DENY_REASON]: 'internal decision error' }, true);
     }
-    if (v.kind !== 'hold') return replyPlain(req, res, t, v);
-    const { outcome, id } = await hold(v.ticket, (abort) => {
-      const onClose = () => {
-        if (!res.writableFinished) abort();
-      };
-      if (res.destroyed) abort();
-      else res.once('close', onClose);
-      return () => res.off('close', onClose);
-    });
-    replyPlain(req, res, t, { kind: outcome.decision.allow ? 'allow' : 'deny', outcome } as ProxyVerdict, id);
+    replyPlain(req, res, t, v, v.requestId);
   }
 
   // ---- CONNECT tunnels ----------------------------------------------------------------------
@@ -461,15 +461,14 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
       if (v.kind === 'challenge') return refuse(407, { 'Proxy-Authenticate': `Bearer realm="${REALM}"`, ...denyHeaders(v.outcome) }, denyBody(v.outcome));
       if (v.kind === 'deny') return refuse(403, denyHeaders(v.outcome, requestId), denyBody(v.outcome, requestId));
     };
-    decideProxy({ via: 'connect', method: 'CONNECT', target: t, proxyAuthorization: req.headers['proxy-authorization'], headers: req.headers }, deps, policy).then(
-      (v) => {
-        if (v.kind !== 'hold') return reply(v);
-        void hold(v.ticket, (abort) => {
-          if (socket.destroyed) abort();
-          else socket.once('close', abort);
-          return () => socket.off('close', abort);
-        }).then(({ outcome, id }) => reply({ kind: outcome.decision.allow ? 'allow' : 'deny', outcome } as ProxyVerdict, id));
-      },
+    const holdTunnel = (input: HoldRequest) =>
+      hold(input, (abort) => {
+        if (socket.destroyed) abort();
+        else socket.once('close', abort);
+        return () => socket.off('close', abort);
+      });
+    decideProxy({ via: 'connect', method: 'CONNECT', target: t, headers: req.headers }, engine, holdTunnel).then(
+      (v) => reply(v, v.requestId),
       (e: unknown) => {
         log.error('proxy decision failed', { err: errMsg(e) });
         refuse(403, { [DENY_REASON]: 'internal decision error' }, { allow: false, reason: 'internal decision error', rule: 'inline' });

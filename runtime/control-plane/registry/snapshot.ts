@@ -84,3 +84,13 @@ export function createSnapshot(version: number, entries: ReadonlyMap<string, Reg
 }
 
 export const emptySnapshot = (): RegistrySnapshot => createSnapshot(0, new Map());
+
+/** A snapshot of plain services (tests, benchmarks and the dry-run of a desired state). */
+export function snapshotOf(services: readonly Service[], version = 1, owner = 'api'): RegistrySnapshot {
+  const entries = new Map<string, RegistryEntry>();
+  for (const s of services) {
+    const svc = Object.freeze({ ...s });
+    entries.set(s.name, { svc, owner, rev: version, key: JSON.stringify(svc) });
+  }
+  return createSnapshot(version, entries);
+}

@@ -30,12 +30,13 @@ describe.each(testBackends())('governance standing on $name', (b) => {
     await store?.close();
   });
 
+  const json = async (path: string, init?: RequestInit): Promise<any> => (await fetch(`${api.base}${path}`, init)).json();
   const revoked = async (jti: string) => (await store.db.select().from(revocations).where(eq(revocations.jti, jti))).length === 1;
 
   it('serves every status with an ETag; an unchanged feed answers 304', async () => {
     const r = await fetch(`${api.base}/v1/governance/standing`);
     expect(r.status).toBe(200);
-    expect((await r.json()).agents).toMatchObject({ 'bot-a': 'active', 'bot-b': 'active' });
+    expect(((await r.json()) as any).agents).toMatchObject({ 'bot-a': 'active', 'bot-b': 'active' });
     const etag = r.headers.get('etag')!;
     expect(etag).toBeTruthy();
     expect((await fetch(`${api.base}/v1/governance/standing`, { headers: { 'if-none-match': etag } })).status).toBe(304);
@@ -47,11 +48,11 @@ describe.each(testBackends())('governance standing on $name', (b) => {
     expect(t.status).toBe(200);
     expect(await revoked('urn:uuid:m-bot-a')).toBe(true);
     expect(await revoked('urn:uuid:m-bot-b')).toBe(false);
-    const log = await (await fetch(`${api.base}/v1/revocation/log?tenant=${T}`)).json();
+    const log = await json(`/v1/revocation/log?tenant=${T}`);
     expect(log.find((l: { kind: string; agent_id: string }) => l.kind === 'vc_revoke' && l.agent_id === 'bot-a')).toMatchObject({ reason_code: 'agent_inactive', source: 'admin' });
     const after = await fetch(`${api.base}/v1/governance/standing`, { headers: { 'if-none-match': before } });
     expect(after.status).toBe(200);
-    expect((await after.json()).agents['bot-a']).toBe('suspended');
+    expect(((await after.json()) as any).agents['bot-a']).toBe('suspended');
   });
 
   it('a cascade suspension (owner deactivated) revokes the Membership VC too', async () => {
@@ -59,9 +60,9 @@ describe.each(testBackends())('governance standing on $name', (b) => {
     const r = await api.post(`/v1/revocation/cascade?tenant=${T}`, {});
     expect(r.status).toBe(200);
     expect(await revoked('urn:uuid:m-bot-b')).toBe(true);
-    const log = await (await fetch(`${api.base}/v1/revocation/log?tenant=${T}`)).json();
+    const log = await json(`/v1/revocation/log?tenant=${T}`);
     expect(log.find((l: { kind: string; agent_id: string }) => l.kind === 'vc_revoke' && l.agent_id === 'bot-b')).toMatchObject({ reason_code: 'owner_inactive' });
-    expect((await (await fetch(`${api.base}/v1/governance/standing`)).json()).agents['bot-b']).toBe('suspended');
+    expect((await json('/v1/governance/standing')).agents['bot-b']).toBe('suspended');
     void subjectOf;
   });
 });

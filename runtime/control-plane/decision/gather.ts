@@ -1,0 +1,91 @@
+/**
+ * The control plane's Gatherer: answers an evaluation's questions through its ports, each with
+ * the port's own cache and a timeout. A cached VP verification and the in-memory budget meter
+ * answer at once (the decision finishes in the request tick); the identity authority, OIDC and
+ * OPA are awaited. Every failure, including a timeout, is a `{failed}` answer: fail closed.
+ */
+import { errMsg } from '../../lib/log.js';
+import type { BudgetUsage } from '../budget.js';
+import type { IdentityPort } from '../identity-port.js';
+import type { AnswerOf, Gatherer } from './decide.js';
+import type { Failure, HoldAnswer, HoldRequest, OidcAnswer, Question } from './types.js';
+
+/** Workforce OIDC verifier (oidc.ts). Must resolve, never reject. */
+export interface OidcPort {
+  verify(token: string): Promise<OidcAnswer>;
+}
+
+/** Org-wide policy-engine veto (opa.ts). Must resolve, never reject. */
+export interface OpaPort {
+  evaluate(input: Record<string, unknown>): Promise<{ allow: boolean; reason: string }>;
+}
+
+/** Verifies the proxy's call tickets (tickets.ts). */
+export interface TicketVerifier {
+  verify(ticket: string, actor: string, upstream: string): boolean;
+}
+
+export interface Ports {
+  identity?: IdentityPort;
+  oidc?: OidcPort;
+  opa?: OpaPort;
+  budget: { usage(agent: string, now: number): BudgetUsage };
+  tickets?: TicketVerifier;
+  /** Upper bound on one identity-authority call (ms). */
+  identityTimeoutMs: number;
+  now: () => number;
+  /** The forward proxy's hold: waits for a human's decision on a held request. */
+  hold?: (req: HoldRequest) => Promise<HoldAnswer>;
+}
+
+/** Resolves with `{failed}` when `p` does not settle within `ms` (or rejects). */
+export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T | Failure> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve({ failed: `${what} timed out after ${ms} ms` }), ms);
+    p.then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(timer);
+        resolve({ failed: `${what} failed: ${errMsg(e)}` });
+      },
+    );
+  });
+}
+
+const missing = (what: string): Failure => ({ failed: `${what} is not configured (fail closed)` });
+
+export function createGatherer(p: Ports): Gatherer {
+  return {
+    ask<Q extends Question>(q: Q): AnswerOf<Q> | Promise<AnswerOf<Q>> {
+      type A = AnswerOf<Q>;
+      switch (q.kind) {
+        case 'vp': {
+          if (!p.identity) return missing('identity authority') as A;
+          const hit = p.identity.cachedPresentation?.(q.vp, q.audience);
+          if (hit) return hit as A;
+          return within(p.identity.verifyPresentation(q.vp, q.audience), p.identityTimeoutMs, 'VP verification') as Promise<A>;
+        }
+        case 'usage':
+          return p.budget.usage(q.agent, p.now()) as A;
+        case 'ticket':
+          return (p.tickets?.verify(q.ticket, q.actor, q.upstream) ?? false) as A;
+        case 'delegation':
+          if (!p.identity) return missing('identity authority') as A;
+          return within(p.identity.checkDelegation(q.query), p.identityTimeoutMs, 'delegation check') as Promise<A>;
+        case 'oidc':
+          if (!p.oidc) return missing('workforce OIDC') as A;
+          return within(p.oidc.verify(q.token), p.identityTimeoutMs, 'credential verification') as Promise<A>;
+        case 'opa':
+          if (!p.opa) return missing('OPA') as A;
+          return within(p.opa.evaluate(q.input), p.identityTimeoutMs, 'OPA') as Promise<A>;
+        case 'hold':
+          if (!p.hold) return { result: 'pending', detail: 'no approval queue on this path' } as A;
+          return p.hold(q.request) as Promise<A>;
+      }
+      return missing('answer') as A;
+    },
+  };
+}
