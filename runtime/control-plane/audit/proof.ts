@@ -176,6 +176,12 @@ export async function openProof(store: Store, chainId: string, o: ProofOptions, 
   };
   every_(intervalMs, () => background('checkpoint', checkpoint()));
   every_(verifyMs, () => background('verification', verifyTick()));
+  if (verifyMs > 0) {
+    // A first pass soon after start, so /readyz and the metrics say something early.
+    const first = setTimeout(() => background('verification', verifyTick(true)), Math.min(verifyMs, 2000));
+    first.unref();
+    timers.push(first);
+  }
   if (o.retentionDays || o.retentionRecords) every_(o.pruneIntervalMs ?? 60_000, () => background('retention', prune()));
 
   return {

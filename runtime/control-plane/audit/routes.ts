@@ -72,6 +72,8 @@ export function auditRoutes(audit: AuditRoutesReader): Hono {
     const chain = chainParam(c, audit.chainId);
     if (from !== undefined && to !== undefined && to < from) throw new BadQuery('to must be >= from');
     if (!audit.proof) return c.json({ error: 'no audit store: whole-store verification needs a durable chain' }, 503);
+    // What was appended so far is covered too (given a moment to be stored).
+    if (chain === audit.chainId) await audit.flush?.(SERVE_FLUSH_MS).catch(() => {});
     return c.json(await audit.proof.verify({ chain, from, to }));
   });
 
