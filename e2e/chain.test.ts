@@ -170,4 +170,27 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
     expect((e as InstanceType<typeof OpenAI.PermissionDeniedError>).headers?.get(H.denyReason) ?? (e as Error).message).toMatch(/token budget exceeded: 120 of 100/);
     expect(upstreamAuth.length).toBe(n);
   });
+
+  it('one completion is one call: callsPerHour 1 allows the first completion through both hops and denies the second', async () => {
+    const reg = run.cp.plane.registry;
+    const before = used().callsLastHour;
+    await reg.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: ['broker'], allowModels: ['gpt-mini'], budget: { tokensPerHour: 1_000_000, callsPerHour: before + 1 } });
+    const seq = (await audit()).at(-1)!.seq;
+    const r = await agent.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'counted once' }] });
+    expect(r.choices[0]?.message.content).toBe('chained hello');
+    expect(used().callsLastHour).toBe(before + 1);
+    const rows = (await audit()).filter((a) => a.seq > seq && a.actor === 'bot');
+    const calls = rows.filter((a) => a.allow && !/counted by the proxy hop/.test(a.reason));
+    expect(calls.map((a) => a.action)).toEqual(['egress.proxy']);
+    expect(rows.filter((a) => a.action === 'model.invoke' && a.allow).map((a) => a.reason)).toEqual(['allowed by registry allowlist and budget (call counted by the proxy hop)']);
+    // The broker never saw a ticket the agent could have sent: the proxy stamped it on its hop.
+    expect(typeof brokerSaw.at(-1)![H.callTicket]).toBe('string');
+    const e = await agent.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'one too many' }] }).then(
+      () => undefined,
+      (x: unknown) => x,
+    );
+    expect(e).toBeInstanceOf(OpenAI.PermissionDeniedError);
+    expect((e as InstanceType<typeof OpenAI.PermissionDeniedError>).headers?.get(H.denyReason) ?? (e as Error).message).toMatch(/call budget exceeded/);
+    expect(used().callsLastHour).toBe(before + 1);
+  });
 });

@@ -21,7 +21,8 @@ export interface DecisionQuery {
 }
 
 /** Client headers that carry identity or task context for the decision. */
-export const PASSTHROUGH_HEADERS = [H.agentVp, H.task, H.onBehalfOf, H.action, H.resource, 'authorization'] as const;
+/** Request headers the broker hands to /authz as they came; the call ticket is the proxy hop's "already counted". */
+export const PASSTHROUGH_HEADERS = [H.agentVp, H.task, H.onBehalfOf, H.action, H.resource, H.callTicket, 'authorization'] as const;
 
 const MAX_DECISION_BODY = 64 * 1024;
 const SAFE_REASON = /[^\x20-\x7e]/g;

@@ -187,7 +187,7 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
   //     unlisted external host through the proxy waits for a human instead.
   run.stage = 'delegation';
   let rule: Decision['rule'] = 'inline';
-  let reason = external || target ? 'allowed by registry allowlist and budget' : '';
+  let reason = external || target ? `allowed by registry allowlist and budget${ticketed ? ' (call counted by the proxy hop)' : ''}` : '';
   let delegation: Evaluation['delegation'];
   let needsApproval: string | undefined = !target && !external ? `needs approval: external host ${proxy!.hostPort} is not in ${actor.name}.egressAllow` : undefined;
   if (target?.dataClass === 'regulated') {
