@@ -1,0 +1,104 @@
+/**
+ * The operator process (`docker run writ operator`, or `tsx operator/main.ts`): the Kubernetes
+ * source (in-cluster config, or KUBECONFIG / ~/.kube/config) and, when WRIT_POLICY_DIR is set,
+ * the folder source too; both apply through the control plane's management API and program
+ * identity and governed agents at the identity authority.
+ *
+ *   WRIT_MGMT_URL       required: the control plane's management API (POST /v1/registry/apply)
+ *   AGENT_IDP_URL       the identity authority; unset: identity and governed agents stay Pending
+ *   WRIT_CLUSTER_NAME   registry owner `kubernetes:<name>` (default `default`)
+ *   WRIT_KUBERNETES     false: no Kubernetes source (folder only)
+ *   WRIT_POLICY_DIR     a folder of resources (owner `folder:<path>`)
+ *   POD_NAME            Lease holder identity (default the host name, which is the pod name)
+ *   POD_NAMESPACE       namespace of the leader-election Lease (default: the service account's)
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { KubeConfig } from '@kubernetes/client-node';
+import { envName } from '../runtime/lib/brand.js';
+import { bool, optional, str, type Env } from '../runtime/lib/config.js';
+import { isMain, runUntilSignal, type Closable } from '../runtime/lib/process.js';
+import { createApplier } from './apply.js';
+import { policyFolderConfig } from './folder/embedded.js';
+import { startFolderSource, type FolderSource } from './folder/source.js';
+import { startKubernetesSource, type KubernetesSource } from './kube/source.js';
+import { httpIdentity, httpRegistry } from './ports.js';
+
+const SA_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
+
+export interface OperatorConfig {
+  mgmtUrl: string;
+  idpUrl?: string;
+  cluster: string;
+  kubernetes: boolean;
+  policyDir?: string;
+  podName: string;
+  podNamespace: string;
+}
+
+/** Reads and checks the settings before anything starts. */
+export function operatorConfig(env: Env): OperatorConfig {
+  const mgmtUrl = optional(env, envName('MGMT_URL'));
+  if (!mgmtUrl) throw new Error(`${envName('MGMT_URL')} is required (the control plane's management API, e.g. http://writ-control-plane:8181)`);
+  for (const [k, v] of [
+    [envName('MGMT_URL'), mgmtUrl],
+    ['AGENT_IDP_URL', optional(env, 'AGENT_IDP_URL')],
+  ] as const) {
+    if (v === undefined) continue;
+    try {
+      new URL(v);
+    } catch {
+      throw new Error(`${k} must be a URL, got ${JSON.stringify(v)}`);
+    }
+  }
+  const cluster = str(env, envName('CLUSTER_NAME'), 'default');
+  if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(cluster)) throw new Error(`${envName('CLUSTER_NAME')} must be a DNS label, got ${JSON.stringify(cluster)}`);
+  const folder = optional(env, envName('POLICY_DIR')) !== undefined ? policyFolderConfig(env) : undefined;
+  const ns = optional(env, 'POD_NAMESPACE') ?? (existsSync(SA_NAMESPACE) ? readFileSync(SA_NAMESPACE, 'utf8').trim() : 'default');
+  return {
+    mgmtUrl,
+    idpUrl: optional(env, 'AGENT_IDP_URL'),
+    cluster,
+    kubernetes: bool(env, envName('KUBERNETES'), true),
+    policyDir: folder?.dir,
+    podName: str(env, 'POD_NAME', hostname()),
+    podNamespace: ns,
+  };
+}
+
+export async function startOperator(env: Env = process.env, kubeConfig?: KubeConfig): Promise<Closable & { kubernetes?: KubernetesSource; folder?: FolderSource }> {
+  const cfg = operatorConfig(env);
+  const registry = httpRegistry(cfg.mgmtUrl);
+  const identity = cfg.idpUrl ? httpIdentity(cfg.idpUrl) : undefined;
+  const applier = (owner: string) => createApplier({ owner, registry, identity });
+  let kubernetes: KubernetesSource | undefined;
+  let folder: FolderSource | undefined;
+  try {
+    if (cfg.kubernetes) {
+      let kc = kubeConfig;
+      if (!kc) {
+        kc = new KubeConfig();
+        kc.loadFromDefault();
+      }
+      kubernetes = startKubernetesSource({ kubeConfig: kc, applier, cluster: cfg.cluster, identity: cfg.podName, leaseNamespace: cfg.podNamespace });
+    }
+    if (cfg.policyDir) {
+      folder = startFolderSource({ dir: cfg.policyDir, applier });
+      await folder.ready;
+    }
+  } catch (e) {
+    await folder?.close();
+    await kubernetes?.close();
+    throw e;
+  }
+  return {
+    kubernetes,
+    folder,
+    async close() {
+      await folder?.close();
+      await kubernetes?.close();
+    },
+  };
+}
+
+if (isMain(import.meta.url)) void runUntilSignal('operator', () => startOperator());
