@@ -26,6 +26,34 @@ function sources(dir: string, acc: string[] = []): string[] {
   return acc;
 }
 
+/** `[file, package]` for every import of a devDependency from shipped (non-test) code. */
+export function devImportsInShippedCode(): [string, string][] {
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { devDependencies?: Record<string, string> };
+  const dev = new Set(Object.keys(pkg.devDependencies ?? {}));
+  const out: [string, string][] = [];
+  for (const dir of ['runtime', 'operator', 'webhook', 'sidecar']) {
+    for (const file of sources(join(ROOT, dir))) {
+      for (const m of readFileSync(file, 'utf8').matchAll(/(?:from|import)\s*\(?\s*'((?:@[^/']+\/)?[^/'.][^/']*)[^']*'/g)) {
+        if (dev.has(m[1]!)) out.push([file.slice(ROOT.length), m[1]!]);
+      }
+    }
+  }
+  return out;
+}
+
+/**
+ * Variables the deployment files set for code that is being written beside them (issue 12 item
+ * 2, the gRPC ext_authz listener). A check that finds only these unread skips with a message.
+ */
+export const PENDING_ENV: ReadonlySet<string> = new Set(['DECISION_GRPC_ADDR']);
+
+/** The names in `set` no code reads: `unread`, and whether all of them are pending. */
+export function unreadEnv(set: Iterable<string>, ignore: ReadonlySet<string> = new Set()): { unread: string[]; onlyPending: boolean } {
+  const read = envNamesReadByCode();
+  const unread = [...new Set(set)].filter((n) => !read.has(n) && !ignore.has(n)).sort();
+  return { unread, onlyPending: unread.length > 0 && unread.every((n) => PENDING_ENV.has(n)) };
+}
+
 /**
  * Every environment variable name the shipped code can read: upper-case string literals of the
  * non-test sources (`'AGENT_IDP_URL'`), `env.NAME` reads, and the brand-derived `envName('X')` names (`WRIT_X`).
