@@ -66,13 +66,16 @@ describe('Dockerfile', () => {
 
 describe('compose.yaml (SPEC 1 evaluation stack)', () => {
   const compose = parseYaml(readFileSync(join(ROOT, 'compose.yaml'), 'utf8'), { merge: true }) as {
-    services: Record<string, { image?: string; build?: unknown; command?: string[]; environment?: Record<string, string>; depends_on?: Record<string, unknown> }>;
+    services: Record<string, { image?: string; build?: unknown; command?: string[]; environment?: Record<string, string>; depends_on?: Record<string, unknown>; profiles?: string[] }>;
   };
   const ours = Object.entries(compose.services).filter(([, s]) => s.build !== undefined);
 
   it('has PostgreSQL, the control plane, the identity authority and the broker, and no forward proxy published', () => {
-    expect(Object.keys(compose.services).sort()).toEqual(['broker', 'control-plane', 'identity', 'postgres']);
-    expect(ours.map(([, s]) => s.command?.[0]).sort()).toEqual(['broker', 'control-plane', 'identity']);
+    const byDefault = Object.entries(compose.services).filter(([, s]) => !s.profiles);
+    expect(byDefault.map(([n]) => n).sort()).toEqual(['broker', 'control-plane', 'identity', 'postgres']);
+    expect(byDefault.filter(([, s]) => s.build !== undefined).map(([, s]) => s.command?.[0]).sort()).toEqual(['broker', 'control-plane', 'identity']);
+    // Opt-in: the examples through the operator's folder source, from the CRD examples in the image.
+    expect(compose.services.examples).toMatchObject({ profiles: ['examples'], command: ['operator'], environment: { WRIT_POLICY_DIR: '/app/dist/crds/examples', WRIT_KUBERNETES: 'false' } });
     const published = JSON.stringify(Object.values(compose.services).map((s) => (s as { ports?: unknown }).ports ?? []));
     expect(published).not.toContain('9092');
   });
