@@ -50,6 +50,32 @@ interface AgentMeter {
   cost: Window;
 }
 
+/** One dimension of an agent's budget now: `limit` 0 means no limit (`remaining` null). */
+export interface DimensionStatus {
+  limit: number;
+  used: number;
+  remaining: number | null;
+  windowSeconds: number;
+}
+
+/** The agent budget's dimensions, keyed by their Budget field. */
+export type BudgetStatus = Record<'tokensPerHour' | 'callsPerHour' | 'costUsdPerDay', DimensionStatus>;
+
+const round9 = (n: number) => Math.round(n * 1e9) / 1e9;
+
+/** Limit, use and what is left of each dimension (never negative: an overrun reads 0). */
+export function budgetStatus(budget: Budget | undefined, u: BudgetUsage): BudgetStatus {
+  const dim = (limit: number | undefined, used: number, spanMs: number): DimensionStatus => {
+    const l = limit ?? 0;
+    return { limit: l, used: round9(used), remaining: l > 0 ? round9(Math.max(0, l - used)) : null, windowSeconds: spanMs / 1000 };
+  };
+  return {
+    tokensPerHour: dim(budget?.tokensPerHour, u.tokensLastHour, HOUR_MS),
+    callsPerHour: dim(budget?.callsPerHour, u.callsLastHour, HOUR_MS),
+    costUsdPerDay: dim(budget?.costUsdPerDay, u.costUsdLastDay, DAY_MS),
+  };
+}
+
 export interface BudgetUsage {
   tokensLastHour: number;
   callsLastHour: number;
@@ -114,7 +140,8 @@ export function createBudgetMeter(opts: BudgetMeterOptions = {}): BudgetMeter {
 
   return {
     check(agent: string, budget: Budget | undefined, now: number): string | undefined {
-      if (!budget || !meters.has(agent)) return undefined;
+      // Audit mode never denies: the decision records what enforce would have denied.
+      if (!budget || budget.mode === 'audit' || !meters.has(agent)) return undefined;
       return overBudget(usage(agent, now), budget);
     },
     reserveCall(agent: string, now: number): () => void {

@@ -20,6 +20,7 @@ import type { Store, StoreOptions } from '../store/factory.js';
 import { auditHealth, auditOptionsFromEnv, openAuditChain, registerAuditMetrics, type AuditChain } from './audit/index.js';
 import { createAuthzServer } from './authz-server.js';
 import { createBudgetMeter, type BudgetMeter } from './budget.js';
+import { budgetRoutes, registerBudgetMetrics } from './budget-routes.js';
 import { createDecisionEngine, type DecisionEngine } from './decision/engine.js';
 import { createPolicySource } from './decision/policy.js';
 import { decisionRoutes } from './decision/routes.js';
@@ -131,6 +132,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const budget = createBudgetMeter();
   const metrics = createMetrics({ known: (n) => registry.get(n) !== undefined });
   registerAuditMetrics(metrics.registry, audit);
+  registerBudgetMetrics(metrics.registry, { registry, budget, now });
   const pollMs = int(env, 'AGENT_IDP_REVOCATION_POLL_MS', 500);
   const settings: DecisionSettings = {
     identityMode,
@@ -164,7 +166,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     metricsText: () => metrics.text(),
     ready: () => !closed,
     readyDetail: () => ({ audit: auditHealth(audit) }),
-    routes: [decisionRoutes(engine), portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') })],
+    routes: [decisionRoutes(engine), budgetRoutes({ registry, budget, now }), portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') })],
     extraRoutes: opts.extraRoutes ? (app) => opts.extraRoutes!(app, parts) : undefined,
   });
   const authzServer = createAuthzServer(engine);

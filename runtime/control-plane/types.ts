@@ -10,11 +10,15 @@ export const DATA_CLASSES = ['', 'public', 'internal', 'regulated'] as const;
 /** `host:port` with a DNS name, IPv4 or bracketed IPv6 host and a port 1-65535. */
 export const UPSTREAM_RE = /^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):(?:[1-9]\d{0,4})$/;
 
+export const BUDGET_MODES = ['enforce', 'audit'] as const;
+
 export const BudgetSchema = z
   .object({
     tokensPerHour: z.number().int().nonnegative().optional(),
     callsPerHour: z.number().int().nonnegative().optional(),
     costUsdPerDay: z.number().nonnegative().finite().optional(),
+    /** `enforce` (default) denies past a ceiling; `audit` allows and records what would have been denied. */
+    mode: z.enum(BUDGET_MODES).optional(),
   })
   .strict();
 export type Budget = z.infer<typeof BudgetSchema>;

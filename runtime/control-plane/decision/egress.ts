@@ -84,8 +84,8 @@ function governanceDenial(snap: PolicySnapshot, agent: string, now: number): str
   return `agent ${JSON.stringify(agent)} has no governed record (governance required)`;
 }
 
-export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers, now: number): Step {
-  const run = new Run(snap);
+export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers, now: number, explain = false): Step {
+  const run = new Run(snap, explain);
   const s = snap.settings;
   const reg = snap.registry;
   const proxy = f.via === 'proxy' ? f.hop : undefined;
@@ -123,7 +123,7 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
   }
   const subject = subjectOf() ?? actorName;
   if (!HEADER_SAFE.test(subject) || !HEADER_SAFE.test(actorName)) return end(run.deny(403, 'identity', 'actor or on-behalf-of is not a valid header value'));
-  run.pass(agentDid ? `agent ${actorName} proved by VP (${agentDid})` : `agent ${actorName} (header identity)`, 'governance');
+  run.pass(run.explain ? agentDid ? `agent ${actorName} proved by VP (${agentDid})` : `agent ${actorName} (header identity)` : '', 'governance');
 
   // Governance standing (rule identity): a governed agent that is not active acts for no one.
   const gov = governanceDenial(snap, actorName, now);
@@ -131,7 +131,7 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     run.stage = 'governance';
     return end(run.deny(403, 'identity', gov));
   }
-  run.pass(snap.governance?.agents.has(actorName) ? 'governed agent is active' : 'not governed', 'registry');
+  run.pass(run.explain ? snap.governance?.agents.has(actorName) ? 'governed agent is active' : 'not governed' : '', 'registry');
 
   // 3. Registry: the actor is a registered agent; the target a registered service (or, through
   //    the proxy, an external host).
@@ -158,15 +158,15 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     return end(run.deny(403, 'registry', `target kind mismatch: request says ${kind}, registry says ${target.kind}`));
   }
   if (target) kind = kind ?? target.kind ?? '';
-  run.pass(target ? `target ${target.name}` : external ? `external ${proxy!.hostPort} listed as ${external}` : `external ${proxy!.hostPort}`, 'inline');
+  run.pass(run.explain ? target ? `target ${target.name}` : external ? `external ${proxy!.hostPort} listed as ${external}` : `external ${proxy!.hostPort}` : '', 'inline');
 
   // 4a. Allowlist (deny by default). An unlisted external host is a human's question (below).
   if (target) {
     const { list, field } = allowListFor(actor, kind ?? '');
     if (!list.includes(target.name)) return end(run.deny(403, 'inline', `${target.name} is not in ${actor.name}.${field}`));
-    run.pass(`${target.name} is in ${actor.name}.${field}`, 'budget');
+    run.pass(run.explain ? `${target.name} is in ${actor.name}.${field}` : '', 'budget');
   } else {
-    run.pass(external ? `${external} is in ${actor.name}.egressAllow` : 'unlisted external host', 'budget');
+    run.pass(run.explain ? external ? `${external} is in ${actor.name}.egressAllow` : 'unlisted external host' : '', 'budget');
   }
 
   // 4b. Budget. A call ticket from a proxy hop means that hop already counted this call.
@@ -175,12 +175,15 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     if (a.ticket === undefined) return run.ask({ kind: 'ticket', ticket: f.ticket, actor: actorName, upstream: target.upstream });
     ticketed = a.ticket;
   }
+  let overAudit = '';
   if (actor.budget) {
     if (!a.usage) return run.ask({ kind: 'usage', agent: actorName });
     const over = overBudget(a.usage, actor.budget, { calls: !ticketed });
-    if (over) return end(run.deny(403, 'inline', over));
+    // Audit mode: allowed, and the allow's audit record says what enforce would have denied.
+    if (over && actor.budget.mode !== 'audit') return end(run.deny(403, 'inline', over));
+    if (over) overAudit = `over budget (audit mode): ${over}`;
   }
-  run.pass(ticketed ? 'within budget (call counted by the proxy hop)' : 'within budget');
+  run.pass(run.explain ? overAudit || (ticketed ? 'within budget (call counted by the proxy hop)' : 'within budget') : '');
   const reserve = ticketed ? {} : { reserveCall: { agent: actorName, budget: actor.budget } };
 
   // 4c. Delegation (task-based access control) for regulated targets, on every call; an
@@ -228,7 +231,7 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     rule = 'delegation';
     reason = `${ref} approved${h.detail ? ` by ${h.detail}` : ''}`;
   }
-  run.pass(reason, 'opa');
+  run.pass(run.explain ? reason : '', 'opa');
 
   // 4d. Optional org-wide veto.
   if (s.opa) {
@@ -254,13 +257,13 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     }
     if (isFailure(v)) return end(run.deny(403, 'opa', `decision error: ${v.failed}`));
     if (!v.allow) return end(run.deny(403, 'opa', `opa: ${v.reason}`));
-    run.pass(v.reason || 'policy allowed');
+    run.pass(run.explain ? v.reason || 'policy allowed' : '');
   }
 
   const headers: Record<string, string> = { [H.subject]: subject, [H.upstream]: target?.upstream ?? proxy!.hostPort, [H.actor]: actorName };
   if (agentDid) headers[H.agentDid] = agentDid;
   const extra = { ...reserve, ...(proxy && target ? { ticket: { actor: actorName, upstream: target.upstream } } : {}) };
-  const ev = end(run.allow(rule, reason, headers), extra, delegation ? { delegation } : {});
+  const ev = end(run.allow(rule, overAudit ? `${overAudit}; ${reason}` : reason, headers), extra, delegation ? { delegation } : {});
   if (delegation) {
     ev.effects.audit.delegationId = delegation.id;
     if (delegation.exp !== undefined) ev.effects.audit.delegationExp = delegation.exp;

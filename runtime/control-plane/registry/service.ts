@@ -57,6 +57,7 @@ function budgetOrUndefined(b: Budget | undefined): Budget | undefined {
   if (b.tokensPerHour !== undefined) out.tokensPerHour = b.tokensPerHour;
   if (b.callsPerHour !== undefined) out.callsPerHour = b.callsPerHour;
   if (b.costUsdPerDay !== undefined) out.costUsdPerDay = b.costUsdPerDay;
+  if (b.mode !== undefined) out.mode = b.mode;
   return out;
 }
 

@@ -1,0 +1,91 @@
+/**
+ * Audit-mode budgets and budget visibility over real sockets: a control plane on PGlite, /authz
+ * decisions, `GET /v1/budgets/{agent}` and the `budget_remaining` gauge on /metrics.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { H, metric } from '../lib/brand.js';
+import type { Store } from '../store/factory.js';
+import { openTestPglite } from '../store/testing.js';
+import { startControlPlane, type RunningControlPlane } from './server.js';
+
+describe('budget mode and visibility', () => {
+  let store: Store;
+  let cp: RunningControlPlane;
+  let mgmt = '';
+  let authz = '';
+  const post = (url: string, body: unknown) => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const decide = (actor: string) => fetch(`${authz}/authz`, { headers: { [H.actor]: actor, [H.service]: 'search' } });
+
+  beforeAll(async () => {
+    store = await openTestPglite();
+    cp = await startControlPlane({ store, env: {}, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    mgmt = `http://127.0.0.1:${cp.mgmtPort}`;
+    authz = `http://127.0.0.1:${cp.decisionPort}`;
+    for (const s of [
+      { name: 'search', upstream: 'search.tools.svc:8080', kind: 'tool' },
+      { name: 'strict', upstream: 'strict.agents.svc:8080', kind: 'agent', allowTools: ['search'], budget: { callsPerHour: 2 } },
+      { name: 'watched', upstream: 'watched.agents.svc:8080', kind: 'agent', allowTools: ['search'], budget: { callsPerHour: 2, tokensPerHour: 1000, mode: 'audit' } },
+    ]) expect((await post(`${mgmt}/v1/registry/services`, s)).status).toBe(200);
+  });
+  afterAll(async () => {
+    await cp?.close();
+    await store?.close();
+  });
+
+  it('the registry keeps the mode; a bad mode is a 400', async () => {
+    const s = (await (await fetch(`${mgmt}/v1/registry/services/watched`)).json()) as { budget: unknown };
+    expect(s.budget).toEqual({ tokensPerHour: 1000, callsPerHour: 2, mode: 'audit' });
+    const bad = await post(`${mgmt}/v1/registry/services`, { name: 'x', upstream: 'x.svc:80', kind: 'agent', budget: { callsPerHour: 1, mode: 'warn' } });
+    expect(bad.status).toBe(400);
+  });
+
+  it('enforce denies past the ceiling; audit allows and records what would have been denied', async () => {
+    for (let i = 0; i < 2; i++) expect((await decide('strict')).status).toBe(200);
+    const over = await decide('strict');
+    expect(over.status).toBe(403);
+    for (let i = 0; i < 2; i++) expect((await decide('watched')).status).toBe(200);
+    const audited = await decide('watched');
+    expect(audited.status).toBe(200);
+    const rows = (await (await fetch(`${mgmt}/v1/audit?limit=1000`)).json()) as { actor?: string; allow: boolean; reason: string }[];
+    const watched = rows.filter((r) => r.actor === 'watched');
+    expect(watched).toHaveLength(3);
+    expect(watched.every((r) => r.allow)).toBe(true);
+    expect(watched[2]!.reason).toMatch(/^over budget \(audit mode\): call budget exceeded: 2 of 2 calls per hour/);
+    expect(watched[0]!.reason).not.toMatch(/over budget/);
+    // Audit mode still counts: the meter shows 3 calls against 2.
+    const view = (await (await fetch(`${mgmt}/v1/budgets/watched`)).json()) as { mode: string; dimensions: Record<string, { limit: number; used: number; remaining: number | null }> };
+    expect(view.mode).toBe('audit');
+    expect(view.dimensions.callsPerHour).toMatchObject({ limit: 2, used: 3, remaining: 0 });
+  });
+
+  it('GET /v1/budgets/{agent}: every dimension, null remaining when unlimited, 404 for a non-agent', async () => {
+    cp.plane.recordUsage({ agent: 'watched', model: 'gpt', tokens: 250, costUsd: 0.5 });
+    const r = await fetch(`${mgmt}/v1/budgets/watched`);
+    expect(r.status).toBe(200);
+    expect(await r.json()).toEqual({
+      agent: 'watched',
+      mode: 'audit',
+      dimensions: {
+        tokensPerHour: { limit: 1000, used: 250, remaining: 750, windowSeconds: 3600 },
+        callsPerHour: { limit: 2, used: 3, remaining: 0, windowSeconds: 3600 },
+        costUsdPerDay: { limit: 0, used: 0.5, remaining: null, windowSeconds: 86400 },
+      },
+    });
+    expect(((await (await fetch(`${mgmt}/v1/budgets/strict`)).json()) as { mode: string }).mode).toBe('enforce');
+    for (const name of ['search', 'ghost']) {
+      const nf = await fetch(`${mgmt}/v1/budgets/${name}`);
+      expect(nf.status).toBe(404);
+      expect(await nf.json()).toEqual({ error: `agent "${name}" not found` });
+    }
+  });
+
+  it('/metrics: budget_remaining per agent and dimension with a ceiling', async () => {
+    const text = await (await fetch(`${mgmt}/metrics`)).text();
+    const name = metric('budget_remaining');
+    expect(text).toContain(`# TYPE ${name} gauge`);
+    expect(text).toContain(`${name}{agent="watched",dimension="tokens_per_hour"} 750`);
+    expect(text).toContain(`${name}{agent="watched",dimension="calls_per_hour"} 0`);
+    expect(text).toContain(`${name}{agent="strict",dimension="calls_per_hour"} 0`);
+    expect(text).not.toMatch(new RegExp(`${name}\\{agent="watched",dimension="cost_usd_per_day"\\}`));
+  });
+});
