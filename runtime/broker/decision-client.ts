@@ -7,6 +7,7 @@
 import { request, type Dispatcher } from 'undici';
 import { H, header } from '../lib/brand.js';
 import { errMsg } from '../lib/log.js';
+import { injectTrace } from '../lib/tracing.js';
 
 export type DecisionResult =
   | { kind: 'allow' }
@@ -51,7 +52,7 @@ export function createDecisionClient(o: { url: string; timeoutMs: number; dispat
   const kindH = header('Target-Kind');
   return {
     async decide(q) {
-      const headers: Record<string, string> = { ...q.passthrough, [actorH]: q.actor, [serviceH]: q.model, [kindH]: 'model' };
+      const headers: Record<string, string> = injectTrace({ ...q.passthrough, [actorH]: q.actor, [serviceH]: q.model, [kindH]: 'model' });
       try {
         const res = await request(origin + path, {
           method: 'GET',

@@ -16,6 +16,7 @@ import { H } from '../lib/brand.js';
 import { int, optional, str, type Env } from '../lib/config.js';
 import { listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
+import { startDecisionSpan } from '../lib/tracing.js';
 import { DEFAULT_CONFIG_PATH, loadConfigFile, modelTable, type BrokerConfig, type ModelEntry } from './config.js';
 import { createDecisionClient, PASSTHROUGH_HEADERS, type DecisionClient } from './decision-client.js';
 import {
@@ -300,7 +301,10 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
     const v = req.headers[h];
     if (typeof v === 'string' && v) passthrough[h] = v;
   }
-  const verdict = await d.decision.decide({ actor, model: c.route.entry.name, passthrough });
+  // The broker hop: its /authz call carries this span's context (decision-client injects it).
+  const span = startDecisionSpan('broker', req.headers.traceparent, req.headers.tracestate);
+  const verdict = await span.run(() => d.decision.decide({ actor, model: c.route.entry.name, passthrough }));
+  span.end({ allow: verdict.kind === 'allow', status: verdict.kind === 'allow' ? 200 : verdict.kind === 'deny' ? verdict.status : 503, actor, service: c.route.entry.name });
   if (verdict.kind === 'unavailable') {
     log.warn('decision unavailable; refusing', { actor, model: c.route.entry.name, why: verdict.why });
     return sendError(res, decisionUnavailable(verdict.why));

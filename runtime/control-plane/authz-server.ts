@@ -8,6 +8,7 @@
 import http from 'node:http';
 import { H } from '../lib/brand.js';
 import { errMsg, logger } from '../lib/log.js';
+import { startDecisionSpan } from '../lib/tracing.js';
 import type { Committed } from './decision/commit.js';
 import { authorize, type DecisionEngine } from './decision/engine.js';
 import { factsFromHeaders } from './decision/facts.js';
@@ -76,17 +77,24 @@ function failed(req: http.IncomingMessage, res: http.ServerResponse, e: unknown)
 
 /** Decides and answers; a decision that waited on nothing is answered in this tick. */
 function decide(req: http.IncomingMessage, res: http.ServerResponse, rest: string, engine: DecisionEngine): void {
+  // Continues the gateway's trace; a shared no-op unless spans are exported.
+  const span = startDecisionSpan('authz', req.headers.traceparent, req.headers.tracestate);
   let decided: Committed | Promise<Committed>;
   try {
-    decided = authorize(engine, factsFromHeaders(req.headers, { method: req.method, path: rest, trustedPeer: engine.trustedPeer(req.socket.remoteAddress) }));
+    decided = span.run(() => authorize(engine, factsFromHeaders(req.headers, { method: req.method, path: rest, trustedPeer: engine.trustedPeer(req.socket.remoteAddress) })));
   } catch (e) {
+    span.end({ allow: false, status: 403 });
     return failed(req, res, e);
   }
-  if (!(decided instanceof Promise)) return render(req, res, decided);
-  decided.then(
-    (out) => render(req, res, out),
-    (e: unknown) => failed(req, res, e),
-  );
+  const done = (c: Committed) => {
+    span.end({ rule: c.decision.rule, allow: c.decision.allow, status: c.decision.status });
+    render(req, res, c);
+  };
+  if (!(decided instanceof Promise)) return done(decided);
+  decided.then(done, (e: unknown) => {
+    span.end({ allow: false, status: 403 });
+    failed(req, res, e);
+  });
 }
 
 export function createAuthzHandler(deps: DecisionEngine, opts: AuthzServerOptions = {}): http.RequestListener {

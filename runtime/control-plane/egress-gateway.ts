@@ -107,6 +107,7 @@ export async function startEgressGateway(o: EgressGatewayOptions): Promise<Egres
   const limits = { ...proxyLimitsFromEnv(env), ...o.limits };
 
   const queue = await createApprovalQueue({ store: o.store, audit: o.plane.audit, env, now: o.plane.now, ...o.queue });
+  o.plane.metrics.attach({ approvals: queue });
   const proxy = createForwardProxy({ engine: o.plane.engine, queue: () => o.slot.queue, limits, metricsRegistry: o.plane.metrics.registry });
   o.slot.queue = queue;
   let port: number;
@@ -139,6 +140,7 @@ export async function startEgressGateway(o: EgressGatewayOptions): Promise<Egres
       }
       await proxy.close();
       o.slot.queue = undefined;
+      o.plane.metrics.attach({ approvals: undefined });
     },
   };
 }

@@ -28,7 +28,7 @@ import type { DecisionSettings, IdentityMode } from './decision/types.js';
 import { callTicketKey, createCallTickets } from './tickets.js';
 import { trustedPeers } from '../lib/net.js';
 import type { IdentityPort } from './identity-port.js';
-import { createIdentityClient } from './identity-client.js';
+import { createIdentityClient, type IdentityClientOptions } from './identity-client.js';
 import { createMetrics, type ControlPlaneMetrics } from './metrics.js';
 import { createMgmtApp } from './mgmt.js';
 import { createOidcVerifier, oidcFromEnv } from './oidc.js';
@@ -95,11 +95,12 @@ export interface ControlPlane extends ControlPlaneParts {
 }
 
 /** The HTTP identity authority client when AGENT_IDP_URL is set. */
-function identityFromEnv(env: Env): IdentityPort | undefined {
+function identityFromEnv(env: Env, onCall?: IdentityClientOptions['onCall']): IdentityPort | undefined {
   const baseUrl = optional(env, 'AGENT_IDP_URL');
   if (!baseUrl) return undefined;
   return createIdentityClient({
     baseUrl,
+    onCall,
     timeoutMs: int(env, 'AGENT_IDP_TIMEOUT_MS', 2000),
     revalidateMs: int(env, 'AGENT_IDP_VP_CACHE_MS', 30_000),
     pollMs: int(env, 'AGENT_IDP_REVOCATION_POLL_MS', 500),
@@ -116,7 +117,9 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const opaTimeout = int(env, 'OPA_TIMEOUT_MS', 500);
   const identityTimeoutMs = int(env, 'AGENT_IDP_TIMEOUT_MS', 2000);
   const auditOpts = auditOptionsFromEnv(env);
-  const ownIdentity = opts.identity ? undefined : identityFromEnv(env);
+  // Identity-authority calls are metered once the metrics exist (the client starts polling now).
+  const identityCalls: { observe?: IdentityClientOptions['onCall'] } = {};
+  const ownIdentity = opts.identity ? undefined : identityFromEnv(env, (op, seconds, outcome) => identityCalls.observe?.(op, seconds, outcome));
   const identity = opts.identity ?? ownIdentity;
   const opa: OpaClient | undefined = opaUrl ? createOpaClient({ url: opaUrl, timeoutMs: opaTimeout }) : undefined;
 
@@ -130,7 +133,8 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     throw e;
   }
   const budget = createBudgetMeter();
-  const metrics = createMetrics({ known: (n) => registry.get(n) !== undefined });
+  const metrics = createMetrics({ known: (n) => registry.get(n) !== undefined, registry, budget, now });
+  identityCalls.observe = (op, seconds, outcome) => metrics.observeIdentityCall(op, seconds, outcome);
   registerAuditMetrics(metrics.registry, audit);
   registerBudgetMetrics(metrics.registry, { registry, budget, now });
   const pollMs = int(env, 'AGENT_IDP_REVOCATION_POLL_MS', 500);

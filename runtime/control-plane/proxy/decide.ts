@@ -9,6 +9,7 @@
  *   no usable Proxy-Authorization -> challenge (407); deny -> 403; allow -> forward (with the
  *   call ticket for the upstream hop, when the target is a registry service).
  */
+import { startDecisionSpan } from '../../lib/tracing.js';
 import { commit, type Committed } from '../decision/commit.js';
 import { decide } from '../decision/decide.js';
 import { withHold, type DecisionEngine } from '../decision/engine.js';
@@ -47,8 +48,10 @@ export async function decideProxy(req: ProxyRequest, engine: DecisionEngine, hol
     startedAt = performance.now();
     return a;
   });
-  const ev = await decide(facts, engine.policy.current, gather, engine.now);
+  const span = startDecisionSpan('proxy', req.headers.traceparent, req.headers.tracestate);
+  const ev = await span.run(() => decide(facts, engine.policy.current, gather, engine.now));
   const outcome = await commit(ev, engine.sinks, startedAt);
   const d = outcome.decision;
+  span.end({ rule: d.rule, allow: d.allow, status: d.status, service: t.hostPort });
   return { kind: d.allow ? 'allow' : d.challenge ? 'challenge' : 'deny', outcome, requestId };
 }
