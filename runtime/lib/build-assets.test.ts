@@ -24,7 +24,7 @@ describe('isAsset', () => {
   });
 });
 
-describe('npm run build output', { timeout: 240_000 }, () => {
+describe('npm run build output', { timeout: 480_000 }, () => {
   const out = mkdtempSync(join(tmpdir(), 'writ-build-'));
   const dist = join(out, 'dist');
 
@@ -34,7 +34,7 @@ describe('npm run build output', { timeout: 240_000 }, () => {
     // What the image has beside dist/: the package's module type and its dependencies.
     writeFileSync(join(out, 'package.json'), JSON.stringify({ type: 'module' }));
     symlinkSync(join(ROOT, 'node_modules'), join(out, 'node_modules'));
-  }, 240_000);
+  }, 480_000);
   afterAll(() => rmSync(out, { recursive: true, force: true }));
 
   it('emits every entry point and copies the assets', () => {

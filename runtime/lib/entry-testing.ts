@@ -21,7 +21,7 @@ export function startEntry(cmd: string[], env: Record<string, string>, cwd = ROO
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`${cmd.join(' ')} did not come up:\n${lines.join('\n')}`));
-    }, 60_000);
+    }, 150_000);
     createInterface({ input: child.stderr! }).on('line', (line) => {
       lines.push(line);
       let ev: Record<string, unknown>;

@@ -17,7 +17,7 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const tsx = (entry: string) => [process.execPath, '--import', 'tsx', join(ROOT, entry)];
 const ANY = '127.0.0.1:0';
 
-describe('per-component entry points', { timeout: 90_000 }, () => {
+describe('per-component entry points', { timeout: 240_000 }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'writ-entry-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
