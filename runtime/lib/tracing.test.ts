@@ -181,6 +181,89 @@ describe('OTLP export of identity-authority and decision spans', () => {
   });
 });
 
+/** Starts an entry point (`runtime/.../main.ts`) as a real process; resolves with its `up` ports. */
+function startProcess(entry: string, env: Record<string, string>): Promise<{ ports: Record<string, number>; stop(): Promise<void> }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, entry)], { cwd: ROOT, env: { PATH: process.env.PATH, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+  const exited = new Promise<void>((r) => child.on('exit', () => r()));
+  let log = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${entry} did not come up:\n${log}`)), 60_000);
+    child.stderr!.on('data', (c: Buffer) => {
+      log += c.toString();
+      for (const line of log.split('\n')) {
+        if (!line.includes('"msg":"up"')) continue;
+        clearTimeout(timer);
+        const ev = JSON.parse(line) as Record<string, unknown>;
+        const ports: Record<string, number> = {};
+        for (const [k, v] of Object.entries(ev)) if (typeof v === 'number') ports[k] = v;
+        resolve({ ports, stop: () => (child.kill('SIGTERM'), exited) });
+        return;
+      }
+    });
+    void exited.then(() => reject(new Error(`${entry} exited:\n${log}`)));
+  });
+}
+
+describe('one trace across three processes: gateway -> control plane /authz -> identity authority', () => {
+  it('the decision continues the gateway span and the delegation check is its child, exported by both processes', async () => {
+    const rx = await otlpReceiver();
+    const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: rx.url };
+    const idp = await startProcess('runtime/identity/main.ts', { ...otel, PORT: '0', IDP_STORE_BACKEND: 'memory' });
+    let cp: Awaited<ReturnType<typeof startProcess>> | undefined;
+    try {
+      cp = await startProcess('runtime/control-plane/main.ts', {
+        ...otel,
+        REGISTRY_BACKEND: 'memory',
+        AGENT_IDP_URL: `http://127.0.0.1:${idp.ports.identity}`,
+        DECISION_ADDR: '127.0.0.1:0',
+        MGMT_ADDR: '127.0.0.1:0',
+        EGRESS_PROXY_ADDR: '127.0.0.1:0',
+        EGRESS_REPLICA_ID: 'trace-test',
+      });
+      const mgmt = `http://127.0.0.1:${cp.ports.mgmt}`;
+      for (const svc of [
+        { name: 'ledger', upstream: 'ledger.svc:8080', kind: 'tool', dataClass: 'regulated' },
+        { name: 'clerk', upstream: 'clerk.svc:8080', kind: 'agent', allowTools: ['ledger'] },
+      ]) {
+        const r = await fetch(`${mgmt}/v1/registry/services`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(svc) });
+        expect(r.status).toBe(200);
+      }
+      // The gateway (Envoy) side: a span of its own, sent on as traceparent.
+      const gw = newTraceparent();
+      const res = await fetch(`http://127.0.0.1:${cp.ports.decision}/authz`, {
+        headers: {
+          traceparent: gw.traceparent,
+          [`x-${BRAND}-actor`]: 'clerk',
+          [`x-${BRAND}-service`]: 'ledger',
+          [`x-${BRAND}-target-kind`]: 'tool',
+          [`x-${BRAND}-task`]: 't-9',
+          [`x-${BRAND}-action`]: 'ledger:read',
+          [`x-${BRAND}-resource`]: 'acct/9',
+          [`x-${BRAND}-on-behalf-of`]: 'alice@example.com',
+        },
+      });
+      expect(res.status).toBe(401);
+      // Both processes export in batches (1 s); stopping them flushes.
+      await cp.stop();
+      cp = undefined;
+      const spans = await until(() => {
+        const s = rx.spans.filter((x) => x.traceId === gw.traceId);
+        return s.some((x) => x.name === 'authz') && s.some((x) => x.name === 'delegation.check') ? s : undefined;
+      }, 'the authz and delegation.check spans');
+      const authz = spans.find((x) => x.name === 'authz')!;
+      const check = spans.find((x) => x.name === 'delegation.check')!;
+      expect(authz).toMatchObject({ parentSpanId: gw.spanId, service: `${BRAND}-control-plane` });
+      expect(authz.attributes).toMatchObject({ [`${BRAND}.rule`]: 'delegation', [`${BRAND}.decision`]: 'deny', 'http.response.status_code': 401 });
+      expect(check).toMatchObject({ parentSpanId: authz.spanId, service: `${BRAND}-identity` });
+      expect(check.attributes).toMatchObject({ [`${BRAND}.operation`]: 'delegation.check', 'http.route': '/v1/delegations/check' });
+    } finally {
+      await cp?.stop();
+      await idp.stop();
+      await close(rx.server);
+    }
+  }, 120_000);
+});
+
 describe('stdout fallback (no OTEL_EXPORTER_OTLP_ENDPOINT)', () => {
   it('a real identity authority process writes one JSON line per operation, nothing for polls or decisions', async () => {
     expect(tracingMode()).toBe('off');
