@@ -5,13 +5,16 @@
  * REGISTRY_BACKEND / REGISTRY_DB_URL / REGISTRY_DATA_DIR. The registry starts as the store has
  * it; producers (the management API, the operator) apply the entries.
  */
+import { BRAND } from '../lib/brand.js';
 import type { Env } from '../lib/config.js';
 import { isMain, runUntilSignal, type Closable } from '../lib/process.js';
+import { initTracing, shutdownTracing, tracingFromEnv } from '../lib/tracing.js';
 import { openStore } from '../store/factory.js';
 import { startControlPlaneWithEgress } from './egress-gateway.js';
 import { controlPlaneStoreOptions } from './server.js';
 
 export async function startControlPlaneProcess(env: Env = process.env): Promise<Closable> {
+  const tracing = initTracing(tracingFromEnv(env), `${BRAND}-control-plane`);
   const store = await openStore(controlPlaneStoreOptions(env));
   try {
     const run = await startControlPlaneWithEgress({ store, env });
@@ -20,6 +23,7 @@ export async function startControlPlaneProcess(env: Env = process.env): Promise<
       async close() {
         await run.close();
         await store.close();
+        if (tracing) await shutdownTracing();
       },
     };
   } catch (e) {

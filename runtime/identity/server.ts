@@ -12,7 +12,7 @@ import { int, oneOf, optional, str, type Env } from '../lib/config.js';
 import { envelope } from '../lib/errors.js';
 import { close as closeServer, listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
-import { identityTracing, initTracing, tracingFromEnv } from '../lib/tracing.js';
+import { identityTracing, initTracing, shutdownTracing, tracingFromEnv } from '../lib/tracing.js';
 import { openStore, type Store } from '../store/factory.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import { enterpriseBodyLimit, registerEnterpriseRoutes } from './enterprise/index.js';
@@ -143,7 +143,7 @@ export interface StartOptions {
 
 export async function startIdentityAuthority(o: StartOptions = {}): Promise<{ port: number; authority: IdentityAuthority; close(): Promise<void> }> {
   const env = o.env ?? process.env;
-  initTracing(tracingFromEnv(env), `${BRAND}-identity`);
+  const ownTracing = initTracing(tracingFromEnv(env), `${BRAND}-identity`);
   const ownStore = !o.store;
   const store =
     o.store ??
@@ -163,6 +163,7 @@ export async function startIdentityAuthority(o: StartOptions = {}): Promise<{ po
       await authority.close();
       await closeServer(server);
       if (ownStore) await store.close();
+      if (ownTracing) await shutdownTracing();
     },
   };
 }
