@@ -1,17 +1,18 @@
 /**
  * Composition of the control plane: registry snapshot + audit chain (store-backed), budget
- * meters, metrics, the decision deps (identity authority, workforce OIDC, OPA veto) and the two
- * listeners: `/authz` on DECISION_ADDR (bare node:http) and the management app on MGMT_ADDR.
+ * meters, metrics, the decision deps (identity authority, workforce OIDC, OPA veto) and the
+ * listeners: `/authz` on DECISION_ADDR (bare node:http), Envoy's gRPC ext_authz on
+ * DECISION_GRPC_ADDR (grpc/) and the management app on MGMT_ADDR.
  *
  * Env: AGENT_IDENTITY_MODE (header|vc), AGENT_IDP_URL, AGENT_IDP_TIMEOUT_MS, AGENT_VP_AUDIENCE,
  * OPA_URL, OPA_TIMEOUT_MS, OIDC_ISSUER / OIDC_JWKS_URL / OIDC_AUDIENCE, AUDIT_CHAIN_ID,
- * DECISION_ADDR, MGMT_ADDR. See README.md.
+ * DECISION_ADDR, DECISION_GRPC_ADDR, MGMT_ADDR. See README.md.
  */
 import type http from 'node:http';
 import { createAdaptorServer } from '@hono/node-server';
 import type { Hono } from 'hono';
 import type { OpenAPIHono } from '@hono/zod-openapi';
-import { bool, int, oneOf, optional, str, type Env } from '../lib/config.js';
+import { bool, int, oneOf, optional, parseAddr, str, type Env } from '../lib/config.js';
 import { envName, VP_AUDIENCE } from '../lib/brand.js';
 import { connectPortsFromEnv } from './proxy/target.js';
 import { close as closeServer, listen } from '../lib/http.js';
@@ -19,6 +20,7 @@ import { errMsg, logger } from '../lib/log.js';
 import type { Store, StoreOptions } from '../store/factory.js';
 import { auditHealth, auditOptionsFromEnv, openAuditChain, registerAuditMetrics, type AuditChain } from './audit/index.js';
 import { createAuthzServer } from './authz-server.js';
+import { createExtAuthzGrpcServer } from './grpc/server.js';
 import { createBudgetMeter, type BudgetMeter } from './budget.js';
 import { budgetRoutes, registerBudgetMetrics } from './budget-routes.js';
 import { createDecisionEngine, type DecisionEngine } from './decision/engine.js';
@@ -208,10 +210,22 @@ export interface StartOptions extends ControlPlaneOptions {
   decisionAddr?: string;
   /** Default MGMT_ADDR or `:8181`. */
   mgmtAddr?: string;
+  /** gRPC ext_authz; default DECISION_GRPC_ADDR, else port 0 beside an ephemeral decision port, else `:9192`. */
+  grpcAddr?: string;
+}
+
+/** An ephemeral decision address (tests, benchmarks) never means the fixed gRPC port. */
+function grpcAddrOf(env: Env, decisionAddr: string): string {
+  const set = optional(env, 'DECISION_GRPC_ADDR');
+  if (set) return set;
+  const d = parseAddr(decisionAddr);
+  return d.port === 0 ? `${d.host.includes(':') ? `[${d.host}]` : d.host}:0` : ':9192';
 }
 
 export interface RunningControlPlane {
   decisionPort: number;
+  /** Envoy's gRPC ext_authz (`envoy.service.auth.v3.Authorization/Check`) and gRPC health. */
+  grpcPort: number;
   mgmtPort: number;
   plane: ControlPlane;
   close(): Promise<void>;
@@ -222,24 +236,28 @@ export async function startControlPlane(opts: StartOptions): Promise<RunningCont
   const plane = await createControlPlane(opts);
   const decisionAddr = opts.decisionAddr ?? str(env, 'DECISION_ADDR', ':9191');
   const mgmtAddr = opts.mgmtAddr ?? str(env, 'MGMT_ADDR', ':8181');
+  const grpcServer = createExtAuthzGrpcServer(plane.engine);
   let mgmt: http.Server | undefined;
   try {
     const decisionPort = await listen(plane.authzServer, decisionAddr);
+    const grpcPort = await grpcServer.listen(opts.grpcAddr ?? grpcAddrOf(env, decisionAddr));
     const mgmtServer = createAdaptorServer({ fetch: plane.mgmtApp.fetch }) as http.Server;
     mgmt = mgmtServer;
     const mgmtPort = await listen(mgmtServer, mgmtAddr);
-    log.info('listening', { decision: decisionPort, mgmt: mgmtPort });
+    log.info('listening', { decision: decisionPort, grpc: grpcPort, mgmt: mgmtPort });
     return {
       decisionPort,
+      grpcPort,
       mgmtPort,
       plane,
       async close() {
-        await Promise.all([closeServer(plane.authzServer), closeServer(mgmtServer)]);
+        await Promise.all([closeServer(plane.authzServer), grpcServer.close(), closeServer(mgmtServer)]);
         await plane.close();
       },
     };
   } catch (e) {
     if (plane.authzServer.listening) await closeServer(plane.authzServer);
+    await grpcServer.close();
     if (mgmt?.listening) await closeServer(mgmt);
     await plane.close();
     throw e;
