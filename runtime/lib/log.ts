@@ -56,11 +56,12 @@ export function logger(component: string): Logger {
 
 /**
  * Message of an unknown thrown value, without a stack and never with SQL parameters: a failed
- * drizzle query (it carries `query` and `params`) is told by its statement and its cause only.
+ * drizzle query (DrizzleQueryError: `Failed query: <sql>\nparams: <values>`, the database's error as
+ * its cause) is told by its statement and its cause only.
  */
 export function errMsg(e: unknown): string {
   if (!(e instanceof Error)) return withoutParams(String(e));
-  if ('params' in e && 'query' in e) {
+  if (e.message.startsWith('Failed query: ') && 'query' in e) {
     const cause = (e as { cause?: unknown }).cause;
     const m = (cause as { message?: unknown } | undefined)?.message;
     const why = typeof m === 'string' ? withoutParams(m) : `unknown cause ${String(cause)}`;

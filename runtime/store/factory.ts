@@ -2,6 +2,10 @@
  * One store, two engines. Real PostgreSQL (postgres.js) when a URL is given, embedded PGlite
  * otherwise (a data folder, or memory). Both are wrapped in drizzle with the same schema, and
  * both expose raw SQL, LISTEN/NOTIFY and close. Migrations run on open.
+ *
+ * On PostgreSQL every query and transaction has a deadline, a lost connection is an error and
+ * never a crash, reconnects back off at most 1 s, and LISTEN is re-established after a restart
+ * with a reconnect callback for the resync (pg-guard.ts).
  */
 import { mkdirSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
@@ -10,6 +14,7 @@ import { drizzle as drizzlePg } from 'drizzle-orm/postgres-js';
 import { drizzle as drizzleLite } from 'drizzle-orm/pglite';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { migrate } from './migrate.js';
+import { createListener, guardedClient } from './pg-guard.js';
 
 export type Db = PgDatabase<PgQueryResultHKT>;
 export type Backend = 'postgres' | 'pglite' | 'memory';
@@ -19,8 +24,12 @@ export interface Store {
   readonly db: Db;
   /** Runs one or more SQL statements with no parameters (migrations, DDL), optionally as one transaction. */
   exec(sqlText: string, opts?: { transaction?: boolean }): Promise<void>;
-  /** Subscribes to a NOTIFY channel; resolves with an unsubscribe function. */
-  listen(channel: string, onPayload: (payload: string) => void): Promise<() => Promise<void>>;
+  /**
+   * Subscribes to a NOTIFY channel; resolves with an unsubscribe function. `onReconnect` runs
+   * after the subscription was lost (database restart, network) and re-established: payloads sent
+   * in between are lost, so a consumer resyncs from the tables then. PGlite never reconnects.
+   */
+  listen(channel: string, onPayload: (payload: string) => void, onReconnect?: () => void): Promise<() => Promise<void>>;
   notify(channel: string, payload: string): Promise<void>;
   close(): Promise<void>;
   /** PGlite only: a dump of the data dir (for cheap copies in tests). */
@@ -41,7 +50,14 @@ export interface StoreOptions {
   poolSize?: number;
   /** PGlite only: start from this data-dir dump (tests use a migrated template). */
   loadDataDir?: Blob;
+  /** postgres only: deadline of one query, also the server's statement_timeout (default 10 s). */
+  queryTimeoutMs?: number;
+  /** postgres only: deadline of one transaction (default 60 s: a 100k-user directory sync fits). */
+  transactionTimeoutMs?: number;
 }
+
+export const DEFAULT_QUERY_TIMEOUT_MS = 10_000;
+export const DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000;
 
 const IDENT = /^[a-z_][a-z0-9_]{0,62}$/;
 
@@ -77,23 +93,36 @@ async function openPostgres(opts: StoreOptions): Promise<Store> {
     }
     connection.search_path = opts.schema;
   }
-  const sql = postgres(opts.url, { max: opts.poolSize ?? 10, onnotice: () => {}, connection });
-  const db = drizzlePg(sql) as unknown as Db;
+  const queryMs = opts.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS;
+  // The server gives up on a statement, or on a transaction left idle, no later than we do.
+  connection.statement_timeout = String(queryMs);
+  connection.idle_in_transaction_session_timeout = String(queryMs);
+  const options = {
+    onnotice: () => {},
+    connection,
+    connect_timeout: Math.max(1, Math.ceil(queryMs / 2000)),
+    // Reconnect soon after the database is back (the default backoff grows to 20 s).
+    backoff: (n: number) => Math.min(0.05 * 2 ** n, 1),
+  };
+  const sql = postgres(opts.url, { ...options, max: opts.poolSize ?? 10 });
+  const client = guardedClient(sql, { queryMs: queryMs + 1000, txMs: opts.transactionTimeoutMs ?? DEFAULT_TRANSACTION_TIMEOUT_MS });
+  // Migrations and DDL: no statement timeout (a migration may wait for another replica's lock).
+  const slow = guardedClient(sql, { queryMs: 600_000, txMs: 600_000 });
+  const listener = createListener(opts.url, options);
+  const db = drizzlePg(client) as unknown as Db;
   return {
     kind: 'postgres',
     db,
     exec: async (text, o) => {
-      if (o?.transaction) await sql.begin((tx) => tx.unsafe(text));
-      else await sql.unsafe(text);
+      if (o?.transaction) await slow.begin((tx) => tx.unsafe(`set local statement_timeout = 0; ${text}`));
+      else await slow.unsafe(text);
     },
-    listen: async (channel, onPayload) => {
-      const sub = await sql.listen(channel, (p) => onPayload(p));
-      return async () => sub.unlisten();
-    },
+    listen: (channel, onPayload, onReconnect) => listener.listen(channel, onPayload, onReconnect),
     notify: async (channel, payload) => {
-      await sql.notify(channel, payload);
+      await client.notify(channel, payload);
     },
     close: async () => {
+      await listener.close();
       await sql.end({ timeout: 5 });
     },
   };
