@@ -84,12 +84,12 @@ function stuck(snap: PolicySnapshot, facts: Facts, why: string): Evaluation {
   };
 }
 
-function run(facts: Facts, policy: () => PolicySnapshot, gather: Gatherer, now: () => number, answers: Gathered, steps: number): Evaluation | Promise<Evaluation> {
+function run(facts: Facts, policy: () => PolicySnapshot, gather: Gatherer, now: () => number, answers: Gathered, steps: number, explain: boolean): Evaluation | Promise<Evaluation> {
   for (let i = steps; i < MAX_STEPS; i++) {
     const snap = policy();
     let step;
     try {
-      step = evaluate(facts, snap, answers, now());
+      step = evaluate(facts, snap, answers, now(), explain);
     } catch (e) {
       return stuck(snap, facts, errMsg(e));
     }
@@ -101,14 +101,14 @@ function run(facts: Facts, policy: () => PolicySnapshot, gather: Gatherer, now: 
       if (v instanceof Promise) {
         const next = i + 1;
         return v.then(
-          (x: unknown) => (record(answers, q, x), run(facts, policy, gather, now, answers, next)),
+          (x: unknown) => (record(answers, q, x), run(facts, policy, gather, now, answers, next, explain)),
           (e: unknown) => {
             try {
               record(answers, q, failureFor(q, errMsg(e)));
             } catch (f) {
               return stuck(policy(), facts, errMsg(f));
             }
-            return run(facts, policy, gather, now, answers, next);
+            return run(facts, policy, gather, now, answers, next, explain);
           },
         );
       }
@@ -124,7 +124,7 @@ function run(facts: Facts, policy: () => PolicySnapshot, gather: Gatherer, now: 
   return stuck(policy(), facts, 'too many questions');
 }
 
-/** Gathers and evaluates one decision (no effects committed: see commit.ts). */
-export function decide(facts: Facts, policy: () => PolicySnapshot, gather: Gatherer, now: () => number): Evaluation | Promise<Evaluation> {
-  return run(facts, policy, gather, now, {}, 0);
+/** Gathers and evaluates one decision (no effects committed: see commit.ts); `explain` records the layers. */
+export function decide(facts: Facts, policy: () => PolicySnapshot, gather: Gatherer, now: () => number, explain = false): Evaluation | Promise<Evaluation> {
+  return run(facts, policy, gather, now, {}, 0, explain);
 }

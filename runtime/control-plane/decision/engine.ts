@@ -38,5 +38,5 @@ export function withHold(engine: DecisionEngine, hold: (req: HoldRequest) => Pro
 
 /** The same decision as live, with no audit record, no budget consumed and no human asked. */
 export async function dryRun(engine: DecisionEngine, facts: Facts): Promise<Evaluation> {
-  return decide(facts, engine.policy.current, engine.gather, engine.now);
+  return decide(facts, engine.policy.current, engine.gather, engine.now, true);
 }

@@ -7,6 +7,7 @@ import { evaluateEgress } from './egress.js';
 import { evaluateIngress } from './ingress.js';
 import type { Answers, Facts, PolicySnapshot, Step } from './types.js';
 
-export function evaluate(facts: Facts, snap: PolicySnapshot, answers: Answers, now: number): Step {
-  return facts.kind === 'egress' ? evaluateEgress(facts, snap, answers, now) : evaluateIngress(facts, snap, answers);
+/** `explain` records every layer's verdict (the dry-run); the decision is the same either way. */
+export function evaluate(facts: Facts, snap: PolicySnapshot, answers: Answers, now: number, explain = false): Step {
+  return facts.kind === 'egress' ? evaluateEgress(facts, snap, answers, now, explain) : evaluateIngress(facts, snap, answers, explain);
 }

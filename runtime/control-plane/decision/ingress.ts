@@ -9,8 +9,8 @@ import { ANONYMOUS, resolveHost } from './outcome.js';
 import { HEADER_SAFE, Run } from './run.js';
 import { isFailure, type Answers, type IngressFacts, type PolicySnapshot, type Step } from './types.js';
 
-export function evaluateIngress(f: IngressFacts, snap: PolicySnapshot, a: Answers): Step {
-  const run = new Run(snap);
+export function evaluateIngress(f: IngressFacts, snap: PolicySnapshot, a: Answers, explain = false): Step {
+  const run = new Run(snap, explain);
   const s = snap.settings;
   let subject = ANONYMOUS;
   const requested = f.service ?? f.host;
@@ -31,12 +31,12 @@ export function evaluateIngress(f: IngressFacts, snap: PolicySnapshot, a: Answer
     subject = v.subject;
     claims = v.claims;
   }
-  run.pass(claims ? `verified subject ${subject}` : 'anonymous', 'registry');
+  run.pass(run.explain ? claims ? `verified subject ${subject}` : 'anonymous' : '', 'registry');
 
   // 2. Registry.
   const target: Service | undefined = f.service !== undefined ? snap.registry.get(f.service) : f.host ? resolveHost(snap.registry, f.host) : undefined;
   if (!target) return end(run.deny(403, 'registry', requested ? `unknown service ${JSON.stringify(requested)}` : 'no target service named'));
-  run.pass(`service ${target.name}`, 'inline');
+  run.pass(run.explain ? `service ${target.name}` : '', 'inline');
 
   // 3. Inline rules.
   let reason: string;
@@ -52,7 +52,7 @@ export function evaluateIngress(f: IngressFacts, snap: PolicySnapshot, a: Answer
     if (target.requireScope?.trim()) return end(run.deny(403, 'inline', 'required scope cannot be verified: workforce OIDC is not configured'), target);
     reason = 'credential accepted (OIDC off, development posture)';
   }
-  run.pass(reason, 'opa');
+  run.pass(run.explain ? reason : '', 'opa');
 
   // 4. Optional org-wide veto.
   if (s.opa) {
@@ -65,7 +65,7 @@ export function evaluateIngress(f: IngressFacts, snap: PolicySnapshot, a: Answer
     }
     if (isFailure(v)) return end(run.deny(403, 'opa', `decision error: ${v.failed}`), target);
     if (!v.allow) return end(run.deny(403, 'opa', `opa: ${v.reason}`), target);
-    run.pass(v.reason || 'policy allowed');
+    run.pass(run.explain ? v.reason || 'policy allowed' : '');
   }
   return end(run.allow('inline', reason, { [H.subject]: subject, [H.upstream]: target.upstream }), target);
 }

@@ -13,11 +13,15 @@ export class Run {
   readonly layers: Layer[] = [];
   /** The layer being evaluated: a deny is that layer's verdict. */
   stage: Layer['layer'] = 'identity';
-  constructor(readonly snap: PolicySnapshot) {}
+  /** `explain`: record every layer's verdict (the dry-run); live decisions record none. */
+  constructor(
+    readonly snap: PolicySnapshot,
+    readonly explain = false,
+  ) {}
 
-  /** Records the current layer as passed and moves on to `next`. */
+  /** Records the current layer as passed (when explaining) and moves on to `next`. */
   pass(reason: string, next?: Layer['layer']): void {
-    this.layers.push({ layer: this.stage, verdict: 'pass', reason });
+    if (this.explain) this.layers.push({ layer: this.stage, verdict: 'pass', reason });
     if (next) this.stage = next;
   }
 
@@ -27,7 +31,7 @@ export class Run {
 
   /** Ends the evaluation with `d`; `who` names the audit row's parties, `extra` the other effects. */
   end(d: Decision, action: AuditAction, who: Pick<AuditEntry, 'subject' | 'actor' | 'task' | 'service'>, label: string | undefined, extra: Partial<Omit<Effects, 'audit' | 'serviceLabel'>> = {}, out: Partial<Evaluation> = {}): Evaluation {
-    if (!d.allow) this.layers.push({ layer: this.stage, verdict: d.needsApproval ? 'needs-approval' : 'deny', reason: d.reason });
+    if (!d.allow && this.explain) this.layers.push({ layer: this.stage, verdict: d.needsApproval ? 'needs-approval' : 'deny', reason: d.reason });
     const effects: Effects = { audit: auditOf(action, d, who), serviceLabel: label ?? UNKNOWN_LABEL };
     if (d.allow) Object.assign(effects, extra);
     return { decision: d, layers: this.layers, effects, version: this.snap.version, ...out };

@@ -355,10 +355,17 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
         const s = snap;
         const plan = planApply(desired, o.owner, (n) => s.entry(n), s.ownedBy(o.owner));
         if (o.dryRun || isNoop(plan)) return emptyResult(s.version, plan);
-        const names = [...plan.creates, ...plan.updates].map((x) => x.name).concat(plan.unchanged, plan.conflicts.map((c) => c.name));
-        const w = await committed(by, () => write(names, o.owner, (cur, owned) => planApply(desired, o.owner, (n) => cur.get(n), owned), o.owner, by));
+        // The transaction re-plans only what the snapshot says changes, against the locked rows:
+        // an entry another writer took meanwhile becomes a conflict, a prune of an entry no longer
+        // ours is dropped. (Entries the snapshot calls unchanged are left as they are.)
+        const changing = [...plan.creates, ...plan.updates];
+        const names = [...changing.map((x) => x.name), ...plan.deletes];
+        const w = await committed(by, () =>
+          write(names, undefined, (cur) => planApply(changing, o.owner, (n) => cur.get(n), plan.deletes.filter((n) => cur.get(n)?.owner === o.owner)), o.owner, by),
+        );
         publishWrite(w.version, w.written, w.plan.deletes);
-        return emptyResult(Math.max(w.version, snap.version), w.plan);
+        const merged: ApplyPlan = { ...w.plan, unchanged: [...plan.unchanged, ...w.plan.unchanged], conflicts: [...plan.conflicts, ...w.plan.conflicts], invalid: plan.invalid };
+        return emptyResult(Math.max(w.version, snap.version), merged);
       });
     },
     async upsert(input, o = {}) {
