@@ -29,7 +29,8 @@ describe('npm run build output', { timeout: 480_000 }, () => {
   const dist = join(out, 'dist');
 
   beforeAll(async () => {
-    await promisify(execFile)(join(ROOT, 'node_modules', '.bin', 'tsc'), ['-p', join(ROOT, 'tsconfig.build.json'), '--outDir', dist], { cwd: ROOT });
+    // The emit of `npm run build` without its type check (`npm run typecheck` does that): half the CPU.
+    await promisify(execFile)(join(ROOT, 'node_modules', '.bin', 'tsc'), ['-p', join(ROOT, 'tsconfig.build.json'), '--outDir', dist, '--noCheck'], { cwd: ROOT });
     copyAssets(ROOT, dist);
     // What the image has beside dist/: the package's module type and its dependencies.
     writeFileSync(join(out, 'package.json'), JSON.stringify({ type: 'module' }));
