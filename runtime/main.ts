@@ -3,7 +3,8 @@
  * together. One PGlite data folder serves both the control plane and the identity authority
  * unless REGISTRY_DB_URL / IDP_DB_URL (or the *_BACKEND settings) say otherwise.
  *
- *   identity authority  PORT (8090)       control plane  DECISION_ADDR (:9191), MGMT_ADDR (:8181)
+ *   identity authority  PORT (8090)       control plane  DECISION_ADDR (:9191), MGMT_ADDR (:8181),
+ *                                                        DECISION_GRPC_ADDR (:9192, gRPC ext_authz)
  *   forward proxy       EGRESS_PROXY_ADDR (:9092)        model broker   BROKER_ADDR (:8080)
  *
  * AGENT_IDP_URL defaults to this process's identity authority, which turns on the regulated
@@ -27,7 +28,7 @@ import { policyFolderConfig, startPolicyFolder } from '../operator/folder/embedd
 const log = logger('main');
 
 export interface Writ {
-  ports: { identity: number; decision: number; mgmt: number; proxy?: number; broker?: number };
+  ports: { identity: number; decision: number; grpc: number; mgmt: number; proxy?: number; broker?: number };
   close(): Promise<void>;
 }
 
@@ -91,7 +92,7 @@ export async function startWrit(env: Env = process.env): Promise<Writ> {
       : undefined;
     if (broker) closers.push({ name: 'broker', close: () => broker.close() });
 
-    const ports: Writ['ports'] = { identity: idp.port, decision: cp.decisionPort, mgmt: cp.mgmtPort };
+    const ports: Writ['ports'] = { identity: idp.port, decision: cp.decisionPort, grpc: cp.grpcPort, mgmt: cp.mgmtPort };
     if (run.gateway.port !== undefined) ports.proxy = run.gateway.port;
     if (broker) ports.broker = broker.port;
     log.info('writ is up', { ...ports, agentIdpUrl: cpEnv.AGENT_IDP_URL });

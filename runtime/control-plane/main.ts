@@ -1,6 +1,7 @@
 /**
  * `node dist/runtime/control-plane/main.js` (or `tsx runtime/control-plane/main.ts`): the control
- * plane as its own process: `/authz` (DECISION_ADDR), management (MGMT_ADDR) and, when
+ * plane as its own process: `/authz` (DECISION_ADDR), gRPC ext_authz (DECISION_GRPC_ADDR),
+ * management (MGMT_ADDR) and, when
  * AGENT_IDP_URL is set, the forward proxy and approval queue (EGRESS_PROXY_ADDR). Store from
  * REGISTRY_BACKEND / REGISTRY_DB_URL / REGISTRY_DATA_DIR. The registry starts as the store has
  * it; producers (the management API, the operator) apply the entries.
@@ -19,7 +20,7 @@ export async function startControlPlaneProcess(env: Env = process.env): Promise<
   try {
     const run = await startControlPlaneWithEgress({ store, env });
     return {
-      ports: { decision: run.cp.decisionPort, mgmt: run.cp.mgmtPort, proxy: run.gateway.port },
+      ports: { decision: run.cp.decisionPort, grpc: run.cp.grpcPort, mgmt: run.cp.mgmtPort, proxy: run.gateway.port },
       async close() {
         await run.close();
         await store.close();
