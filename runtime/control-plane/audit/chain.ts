@@ -286,7 +286,7 @@ export async function openAuditChain(store: Store | undefined, opts: AuditChainO
       }
     },
     stats: () => ({
-      ...(shipper?.stats() ?? { pending: 0, shippedSeq: 0, failures: 0, lagMs: 0 }),
+      ...(shipper?.stats() ?? { pending: 0, shippedSeq: 0, failures: 0, lagMs: 0, writes: 0 }),
       lastSeq: last.seq,
       chainId,
       durable: !!shipper,

@@ -7,7 +7,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { setLogLevel } from '../../lib/log.js';
 import { rowsOf, type Store } from '../../store/factory.js';
 import { testBackends } from '../../store/testing.js';
@@ -67,7 +67,7 @@ describe.each(testBackends())('audit durability on $name', (b) => {
       expect(c.recent().map((x) => x.seq)).toEqual([1, 2]);
       expect(c.served().map((x) => x.seq)).toEqual([1]);
       // The failed batch was spooled to disk.
-      expect(readFileSync(spoolFile(dir, 'sync-down'), 'utf8')).toContain('"seq":2');
+      await vi.waitFor(() => expect(readFileSync(spoolFile(dir, 'sync-down'), 'utf8')).toContain('"seq":2'), { timeout: 5000 });
     } finally {
       await store.exec('alter table audit_log_away rename to audit_log');
     }

@@ -64,6 +64,8 @@ export interface ShipperStats {
   lastError?: string;
   /** Age (ms) of the oldest record waiting to be stored; 0 when none. */
   lagMs: number;
+  /** Batches stored by this process (records stored / writes = the average batch). */
+  writes: number;
 }
 
 export interface Shipper<T extends { seq: number }> {
@@ -97,6 +99,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
   let pushedSeq = 0;
   let shippedSeq = 0;
   let failures = 0;
+  let writes = 0;
   let lastError: string | undefined;
   let running = false;
   let stopped = false;
@@ -110,6 +113,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
   let dHead = 0;
   let pushedAt: number[] = [];
   let reaper: NodeJS.Timeout | undefined;
+  let wakeSoon: NodeJS.Immediate | undefined;
 
   const pending = () => queue.length - head;
 
@@ -146,9 +150,16 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
     }
   }
 
-  /** Waits up to lingerMs for a fuller batch, unless one is full or someone waits on a flush. */
+  /**
+   * Waits up to lingerMs for a fuller batch, unless one is full or someone waits on a flush.
+   * Records someone waits on (sync durability) wait one event-loop turn only: every request
+   * already readable on a socket appends first, so they share the write (group commit; an
+   * in-process PGlite write never yields to I/O, so without it each would get its own write).
+   */
   function linger(): Promise<void> | undefined {
-    if (lingerMs <= 0 || pending() >= maxBatch || waiters.length > 0 || dHead < durable.length) return undefined;
+    if (pending() >= maxBatch || waiters.length > 0) return undefined;
+    if (dHead < durable.length) return new Promise<void>((resolve) => setImmediate(resolve));
+    if (lingerMs <= 0) return undefined;
     return new Promise<void>((resolve) => {
       const done = () => {
         clearTimeout(t);
@@ -189,6 +200,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
         }
         if (failures > 0) log.info('audit store reachable again', { failures, pending: pending() });
         failures = 0;
+        writes++;
         lastError = undefined;
         head += batch.length;
         shippedSeq = batch[batch.length - 1]!.seq;
@@ -254,7 +266,14 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
       if (stopped) return Promise.reject(new Error('audit chain is closed'));
       return new Promise<void>((resolve, reject) => {
         durable.push({ seq, at: Date.now(), resolve, reject });
-        lingerWake?.();
+        // Cut a linger short, but only after this event-loop turn: the requests already
+        // readable append first and share the write.
+        if (lingerWake && !wakeSoon) {
+          wakeSoon = setImmediate(() => {
+            wakeSoon = undefined;
+            lingerWake?.();
+          });
+        }
         if (!reaper) {
           reaper = setInterval(() => reap(), Math.max(10, Math.min(1000, commitTimeout / 4)));
           reaper.unref();
@@ -268,6 +287,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
       pending: pending(),
       shippedSeq,
       failures,
+      writes,
       ...(lastError ? { lastError } : {}),
       lagMs: pending() > 0 ? Date.now() - (pushedAt[head] ?? Date.now()) : 0,
     }),
