@@ -8,7 +8,8 @@
  *   - from the agent pod, an allowed egress goes through the forward proxy (Service port 80) to
  *     the in-cluster `search` tool, and a call to a service outside its allowlist is a 403 with
  *     the deny reason;
- *   - a gateway-style ext_authz call to /authz decides (allow with the stamped headers, deny).
+ *   - a gateway-style ext_authz call decides, over HTTP /authz and over Envoy's gRPC
+ *     Authorization/Check (allow with the stamped headers, deny), with gRPC health SERVING.
  *
  * Needs docker with a reachable engine, kind, kubectl and helm; skips with the list of what is
  * missing otherwise (as on the development machines). KEEP_KIND_CLUSTER=1 keeps the cluster.
@@ -19,6 +20,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H, VP_AUDIENCE } from '../../runtime/lib/brand.js';
 import { presentationFor, type AgentIdentity } from '../../runtime/identity/client.js';
+import { asHttp, checkClient, checkRequest } from '../../runtime/control-plane/grpc/testing.js';
 import { cluster, eventually, missingTools, sh, type Cluster } from './cluster.js';
 import { ROOT } from './deploy-files.js';
 
@@ -180,6 +182,20 @@ describe.skipIf(why !== undefined)(`kind e2e${why ? ` (skipped: ${why})` : ''}`,
     const deny = await authz({ ...egress, [H.service]: 'orders' });
     expect(deny.status).toBe(403);
     expect((await authz({ [H.service]: 'no-such-service' })).status).toBe(403);
+  });
+
+  it('a gateway gRPC ext_authz Check decides the same, and gRPC health is SERVING', async () => {
+    const pf = await k.portForward(NS, `svc/${FULL}-control-plane`, 9192);
+    closers.push(pf.close);
+    const client = checkClient(pf.port);
+    closers.push(() => client.close());
+    expect(await client.health()).toBe(1);
+    const egress = { [H.actor]: 'research-agent', [H.onBehalfOf]: 'alice@example.com', [H.task]: 't-1', [H.targetKind]: 'tool', [H.action]: 'search:query', [H.resource]: 'q' };
+    const allow = asHttp(await client.check(checkRequest({ method: 'GET', path: '/q', host: 'search.tools.svc:8080', headers: { ...egress, [H.service]: 'search' } })));
+    expect(allow.status).toBe(200);
+    expect(allow.headers[H.upstream]).toBe('search.tools.svc:8080');
+    const deny = asHttp(await client.check(checkRequest({ method: 'GET', path: '/orders', host: 'orders.default.svc:8080', headers: { ...egress, [H.service]: 'orders' } })));
+    expect(deny.status).toBe(403);
   });
 });
 
