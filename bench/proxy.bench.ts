@@ -20,7 +20,8 @@
  * Every row runs squid and Writ in interleaved rounds (median ratio): the machine is shared.
  * BENCH_ONLY=plain runs only that row; BENCH_PROFILE=<dir> writes CPU profiles of Writ there.
  *
- * Targets: plain HTTP >= 1.0x squid, CONNECT >= 0.8x squid.
+ * Targets: plain HTTP >= 1.0x squid, CONNECT >= 0.8x squid; with a fresh VP per request (as the
+ * sidecar sends) >= 0.5x squid.
  */
 import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -87,7 +88,7 @@ async function serveWrit(): Promise<void> {
   // plane reaching it through AGENT_IDP_URL with the real HTTP client and its VP cache.
   const idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.bench' }, addr: '127.0.0.1:0' });
   const authority = idp.authority;
-  const { vp } = await provisionAgent(authority, 'bot');
+  const { vp, identity } = await provisionAgent(authority, 'bot');
   const run = await startControlPlaneWithEgress({
     store,
     env: { AGENT_IDP_URL: `http://127.0.0.1:${idp.port}` },
@@ -100,7 +101,7 @@ async function serveWrit(): Promise<void> {
   await reg.upsert({ name: 'up', upstream: `127.0.0.1:${up.http}`, kind: 'service' });
   await reg.upsert({ name: 'tls', upstream: `127.0.0.1:${up.tls}`, kind: 'service' });
   await reg.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: ['up', 'tls'] });
-  process.send?.({ port: run.gateway.port, vp });
+  process.send?.({ port: run.gateway.port, vp, identity });
   process.on('message', async () => {
     const stats = run.cp.plane.audit.stats();
     process.stderr.write(`writ (audit: ${mode}): ${stats.lastSeq} audit records appended, ${stats.shippedSeq} shipped\n`);
@@ -222,12 +223,25 @@ function cpuTimeUs(pid: number | undefined): number {
 }
 const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK']).stdout?.toString().trim()) || 100;
 
-function plainHttpLoad(proxyPort: number, upstream: number, headers: Record<string, string>, pid: number | undefined): (seconds: number) => Promise<PlainRun> {
+/**
+ * Plain-HTTP load. With `freshVps`, every request carries the next VP of the pool in
+ * Proxy-Authorization, as the sidecar sends a freshly minted VP per request: each one is a VP
+ * cache miss and a verification at the identity authority.
+ */
+function plainHttpLoad(proxyPort: number, upstream: number, headers: Record<string, string>, pid: number | undefined, freshVps?: string[]): (seconds: number) => Promise<PlainRun> {
+  let next = 0;
+  const request: Record<string, unknown> = { method: 'GET', path: `http://127.0.0.1:${upstream}/item`, headers: { host: `127.0.0.1:${upstream}`, ...headers } };
+  if (freshVps) {
+    request.setupRequest = (req: { headers: Record<string, string> }) => {
+      req.headers = { ...req.headers, 'proxy-authorization': `Bearer ${freshVps[next++ % freshVps.length]}` };
+      return req;
+    };
+  }
   const opts = {
     url: `http://127.0.0.1:${proxyPort}`,
     connections: CONNECTIONS,
     pipelining: 1,
-    requests: [{ method: 'GET', path: `http://127.0.0.1:${upstream}/item`, headers: { host: `127.0.0.1:${upstream}`, ...headers } }],
+    requests: [request],
   };
   return async (seconds) => {
     const autocannon = await loadAutocannon();
@@ -392,9 +406,9 @@ async function drive(): Promise<void> {
   }
   if (squid === null) return;
   const upstream = await child<UpstreamPorts>(['--upstream']);
-  const writ = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'memory']);
+  const writ = await child<{ port: number; vp: string; identity: unknown }>(['--writ', JSON.stringify(upstream.msg), 'memory']);
   const auth = `Bearer ${writ.msg.vp}`;
-  let durable: Awaited<ReturnType<typeof child<{ port: number; vp: string }>>> | undefined;
+  let durable: Awaited<ReturnType<typeof child<{ port: number; vp: string; identity: unknown }>>> | undefined;
   try {
     const up = upstream.msg;
     const rows: { name: string; squid: number; writ: number; target: number; ratio?: number; extra?: string }[] = [];
@@ -408,6 +422,18 @@ async function drive(): Promise<void> {
       target: 1.0,
       extra: `${roundsNote(plain.ratios)}; p99 squid ${plain.squid.p99} ms, writ ${plain.writ.p99} ms; ${cpuNote(plain)}`,
     });
+    // Fresh VP per request (the sidecar's way): pre-minted, each used once while the pool lasts.
+    const { presentationFor } = await import('../runtime/identity/client.js');
+    const pool = async (identity: unknown) => {
+      const n = Math.ceil(SECONDS * (ROUNDS + 1) * 1500);
+      const out: string[] = [];
+      for (let i = 0; i < n; i++) out.push(await presentationFor(identity as never, { ttlSeconds: 3600 }));
+      return out;
+    };
+    if (ONLY !== 'plain') {
+      const fresh = await plainHttp(squidLoad, plainHttpLoad(writ.msg.port, up.http, {}, writ.proc.pid, await pool(writ.msg.identity)));
+      rows.push({ name: 'plain, fresh VP', squid: fresh.squid.rps, writ: fresh.writ.rps, ratio: fresh.ratio, target: 0.5, extra: `${roundsNote(fresh.ratios)}; p99 writ ${fresh.writ.p99} ms; ${cpuNote(fresh)}` });
+    }
     if (ONLY !== 'plain') {
       const conn = await interleaved(
         () => connectRequests(squid.port, up, undefined),
@@ -422,13 +448,16 @@ async function drive(): Promise<void> {
       // The default composition ships every audit record to the store; with in-process PGlite
       // (WASM, same event loop) that shipping is the dominant cost, so it is shown separately.
       await stop(writ.proc);
-      durable = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'durable']);
+      durable = await child<{ port: number; vp: string; identity: unknown }>(['--writ', JSON.stringify(upstream.msg), 'durable']);
       const dPlain = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }, durable.proc.pid));
       rows.push({ name: 'plain, audit->PGlite', squid: dPlain.squid.rps, writ: dPlain.writ.rps, ratio: dPlain.ratio, target: 0, extra: `${roundsNote(dPlain.ratios)}; ${cpuNote(dPlain)}` });
+      // What npm start runs for a sidecar's traffic: a fresh VP per request and durable audit.
+      const dFresh = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, {}, durable.proc.pid, await pool(durable.msg.identity)));
+      rows.push({ name: 'fresh VP, audit->PGlite', squid: dFresh.squid.rps, writ: dFresh.writ.rps, ratio: dFresh.ratio, target: 0, extra: `${roundsNote(dFresh.ratios)}; ${cpuNote(dFresh)}` });
       await stop(durable.proc);
       if (PG_URL) {
         // Production's sink: the audit chain shipped to PostgreSQL (another process).
-        durable = await child<{ port: number; vp: string }>(['--writ', JSON.stringify(upstream.msg), 'postgres']);
+        durable = await child<{ port: number; vp: string; identity: unknown }>(['--writ', JSON.stringify(upstream.msg), 'postgres']);
         const pPlain = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }, durable.proc.pid));
         rows.push({ name: 'plain, audit->PG', squid: pPlain.squid.rps, writ: pPlain.writ.rps, ratio: pPlain.ratio, target: 0, extra: `${roundsNote(pPlain.ratios)}; ${cpuNote(pPlain)}` });
       }
