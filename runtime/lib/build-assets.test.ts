@@ -19,7 +19,7 @@ const ANY = '127.0.0.1:0';
 
 describe('isAsset', () => {
   it('keeps migrations, YAML, JSON and portal files; drops TypeScript, READMEs and test data', () => {
-    for (const f of ['runtime/store/migrations/0000_base.sql', 'runtime/broker/models.yaml', 'crds/examples/seed/directory.json', 'runtime/portal/assets/style.css']) expect(isAsset(f, false)).toBe(true);
+    for (const f of ['runtime/store/migrations/0000_base.sql', 'runtime/broker/models.yaml', 'crds/examples/seed/directory.json', 'runtime/portal/assets/style.css', 'runtime/control-plane/grpc/proto/grpc/health/v1/health.proto']) expect(isAsset(f, false)).toBe(true);
     for (const f of ['runtime/main.ts', 'webhook/webhook.test.ts', 'runtime/README.md', 'operator/crd/testdata/x.yaml', 'operator/testing/stack.yaml']) expect(isAsset(f, false)).toBe(false);
   });
 });
@@ -39,10 +39,10 @@ describe('npm run build output', { timeout: 480_000 }, () => {
   afterAll(() => rmSync(out, { recursive: true, force: true }));
 
   it('emits every entry point and copies the assets', () => {
-    for (const f of ['runtime/main.js', 'runtime/control-plane/main.js', 'runtime/identity/main.js', 'runtime/broker/main.js', 'webhook/main.js', 'sidecar/main.js']) {
+    for (const f of ['runtime/main.js', 'runtime/control-plane/main.js', 'runtime/identity/main.js', 'runtime/broker/main.js', 'operator/main.js', 'webhook/main.js', 'sidecar/main.js']) {
       expect(existsSync(join(dist, f)), f).toBe(true);
     }
-    expect(existsSync(join(dist, 'runtime/store/migrations/0000_base.sql'))).toBe(true);
+    for (const f of ['runtime/store/migrations/0000_base.sql', 'runtime/control-plane/grpc/proto/envoy/service/auth/v3/external_auth.proto', 'crds/examples/services.yaml']) expect(existsSync(join(dist, f)), f).toBe(true);
     expect(existsSync(join(dist, 'runtime/lib/process.test.js'))).toBe(false);
   });
 
