@@ -5,9 +5,11 @@
  *     1-2: VP signature, audience, nonce, validity, issuer-signed Membership VC for the holder) on
  *     distinct VPs in this process, no VP cache, as a ratio of raw Ed25519 signature verifications
  *     per second (node:crypto verify). A VP check is two Ed25519 verifications plus parsing, so
- *     0.5x is the ceiling. Target >= 0.30x. Extra line: POST /v1/agents/verify-presentation on a
- *     real identity authority (in-memory PGlite; revocation and agent lookups included: those two
- *     store reads, not the signatures, set that figure).
+ *     0.5x is the ceiling for a first-seen Membership VC; a known one is verified once per token and
+ *     cached, so a known holder's VP costs one verification (ceiling 1.0x). Target >= 0.30x.
+ *     (a, http): POST /v1/agents/verify-presentation on a real identity authority over HTTP
+ *     (in-memory PGlite; revocation and agent lookups answered from the in-memory verify index),
+ *     as a ratio of raw Ed25519 verify measured before and after it. Target >= 0.30x.
  * (b) /authz egress throughput in vc identity mode (AGENT_IDENTITY_MODE=vc, AGENT_IDP_URL at a
  *     real identity authority on loopback, so the control plane's HTTP identity client with its
  *     VP cache and revocation watcher is used; one VP reused, as an agent does within its VP
@@ -16,7 +18,8 @@
  *
  * The servers run in a child process; autocannon drives them from this one.
  *
- *   npx tsx bench/vp.bench.ts     (BENCH_SECONDS=8 BENCH_WARMUP=2 BENCH_CONNECTIONS=50 BENCH_ROUNDS=3, BENCH_CRYPTO_SECONDS=3)
+ *   npx tsx bench/vp.bench.ts     (BENCH_SECONDS=8 BENCH_WARMUP=2 BENCH_CONNECTIONS=50 BENCH_ROUNDS=3, BENCH_CRYPTO_SECONDS=3,
+ *                                  BENCH_PARTS=cold,http,authz selects the parts)
  *
  * p50/p99 of a mean line are the worst of its runs.
  */
@@ -37,6 +40,7 @@ const CRYPTO_SECONDS = Number(process.env.BENCH_CRYPTO_SECONDS ?? 3);
 const HTTP_AGENTS = 20;
 /** Interleaved header/vc run pairs per audit setting. */
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const PARTS = new Set((process.env.BENCH_PARTS || 'cold,http,authz').split(','));
 
 interface Ports {
   bare: number;
@@ -64,7 +68,9 @@ async function serve(): Promise<void> {
   const barePort = await listen(bare, '127.0.0.1:0');
 
   const idpStore = await openStore({ backend: 'memory' });
-  const idp = await startIdentityAuthority({ store: idpStore, env: { IDP_ISSUER_HOST: 'idp.bench.test' }, addr: '127.0.0.1:0' });
+  // Tracing as configured for this run (default: the stdout span per verification).
+  const otel = { OTEL_SDK_DISABLED: process.env.OTEL_SDK_DISABLED, OTEL_EXPORTER_OTLP_ENDPOINT: process.env.OTEL_EXPORTER_OTLP_ENDPOINT };
+  const idp = await startIdentityAuthority({ store: idpStore, env: { IDP_ISSUER_HOST: 'idp.bench.test', ...otel }, addr: '127.0.0.1:0' });
   await idp.authority.whenReady();
   const idpUrl = `http://127.0.0.1:${idp.port}`;
   const post = async (path: string, body?: unknown) => {
@@ -218,7 +224,8 @@ const mean = (rs: Run[]): Run => ({
 });
 
 async function drive(): Promise<void> {
-  await cold();
+  if (PARTS.has('cold')) await cold();
+  if (!PARTS.has('http') && !PARTS.has('authz')) return;
 
   const autocannon = await loadAutocannon();
   const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
@@ -236,9 +243,9 @@ async function drive(): Promise<void> {
   const line = (r: Run, base: number, what: string) =>
     `  ${r.name.padEnd(40)} ${r.rps.toFixed(0).padStart(7)} req/s  p50 ${String(r.p50).padStart(4)} ms  p99 ${String(r.p99).padStart(4)} ms  ratio ${(r.rps / base).toFixed(2)}x ${what}`;
 
-  try {
+  const holders = ports.holders.map((h) => loadIdentity(h));
+  const overHttp = async () => {
     // (a) over HTTP: distinct VPs from provisioned agents, POSTed to the authority.
-    const holders = ports.holders.map((h) => loadIdentity(h));
     const bodies = (await mint(holders, 40_000)).map((vp) => JSON.stringify({ vp }));
     const check = await fetch(`http://127.0.0.1:${ports.idp}/v1/agents/verify-presentation`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: bodies[0] });
     const checked = (await check.json()) as { ok: boolean; reason: string };
@@ -247,14 +254,18 @@ async function drive(): Promise<void> {
     const postEach = {
       requests: [{ method: 'POST', headers: { 'content-type': 'application/json' }, setupRequest: (req: Record<string, unknown>) => ({ ...req, body: bodies[next++ % bodies.length] }) }],
     };
-    const raw = rawEd25519PerSecond(bodies[0]!.length);
+    // Raw verification measured before and after the HTTP runs; their mean is the baseline.
+    const raw1 = rawEd25519PerSecond(bodies[0]!.length);
     const bareP = await run('bare node:http, same POST bodies', ports.bare, '/', postEach);
-    const overHttp = await run('POST /v1/agents/verify-presentation', ports.idp, '/v1/agents/verify-presentation', postEach);
-    console.log(`vp bench (a, extra): verify-presentation over HTTP, distinct VPs, ${CONNECTIONS} connections, ${SECONDS} s after ${WARMUP} s warm-up`);
-    console.log(`  raw Ed25519 verify (node:crypto)         ${f(raw).padStart(7)} /s`);
+    const http = await run('POST /v1/agents/verify-presentation', ports.idp, '/v1/agents/verify-presentation', postEach);
+    const raw = (raw1 + rawEd25519PerSecond(bodies[0]!.length)) / 2;
+    console.log(`vp bench (a, http): verify-presentation over HTTP, distinct VPs from ${HTTP_AGENTS} agents, ${CONNECTIONS} connections, ${SECONDS} s after ${WARMUP} s warm-up`);
+    console.log(`  raw Ed25519 verify (node:crypto, one core) ${f(raw).padStart(7)} /s  ratio 1.00x`);
     console.log(line(bareP, bareP.rps, 'of bare'));
-    console.log(line(overHttp, bareP.rps, `of bare, ${(overHttp.rps / raw).toFixed(2)}x of raw Ed25519`));
+    console.log(line(http, bareP.rps, `of bare; ${(http.rps / raw).toFixed(2)}x of raw Ed25519 (target >= 0.30x)`));
+  };
 
+  const authz = async () => {
     // (b) /authz egress: header mode vs vc mode (one VP, reused).
     const vp = await presentationFor(loadIdentity(ports.bot), { ttlSeconds: 3600 });
     const egressH = { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' };
@@ -297,6 +308,11 @@ async function drive(): Promise<void> {
     console.log(line(vMem, bare.rps, `of bare, ${(vMem.rps / hMem.rps).toFixed(2)}x of header mode (target >= 0.80x)`));
     console.log(line(hPg, bare.rps, 'of bare'));
     console.log(line(vPg, bare.rps, `of bare, ${(vPg.rps / hPg.rps).toFixed(2)}x of header mode (target >= 0.80x)`));
+  };
+
+  try {
+    if (PARTS.has('http')) await overHttp();
+    if (PARTS.has('authz')) await authz();
   } finally {
     child.send('stop');
     await new Promise((r) => child.once('exit', r));

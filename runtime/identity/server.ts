@@ -3,9 +3,9 @@
  * task-scoped delegations, revocation, plus the enterprise routes mounted through their seam.
  * `createIdentityAuthority` builds the app in-process; `startIdentityAuthority` serves it.
  */
-import { createAdaptorServer } from '@hono/node-server';
+import { getRequestListener } from '@hono/node-server';
 import { swaggerUI } from '@hono/swagger-ui';
-import type http from 'node:http';
+import http from 'node:http';
 import { createApi } from '../lib/api.js';
 import { BRAND, BRAND_TITLE, VP_AUDIENCE } from '../lib/brand.js';
 import { int, oneOf, optional, str, type Env } from '../lib/config.js';
@@ -19,6 +19,7 @@ import { enterpriseBodyLimit, registerEnterpriseRoutes } from './enterprise/inde
 import { createChangeFeed } from './change-feed.js';
 import { notReady, type IdentityContext, type IdentitySettings } from './context.js';
 import { didWeb } from './did.js';
+import { withFastVerify } from './fast-verify.js';
 import { loadIssuerKey } from './issuer-key.js';
 import { registerAgentRoutes } from './routes-agents.js';
 import { registerDelegationRoutes } from './routes-delegations.js';
@@ -153,7 +154,8 @@ export async function startIdentityAuthority(o: StartOptions = {}): Promise<{ po
       dataDir: str(env, 'IDP_DATA_DIR', '.data/identity'),
     }));
   const authority = createIdentityAuthority({ store, env, now: o.now });
-  const server = createAdaptorServer({ fetch: authority.app.fetch }) as http.Server;
+  // verify-presentation, the egress hot path, is answered on node:http directly (fast-verify.ts).
+  const server = http.createServer(withFastVerify(authority, getRequestListener(authority.app.fetch)));
   const port = await listen(server, o.addr ?? `:${str(env, 'PORT', '8090')}`);
   log.info('identity authority listening', { port, issuerDid: authority.issuerDid });
   return {
