@@ -26,7 +26,7 @@ describe('budget mode and visibility', () => {
       { name: 'strict', upstream: 'strict.agents.svc:8080', kind: 'agent', allowTools: ['search'], budget: { callsPerHour: 2 } },
       { name: 'watched', upstream: 'watched.agents.svc:8080', kind: 'agent', allowTools: ['search'], budget: { callsPerHour: 2, tokensPerHour: 1000, mode: 'audit' } },
     ]) expect((await post(`${mgmt}/v1/registry/services`, s)).status).toBe(200);
-  });
+  }, 180_000);
   afterAll(async () => {
     await cp?.close();
     await store?.close();

@@ -21,7 +21,8 @@ import type { Store, StoreOptions } from '../store/factory.js';
 import { auditHealth, auditOptionsFromEnv, openAuditChain, registerAuditMetrics, type AuditChain } from './audit/index.js';
 import { createAuthzServer } from './authz-server.js';
 import { createExtAuthzGrpcServer } from './grpc/server.js';
-import { createBudgetMeter, type BudgetMeter } from './budget.js';
+import { createBudgetLedger } from './budget-store.js';
+import { createSharedBudgetMeter, type SharedBudgetMeter } from './budget-shared.js';
 import { budgetRoutes, registerBudgetMetrics } from './budget-routes.js';
 import { createDecisionEngine, type DecisionEngine } from './decision/engine.js';
 import { createPolicySource } from './decision/policy.js';
@@ -57,7 +58,7 @@ export function controlPlaneStoreOptions(env: Env): StoreOptions {
 export interface ControlPlaneParts {
   registry: Registry;
   audit: AuditChain;
-  budget: BudgetMeter;
+  budget: SharedBudgetMeter;
   metrics: ControlPlaneMetrics;
   /** The decision engine every enforcement point runs (/authz, the forward proxy, the dry-run). */
   engine: DecisionEngine;
@@ -134,7 +135,8 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     await opa?.close();
     throw e;
   }
-  const budget = createBudgetMeter();
+  // Budgets are shared by every replica on the store and survive restarts (budget-shared.ts).
+  const budget = createSharedBudgetMeter({ ledger: createBudgetLedger(opts.store), budgetOf: (a) => registry.get(a)?.budget, now });
   const metrics = createMetrics({ known: (n) => registry.get(n) !== undefined, registry, budget, now });
   identityCalls.observe = (op, seconds, outcome) => metrics.observeIdentityCall(op, seconds, outcome);
   registerAuditMetrics(metrics.registry, audit);
@@ -153,7 +155,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const tickets = createCallTickets(await callTicketKey(opts.store), now);
   const engine = createDecisionEngine({
     policy: createPolicySource({ registry, standing: identity?.standing ? () => identity.standing!() : undefined, settings }),
-    ports: { identity, oidc, opa, budget, tickets, identityTimeoutMs, now },
+    ports: { identity, oidc, opa, budget: { usage: (a, t) => budget.decisionUsage(a, t) }, tickets, identityTimeoutMs, now },
     sinks: { budget, audit, meter: metrics, tickets, now },
     trustedPeer: trustedPeers(optional(env, 'TRUSTED_PROXIES') ?? ''),
   });
@@ -193,6 +195,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     async close() {
       if (closed) return;
       closed = true;
+      await budget.close();
       await registry.close();
       try {
         await audit.close();

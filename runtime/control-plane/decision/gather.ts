@@ -29,7 +29,7 @@ export interface Ports {
   identity?: IdentityPort;
   oidc?: OidcPort;
   opa?: OpaPort;
-  budget: { usage(agent: string, now: number): BudgetUsage };
+  budget: { usage(agent: string, now: number): BudgetUsage | Promise<BudgetUsage> };
   tickets?: TicketVerifier;
   /** Upper bound on one identity-authority call (ms). */
   identityTimeoutMs: number;

@@ -1,0 +1,141 @@
+/**
+ * One budget across replicas and restarts (issue 14): the shared ledger on PGlite (one process)
+ * and, when TEST_DATABASE_URL is set, three control planes on one PostgreSQL schema with load
+ * spread across them; the documented overshoot bound (one lease per replica) is asserted and the
+ * measured figure printed.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { H } from '../lib/brand.js';
+import type { Store } from '../store/factory.js';
+import { openTestPglite, openTestPostgres, testSchema, TEST_DATABASE_URL } from '../store/testing.js';
+import { HOUR_MS } from './budget.js';
+import { createSharedBudgetMeter } from './budget-shared.js';
+import { createBudgetLedger } from './budget-store.js';
+import { startControlPlane, type RunningControlPlane } from './server.js';
+import type { Budget } from './types.js';
+
+const T0 = Date.UTC(2026, 0, 1, 12, 0, 30);
+
+describe('shared budget ledger (PGlite)', () => {
+  let store: Store;
+  beforeAll(async () => {
+    store = await openTestPglite();
+  }, 120_000);
+  afterAll(async () => store?.close());
+
+  it('leases never pass the ceiling, a restarted meter sees the hour, the window slides', async () => {
+    const ledger = createBudgetLedger(store);
+    let now = T0;
+    const budgets: Record<string, Budget> = { bot: { callsPerHour: 10 } };
+    const meter = () => createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => now, syncMs: 60_000, leaseShare: 0.2 });
+    const a = meter();
+    const decide = async (m: ReturnType<typeof meter>) => {
+      await m.decisionUsage('bot', now);
+      const over = m.check('bot', budgets.bot, now);
+      if (over) return over;
+      m.reserveCall('bot', now);
+      return 'allowed';
+    };
+    const outcomes: string[] = [];
+    for (let i = 0; i < 14; i++) outcomes.push(await decide(a));
+    expect(outcomes.filter((o) => o === 'allowed')).toHaveLength(10);
+    expect(outcomes.at(-1)).toMatch(/call budget exceeded: 10 of 10 calls per hour/);
+    await a.close();
+    expect(await ledger.read('bot', 'calls', now)).toBe(10);
+
+    // A restart (a new meter on the same store) sees the hour's ten calls.
+    const b = meter();
+    expect(await decide(b)).toMatch(/call budget exceeded: 10 of 10/);
+    expect(await b.refresh('bot')).toMatchObject({ callsLastHour: 10 });
+    // Reports are owed whatever the ceiling and reach the ledger.
+    b.recordUsage('bot', 500, 0.25, now);
+    await b.flush();
+    expect(await ledger.read('bot', 'tokens', now)).toBe(500);
+    expect(await ledger.read('bot', 'cost', now)).toBe(0.25);
+    // An hour (and a bucket) later the calls have slid out.
+    now = T0 + HOUR_MS + 61_000;
+    expect(await decide(b)).toBe('allowed');
+    await b.close();
+    expect(await ledger.read('bot', 'calls', now)).toBe(1);
+  });
+
+  it('audit mode counts past the ceiling and never refuses', async () => {
+    const ledger = createBudgetLedger(store);
+    const budgets: Record<string, Budget> = { aud: { callsPerHour: 3, mode: 'audit' } };
+    const m = createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => T0, syncMs: 60_000 });
+    for (let i = 0; i < 5; i++) {
+      await m.decisionUsage('aud', T0);
+      expect(m.check('aud', budgets.aud, T0)).toBeUndefined();
+      m.reserveCall('aud', T0);
+    }
+    await m.close();
+    expect(await ledger.read('aud', 'calls', T0)).toBe(5);
+  });
+});
+
+describe.skipIf(!TEST_DATABASE_URL)('three control planes on one PostgreSQL schema (skipped without TEST_DATABASE_URL)', () => {
+  const schema = testSchema();
+  const planes: { cp: RunningControlPlane; store: Store }[] = [];
+  const start = async () => {
+    const store = await openTestPostgres({ schema, keepSchema: true, poolSize: 4 });
+    const cp = await startControlPlane({ store, env: {}, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    return { cp, store };
+  };
+  const stop = async (p: { cp: RunningControlPlane; store: Store }) => {
+    await p.cp.close();
+    await p.store.close();
+  };
+  afterAll(async () => {
+    for (const p of planes) await stop(p).catch(() => {});
+    // The schema goes with the last store (a fresh handle drops it).
+    const s = await openTestPostgres({ schema });
+    await s.close();
+  });
+
+  /** `n` decisions spread round-robin over the planes, `concurrency` at a time; the number allowed. */
+  async function load(n: number, concurrency: number): Promise<number> {
+    let next = 0;
+    let allowed = 0;
+    const worker = async () => {
+      while (next < n) {
+        const i = next++;
+        const p = planes[i % planes.length]!;
+        const r = await fetch(`http://127.0.0.1:${p.cp.decisionPort}/authz`, { headers: { [H.actor]: 'bot', [H.service]: 'search' } });
+        await r.arrayBuffer();
+        if (r.status === 200) allowed++;
+        else expect(r.status).toBe(403);
+      }
+    };
+    await Promise.all(Array.from({ length: concurrency }, worker));
+    return allowed;
+  }
+
+  it('callsPerHour 100: allowed <= 100 + one lease per replica, also after a restart mid-hour', async () => {
+    for (let i = 0; i < 3; i++) planes.push(await start());
+    const mgmt = `http://127.0.0.1:${planes[0]!.cp.mgmtPort}`;
+    for (const s of [
+      { name: 'search', upstream: 'search.tools.svc:8080', kind: 'tool' },
+      { name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowTools: ['search'], budget: { callsPerHour: 100 } },
+    ]) {
+      const r = await fetch(`${mgmt}/v1/registry/services`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(s) });
+      expect(r.status).toBe(200);
+    }
+    for (const p of planes) await expect.poll(() => p.cp.plane.registry.get('bot')?.budget?.callsPerHour, { timeout: 10_000 }).toBe(100);
+    const lease = planes[0]!.cp.plane.budget.leaseSize({ callsPerHour: 100 });
+    const bound = 100 + planes.length * lease;
+
+    const first = await load(240, 12);
+    // Leases never starve the fleet far below the ceiling either.
+    expect(first).toBeGreaterThanOrEqual(100 - planes.length * lease);
+    expect(first).toBeLessThanOrEqual(bound);
+
+    // Restart one replica mid-hour: the new one reads the hour's usage from the ledger.
+    await stop(planes.shift()!);
+    planes.push(await start());
+    await expect.poll(() => planes[2]!.cp.plane.registry.get('bot')?.budget?.callsPerHour, { timeout: 10_000 }).toBe(100);
+    const second = await load(120, 12);
+    const total = first + second;
+    expect(total).toBeLessThanOrEqual(bound);
+    console.log(`budget overshoot (3 replicas, callsPerHour 100, lease ${lease}): ${first} allowed, then ${second} after a restart; total ${total}, bound ${bound}`);
+  }, 120_000);
+});

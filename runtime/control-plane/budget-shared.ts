@@ -1,0 +1,313 @@
+/**
+ * One agent budget for the whole fleet and across restarts (issue 14): the meters' windows live
+ * in the shared ledger (budget-store.ts, PostgreSQL or PGlite); each replica keeps, per agent and
+ * dimension, the window total it last read (`view`), a lease of calls it charged ahead and serves
+ * from memory (`lease`), and what it owes the ledger (`debt`: usage reports, calls allowed while a
+ * lease was in flight). A background loop writes debts, returns leases that have aged out of their
+ * bucket and refills leases before they run out, so a decision at a steady rate never waits on the
+ * database; only a burst that drains a lease before its refill answers waits for it.
+ *
+ * Overshoot bound (documented and measured in budget-shared.test.ts): a lease is granted only
+ * while the window has room, so leased calls never pass the ceiling; a replica allows at most
+ * `lease size` calls beyond its lease while a refill is in flight (the debt cap), so the fleet
+ * allows at most ceiling + replicas x lease size per window, and a replica that dies loses at most
+ * its unwritten debt (again at most one lease size). Lease size: ceil(ceiling x leaseShare),
+ * at least 1 (default share 2%: `callsPerHour: 100` -> 2 calls per replica).
+ */
+import { errMsg, logger } from '../lib/log.js';
+import type { LedgerDimension } from '../store/schema/budget.js';
+import type { BudgetMeter, BudgetUsage } from './budget.js';
+import { bucketOf, type BudgetLedger, type TakeResult } from './budget-store.js';
+import { overBudget } from './decision/egress.js';
+import type { Budget } from './types.js';
+
+const log = logger('budget');
+
+interface DimState {
+  /** The ledger's window total at the last take (every replica, leases included). */
+  view: number;
+  /** Units charged ahead, not yet used, all in `leaseBucket`. */
+  lease: number;
+  leaseBucket: number;
+  /** Units used here and not yet written. */
+  debt: number;
+  /** Debt on its way to the ledger (in a take not yet answered). */
+  inflight: number;
+  syncedAt: number;
+  chain: Promise<unknown>;
+}
+
+interface AgentState {
+  calls: DimState;
+  tokens: DimState;
+  cost: DimState;
+  touched: number;
+}
+
+const DIMS: readonly LedgerDimension[] = ['calls', 'tokens', 'cost'];
+
+export const limitOf = (b: Budget | undefined, dim: LedgerDimension): number =>
+  (dim === 'calls' ? b?.callsPerHour : dim === 'tokens' ? b?.tokensPerHour : b?.costUsdPerDay) ?? 0;
+
+export interface SharedBudgetOptions {
+  ledger: BudgetLedger;
+  /** The agent's budget now (the registry). */
+  budgetOf: (agent: string) => Budget | undefined;
+  now?: () => number;
+  /** Background loop period: debts written, leases refilled, active views refreshed (default 250 ms). */
+  syncMs?: number;
+  /** A decision never uses a view older than this; it waits for a refresh (default 5000 ms). */
+  maxStaleMs?: number;
+  /** Lease size as a share of the calls ceiling, at least 1 call (default 0.02). */
+  leaseShare?: number;
+}
+
+export interface SharedBudgetMeter extends BudgetMeter {
+  /** The decision's read: at hand, or a promise when the view is missing or stale or the lease is empty. */
+  decisionUsage(agent: string, now: number): BudgetUsage | Promise<BudgetUsage>;
+  /** Reads the ledger for `agent` now (every dimension), then its usage. */
+  refresh(agent: string): Promise<BudgetUsage>;
+  /** Takes `need` units of `dim` ahead, or as many as fit down to `min` (default all or nothing); the ledger's answer tells the window total and when it frees up. */
+  take(agent: string, dim: LedgerDimension, need: number, min?: number): Promise<{ ok: boolean; granted: number; result?: TakeResult }>;
+  /** Gives back units taken with `take` (at most the same bucket: else written as a negative charge). */
+  giveBack(agent: string, dim: LedgerDimension, n: number, bucket: number): void;
+  leaseSize(budget: Budget | undefined): number;
+  /** Writes every debt and returns every lease now. */
+  flush(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMeter {
+  const clock = o.now ?? Date.now;
+  const syncMs = o.syncMs ?? 250;
+  const maxStaleMs = o.maxStaleMs ?? 5000;
+  const share = o.leaseShare ?? 0.02;
+  const agents = new Map<string, AgentState>();
+  let closed = false;
+  let lastErrLog = 0;
+
+  const leaseSize = (b: Budget | undefined) => Math.max(1, Math.ceil(limitOf(b, 'calls') * share));
+  const enforcing = (b: Budget | undefined) => !!b && b.mode !== 'audit';
+  const newDim = (): DimState => ({ view: 0, lease: 0, leaseBucket: 0, debt: 0, inflight: 0, syncedAt: Number.NEGATIVE_INFINITY, chain: Promise.resolve() });
+  const stateOf = (agent: string): AgentState => {
+    let st = agents.get(agent);
+    if (!st) {
+      st = { calls: newDim(), tokens: newDim(), cost: newDim(), touched: clock() };
+      agents.set(agent, st);
+    }
+    return st;
+  };
+  const used = (d: DimState) => Math.max(0, d.view - d.lease + d.debt + d.inflight);
+  /** Calls allowed here beyond the lease and not yet in the ledger: capped at one lease size. */
+  const unwritten = (d: DimState) => d.debt + d.inflight;
+  const usageOf = (st: AgentState): BudgetUsage => ({ callsLastHour: used(st.calls), tokensLastHour: used(st.tokens), costUsdLastDay: used(st.cost) });
+  const fresh = (st: AgentState, now: number) => DIMS.every((k) => now - st[k].syncedAt <= maxStaleMs);
+
+  /** Runs `fn` after the dimension's previous take (one take per agent and dimension at a time). */
+  function serial<T>(d: DimState, fn: () => Promise<T>): Promise<T> {
+    const p = d.chain.then(fn, fn);
+    d.chain = p.catch(() => {});
+    return p;
+  }
+
+  /** One ledger take: writes the debt, returns an aged lease, refills (or `want`), reads the window. */
+  async function takeNow(agent: string, dim: LedgerDimension, ask?: { want: number; atLeast?: number }): Promise<TakeResult> {
+    const st = stateOf(agent);
+    const d = st[dim];
+    const now = clock();
+    const b = bucketOf(dim, now);
+    const budget = o.budgetOf(agent);
+    const limit = enforcing(budget) ? limitOf(budget, dim) : 0;
+    const add = d.debt;
+    d.debt = 0;
+    d.inflight += add;
+    let giveBack: { bucket: number; n: number } | undefined;
+    if (d.lease > 0 && (d.leaseBucket !== b || (dim === 'calls' && limit === 0))) {
+      giveBack = { bucket: d.leaseBucket, n: d.lease };
+      d.lease = 0;
+    }
+    const want = ask?.want ?? (dim === 'calls' && limit > 0 ? Math.max(0, leaseSize(budget) - d.lease) : 0);
+    try {
+      const r = await o.ledger.take({ agent, dim, now, add, giveBack, want, limit, atLeast: ask?.atLeast });
+      d.inflight -= add;
+      if (r.granted > 0) {
+        // Any lease still held is of bucket `b`: older ones were given back above.
+        d.lease += r.granted;
+        d.leaseBucket = b;
+      }
+      d.view = r.used;
+      d.syncedAt = now;
+      return r;
+    } catch (e) {
+      d.inflight -= add;
+      d.debt += add;
+      if (giveBack) {
+        d.lease += giveBack.n;
+        d.leaseBucket = giveBack.bucket;
+      }
+      throw e;
+    }
+  }
+
+  const sync = (agent: string, dim: LedgerDimension) => serial(stateOf(agent)[dim], () => takeNow(agent, dim));
+  const refresh = async (agent: string): Promise<BudgetUsage> => {
+    await Promise.all(DIMS.map((k) => sync(agent, k)));
+    return usageOf(stateOf(agent));
+  };
+
+  const logErr = (e: unknown) => {
+    const t = Date.now();
+    if (t - lastErrLog < 5000) return;
+    lastErrLog = t;
+    log.error('budget ledger unavailable: decisions deny once leases run out or views go stale', { err: errMsg(e) });
+  };
+
+  /** Does this dimension need a take now (debt owed, lease aged or low, active view old)? */
+  function due(agent: string, st: AgentState, dim: LedgerDimension, now: number): boolean {
+    const d = st[dim];
+    if (d.debt !== 0) return true;
+    if (d.lease > 0 && d.leaseBucket !== bucketOf(dim, now)) return true;
+    const budget = o.budgetOf(agent);
+    if (dim === 'calls' && enforcing(budget) && limitOf(budget, 'calls') > 0 && now - st.touched < 60_000 && d.lease * 2 < leaseSize(budget)) return true;
+    return limitOf(budget, dim) > 0 && now - st.touched < 60_000 && now - d.syncedAt >= 4 * syncMs;
+  }
+
+  let ticking = false;
+  const tick = async () => {
+    if (ticking || closed) return;
+    ticking = true;
+    try {
+      const now = clock();
+      const work: Promise<unknown>[] = [];
+      for (const [agent, st] of agents) {
+        for (const dim of DIMS) if (due(agent, st, dim, now)) work.push(sync(agent, dim).catch(logErr));
+        // Idle for a window and nothing owed or held: forget the agent.
+        if (now - st.touched > 2 * 86_400_000 && DIMS.every((k) => st[k].debt === 0 && st[k].lease === 0)) agents.delete(agent);
+      }
+      await Promise.all(work);
+    } finally {
+      ticking = false;
+    }
+  };
+  const timer = setInterval(() => void tick(), syncMs);
+  timer.unref();
+
+  /** Starts a refill in the background when the calls lease is at half or less. */
+  function prefetch(agent: string, st: AgentState, budget: Budget | undefined): void {
+    if (enforcing(budget) && limitOf(budget, 'calls') > 0 && st.calls.lease * 2 <= leaseSize(budget)) sync(agent, 'calls').catch(logErr);
+  }
+
+  return {
+    leaseSize,
+    refresh,
+    decisionUsage(agent, now) {
+      const st = stateOf(agent);
+      st.touched = now;
+      const budget = o.budgetOf(agent);
+      if (!fresh(st, now)) return refresh(agent);
+      const cph = enforcing(budget) ? limitOf(budget, 'calls') : 0;
+      const c = st.calls;
+      // Empty lease: wait for the refill (a burst outran the background loop), unless the
+      // window was just read full (a denial needs no round trip).
+      if (cph > 0 && c.lease < 1 && !(used(c) >= cph && now - c.syncedAt < syncMs)) return sync(agent, 'calls').then(() => usageOf(st));
+      return usageOf(st);
+    },
+    usage(agent) {
+      const st = agents.get(agent);
+      return st ? usageOf(st) : { tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 };
+    },
+    check(agent, budget, now) {
+      if (!budget || budget.mode === 'audit') return undefined;
+      const st = agents.get(agent);
+      if (!st) return undefined;
+      const over = overBudget(usageOf(st), budget);
+      if (over) return over;
+      const cph = budget.callsPerHour ?? 0;
+      if (cph > 0 && st.calls.lease < 1 && unwritten(st.calls) >= leaseSize(budget)) {
+        return `call budget: this replica's share is used up until the shared meter answers (${fmtAt(now)})`;
+      }
+      return undefined;
+    },
+    reserveCall(agent, now) {
+      const st = stateOf(agent);
+      st.touched = now;
+      const d = st.calls;
+      const fromLease = d.lease >= 1;
+      const bucket = d.leaseBucket;
+      if (fromLease) d.lease -= 1;
+      else d.debt += 1;
+      prefetch(agent, st, o.budgetOf(agent));
+      let released = false;
+      return () => {
+        if (released) return;
+        released = true;
+        if (fromLease && d.leaseBucket === bucket) d.lease += 1;
+        else d.debt -= 1;
+      };
+    },
+    recordUsage(agent, tokens, costUsd, now) {
+      if (!(tokens >= 0) || !(costUsd >= 0) || !Number.isFinite(tokens) || !Number.isFinite(costUsd)) return;
+      const st = stateOf(agent);
+      st.touched = now;
+      st.tokens.debt += tokens;
+      st.cost.debt += costUsd;
+    },
+    async take(agent, dim, need, min = need) {
+      const st = stateOf(agent);
+      st.touched = clock();
+      const d = st[dim];
+      const held = () => (d.leaseBucket === bucketOf(dim, clock()) ? d.lease : 0);
+      const grab = (n: number) => {
+        d.lease = r9(d.lease - n);
+        return { ok: true, granted: n };
+      };
+      if (held() >= need) return grab(need);
+      return serial(d, async () => {
+        if (held() >= need) return grab(need);
+        const short = r9(need - held());
+        const result = await takeNow(agent, dim, { want: short, atLeast: r9(Math.max(0, min - held())) });
+        const have = held();
+        if (have < min || have <= 0) return { ok: false, granted: 0, result };
+        return { ...grab(Math.min(have, need)), result };
+      });
+    },
+    giveBack(agent, dim, n, bucket) {
+      if (!(n > 0)) return;
+      const d = stateOf(agent)[dim];
+      if (d.leaseBucket === bucket && bucket === bucketOf(dim, clock())) d.lease += n;
+      else d.debt -= n;
+    },
+    size: () => agents.size,
+    async flush() {
+      await Promise.all([...agents.keys()].flatMap((a) => DIMS.map((k) => sync(a, k).catch(logErr))));
+    },
+    async close() {
+      if (closed) return;
+      // Give every lease back and write every debt, so a restart starts from the truth.
+      for (const st of agents.values()) st.touched = 0;
+      const pending: Promise<unknown>[] = [];
+      for (const [agent, st] of agents) {
+        for (const dim of DIMS) {
+          const d = st[dim];
+          if (d.debt === 0 && d.lease === 0) continue;
+          pending.push(
+            serial(d, async () => {
+              const b = bucketOf(dim, clock());
+              const giveBack = d.lease > 0 ? { bucket: d.leaseBucket, n: d.lease } : undefined;
+              const add = d.debt;
+              d.debt = 0;
+              await o.ledger.take({ agent, dim, now: clock(), add, giveBack: giveBack && giveBack.bucket <= b ? giveBack : undefined, want: 0, limit: 0 });
+              d.lease = 0;
+            }).catch(logErr),
+          );
+        }
+      }
+      closed = true;
+      clearInterval(timer);
+      await Promise.all(pending);
+    },
+  };
+}
+
+const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
+const fmtAt = (now: number) => `at ${new Date(now).toISOString()}`;

@@ -1,0 +1,97 @@
+/**
+ * The shared budget ledger (migration 0016): one row per agent, dimension and time bucket, summed
+ * over the dimension's rolling window. `take` is the only write: under a per-(agent, dimension)
+ * transaction lock it gives back a replica's unused lease, adds charges that are owed whatever the
+ * ceiling (usage reports, calls a replica allowed ahead of the store), then grants up to `want`
+ * more only while the window stays within `limit`. PostgreSQL and PGlite run the same SQL.
+ */
+import { sql } from 'drizzle-orm';
+import { BRAND } from '../lib/brand.js';
+import { rowsOf, type Db, type Store } from '../store/factory.js';
+import type { LedgerDimension } from '../store/schema/budget.js';
+import { DAY_MS, HOUR_MS } from './budget.js';
+
+/** Bucket span and window length (in buckets, plus the current one) of each dimension. */
+export const LEDGER_WINDOWS: Record<LedgerDimension, { bucketMs: number; buckets: number }> = {
+  calls: { bucketMs: HOUR_MS / 60, buckets: 60 },
+  tokens: { bucketMs: HOUR_MS / 60, buckets: 60 },
+  cost: { bucketMs: DAY_MS / 96, buckets: 96 },
+};
+
+export const bucketOf = (dim: LedgerDimension, now: number): number => Math.floor(now / LEDGER_WINDOWS[dim].bucketMs);
+
+export interface TakeRequest {
+  agent: string;
+  dim: LedgerDimension;
+  now: number;
+  /** Owed whatever the ceiling (may be negative: a give-back in the current bucket). */
+  add: number;
+  /** An unused lease from an earlier bucket, given back to that bucket. */
+  giveBack?: { bucket: number; n: number };
+  /** More units wanted ahead of use, granted only within `limit`. */
+  want: number;
+  /** The ceiling; 0 means none (`want` is then granted in full). */
+  limit: number;
+  /** All or nothing: grant nothing unless at least this much fits (reservations). */
+  atLeast?: number;
+}
+
+export interface TakeResult {
+  /** The window's total after this take (every replica's charges, leases included). */
+  used: number;
+  granted: number;
+  /** When the oldest charge still in the window leaves it (epoch ms), if any. */
+  freesAt?: number;
+}
+
+export interface BudgetLedger {
+  take(r: TakeRequest): Promise<TakeResult>;
+  /** The window's total now (no write). */
+  read(agent: string, dim: LedgerDimension, now: number): Promise<number>;
+}
+
+const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
+
+export function createBudgetLedger(store: Pick<Store, 'db'>): BudgetLedger {
+  const db = store.db;
+  return {
+    async take(r) {
+      const { bucketMs, buckets } = LEDGER_WINDOWS[r.dim];
+      const b = Math.floor(r.now / bucketMs);
+      const first = b - buckets;
+      return db.transaction(async (txn) => {
+        const tx = txn as unknown as Db;
+        await tx.execute(sql`select pg_advisory_xact_lock(hashtext(${`${BRAND}.budget:${r.agent}:${r.dim}`}))`);
+        if (r.giveBack && r.giveBack.n > 0 && r.giveBack.bucket >= first) {
+          await tx.execute(sql`update budget_usage set used = greatest(0, used - ${r.giveBack.n})
+            where agent = ${r.agent} and dimension = ${r.dim} and bucket = ${r.giveBack.bucket}`);
+        }
+        await tx.execute(sql`delete from budget_usage where agent = ${r.agent} and dimension = ${r.dim} and bucket < ${first}`);
+        const [row] = await rowsOf<{ s: number | string | null; o: number | string | null }>(
+          tx,
+          sql`select sum(used) as s, min(bucket) filter (where used > 0) as o from budget_usage
+            where agent = ${r.agent} and dimension = ${r.dim} and bucket >= ${first}`,
+        );
+        const before = r9(Number(row?.s ?? 0) + r.add);
+        let granted = r.limit > 0 ? Math.max(0, Math.min(r.want, r9(r.limit - before))) : r.want;
+        if (r.atLeast !== undefined && granted < r.atLeast) granted = 0;
+        const charge = r9(r.add + granted);
+        if (charge !== 0) {
+          await tx.execute(sql`insert into budget_usage (agent, dimension, bucket, used) values (${r.agent}, ${r.dim}, ${b}, ${Math.max(0, charge)})
+            on conflict (agent, dimension, bucket) do update set used = greatest(0, budget_usage.used + ${charge})`);
+        }
+        const oldest = row?.o === null || row?.o === undefined ? undefined : Number(row.o);
+        return { used: Math.max(0, r9(before + granted)), granted, freesAt: oldest === undefined ? undefined : (oldest + buckets + 1) * bucketMs };
+      });
+    },
+    async read(agent, dim, now) {
+      const { bucketMs, buckets } = LEDGER_WINDOWS[dim];
+      const first = Math.floor(now / bucketMs) - buckets;
+      const [row] = await rowsOf<{ s: number | string | null }>(
+        db,
+        sql`select sum(used) as s from budget_usage where agent = ${agent} and dimension = ${dim} and bucket >= ${first}`,
+      );
+      return r9(Number(row?.s ?? 0));
+    },
+  };
+}
