@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { H } from './brand.js';
+import { checkClient } from '../control-plane/grpc/testing.js';
 import { makePki } from '../../webhook/tls-testing.js';
 import { addPublicService, startEntry, type Child } from './entry-testing.js';
 
@@ -27,7 +28,7 @@ describe('per-component entry points', { timeout: 240_000 }, () => {
     expect(c.lines.some((l) => l.includes('"msg":"stopped"'))).toBe(true);
   }
 
-  it('control plane: management and /authz; SIGTERM exits 0', async () => {
+  it('control plane: management, /authz and gRPC health; SIGTERM exits 0', async () => {
     const c = await startEntry(tsx('runtime/control-plane/main.ts'), { REGISTRY_BACKEND: 'pglite', REGISTRY_DATA_DIR: join(dir, 'cp'), DECISION_ADDR: ANY, MGMT_ADDR: ANY });
     expect((await fetch(`http://127.0.0.1:${c.ports.mgmt}/healthz`)).status).toBe(200);
     expect((await fetch(`http://127.0.0.1:${c.ports.mgmt}/readyz`)).status).toBe(200);
@@ -36,6 +37,10 @@ describe('per-component entry points', { timeout: 240_000 }, () => {
     expect((await fetch(`http://127.0.0.1:${c.ports.decision}/authz`, { headers: { [H.service]: 'web' } })).status).toBe(200);
     expect((await fetch(`http://127.0.0.1:${c.ports.decision}/authz`, { headers: { [H.service]: 'nope' } })).status).toBe(403);
     expect(c.ports.proxy).toBeUndefined(); // no AGENT_IDP_URL: no forward proxy
+    // gRPC ext_authz beside /authz (an ephemeral decision port means an ephemeral gRPC port).
+    const grpc = checkClient(c.ports.grpc!);
+    expect(await grpc.health()).toBe(1);
+    grpc.close();
     await stopsCleanly(c);
   });
 
