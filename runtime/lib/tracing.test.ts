@@ -171,6 +171,20 @@ describe('OTLP export of identity-authority and decision spans', () => {
     expect(decision.attributes).toMatchObject({ [`${BRAND}.rule`]: 'delegation', [`${BRAND}.decision`]: 'deny', [`${BRAND}.service`]: 'ledger', 'http.response.status_code': 403 });
   });
 
+  it("an unsampled gateway trace is continued but not recorded; a malformed traceparent starts a new trace", async () => {
+    const gw = newTraceparent();
+    const quiet = startDecisionSpan('authz-unsampled', `00-${gw.traceId}-${gw.spanId}-00`);
+    const sent = quiet.run(() => injectTrace({}));
+    expect(sent.traceparent).toMatch(new RegExp(`^00-${gw.traceId}-[0-9a-f]{16}-00$`));
+    quiet.end({ rule: 'registry', allow: true });
+    const bad = startDecisionSpan('authz-malformed', '00-zz-1-01');
+    bad.end({ rule: 'registry', allow: false });
+    await flushTracing();
+    const fresh = await until(() => rx.spans.find((x) => x.name === 'authz-malformed'), 'the malformed-parent span');
+    expect(fresh.parentSpanId).toBeUndefined();
+    expect(rx.spans.some((x) => x.name === 'authz-unsampled')).toBe(false);
+  });
+
   it('a decision without a traceparent starts its own trace', async () => {
     const span = startDecisionSpan('proxy');
     span.end({ rule: 'registry', allow: true });

@@ -170,13 +170,29 @@ const NOOP: DecisionSpan = {
   end: () => {},
 };
 
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+const INVALID_TRACE = '00000000000000000000000000000000';
+const INVALID_SPAN = '0000000000000000';
+
+/**
+ * The remote parent of a decision: a plain version-00 `traceparent` without `tracestate` (what
+ * Envoy sends) is parsed here, a third of the generic propagator's cost on the hot path;
+ * anything else goes through the W3C propagator.
+ */
+function parentOf(traceparent: string | string[], tracestate: string | string[] | undefined): OtelContext {
+  const m = typeof traceparent === 'string' && tracestate === undefined ? TRACEPARENT.exec(traceparent) : null;
+  if (!m) return propagation.extract(context.active(), { traceparent, tracestate }, getter);
+  if (m[1] === INVALID_TRACE || m[2] === INVALID_SPAN) return context.active();
+  return trace.setSpanContext(context.active(), { traceId: m[1]!, spanId: m[2]!, traceFlags: parseInt(m[3]!, 16) & 1, isRemote: true });
+}
+
 /**
  * A span around one decision (`/authz`, proxy, broker), continuing the caller's `traceparent`.
  * The shared no-op when decision tracing is off (stdout or disabled): one branch, no allocation.
  */
 export function startDecisionSpan(name: string, traceparent?: string | string[], tracestate?: string | string[]): DecisionSpan {
   if (!decisionsOn) return NOOP;
-  const parent = traceparent ? propagation.extract(context.active(), { traceparent, tracestate }, getter) : context.active();
+  const parent = traceparent ? parentOf(traceparent, tracestate) : context.active();
   const span = state.tracer!.startSpan(name, { kind: SpanKind.SERVER }, parent);
   const ctx = trace.setSpan(parent, span);
   return {

@@ -1,0 +1,139 @@
+/**
+ * What tracing costs the hot path: /authz throughput with decision spans exported over OTLP/HTTP
+ * against the same control plane with tracing off, measured in the same run. Tracing is process
+ * wide, so each variant is its own child process (same code, same registry, audit chain in
+ * memory so the decision path is what is measured); the "off" child also hosts the OTLP sink the
+ * "on" child exports to (a real HTTP endpoint reading every batch). autocannon drives both from
+ * this process, in interleaved rounds, every request carrying a gateway `traceparent`: once with
+ * the sampled flag (every decision is a recorded, exported span: the worst case) and once with
+ * the gateway not sampling (flags 00: the span context is continued but nothing is recorded).
+ *
+ *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=3, BENCH_CONNECTIONS=50)
+ *
+ * Prints req/s, p50, p99 per variant and the ratio on/off (target >= 0.90: tracing costs <= 10%).
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import http from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { H } from '../runtime/lib/brand.js';
+import { loadAutocannon } from './lib.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
+
+interface Ready {
+  decision: number;
+  /** OTLP sink port (the "off" child only). */
+  sink?: number;
+}
+
+async function serve(mode: 'on' | 'off', endpoint?: string): Promise<void> {
+  const { openStore } = await import('../runtime/store/factory.js');
+  const { startControlPlane } = await import('../runtime/control-plane/server.js');
+  const { listen } = await import('../runtime/lib/http.js');
+  const { setLogLevel } = await import('../runtime/lib/log.js');
+  const { initTracing, shutdownTracing, tracingFromEnv } = await import('../runtime/lib/tracing.js');
+  setLogLevel('warn');
+  if (mode === 'on') initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint }), 'bench');
+  let sinkPort: number | undefined;
+  let spansBytes = 0;
+  let sink: http.Server | undefined;
+  if (mode === 'off') {
+    sink = http.createServer((req, res) => {
+      req.on('data', (c: Buffer) => (spansBytes += c.length));
+      req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+    });
+    sinkPort = await listen(sink, '127.0.0.1:0');
+  }
+  const store = await openStore({ backend: 'memory' });
+  const cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
+  for (const s of [
+    { name: 'web', upstream: 'web.default.svc:80', public: true, kind: 'service' as const },
+    { name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent' as const, allowModels: ['gpt'], budget: { tokensPerHour: 1e12, callsPerHour: 1e12 } },
+    { name: 'gpt', upstream: 'broker.default.svc:8080', kind: 'model' as const },
+  ]) {
+    await cp.plane.registry.upsert(s);
+  }
+  process.send?.({ decision: cp.decisionPort, sink: sinkPort } satisfies Ready);
+  process.on('message', async () => {
+    await shutdownTracing();
+    await cp.close();
+    await store.close();
+    sink?.close();
+    if (mode === 'off') console.log(`  (OTLP sink received ${(spansBytes / 1024).toFixed(0)} KiB of spans)`);
+    process.exit(0);
+  });
+}
+
+function start(args: string[]): { child: ChildProcess; ready: Promise<Ready> } {
+  const child = fork(fileURLToPath(import.meta.url), ['--serve', ...args], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const ready = new Promise<Ready>((resolve, reject) => {
+    child.once('message', (m) => resolve(m as Ready));
+    child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
+  });
+  return { child, ready };
+}
+
+async function drive(): Promise<void> {
+  const autocannon = await loadAutocannon();
+  const off = start(['off']);
+  const offReady = await off.ready;
+  const on = start(['on', `http://127.0.0.1:${offReady.sink}`]);
+  const onReady = await on.ready;
+  const trace = randomBytes(16).toString('hex');
+  const parent = randomBytes(8).toString('hex');
+  // The gateway's sampling decision travels in the traceparent flags: 01 sampled, 00 not.
+  const sampled = `00-${trace}-${parent}-01`;
+  const unsampled = `00-${trace}-${parent}-00`;
+  const cases = [
+    { name: 'ingress', path: '/authz/api/items', headers: { [H.service]: 'web' } },
+    { name: 'egress', path: '/authz/v1/chat/completions', headers: { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' } },
+  ];
+  const variants = [
+    { key: 'off', label: 'tracing off', port: offReady.decision, traceparent: sampled },
+    { key: 'sampled', label: 'on, every request sampled', port: onReady.decision, traceparent: sampled },
+    { key: 'unsampled', label: 'on, gateway not sampling', port: onReady.decision, traceparent: unsampled },
+  ] as const;
+  const once = async (port: number, path: string, headers: Record<string, string>, duration: number) => {
+    const r = await autocannon({ url: `http://127.0.0.1:${port}${path}`, connections: CONNECTIONS, pipelining: 1, headers, duration });
+    if (r.errors || r.non2xx) throw new Error(`${path}: ${r.errors} errors, ${r.non2xx} non-2xx responses`);
+    return r;
+  };
+  try {
+    console.log(`tracing bench: ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${SECONDS} s per variant after ${WARMUP} s warm-up; spans exported over OTLP/HTTP to a local sink (target on/off >= 0.90)`);
+    const med = (a: number[]) => a.slice().sort((x, y) => x - y)[Math.floor(a.length / 2)];
+    for (const c of cases) {
+      for (const v of variants) await once(v.port, c.path, { ...c.headers, traceparent: v.traceparent }, WARMUP);
+      const acc = new Map(variants.map((v) => [v.key, { total: 0, p50: [] as number[], p99: [] as number[] }]));
+      for (let i = 0; i < ROUNDS; i++) {
+        // Rotate the order each round so no variant always runs first.
+        const order = variants.map((_, j) => variants[(i + j) % variants.length]!);
+        for (const v of order) {
+          const r = await once(v.port, c.path, { ...c.headers, traceparent: v.traceparent }, SECONDS);
+          const a = acc.get(v.key)!;
+          a.total += r.requests.total;
+          a.p50.push(r.latency.p50);
+          a.p99.push(r.latency.p99);
+        }
+      }
+      const rps = (k: (typeof variants)[number]['key']) => acc.get(k)!.total / (ROUNDS * SECONDS);
+      for (const v of variants) {
+        const a = acc.get(v.key)!;
+        const ratio = v.key === 'off' ? '' : `  ratio ${(rps(v.key) / rps('off')).toFixed(3)}x`;
+        console.log(`${`${c.name}, ${v.label}`.padEnd(36)} ${rps(v.key).toFixed(0).padStart(7)} req/s  p50 ${String(med(a.p50)).padStart(3)} ms  p99 ${String(med(a.p99)).padStart(3)} ms${ratio}`);
+      }
+    }
+  } finally {
+    on.child.send('stop');
+    await new Promise((r) => on.child.once('exit', r));
+    off.child.send('stop');
+    await new Promise((r) => off.child.once('exit', r));
+  }
+}
+
+const i = process.argv.indexOf('--serve');
+if (i >= 0) await serve(process.argv[i + 1] as 'on' | 'off', process.argv[i + 2]);
+else await drive();
