@@ -41,17 +41,10 @@ export function devImportsInShippedCode(): [string, string][] {
   return out;
 }
 
-/**
- * Variables the deployment files set for code that is being written beside them (issue 12 item
- * 2, the gRPC ext_authz listener). A check that finds only these unread skips with a message.
- */
-export const PENDING_ENV: ReadonlySet<string> = new Set(['DECISION_GRPC_ADDR']);
-
-/** The names in `set` no code reads: `unread`, and whether all of them are pending. */
-export function unreadEnv(set: Iterable<string>, ignore: ReadonlySet<string> = new Set()): { unread: string[]; onlyPending: boolean } {
+/** The names in `set` (less `ignore`) that no code reads, sorted. */
+export function unreadEnv(set: Iterable<string>, ignore: ReadonlySet<string> = new Set()): string[] {
   const read = envNamesReadByCode();
-  const unread = [...new Set(set)].filter((n) => !read.has(n) && !ignore.has(n)).sort();
-  return { unread, onlyPending: unread.length > 0 && unread.every((n) => PENDING_ENV.has(n)) };
+  return [...new Set(set)].filter((n) => !read.has(n) && !ignore.has(n)).sort();
 }
 
 /**
