@@ -6,7 +6,8 @@
  * 2. Registry: ONE `apply(services, {owner})`. It prunes what this owner held and no longer
  *    declares (deleted resources: the grant is withdrawn), rewrites an entry of ours that was
  *    changed by hand (drift), reports names another owner holds as conflicts, and writes nothing
- *    when nothing changed.
+ *    when nothing changed. Not even sent when the desired entries and the registry version are
+ *    both what they were after the last apply.
  * 3. Identity agents: `POST /v1/agents` (idempotent on name), only when the declaration changed
  *    since this applier last registered it.
  * 4. Governed agents: one `GET /v1/governance/agents`; register the missing ones (createdBy =
@@ -22,7 +23,7 @@ import { errMsg } from '../runtime/lib/log.js';
 import { errorText, postJson, type IdentityRequest, type RegistryPort } from './ports.js';
 import { reconcile, type Desired, type DesiredGoverned, type ObservedWithAge } from './reconcile.js';
 import { keyOf } from './resource.js';
-import { statusFor, type CrStatus, type GovernedOutcome, type Outcome } from './status.js';
+import { statusFor, type ApplyResult, type CrStatus, type GovernedOutcome, type Outcome } from './status.js';
 
 export interface ApplierOptions {
   /** The registry owner and governance actor: `folder:<path>`, `kubernetes:<cluster>`. */
@@ -86,6 +87,20 @@ export function createApplier(opts: ApplierOptions) {
   const by = opts.owner;
   /** name -> JSON of the identity declaration last registered (skip unchanged re-posts). */
   const registered = new Map<string, string>();
+  /**
+   * The last successful apply: the same desired entries against an unchanged registry version
+   * (nobody wrote anything since, not even by hand) would plan nothing, so it is not re-sent.
+   */
+  let last: { desired: string; result: ApplyResult } | undefined;
+
+  async function applyRegistry(d: Desired): Promise<ApplyResult> {
+    const desired = JSON.stringify(d.services);
+    if (last && last.desired === desired && (await opts.registry.version()) === last.result.version) return last.result;
+    const r = await opts.registry.apply(d.services, { owner: opts.owner, by });
+    // What a re-apply would answer now: everything written is unchanged, the rest as it was.
+    last = { desired, result: { ...r, created: [], updated: [], deleted: [], unchanged: [...r.unchanged, ...r.created, ...r.updated] } };
+    return r;
+  }
 
   async function identities(d: Desired, errors: Map<string, string>): Promise<void> {
     const req = opts.identity!;
@@ -179,12 +194,16 @@ export function createApplier(opts: ApplierOptions) {
   }
 
   /** One pass over the observed set. `prev` holds the statuses the resources carry now. */
+  /** The last pass: a source that hands the same observed array again (nothing changed) reuses it. */
+  let memo: { observed: readonly ObservedWithAge[]; desired: Desired; apply?: ApplyResult; statuses: Map<string, CrStatus> } | undefined;
+
   async function run(observed: readonly ObservedWithAge[], prev: ReadonlyMap<string, CrStatus> = new Map()): Promise<PassResult> {
-    const desired = reconcile(observed);
+    const same = memo?.observed === observed;
+    const desired = same ? memo!.desired : reconcile(observed);
     const outcome: Outcome = { identityErrors: new Map(), governed: new Map() };
     let withdrawnOk = true;
     try {
-      outcome.apply = await opts.registry.apply(desired.services, { owner: opts.owner, by });
+      outcome.apply = await applyRegistry(desired);
       outcome.version = outcome.apply.version;
     } catch (e) {
       outcome.applyError = errMsg(e);
@@ -199,6 +218,11 @@ export function createApplier(opts: ApplierOptions) {
         for (const g of desired.governed) outcome.governed.set(g.name, { blockers: [], reason: 'ApplyFailed', message: errMsg(e) });
       }
     }
+    // Same resources, the registry answer reused, nothing at the identity authority: same statuses.
+    const governed = desired.governed.length > 0 || desired.identities.length > 0;
+    if (same && outcome.apply && outcome.apply === memo!.apply && !governed && prev === memo!.statuses) {
+      return { desired, outcome, statuses: memo!.statuses, withdrawn: withdrawnOk ? desired.deleting : [] };
+    }
     const at = now().toISOString().replace(/\.\d+Z$/, 'Z');
     const statuses = new Map<string, CrStatus>();
     for (const r of observed) {
@@ -206,6 +230,7 @@ export function createApplier(opts: ApplierOptions) {
       const key = desired.verdicts.has(`${keyOf(r)}@${r.origin}`) ? `${keyOf(r)}@${r.origin}` : keyOf(r);
       statuses.set(key, statusFor(r, desired, outcome, at, prev.get(key)));
     }
+    memo = { observed, desired, apply: outcome.apply, statuses };
     return { desired, outcome, statuses, withdrawn: withdrawnOk ? desired.deleting : [] };
   }
 

@@ -9,14 +9,16 @@ import type { ApplyResult } from './status.js';
 
 export interface RegistryPort {
   apply(services: readonly Service[], opts: { owner: string; dryRun?: boolean; by?: string }): Promise<ApplyResult>;
+  /** The registry version now (it moves on every write by anyone). */
+  version(): Promise<number>;
 }
 
 /** A fetch-shaped call against the identity authority: `path` is absolute (`/v1/...`). */
 export type IdentityRequest = (path: string, init?: RequestInit) => Promise<Response>;
 
 /** The in-process registry (runtime/control-plane/registry): apply is already that shape. */
-export function inProcessRegistry(registry: { apply(desired: readonly unknown[], opts: { owner: string; dryRun?: boolean; by?: string }): Promise<ApplyResult> }): RegistryPort {
-  return { apply: (services, opts) => registry.apply(services, opts) };
+export function inProcessRegistry(registry: { apply(desired: readonly unknown[], opts: { owner: string; dryRun?: boolean; by?: string }): Promise<ApplyResult>; readonly version: number }): RegistryPort {
+  return { apply: (services, opts) => registry.apply(services, opts), version: async () => registry.version };
 }
 
 async function failure(res: Response): Promise<Error> {
@@ -27,7 +29,13 @@ async function failure(res: Response): Promise<Error> {
 /** `POST <mgmt>/v1/registry/apply`: the apply route of the management API. */
 export function httpRegistry(mgmtUrl: string, fetchImpl: typeof fetch = fetch): RegistryPort {
   const url = new URL('/v1/registry/apply', mgmtUrl).toString();
+  const versionUrl = new URL('/v1/registry/version', mgmtUrl).toString();
   return {
+    async version() {
+      const res = await fetchImpl(versionUrl, { signal: AbortSignal.timeout(15_000) });
+      if (res.status !== 200) throw await failure(res);
+      return ((await res.json()) as { version: number }).version;
+    },
     async apply(services, opts) {
       const res = await fetchImpl(url, {
         method: 'POST',

@@ -36,5 +36,5 @@ describe('policy folder as npm start runs it', () => {
       await registry.close();
       await store.close();
     }
-  });
+  }, 120_000); // a fresh PGlite alone takes tens of seconds on a loaded 2-core machine
 });

@@ -49,7 +49,7 @@ export async function seedExampleDirectory(identity: IdentityRequest, file = EXA
 }
 
 interface InProcess {
-  registry: { apply: Parameters<typeof inProcessRegistry>[0]['apply'] };
+  registry: Parameters<typeof inProcessRegistry>[0];
   authority: { app: Parameters<typeof inProcessIdentity>[0]; whenReady(): Promise<void> };
 }
 

@@ -46,7 +46,7 @@ export interface FolderSource {
   ready: Promise<void>;
   statuses(): ReadonlyMap<string, CrStatus>;
   problems(): FileProblem[];
-  /** Runs a pass now (rescanning every file) and returns its result. */
+  /** Runs a pass now (as the periodic rescan does: files whose stat changed are re-read). */
   resync(): Promise<PassResult>;
   close(): Promise<void>;
 }
@@ -75,7 +75,10 @@ export function startFolderSource(opts: FolderSourceOptions): FolderSource {
   let again = false;
   let debounce: NodeJS.Timeout | undefined;
 
+  /** The observed set of the last scan; the same array while no file changed (the applier memoizes on it). */
+  let observedSet: Observed[] = [];
   async function scan(): Promise<Observed[]> {
+    let changed = false;
     let names: string[];
     try {
       names = listYamlFiles(dir);
@@ -86,13 +89,17 @@ export function startFolderSource(opts: FolderSourceOptions): FolderSource {
       throw e;
     }
     const seen = new Set(names);
-    for (const f of [...files.keys()]) if (!seen.has(f)) files.delete(f);
+    for (const f of [...files.keys()])
+      if (!seen.has(f)) {
+        files.delete(f);
+        changed = true;
+      }
     for (const f of names) {
       const path = join(dir, f);
       const stamp = stampOf(path);
       const cur = files.get(f);
       if (stamp === undefined) {
-        files.delete(f);
+        if (files.delete(f)) changed = true;
         continue;
       }
       if (cur && cur.stamp === stamp && !dirty.has(f)) continue;
@@ -101,18 +108,22 @@ export function startFolderSource(opts: FolderSourceOptions): FolderSource {
         text = await readFile(path, 'utf8');
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-          files.delete(f);
+          if (files.delete(f)) changed = true;
           continue;
         }
         throw e;
       }
+      changed = true;
       const r = readYamlText(text, f);
       files.set(f, { stamp, resources: r.resources, problems: r.problems });
       for (const p of r.problems) log.warn('invalid resource', { file: p.file, line: p.line, error: p.message });
     }
     dirty.clear();
-    problems = [...files.values()].flatMap((e) => e.problems);
-    return [...files.values()].flatMap((e) => e.resources);
+    if (changed) {
+      problems = [...files.values()].flatMap((e) => e.problems);
+      observedSet = [...files.values()].flatMap((e) => e.resources);
+    }
+    return observedSet;
   }
 
   async function pass(): Promise<PassResult> {
@@ -173,7 +184,6 @@ export function startFolderSource(opts: FolderSourceOptions): FolderSource {
     statuses: () => statuses,
     problems: () => problems,
     resync: () => {
-      for (const f of files.keys()) dirty.add(f);
       // A pass in flight may have scanned before the caller's change: run one after it.
       return running ? running.catch(() => undefined).then(() => trigger()) : trigger();
     },

@@ -28,6 +28,13 @@ function cel(rule: string): Compiled {
   return c;
 }
 
+const regexps = new Map<string, RegExp>();
+const re = (pattern: string): RegExp => {
+  let r = regexps.get(pattern);
+  if (!r) regexps.set(pattern, (r = new RegExp(pattern)));
+  return r;
+};
+
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
 
@@ -89,7 +96,7 @@ function checkNode(v: unknown, s: Schema, path: FieldError['path'], old: unknown
   if (typeof v === 'string') {
     if (s.minLength !== undefined && v.length < s.minLength) at(`must be at least ${s.minLength} characters`);
     if (s.maxLength !== undefined && v.length > s.maxLength) at(`must be at most ${s.maxLength} characters`);
-    if (s.pattern && !new RegExp(s.pattern).test(v)) at(`${show(v)} does not match ${s.pattern}`);
+    if (s.pattern && !re(s.pattern).test(v)) at(`${show(v)} does not match ${s.pattern}`);
     if (s.format === 'date-time' && !DATE_TIME.test(v)) at(`${show(v)} is not an RFC 3339 date-time`);
   }
   if (typeof v === 'number') {
