@@ -9,6 +9,13 @@ import { BRAND_UPPER } from '../../runtime/lib/brand.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
+/** The image's entrypoint script (`/usr/local/bin/writ`), written inline in the Dockerfile. */
+export function entrypointScript(dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8')): string {
+  const m = /<<'SCRIPT' \/usr\/local\/bin\/writ\n([\s\S]*?)\nSCRIPT\n/.exec(dockerfile);
+  if (!m) throw new Error('Dockerfile: no inline /usr/local/bin/writ script');
+  return m[1]! + '\n';
+}
+
 /** `component) exec node ... dist/<path>.js` lines of the Dockerfile's entrypoint script -> source path. */
 export function imageComponents(dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8')): Map<string, string> {
   const out = new Map<string, string>();

@@ -5,12 +5,13 @@
  * component the image knows, and every variable it sets is one the code reads. `docker build`
  * runs where an engine answers and skips with a message where none does (as on these machines).
  */
-import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { devImportsInShippedCode, imageComponents, ROOT, unreadEnv } from './deploy-files.js';
+import { devImportsInShippedCode, entrypointScript, imageComponents, ROOT, unreadEnv } from './deploy-files.js';
 
 const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8');
 const components = imageComponents(dockerfile);
@@ -56,6 +57,25 @@ describe('Dockerfile', () => {
       expect(existsSync(join(ROOT, source)), source).toBe(true);
     });
   }
+
+  it('the entrypoint script execs node on the chosen component with its flags, all-in-one by default, 64 on an unknown one', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'writ-entrypoint-'));
+    try {
+      writeFileSync(join(dir, 'writ'), entrypointScript(dockerfile));
+      // A stand-in `node` that prints what it was asked to run.
+      writeFileSync(join(dir, 'node'), '#!/bin/sh\necho "node $*"\n');
+      chmodSync(join(dir, 'node'), 0o755);
+      const run = (...args: string[]) => spawnSync('sh', [join(dir, 'writ'), ...args], { env: { PATH: `${dir}:/usr/bin:/bin` }, encoding: 'utf8' });
+      expect(run('webhook', '-addr', ':8443').stdout.trim()).toBe('node --enable-source-maps dist/webhook/main.js -addr :8443');
+      expect(run('control-plane').stdout.trim()).toBe('node --enable-source-maps dist/runtime/control-plane/main.js');
+      expect(run().stdout.trim()).toBe('node --enable-source-maps dist/runtime/main.js');
+      const bad = run('npm');
+      expect(bad.status).toBe(64);
+      expect(bad.stderr).toMatch(/^usage: writ /);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
   it('builds with docker where an engine answers', (ctx) => {
     const why = dockerEngine();
