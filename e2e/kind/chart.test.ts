@@ -32,13 +32,15 @@ const template = (name: string) => readFileSync(join(TEMPLATES, name), 'utf8');
 
 /**
  * Structure-only rendering for files whose shape matters here: lines that are only template
- * actions are dropped, `{{ .Release.Namespace }}` becomes RELEASE_NS, any other inline action `x`.
+ * actions are dropped, `{{ .Release.Namespace }}` becomes RELEASE_NS, any other inline action
+ * `tpl<n>` (numbered, so templated map keys stay distinct).
  */
 export function roughRender(text: string): unknown[] {
+  let n = 0;
   const lines = text
     .split('\n')
     .filter((l) => !/^\s*\{\{-?[^}]*\}\}\s*$/.test(l) && !/^\s*\{\{-?\s*\/\*/.test(l) && !/^\s*[^{]*\*\/\s*\}\}\s*$/.test(l))
-    .map((l) => l.replace(/\{\{-?\s*\.Release\.Namespace\s*-?\}\}/g, 'RELEASE_NS').replace(/\{\{-?[^}]*-?\}\}/g, 'x'));
+    .map((l) => l.replace(/\{\{-?\s*\.Release\.Namespace\s*-?\}\}/g, 'RELEASE_NS').replace(/\{\{-?[^}]*-?\}\}/g, () => `tpl${++n}`));
   return parseAllDocuments(lines.join('\n')).map((d) => {
     if (d.errors.length) throw new Error(d.errors.map((e) => e.message).join('\n'));
     return d.toJS() as unknown;
@@ -62,6 +64,21 @@ describe('charts/writ without a cluster', () => {
       for (const doc of parseAllDocuments(readFileSync(f, 'utf8'))) expect(doc.errors, relative(CHART, f)).toEqual([]);
     }
     expect(parseYaml(readFileSync(join(CHART, 'Chart.yaml'), 'utf8'))).toMatchObject({ apiVersion: 'v2', name: 'writ' });
+  });
+
+  it('every template is, structurally, a stream of Kubernetes objects', () => {
+    const kinds: string[] = [];
+    for (const f of templates.filter((t) => t.endsWith('.yaml'))) {
+      for (const doc of roughRender(readFileSync(f, 'utf8')) as { apiVersion?: unknown; kind?: unknown; metadata?: { name?: unknown } }[]) {
+        if (doc === null) continue;
+        expect(typeof doc.apiVersion, relative(CHART, f)).toBe('string');
+        expect(typeof doc.kind, relative(CHART, f)).toBe('string');
+        expect(doc.metadata?.name, relative(CHART, f)).toBeTruthy();
+        kinds.push(doc.kind as string);
+      }
+    }
+    for (const k of ['Deployment', 'StatefulSet', 'Service', 'Secret', 'ServiceAccount', 'MutatingWebhookConfiguration', 'ValidatingWebhookConfiguration']) expect(kinds).toContain(k);
+    expect(kinds.filter((k) => k === 'Deployment')).toHaveLength(5);
   });
 
   it('every .Values path a template reads exists in values.yaml', () => {
@@ -120,7 +137,7 @@ describe('charts/writ without a cluster', () => {
     expect([v.identity.port, v.broker.port, v.webhook.port, v.webhook.healthPort]).toEqual([8090, 8080, 8443, 8080]);
     const docs = roughRender(template('control-plane.yaml')) as any[];
     const proxy = docs.find((d) => d?.kind === 'Service' && d.spec.ports.some((p: any) => p.name === 'http-proxy'));
-    expect(proxy.spec.ports).toEqual([{ name: 'http-proxy', port: 'x', targetPort: 'proxy' }]);
+    expect(proxy.spec.ports).toEqual([{ name: 'http-proxy', port: expect.stringMatching(/^tpl\d+$/), targetPort: 'proxy' }]);
     expect(template('control-plane.yaml')).toMatch(/port: \{\{ \$c\.proxyService\.port \}\}\n\s+targetPort: proxy/);
     const deploy = docs.find((d) => d?.kind === 'Deployment');
     expect(deploy.spec.template.spec.containers[0].ports.map((p: any) => p.name)).toEqual(['decision', 'grpc', 'mgmt', 'proxy']);
