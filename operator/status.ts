@@ -10,20 +10,13 @@
  *
  * `lastTransitionTime` moves only when a condition's status changes (metav1.Condition rules).
  */
+import type { ApplyResult } from '../runtime/control-plane/registry/index.js';
 import type { Observed } from './resource.js';
 import { keyOf } from './resource.js';
 import type { Desired } from './reconcile.js';
 
-export interface ApplyResult {
-  version: number;
-  created: string[];
-  updated: string[];
-  deleted: string[];
-  unchanged: string[];
-  conflicts: string[];
-  conflictOwners: Record<string, string>;
-  invalid: { name: string; error: string }[];
-}
+/** What the registry's apply answered (runtime/control-plane/registry). */
+export type { ApplyResult };
 
 export type GovernedReason = 'Blocked' | 'Held' | 'Retired' | 'Drifted' | 'Rejected' | 'ApplyFailed';
 
