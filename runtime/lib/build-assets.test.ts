@@ -1,7 +1,7 @@
 /**
  * The production build: `tsc -p tsconfig.build.json` plus the asset copy, into a temp folder,
  * then the built control plane and all-in-one started with plain `node` (no tsx): each finds its
- * assets (SQL migrations, the CRD examples, the model table) next to the built JavaScript.
+ * assets (SQL migrations, the CRD examples, the model table, the portal files) next to the built JavaScript.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -54,12 +54,14 @@ describe('npm run build output', { timeout: 480_000 }, () => {
     expect(await c.exited).toBe(0);
   });
 
-  it('node dist/runtime/main.js loads crds/examples and the model table from dist', async () => {
+  it('node dist/runtime/main.js loads crds/examples, the model table and the portal files from dist', async () => {
     const c = await startEntry([process.execPath, join(dist, 'runtime/main.js')], { WRIT_DATA_DIR: join(out, 'data'), PORT: '0', DECISION_ADDR: ANY, MGMT_ADDR: ANY, EGRESS_PROXY_ADDR: ANY, BROKER_ADDR: ANY }, out);
     const services = (await (await fetch(`http://127.0.0.1:${c.ports.mgmt}/v1/registry/services`)).json()) as { name: string }[];
     expect(services.length).toBeGreaterThan(0);
     const models = (await (await fetch(`http://127.0.0.1:${c.ports.broker}/v1/models`)).json()) as { data: { id: string }[] };
     expect(models.data.length).toBeGreaterThan(0);
+    // The portal's static files (HTML and browser JavaScript) come from dist too.
+    for (const path of ['/portal/', '/portal/app.js']) expect((await fetch(`http://127.0.0.1:${c.ports.mgmt}${path}`)).status, path).toBe(200);
     c.signal('SIGTERM');
     expect(await c.exited).toBe(0);
   });
