@@ -21,7 +21,7 @@
  */
 import * as crypto from 'node:crypto';
 import type { EmployeeRow, GroupRow, SyncError, Conflict } from './repo.js';
-import { parseGroupRefs, parseUser, sortedUnique, type ScimGroup, type ScimUser } from './scim.js';
+import { parseGroupRefs, parseUser, sortedUnique, type Parsed, type ScimGroup, type ScimUser } from './scim.js';
 import { groupKey } from '../tenant.js';
 
 export type Idp = 'idp_a' | 'idp_b';
@@ -72,6 +72,8 @@ export interface PlanInput {
   tenantId: string;
   idp: Idp;
   users: readonly unknown[];
+  /** `users` already through parseUser, same order (the sync parses them in slices, letting the loop run). */
+  parsedUsers?: readonly Parsed<ScimUser>[];
   /**
    * Group resources. When undefined, group records are not reconciled and each employee keeps
    * its previous memberships unless its own User resource carries a `groups` attribute.
@@ -228,7 +230,7 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
   // the externalId was already there (then its first index is restored, once, by a scan).
   let dupSeen = false;
   for (let i = 0; i < rawUsers.length; i++) {
-    const p = parseUser(rawUsers[i]);
+    const p = input.parsedUsers?.[i] ?? parseUser(rawUsers[i]);
     if (!p.ok) {
       errors.push({ resource_type: 'User', external_id: p.externalId ?? p.id ?? `users[${i}]`, error: p.error });
       if (p.externalId !== null && !users.has(p.externalId)) skipped.add(subjectPrefix + p.externalId);

@@ -7,11 +7,21 @@
  *
  * Records come back in the snake_case API shape; `active` is derived from `status`.
  */
-import { and, asc, desc, eq, sql } from 'drizzle-orm';
+import { and, asc, desc, eq, gt, sql } from 'drizzle-orm';
 import { employees, groups, syncRuns } from '../../../store/schema/directory.js';
 import { rowsOf, type Db } from '../../../store/factory.js';
 import type { CurrentEmployee } from './plan.js';
 import { groupKey as makeGroupKey, tenantOfGroupKey, tenantOfSubject, type DbOrTx } from '../tenant.js';
+
+/**
+ * Lets the event loop run (timers, sockets) between the statements of a long read or sync. The
+ * embedded PGlite runs each statement synchronously on this thread and resolves in microtasks, so
+ * without it one 100k-user sync held every listener of the process for its whole 7-8 s.
+ */
+export const breathe = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+/** Rows per page of the bulk reads of a sync (employees, groups). */
+const PAGE = 5000;
+const GROUP_PAGE = 250;
 
 export type EmployeeRow = typeof employees.$inferSelect;
 export type GroupRow = typeof groups.$inferSelect;
@@ -316,28 +326,34 @@ export function directoryRepo(db: DbOrTx, tenantId: string): DirectoryRepo {
       }));
     },
     async loadSyncLight() {
-      const rows = await rowsOf<{ s: string; i: string; x: string; st: 'active' | 'inactive'; h: string | null }>(
-        db as Db,
-        sql`select employee_subject as s, idp as i, external_id as x, status as st, sync_hash as h
-            from ${employees} where tenant_id = ${tenantId}`,
-      );
-      const out: CurrentEmployee[] = new Array<CurrentEmployee>(rows.length);
-      for (let k = 0; k < rows.length; k++) {
-        const r = rows[k]!;
-        out[k] = {
-          employeeSubject: r.s,
-          tenantId,
-          idp: r.i,
-          externalId: r.x,
-          status: r.st,
-          managerSubject: null,
-          groupsJson: '[]',
-          createdAt: '',
-          deactivatedAt: null,
-          syncHash: r.h,
-        };
+      const out: CurrentEmployee[] = [];
+      // Paged by subject, with the event loop let in between pages: on the embedded PGlite one
+      // 100k-row statement would hold the whole process for seconds.
+      for (let after = ''; ; ) {
+        const rows = await rowsOf<{ s: string; i: string; x: string; st: 'active' | 'inactive'; h: string | null }>(
+          db as Db,
+          sql`select employee_subject as s, idp as i, external_id as x, status as st, sync_hash as h
+              from ${employees} where tenant_id = ${tenantId} and employee_subject > ${after}
+              order by employee_subject limit ${PAGE}`,
+        );
+        for (const r of rows) {
+          out.push({
+            employeeSubject: r.s,
+            tenantId,
+            idp: r.i,
+            externalId: r.x,
+            status: r.st,
+            managerSubject: null,
+            groupsJson: '[]',
+            createdAt: '',
+            deactivatedAt: null,
+            syncHash: r.h,
+          });
+        }
+        if (rows.length < PAGE) return out;
+        after = rows[rows.length - 1]!.s;
+        await breathe();
       }
-      return out;
     },
     loadSyncDetails: (subjects) =>
       rowsOf<SyncDetails>(
@@ -349,7 +365,21 @@ export function directoryRepo(db: DbOrTx, tenantId: string): DirectoryRepo {
                 from ${employees} where tenant_id = ${tenantId}
                   and employee_subject in (select jsonb_array_elements_text(${JSON.stringify(subjects)}::jsonb))`,
       ),
-    loadGroupRows: () => db.select().from(groups).where(eq(groups.tenantId, tenantId)),
+    async loadGroupRows() {
+      const out: GroupRow[] = [];
+      for (let after = ''; ; ) {
+        const rows = await db
+          .select()
+          .from(groups)
+          .where(and(eq(groups.tenantId, tenantId), gt(groups.groupKey, after)))
+          .orderBy(asc(groups.groupKey))
+          .limit(GROUP_PAGE);
+        out.push(...rows);
+        if (rows.length < GROUP_PAGE) return out;
+        after = rows[rows.length - 1]!.groupKey;
+        await breathe();
+      }
+    },
     async listSessions(limit) {
       const rows = await db
         .select()

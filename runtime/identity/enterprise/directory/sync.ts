@@ -11,9 +11,13 @@ import type { Db } from '../../../store/factory.js';
 import { employees, groups, syncRuns } from '../../../store/schema/directory.js';
 import { logger } from '../../../lib/log.js';
 import type { DbOrTx } from '../tenant.js';
-import { directoryRepo, iso, type DirectoryRepo, type SyncRunRecord } from './repo.js';
+import { breathe, directoryRepo, iso, type DirectoryRepo, type SyncRunRecord } from './repo.js';
 import { planSync, planSyncLight, type EmployeeWrite, type Idp, type SyncPlan } from './plan.js';
 import type { GroupRow } from './repo.js';
+import { parseUser, type Parsed, type ScimUser } from './scim.js';
+
+/** Users parsed between two turns of the event loop. */
+const PARSE_SLICE = 2000;
 
 const log = logger('directory-sync');
 
@@ -44,9 +48,10 @@ export interface SyncDeps {
   cascade?: CascadeFn;
   /** Test hook called inside the transaction after each stage; throwing aborts the sync. */
   failpoint?: (stage: SyncStage) => void | Promise<void>;
-  /** Rows per multi-row upsert statement (default 2000). */
+  /** Rows per multi-row upsert statement (default 500). */
   batchSize?: number;
 }
+
 
 export interface SyncRequest {
   tenantId: string;
@@ -63,7 +68,7 @@ export type SyncResponse = Omit<SyncRunRecord, 'cascade'> & { cascade: CascadeCo
 export const SYNC_ACTOR = 'directory-sync';
 
 export async function syncDirectory(deps: SyncDeps, req: SyncRequest): Promise<SyncResponse> {
-  const batch = deps.batchSize ?? 2000;
+  const batch = deps.batchSize ?? 500;
   const startedMs = deps.now();
   const startedAt = new Date(startedMs).toISOString();
   const id = randomUUID();
@@ -72,15 +77,19 @@ export async function syncDirectory(deps: SyncDeps, req: SyncRequest): Promise<S
     const plan = await planWithState(directoryRepo(tx, req.tenantId), req, startedAt);
     await deps.failpoint?.('planned');
     for (let i = 0; i < plan.employeeWrites.length; i += batch) {
+      await breathe();
       await upsertEmployees(tx, plan.employeeWrites.slice(i, i + batch));
     }
     for (let i = 0; i < plan.deactivations.length; i += batch) {
+      await breathe();
       await deactivate(tx, req.tenantId, plan.deactivations.slice(i, i + batch), startedAt);
     }
     await deps.failpoint?.('employees');
     for (let i = 0; i < plan.groupWrites.length; i += batch) {
+      await breathe();
       await upsertGroups(tx, plan.groupWrites.slice(i, i + batch));
     }
+    await breathe();
     await deps.failpoint?.('groups');
     // The cascade sees the new directory state (same transaction) and commits or rolls back with it.
     const cascade = deps.cascade
@@ -124,7 +133,13 @@ export async function syncDirectory(deps: SyncDeps, req: SyncRequest): Promise<S
  * for the rows the plan rewrites or finds absent; the full state when the plan cannot do without it.
  */
 async function planWithState(repo: DirectoryRepo, req: SyncRequest, now: string): Promise<SyncPlan> {
-  const input = { tenantId: req.tenantId, idp: req.idp, users: req.users, groups: req.groups, now };
+  // Parsing 100k SCIM users is most of the plan's work: done in slices so the loop can run between.
+  const parsedUsers: Parsed<ScimUser>[] = new Array<Parsed<ScimUser>>(req.users.length);
+  for (let i = 0; i < req.users.length; i++) {
+    parsedUsers[i] = parseUser(req.users[i]);
+    if (i % PARSE_SLICE === PARSE_SLICE - 1) await breathe();
+  }
+  const input = { tenantId: req.tenantId, idp: req.idp, users: req.users, parsedUsers, groups: req.groups, now };
   const currentGroups = await repo.loadGroupRows();
   if (req.groups !== undefined) {
     const light = await repo.loadSyncLight();
