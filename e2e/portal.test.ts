@@ -186,15 +186,19 @@ describe.skipIf(!existsSync(CHROMIUM))('operator portal in Chromium against the 
     await page.waitForSelector('#feed li.feed-item');
     await page.evaluate(() => ((globalThis as unknown as { marker: number }).marker = 42));
     const before = await page.locator('#feed li.feed-item').first().getAttribute('data-seq');
-    const res = await authz({ [H.service]: 'no-such-service', [H.task]: 'feed-check' });
+    // An egress call of a registered agent to a service that does not exist: a registry deny.
+    const res = await authz({ [H.actor]: 'bot', [H.service]: 'no-such-service', [H.task]: 'feed-check', [H.targetKind]: 'tool' });
     expect(res.status).toBe(403);
     const t0 = Date.now();
     const item = page.locator(`#feed li.feed-item[data-allow="false"]`).filter({ hasText: 'no-such-service' });
     await item.first().waitFor({ timeout: 2000 });
     expect(Date.now() - t0).toBeLessThan(2000);
     expect(Number(await item.first().getAttribute('data-seq'))).toBeGreaterThan(Number(before));
-    expect(await item.first().locator('.chip-rule').textContent()).toBe('registry');
-    expect(await item.first().locator('.chip-task').textContent()).toBe('task feed-check');
+    expect(await item.first().locator('.chip-rule').textContent({ timeout: 1000 })).toBe('registry');
+    const seq = Number(await item.first().getAttribute('data-seq'));
+    const record = ((await ok(`${base()}/v1/audit?limit=50`)) as { seq: number; task?: string }[]).find((r) => r.seq === seq)!;
+    expect(record.task).toBe('feed-check');
+    expect(await item.first().locator('.chip-task').textContent({ timeout: 1000 })).toBe('task feed-check');
     expect(await page.evaluate(() => (globalThis as unknown as { marker?: number }).marker)).toBe(42);
   });
 
