@@ -223,7 +223,10 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
   try {
     heartbeat = await startHeartbeat(store, replicaId, opts.holderTtlMs ?? DEFAULT_HOLDER_TTL_MS, sweepGone);
     // Restart: held connections of gone processes are lost; rows past deadline expire whoever held them.
-    await expireGone('proxy restarted; the held connection was lost', replicaId);
+    // A refused audit record (store down) leaves them pending: the heartbeat's sweep retries.
+    await expireGone('proxy restarted; the held connection was lost', replicaId).catch((e: unknown) =>
+      log.warn('expiring egress holds lost in a restart failed; retried on the next heartbeat', { err: errMsg(e) }),
+    );
     const late = await db
       .update(t)
       .set({ status: 'expired', decidedAt: stamp(), denyReason: 'approval timed out' })

@@ -203,6 +203,8 @@ export async function openAuditChain(store: Store | undefined, opts: AuditChainO
           const l = batch[batch.length - 1]!;
           storedSeq = l.seq;
           proof?.onStored(l, batch.length);
+          // Caught up after an outage: what the spool holds is stored now.
+          if (spool?.count() && l.seq === last.seq) spool.clear();
         },
         onFailure: spool ? (pending) => spool!.write(pending) : undefined,
         log,
