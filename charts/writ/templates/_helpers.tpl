@@ -135,3 +135,18 @@ spec:
       {{- include "writ.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 6 }}
 {{- end }}
 {{- end -}}
+
+{{/* With the in-cluster PostgreSQL: wait until it accepts connections (no crash loop at first install). */}}
+{{- define "writ.waitForPostgres" -}}
+{{- if and .Values.database.inCluster.enabled (not .Values.database.external.existingSecret) }}
+initContainers:
+  - name: wait-for-postgres
+    image: {{ .Values.database.inCluster.image }}
+    command: ["sh", "-c", "until pg_isready -q -h {{ include "writ.fullname" . }}-postgres.{{ .Release.Namespace }}.svc -p 5432; do sleep 1; done"]
+    securityContext:
+      {{- toYaml .Values.securityContext | nindent 6 }}
+    resources:
+      requests: { cpu: 10m, memory: 16Mi }
+      limits: { memory: 64Mi }
+{{- end }}
+{{- end -}}
