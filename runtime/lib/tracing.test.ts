@@ -201,7 +201,7 @@ function startProcess(entry: string, env: Record<string, string>): Promise<{ por
   const exited = new Promise<void>((r) => child.on('exit', () => r()));
   let log = '';
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${entry} did not come up:\n${log}`)), 60_000);
+    const timer = setTimeout(() => reject(new Error(`${entry} did not come up:\n${log}`)), 150_000);
     child.stderr!.on('data', (c: Buffer) => {
       log += c.toString();
       for (const line of log.split('\n')) {
@@ -275,7 +275,7 @@ describe('one trace across three processes: gateway -> control plane /authz -> i
       await idp.stop();
       await close(rx.server);
     }
-  }, 120_000);
+  }, 400_000);
 });
 
 describe('stdout fallback (no OTEL_EXPORTER_OTLP_ENDPOINT)', () => {
@@ -309,5 +309,5 @@ describe('stdout fallback (no OTEL_EXPORTER_OTLP_ENDPOINT)', () => {
     const lines = out.trim().split('\n').map((l) => JSON.parse(l) as { trace: boolean; name: string; traceId: string; attributes: Record<string, unknown> });
     expect(lines.map((l) => l.name)).toEqual(['agent.register', 'agent.provision']);
     expect(lines[1]).toMatchObject({ trace: true, attributes: { [`${BRAND}.operation`]: 'agent.provision', 'http.response.status_code': 200 } });
-  }, 60_000);
+  }, 180_000);
 });
