@@ -64,7 +64,7 @@ describe('oversized did:key in a presentation', () => {
     await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: ['gpt'] });
     await cp.plane.registry.upsert({ name: 'gpt', upstream: 'broker.default.svc:8080', kind: 'model' });
     authzUrl = `http://127.0.0.1:${cp.decisionPort}`;
-  }, 60_000);
+  }, 120_000);
   afterAll(async () => {
     await cp?.close();
     await idp?.close();
