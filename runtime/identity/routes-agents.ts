@@ -1,4 +1,5 @@
 /** Agents: register, provision (did:key + Membership and capability VCs), read, verify a VP. */
+import { subApi } from '../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { generateKeyPairSync, createPublicKey } from 'node:crypto';
 import { notFound } from '../lib/errors.js';
@@ -49,7 +50,8 @@ async function step3FromStore(ctx: IdentityContext, jti: string, did: string): P
   return { revoked: revoked.size > 0, agent: agent?.name };
 }
 
-export function registerAgentRoutes(app: OpenAPIHono, ctx: IdentityContext): void {
+export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
+  const app = subApi();
   app.openapi(
     createRoute({
       method: 'post',
@@ -172,4 +174,5 @@ export function registerAgentRoutes(app: OpenAPIHono, ctx: IdentityContext): voi
       return c.json(await verifyPresentation(ctx, b.vp, b.audience, b.nonce), 200);
     },
   );
+  return app;
 }

@@ -1,4 +1,5 @@
 /** Task-scoped delegations (SPEC 3.3, 4.4): request, list, get, approve, deny, vc, check. */
+import { subApi } from '../lib/api.js';
 import { randomUUID } from 'node:crypto';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { ApiError, conflict, notFound } from '../lib/errors.js';
@@ -46,7 +47,8 @@ export function delegationRecord(d: DelegationRow) {
 
 const notPending = (d: DelegationRow) => conflict('not_pending', `delegation ${d.id} is ${d.status}, not pending`);
 
-export function registerDelegationRoutes(app: OpenAPIHono, ctx: IdentityContext): void {
+export function delegationRoutes(ctx: IdentityContext): OpenAPIHono {
+  const app = subApi();
   app.openapi(
     createRoute({
       method: 'post',
@@ -209,4 +211,5 @@ export function registerDelegationRoutes(app: OpenAPIHono, ctx: IdentityContext)
       return c.json({ vc: d.vc }, 200);
     },
   );
+  return app;
 }

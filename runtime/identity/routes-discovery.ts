@@ -1,4 +1,5 @@
 /** Health, readiness, issuer discovery (did:web document, /v1/issuer) and revocation. */
+import { subApi } from '../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { Context } from 'hono';
 import { ApiError } from '../lib/errors.js';
@@ -19,7 +20,8 @@ export function conditional(c: Context, etag: string, payload: () => Promise<unk
   return payload().then((p) => c.json(p as object, 200));
 }
 
-export function registerDiscoveryRoutes(app: OpenAPIHono, ctx: IdentityContext, ready: () => boolean): void {
+export function discoveryRoutes(ctx: IdentityContext, ready: () => boolean): OpenAPIHono {
+  const app = subApi();
   app.openapi(
     createRoute({ method: 'get', path: '/healthz', tags: ['health'], summary: 'Liveness', responses: { 200: json(StatusSchema) } }),
     (c) => c.json({ status: 'ok' }, 200),
@@ -127,4 +129,5 @@ export function registerDiscoveryRoutes(app: OpenAPIHono, ctx: IdentityContext, 
     }),
     async (c) => statusHandler(c, DEFAULT_LIST) as never,
   );
+  return app;
 }

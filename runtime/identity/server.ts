@@ -15,15 +15,15 @@ import { errMsg, logger } from '../lib/log.js';
 import { identityTracing, initTracing, shutdownTracing, tracingFromEnv } from '../lib/tracing.js';
 import { openStore, type Store } from '../store/factory.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
-import { enterpriseBodyLimit, registerEnterpriseRoutes } from './enterprise/index.js';
+import { enterpriseBodyLimit, enterpriseRoutes } from './enterprise/index.js';
 import { createChangeFeed } from './change-feed.js';
 import { notReady, type IdentityContext, type IdentitySettings } from './context.js';
 import { didWeb } from './did.js';
 import { withFastVerify } from './fast-verify.js';
 import { loadIssuerKey } from './issuer-key.js';
-import { registerAgentRoutes } from './routes-agents.js';
-import { registerDelegationRoutes } from './routes-delegations.js';
-import { registerDiscoveryRoutes } from './routes-discovery.js';
+import { agentRoutes } from './routes-agents.js';
+import { delegationRoutes } from './routes-delegations.js';
+import { discoveryRoutes } from './routes-discovery.js';
 import type { IssuerKey } from './vc.js';
 import { createVerifyIndex } from './verify-index.js';
 
@@ -111,10 +111,10 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
     if (!key && !ALWAYS.has(c.req.path)) return c.json(envelope('not_ready', 'identity authority is starting'), 503);
     return next();
   });
-  registerDiscoveryRoutes(app, ctx, () => key !== undefined);
-  registerAgentRoutes(app, ctx);
-  registerDelegationRoutes(app, ctx);
-  registerEnterpriseRoutes(app, { store: o.store, now, env, changes });
+  app.route('/', discoveryRoutes(ctx, () => key !== undefined));
+  app.route('/', agentRoutes(ctx));
+  app.route('/', delegationRoutes(ctx));
+  app.route('/', enterpriseRoutes({ store: o.store, now, env, changes }));
   app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: `${BRAND_TITLE} identity authority`, version: '1.0.0' } });
   app.get('/docs', swaggerUI({ url: '/openapi.json' }));
 

@@ -134,6 +134,11 @@ export function onApiError(err: Error, c: Context): Response {
  * An OpenAPIHono app with the shared error shapes and a request body limit: `bodyLimit` bytes
  * (default DEFAULT_BODY_LIMIT), or what `bodyLimitFor(path)` says for a path that needs more.
  */
+/** A sub-app of an API (its routes, same validation hook), composed into one with `app.route('/', sub)`. */
+export function subApi(): OpenAPIHono {
+  return new OpenAPIHono({ defaultHook: validationHook });
+}
+
 export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: string) => number | undefined } = {}): OpenAPIHono {
   const app = new OpenAPIHono({ defaultHook: validationHook });
   const max = opts.bodyLimit ?? DEFAULT_BODY_LIMIT;

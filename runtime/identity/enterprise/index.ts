@@ -4,15 +4,16 @@
  * cascade, API keys, preview). The server calls this once while building its app.
  */
 import type { OpenAPIHono } from '@hono/zod-openapi';
+import { subApi } from '../../lib/api.js';
 import type { Store } from '../../store/factory.js';
 import type { ChangeFeed } from '../change-feed.js';
-import { registerDirectoryRoutes, SYNC_BODY_LIMIT } from './directory/routes.js';
+import { directoryRoutes, SYNC_BODY_LIMIT } from './directory/routes.js';
 import { runCascade } from './governance/cascade.js';
-import { registerGovernanceRoutes } from './governance/routes.js';
-import { registerStandingRoute } from './governance/standing.js';
-import { registerIdentityRoutes } from './identity/routes.js';
-import { registerKeyRoutes } from './keys/routes.js';
-import { registerPreviewRoutes } from './preview/routes.js';
+import { governanceRoutes } from './governance/routes.js';
+import { standingRoutes } from './governance/standing.js';
+import { identityRoutes } from './identity/routes.js';
+import { keyRoutes } from './keys/routes.js';
+import { previewRoutes } from './preview/routes.js';
 
 export { SYNC_BODY_LIMIT };
 
@@ -33,11 +34,14 @@ export function enterpriseBodyLimit(path: string): number | undefined {
   return path === '/v1/directory/sync' ? SYNC_BODY_LIMIT : undefined;
 }
 
-export function registerEnterpriseRoutes(app: OpenAPIHono, ctx: EnterpriseContext): void {
-  registerDirectoryRoutes(app, { db: ctx.store.db, now: ctx.now, cascade: runCascade });
-  registerGovernanceRoutes(app, { db: ctx.store.db, now: ctx.now });
-  registerStandingRoute(app, { db: ctx.store.db });
-  registerIdentityRoutes(app, { db: ctx.store.db, now: ctx.now, env: ctx.env });
-  registerKeyRoutes(app, { db: ctx.store.db, now: ctx.now, env: ctx.env, changes: ctx.changes });
-  registerPreviewRoutes(app, { db: ctx.store.db, env: ctx.env });
+/** The enterprise routes as one sub-app, composed into the identity authority with `app.route('/', ...)`. */
+export function enterpriseRoutes(ctx: EnterpriseContext): OpenAPIHono {
+  const app = subApi();
+  app.route('/', directoryRoutes({ db: ctx.store.db, now: ctx.now, cascade: runCascade }));
+  app.route('/', governanceRoutes({ db: ctx.store.db, now: ctx.now }));
+  app.route('/', standingRoutes({ db: ctx.store.db }));
+  app.route('/', identityRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env }));
+  app.route('/', keyRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env, changes: ctx.changes }));
+  app.route('/', previewRoutes({ db: ctx.store.db, env: ctx.env }));
+  return app;
 }

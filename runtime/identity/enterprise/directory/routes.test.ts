@@ -3,9 +3,9 @@ import { sql } from 'drizzle-orm';
 import { createApi } from '../../../lib/api.js';
 import { rowsOf, type Store } from '../../../store/factory.js';
 import { testBackends } from '../../../store/testing.js';
-import { registerEnterpriseRoutes } from '../index.js';
+import { enterpriseRoutes } from '../index.js';
 import { ENTRA, entraSnapshot, entraUser, OKTA, oktaSnapshot } from './fixtures.js';
-import { registerDirectoryRoutes, SYNC_BODY_LIMIT } from './routes.js';
+import { directoryRoutes, SYNC_BODY_LIMIT } from './routes.js';
 import type { SyncStage } from './sync.js';
 
 const subj = (ext: string, tenant = 'contoso', idp = 'idp_a') => `${idp}:${tenant}:${ext}`;
@@ -34,14 +34,17 @@ describe.each(testBackends())('directory routes on $name', (b) => {
 
   beforeAll(async () => {
     store = await b.open();
-    registerEnterpriseRoutes(app, { store, now: () => clock, env: {} });
-    registerDirectoryRoutes(crashApp, {
-      db: store.db,
-      now: () => clock,
-      failpoint: (s) => {
-        if (s === failAt) throw new Error(`injected failure at ${s}`);
-      },
-    });
+    app.route('/', enterpriseRoutes({ store, now: () => clock, env: {} }));
+    crashApp.route(
+      '/',
+      directoryRoutes({
+        db: store.db,
+        now: () => clock,
+        failpoint: (s) => {
+          if (s === failAt) throw new Error(`injected failure at ${s}`);
+        },
+      }),
+    );
   });
   afterAll(async () => {
     await store?.close();

@@ -6,6 +6,7 @@
  * tenants. Reads by key derive the tenant from the key (subject `<idp>:<tenant>:<ext>`, group key
  * `<tenant>:<ext>`); an optional `tenant` that disagrees with the key is a 404.
  */
+import { subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { envelope, notFound } from '../../../lib/errors.js';
@@ -43,7 +44,8 @@ async function perTenant<T>(db: Db, tenant: string | undefined, read: (tenantId:
   return out;
 }
 
-export function registerDirectoryRoutes(app: OpenAPIHono, deps: DirectoryRouteDeps): void {
+export function directoryRoutes(deps: DirectoryRouteDeps): OpenAPIHono {
+  const app = subApi();
   const { db } = deps;
 
   app.use(
@@ -177,4 +179,5 @@ export function registerDirectoryRoutes(app: OpenAPIHono, deps: DirectoryRouteDe
       return c.json(conflictsOfRows(tenant, rows), 200);
     },
   );
+  return app;
 }

@@ -3,6 +3,7 @@
  * on-demand revocation cascade and the revocation log. Handlers are thin: zod validates (422
  * {detail}), the service functions decide and write, ApiErrors become {error:{code,message}}.
  */
+import { subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponse, invalid, json, body, Limit } from '../directory/http.js';
 import { getAgent, listAgents, listIssues, registerAgent, summary, transferOwnership, transitionAgent, type GovDeps } from './agents.js';
@@ -31,7 +32,8 @@ import {
 type AgentOut = z.infer<typeof AgentRecordSchema>;
 type DelegationOut = z.infer<typeof DelegationRecordSchema>;
 
-export function registerGovernanceRoutes(app: OpenAPIHono, deps: GovDeps): void {
+export function governanceRoutes(deps: GovDeps): OpenAPIHono {
+  const app = subApi();
   const tags = ['governance'];
   const authority = ['authority delegations'];
 
@@ -250,4 +252,5 @@ export function registerGovernanceRoutes(app: OpenAPIHono, deps: GovDeps): void 
       return c.json(await revocationLog(deps, tenant, limit ?? 500), 200);
     },
   );
+  return app;
 }

@@ -9,6 +9,7 @@
  *   (the jti its provisioning recorded) in the same transaction as the move, each with a
  *   revocation-log row of kind `vc_revoke`, so the agent's VPs are refused too.
  */
+import { subApi } from '../../../lib/api.js';
 import { createHash } from 'node:crypto';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { and, asc, inArray, isNotNull } from 'drizzle-orm';
@@ -30,7 +31,8 @@ export async function standingOf(db: DbOrTx): Promise<Record<string, string>> {
   return out;
 }
 
-export function registerStandingRoute(app: OpenAPIHono, deps: { db: Db }): void {
+export function standingRoutes(deps: { db: Db }): OpenAPIHono {
+  const app = subApi();
   app.openapi(
     createRoute({
       method: 'get',
@@ -45,6 +47,7 @@ export function registerStandingRoute(app: OpenAPIHono, deps: { db: Db }): void 
       return conditional(c, etag, async () => ({ agents })) as never;
     },
   );
+  return app;
 }
 
 /**

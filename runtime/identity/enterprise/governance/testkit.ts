@@ -9,7 +9,7 @@ import { and, eq } from 'drizzle-orm';
 import { createApi } from '../../../lib/api.js';
 import { close as closeServer, listen } from '../../../lib/http.js';
 import type { Store } from '../../../store/factory.js';
-import { registerEnterpriseRoutes, SYNC_BODY_LIMIT } from '../index.js';
+import { enterpriseRoutes, SYNC_BODY_LIMIT } from '../index.js';
 import { employees, groups } from '../../../store/schema/directory.js';
 import type { DbOrTx } from '../tenant.js';
 import { governanceRepo, type NewAgent, type NewDelegation } from './repo.js';
@@ -115,7 +115,7 @@ export async function seedDelegation(
 /** The enterprise routes (directory + governance, cascade wired) served on 127.0.0.1:<ephemeral>. */
 export async function serveEnterprise(store: Store, now: () => number) {
   const app = createApi({ bodyLimit: SYNC_BODY_LIMIT });
-  registerEnterpriseRoutes(app, { store, now, env: {} });
+  app.route('/', enterpriseRoutes({ store, now, env: {} }));
   app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: 'test', version: '1' } });
   const server = createAdaptorServer({ fetch: app.fetch }) as http.Server;
   const port = await listen(server, '127.0.0.1:0');

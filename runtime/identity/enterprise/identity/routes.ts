@@ -6,6 +6,7 @@
  * column (status, email, groups, ...) is ever written here, so a stale token can neither change
  * directory truth nor reactivate anyone, and a sign-in racing a deactivating sync records nothing.
  */
+import { subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { and, eq, inArray } from 'drizzle-orm';
 import type { Db } from '../../../store/factory.js';
@@ -149,7 +150,8 @@ async function recordSession(db: Db, tenant: string, subject: string, s: Session
   return rows.length === 1;
 }
 
-export function registerIdentityRoutes(app: OpenAPIHono, deps: IdentityRouteDeps): void {
+export function identityRoutes(deps: IdentityRouteDeps): OpenAPIHono {
+  const app = subApi();
   const { db } = deps;
   const map = parseIssuerMap(deps.env.IDP_ISSUER_MAP);
 
@@ -194,5 +196,6 @@ export function registerIdentityRoutes(app: OpenAPIHono, deps: IdentityRouteDeps
       return c.json(out.slice(0, limit), 200);
     },
   );
+  return app;
 }
 

@@ -4,7 +4,7 @@ import { createAdaptorServer } from '@hono/node-server';
 import { createApi } from '../../../lib/api.js';
 import { close as closeServer, listen } from '../../../lib/http.js';
 import type { Store } from '../../../store/factory.js';
-import { registerEnterpriseRoutes, SYNC_BODY_LIMIT } from '../index.js';
+import { enterpriseRoutes, SYNC_BODY_LIMIT } from '../index.js';
 
 export interface Served {
   url: string;
@@ -15,7 +15,7 @@ export interface Served {
 
 export async function serve(store: Store, now: () => number, env: Record<string, string | undefined> = {}): Promise<Served> {
   const app = createApi({ bodyLimit: SYNC_BODY_LIMIT });
-  registerEnterpriseRoutes(app, { store, now, env });
+  app.route('/', enterpriseRoutes({ store, now, env }));
   const server = createAdaptorServer({ fetch: app.fetch }) as http.Server;
   const port = await listen(server, '127.0.0.1:0');
   const url = `http://127.0.0.1:${port}`;

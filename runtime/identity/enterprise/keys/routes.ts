@@ -1,4 +1,5 @@
 /** API-key routes (SPEC 4.5) plus list/get (safe views) and POST /v1/keys/verify. */
+import { subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { body, errorResponse, invalid, json, TenantId } from '../directory/http.js';
 import { KEY_ENVS } from './secret.js';
@@ -52,7 +53,8 @@ const VerifyOut = z
 const IdParam = z.object({ key_id: z.string().min(1).max(64).openapi({ param: { name: 'key_id', in: 'path' } }) });
 const Guard = z.object({ tenant: TenantId.optional().openapi({ param: { name: 'tenant', in: 'query' } }) });
 
-export function registerKeyRoutes(app: OpenAPIHono, deps: KeyServiceDeps): void {
+export function keyRoutes(deps: KeyServiceDeps): OpenAPIHono {
+  const app = subApi();
   const svc = keyService(deps);
 
   app.openapi(
@@ -139,4 +141,5 @@ export function registerKeyRoutes(app: OpenAPIHono, deps: KeyServiceDeps): void 
       return c.json(await svc.verify(b.key, { scope: b.scope, tenantId: b.tenantId }), 200);
     },
   );
+  return app;
 }

@@ -5,6 +5,7 @@
  * kind with any match decides: two or more matches is reported as ambiguous, never guessed.
  * Nothing is written.
  */
+import { subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { and, eq, sql, type SQL } from 'drizzle-orm';
 import type { Db } from '../../../store/factory.js';
@@ -103,7 +104,8 @@ async function agentFacts(db: Db, e: EmployeeRecord): Promise<AgentFact[]> {
   return out;
 }
 
-export function registerPreviewRoutes(app: OpenAPIHono, deps: PreviewRouteDeps): void {
+export function previewRoutes(deps: PreviewRouteDeps): OpenAPIHono {
+  const app = subApi();
   const { db } = deps;
   const auditRoles = (deps.env.IDP_AUDIT_ROLES ?? 'auditor,security-auditor,compliance-auditor')
     .split(',')
@@ -160,4 +162,5 @@ export function registerPreviewRoutes(app: OpenAPIHono, deps: PreviewRouteDeps):
       return c.json({ ...who, scenarioKnown: true, results }, 200);
     },
   );
+  return app;
 }
