@@ -6,10 +6,9 @@
  * anything else is 404. A decision never answers 500: the core fails closed to a deny.
  */
 import http from 'node:http';
-import { H } from '../lib/brand.js';
 import { errMsg, logger } from '../lib/log.js';
 import { startDecisionSpan } from '../lib/tracing.js';
-import type { Committed } from './decision/commit.js';
+import { answerHeaders, type Committed } from './decision/commit.js';
 import { authorize, type DecisionEngine } from './decision/engine.js';
 import { factsFromHeaders } from './decision/facts.js';
 
@@ -64,9 +63,7 @@ function send(req: http.IncomingMessage, res: http.ServerResponse, status: numbe
 
 function render(req: http.IncomingMessage, res: http.ServerResponse, c: Committed): void {
   const d = c.decision;
-  const headers: Record<string, string> = { ...d.headers, [H.policyVersion]: String(c.version) };
-  if (d.needsApproval) headers[H.needsApproval] = 'true';
-  send(req, res, d.status, { allow: d.allow, reason: d.reason, rule: d.rule }, headers);
+  send(req, res, d.status, { allow: d.allow, reason: d.reason, rule: d.rule }, answerHeaders(c));
 }
 
 function failed(req: http.IncomingMessage, res: http.ServerResponse, e: unknown): void {

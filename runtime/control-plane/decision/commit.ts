@@ -5,6 +5,7 @@
  * allow), its durability when the chain asks callers to wait for it, the proxy's call ticket,
  * and the metrics. The dry-run commits nothing.
  */
+import { H } from '../../lib/brand.js';
 import { errMsg, logger } from '../../lib/log.js';
 import type { BudgetMeter } from '../budget.js';
 import type { AuditEntry } from '../types.js';
@@ -102,4 +103,12 @@ export function commit(ev: Evaluation, sinks: Sinks, startedAt: number): Committ
       return d as Committed;
     },
   );
+}
+
+/** The headers every answer of a decision carries (HTTP /authz and gRPC Check alike). */
+export function answerHeaders(c: Committed): Record<string, string> {
+  const d = c.decision;
+  const headers: Record<string, string> = { ...d.headers, [H.policyVersion]: String(c.version) };
+  if (d.needsApproval) headers[H.needsApproval] = 'true';
+  return headers;
 }

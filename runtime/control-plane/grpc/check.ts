@@ -5,7 +5,7 @@
  * file only changes the envelope. Field names are the proto's (loaded with `keepCase`).
  */
 import { H } from '../../lib/brand.js';
-import type { Committed } from '../decision/commit.js';
+import { answerHeaders, type Committed } from '../decision/commit.js';
 import { safeHeaderValue } from '../proxy/headers.js';
 
 /** google.rpc.Code values Envoy reads from `CheckResponse.status`. */
@@ -106,12 +106,6 @@ function options(headers: Record<string, string>): HeaderValueOption[] {
 }
 
 /** The headers /authz answers with (decision headers, policy version, needs-approval). */
-export function decisionHeaders(c: Committed): Record<string, string> {
-  const d = c.decision;
-  const headers: Record<string, string> = { ...d.headers, [H.policyVersion]: String(c.version) };
-  if (d.needsApproval) headers[H.needsApproval] = 'true';
-  return headers;
-}
 
 function metadata(allow: boolean, rule: string, reason: string, version?: number): Struct {
   const fields: Struct['fields'] = { allow: { boolValue: allow }, rule: { stringValue: rule }, reason: { stringValue: reason } };
@@ -133,7 +127,7 @@ function denied(status: number, reason: string, rule: string, headers: Record<st
 /** Allow -> OK with the stamped headers upstream; deny -> PERMISSION_DENIED or UNAUTHENTICATED (401). */
 export function responseOf(c: Committed): CheckResponse {
   const d = c.decision;
-  const headers = decisionHeaders(c);
+  const headers = answerHeaders(c);
   if (!d.allow) return denied(d.status, d.reason, d.rule, headers, c.version);
   const set = options(headers);
   const stamped = new Set(set.map((o) => o.header.key));
