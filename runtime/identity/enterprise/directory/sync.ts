@@ -11,6 +11,7 @@ import type { Db } from '../../../store/factory.js';
 import { employees, groups, syncRuns } from '../../../store/schema/directory.js';
 import { logger } from '../../../lib/log.js';
 import type { DbOrTx } from '../tenant.js';
+import type { CascadeCounts } from '../governance/model.js';
 import { breathe, directoryRepo, iso, type DirectoryRepo, type SyncRunRecord } from './repo.js';
 import { planSync, planSyncLight, type EmployeeWrite, type Idp, type SyncPlan } from './plan.js';
 import type { GroupRow } from './repo.js';
@@ -21,15 +22,8 @@ const PARSE_SLICE = 2000;
 
 const log = logger('directory-sync');
 
-/** Counts returned by the governance revocation cascade (SPEC 2.7 `cascade`, 4.4). */
-export interface CascadeCounts {
-  agents_suspended: number;
-  agents_quarantined: number;
-  delegations_revoked: number;
-  delegations_invalidated: number;
-  delegations_expired: number;
-  by_reason: Record<string, number>;
-}
+/** Counts returned by the governance revocation cascade (SPEC 2.7 `cascade`, 4.4), declared once in its pure core. */
+export type { CascadeCounts };
 
 /** Shape of governance's `runCascade`: it runs inside the sync's transaction. `now` is epoch ms. */
 export type CascadeFn = (
