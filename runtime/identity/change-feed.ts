@@ -45,8 +45,10 @@ export interface ChangeFeed {
   subscribe(c: ChangeConsumer): void;
   /**
    * Resolves once every change committed before the call has reached this replica's consumers
-   * (a ping sent now came back: NOTIFY delivers in commit order), or after `timeoutMs`. Other
-   * replicas receive the same notifications at the same moment. Immediate on PGlite.
+   * (a ping sent now came back: NOTIFY delivers in commit order) and every other live replica
+   * (pinging within `deadMs`) has reported, in its pings, that it applied them too; or after
+   * `timeoutMs` (a replica that has not applied them by then is not live, so reads the store).
+   * Immediate on PGlite.
    */
   settled(timeoutMs?: number): Promise<void>;
   close(): Promise<void>;
@@ -129,10 +131,13 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
     reloadAll();
   };
 
+  /** Other replicas on the channel: the highest change number each reported applied, and when. */
+  const peers = new Map<string, { seen: number; at: number }>();
+
   const onPayload = (payload: string) => {
     if (payload.startsWith(me)) {
       lastPong = Date.now();
-      const [k, v] = payload.slice(me.length).split(':').map(Number) as [number, number];
+      const [k, , v] = payload.slice(me.length).split(':').map(Number) as [number, number, number];
       for (const [w, done] of waiters) {
         if (w > k) continue;
         waiters.delete(w);
@@ -148,7 +153,11 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
       }
       return;
     }
-    if (payload.startsWith('ping:')) return;
+    if (payload.startsWith('ping:')) {
+      const [id, , peerSeen] = payload.slice(5).split(':');
+      if (id && Number.isFinite(Number(peerSeen))) peers.set(id, { seen: Number(peerSeen), at: Date.now() });
+      return;
+    }
     const c = parseChange(payload);
     if (!c) return;
     seen = Math.max(seen, c.n);
@@ -156,9 +165,9 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
     for (const k of consumers) k.apply(c);
   };
 
-  /** NOTIFYs ping `k` with the sequence's current value (0 before its first use). */
+  /** NOTIFYs ping `k`: `ping:<me>:<k>:<seen here>:<the sequence's current value (0 before its first use)>`. */
   const ping = (k: number) =>
-    store.db.execute(sql`select pg_notify(${channel}, ${me + k + ':'} || (select case when is_called then last_value else 0 end from identity_change_seq))`).then(
+    store.db.execute(sql`select pg_notify(${channel}, ${`${me}${k}:${seen}:`} || (select case when is_called then last_value else 0 end from identity_change_seq))`).then(
       () => {},
       () => {},
     );
@@ -223,14 +232,19 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
       consumers.push(c);
       if (started) void reload(c);
     },
-    settled(timeoutMs = 1000) {
-      if (!pg || !started || closed) return Promise.resolve();
+    async settled(timeoutMs = 1500) {
+      if (!pg || !started || closed) return;
+      const end = Date.now() + timeoutMs;
       const n = ++pingSeq;
-      return new Promise<void>((resolve) => {
+      await new Promise<void>((resolve) => {
         const t = setTimeout(() => (waiters.delete(n), resolve()), timeoutMs);
         waiters.set(n, () => (clearTimeout(t), resolve()));
         void ping(n);
       });
+      // Everything committed before the call has arrived here: wait for the live peers to report it applied.
+      const target = seen;
+      const behind = () => [...peers.values()].some((p) => p.at > Date.now() - deadMs && p.seen < target);
+      while (behind() && Date.now() < end && !closed) await new Promise((r) => setTimeout(r, 10));
     },
     async close() {
       closed = true;
