@@ -35,5 +35,5 @@ describe('key material', () => {
     } finally {
       await store.close();
     }
-  });
+  }, 90_000); // the first PGlite of a worker boots in seconds, tens of them on a loaded machine
 });
