@@ -88,7 +88,7 @@ const json = async <T>(url: string, init?: RequestInit): Promise<{ status: numbe
   return { status: res.status, body: (await res.json()) as T };
 };
 
-describe('all-in-one runtime/main.ts', () => {
+describe('all-in-one runtime/main.ts', { timeout: 120_000 }, () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'writ-main-'));
   let up: Up | undefined;
   afterAll(async () => {
@@ -141,19 +141,23 @@ describe('all-in-one runtime/main.ts', () => {
   it('SIGTERM exits 0; a restart on the same folder keeps registry, issuer DID and audit chain', async () => {
     const first = up!;
     const issuer = await json<{ did: string }>(`http://127.0.0.1:${first.ports.identity}/v1/issuer`);
-    await fetch(`http://127.0.0.1:${first.ports.mgmt}/v1/registry/services`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ name: 'web', upstream: 'web.default.svc:8081', public: true }),
-    });
+    const post = (body: unknown) =>
+      fetch(`http://127.0.0.1:${first.ports.mgmt}/v1/registry/services`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    // The examples belong to the folder source: the API cannot take one over (409 naming the owner).
+    const takeover = await post({ name: 'web', upstream: 'web.default.svc:8081', public: true });
+    expect(takeover.status).toBe(409);
+    expect(((await takeover.json()) as { error: string }).error).toMatch(/managed by "folder:/);
+    expect((await post({ name: 'api-svc', upstream: 'api-svc.default.svc:8081', public: true })).status).toBe(200);
     const before = await json<unknown[]>(`http://127.0.0.1:${first.ports.mgmt}/v1/audit?limit=1000`);
     expect(await stop(first)).toBe(0);
 
     up = await startMain(dataDir);
     const { mgmt, identity } = up.ports;
-    // The edited example survives: examples only fill an empty slot.
+    // The API's entry survives the restart; the folder's example is as the folder declares it.
+    const own = await json<{ upstream: string }>(`http://127.0.0.1:${mgmt}/v1/registry/services/api-svc`);
+    expect(own.body.upstream).toBe('api-svc.default.svc:8081');
     const web = await json<{ upstream: string }>(`http://127.0.0.1:${mgmt}/v1/registry/services/web`);
-    expect(web.body.upstream).toBe('web.default.svc:8081');
+    expect(web.body.upstream).toBe('web.default.svc:80');
     expect((await json<{ did: string }>(`http://127.0.0.1:${identity}/v1/issuer`)).body.did).toBe(issuer.body.did);
     const after = await json<unknown[]>(`http://127.0.0.1:${mgmt}/v1/audit?limit=1000`);
     expect(after.body.length).toBeGreaterThanOrEqual(before.body.length);
