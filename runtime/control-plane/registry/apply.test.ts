@@ -6,7 +6,8 @@
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setLogLevel } from '../../lib/log.js';
-import { rowsOf, type Store } from '../../store/factory.js';
+import { openStore, rowsOf, type Store } from '../../store/factory.js';
+import { pgBinaries, startPgCluster } from '../../store/pg-cluster.testing.js';
 import { openTestPostgres, testBackends, testSchema, TEST_DATABASE_URL } from '../../store/testing.js';
 import { openAuditChain, type AuditChain } from '../audit/chain.js';
 import type { Service } from '../types.js';
@@ -165,6 +166,47 @@ describe.skipIf(!TEST_DATABASE_URL)('apply on postgres: two replicas reach the s
       await s2.close();
       await s1.exec(`drop schema "${schema}" cascade`);
       await s1.close();
+    }
+  });
+});
+
+describe.skipIf(!pgBinaries())('registry replicas across a PostgreSQL restart (own cluster)', () => {
+  it('a change made while the other replica lost its LISTEN connection reaches it on reconnect, not after the 30 s resync', { timeout: 90_000 }, async () => {
+    const pg = await startPgCluster();
+    try {
+      const s1 = await openStore({ url: pg.url, schema: 'reg_restart' });
+      const s2 = await openStore({ url: pg.url, schema: 'reg_restart' });
+      const [r1, r2] = await Promise.all([createRegistry(s1), createRegistry(s2)]);
+      try {
+        await r1.apply([svc('before')], { owner: 'folder:x' });
+        const until = async (ok: () => boolean, ms: number) => {
+          const end = Date.now() + ms;
+          while (!ok() && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+          return ok();
+        };
+        expect(await until(() => r2.get('before') !== undefined, 5000)).toBe(true);
+        await pg.stop('immediate');
+        await pg.start();
+        // r1 writes as soon as it can; r2's LISTEN is coming back on its own.
+        let wrote = false;
+        for (let i = 0; i < 100 && !wrote; i++) {
+          wrote = await r1.apply([svc('before'), svc('after')], { owner: 'folder:x' }).then(
+            () => true,
+            () => false,
+          );
+          if (!wrote) await new Promise((r) => setTimeout(r, 100));
+        }
+        expect(wrote).toBe(true);
+        const t0 = Date.now();
+        expect(await until(() => r2.get('after') !== undefined && r2.version === r1.version, 10_000)).toBe(true);
+        expect(Date.now() - t0).toBeLessThan(10_000);
+      } finally {
+        await Promise.all([r1.close(), r2.close()]);
+        await s1.close().catch(() => {});
+        await s2.close().catch(() => {});
+      }
+    } finally {
+      await pg.destroy();
     }
   });
 });

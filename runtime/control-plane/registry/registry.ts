@@ -13,7 +13,8 @@
  *
  * Replicas on one PostgreSQL schema LISTEN on the schema's channel and reload the named rows
  * (an entry older than the one held never wins; a row gone at a version newer than the held
- * entry is removed), plus a full resync every 30 s for notifications missed while reconnecting.
+ * entry is removed), a full resync when the listen connection comes back after a loss, and
+ * one every 30 s as a fallback.
  */
 import { createHash } from 'node:crypto';
 import { eq, inArray, or, sql } from 'drizzle-orm';
@@ -210,7 +211,8 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
     const names = msg.n;
     if (typeof v !== 'number' || !Array.isArray(names) || !names.every((n) => typeof n === 'string')) return;
     enqueue(() => reloadNames(v, names as string[]));
-  });
+    // Notifications sent while the listen connection was down are lost: resync once on reconnect.
+  }, () => enqueue(reload));
   try {
     await reload();
   } catch (e) {
