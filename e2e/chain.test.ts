@@ -86,7 +86,7 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
     broker = await startBroker({
       env: {},
       addr: '127.0.0.1:0',
-      config: parseConfig({ models: [{ name: 'gpt-mini', model: 'provider-mini', apiBase: `http://127.0.0.1:${upPort}/v1`, priceInputPer1k: 0.5, priceOutputPer1k: 1.5 }] }),
+      config: parseConfig({ models: [{ name: 'gpt-mini', model: 'provider-mini', apiBase: `http://127.0.0.1:${upPort}/v1`, priceInputPer1k: 0.5, priceOutputPer1k: 1.5, maxOutputTokens: 10 }] }),
       authzUrl: `http://127.0.0.1:${run.cp.decisionPort}/authz`,
       usageUrl: `http://127.0.0.1:${run.cp.mgmtPort}/v1/usage`,
       providerKey: PROVIDER_KEY,
@@ -95,7 +95,7 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
     const reg = run.cp.plane.registry;
     await reg.upsert({ name: 'broker', upstream: `127.0.0.1:${broker.port}`, kind: 'service' });
     await reg.upsert({ name: 'gpt-mini', upstream: `127.0.0.1:${broker.port}`, kind: 'model' });
-    await reg.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: ['broker'], allowModels: ['gpt-mini'], budget: { tokensPerHour: 100 } });
+    await reg.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: ['broker'], allowModels: ['gpt-mini'], budget: { tokensPerHour: 160 } });
 
     sidecar = await startSidecar({
       env: {},
@@ -157,17 +157,19 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
     expect((e as Error).message).toMatch(/agent VP required/);
   });
 
-  it('refuses the next call once the usage has spent the budget', async () => {
+  it('refuses the next call whose worst case no longer fits the budget (reserved before the provider)', async () => {
     const r = await agent.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'third' }] });
     expect(r.choices[0]?.message.content).toBe('chained hello');
-    await until(() => used().tokensLastHour === 120, 'usage past the budget');
+    await until(() => used().tokensLastHour === 120, 'usage of three calls');
     const n = upstreamAuth.length;
     const e = await agent.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'fourth' }] }).then(
       () => undefined,
       (x: unknown) => x,
     );
-    expect(e).toBeInstanceOf(OpenAI.PermissionDeniedError);
-    expect((e as InstanceType<typeof OpenAI.PermissionDeniedError>).headers?.get(H.denyReason) ?? (e as Error).message).toMatch(/token budget exceeded: 120 of 100/);
+    // 120 used of 160: the fourth call's worst case (its request bytes + 10 output tokens) does not fit.
+    expect(e).toBeInstanceOf(OpenAI.RateLimitError);
+    expect((e as InstanceType<typeof OpenAI.APIError>).code).toBe('budget_exceeded');
+    expect((e as Error).message).toMatch(/tokensPerHour budget of agent bot: this call needs up to \d+ of 160 tokens per hour and 120 are used or reserved/);
     expect(upstreamAuth.length).toBe(n);
   });
 

@@ -27,6 +27,8 @@ export const ModelSchema = z
     priceInputPer1k: z.number().nonnegative().finite().default(0),
     /** USD per 1000 completion tokens. */
     priceOutputPer1k: z.number().nonnegative().finite().default(0),
+    /** The model's output cap (tokens): the worst case reserved when a request sets no max_tokens. */
+    maxOutputTokens: z.number().int().positive().max(10_000_000).default(16_384),
   })
   .strict();
 export type ModelEntry = z.infer<typeof ModelSchema>;

@@ -90,6 +90,36 @@ export const shuttingDown = (): OpenAIError => ({
   message: 'the broker is shutting down',
 });
 
+/**
+ * The agent's budget cannot cover the call's worst case: refused before any provider call.
+ * `insufficient_quota` is OpenAI's own type for a spent quota; the SDKs do not retry it.
+ */
+export const budgetExceeded = (message: string, retryAfterSeconds: number): OpenAIError => ({
+  status: 429,
+  type: 'insufficient_quota',
+  code: 'budget_exceeded',
+  message,
+  headers: { ...NO_RETRY, 'retry-after': String(retryAfterSeconds) },
+});
+
+/** The budget reservation could not be made (control plane or its ledger down): refused, fail closed. */
+export const budgetUnavailable = (why: string): OpenAIError => ({
+  status: 503,
+  type: 'service_unavailable',
+  code: 'budget_unavailable',
+  message: `budget reservation unavailable (${why}); request refused`,
+});
+
+/** The body of the final SSE event of a stream cut at the agent's budget (the SDKs raise it). */
+export const streamBudgetCut = (allowance: number): { error: { message: string; type: string; param: null; code: string } } => ({
+  error: {
+    message: `stream stopped at the agent's budget: its output allowance of ${allowance} tokens is used up`,
+    type: 'insufficient_quota',
+    param: null,
+    code: 'budget_exceeded',
+  },
+});
+
 /** The upstream did not answer (or stalled between chunks) within the broker's timeout. */
 export const upstreamTimeout = (ms: number): OpenAIError => ({
   status: 504,

@@ -17,6 +17,8 @@ import { startBroker, type RunningBroker } from './server.js';
 const BROKER_KEY = 'sk-broker-secret-0123456789';
 const CALLER_KEY = 'sk-caller-own-key';
 const USAGE = { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 };
+/** thrifty's budget: one call's worst case (its request bytes + max_tokens 8), so the first fits and settles at 20. */
+const THRIFTY = Buffer.byteLength(JSON.stringify({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 })) + 8;
 
 interface Seen {
   auth?: string;
@@ -167,7 +169,7 @@ describe('model broker', () => {
     const models = config('http://x/v1').models.map((m) => m.name);
     for (const name of models) await cp.plane.registry.upsert({ name, upstream: 'broker.default.svc:8080', kind: 'model', ...(name === 'gpt-regulated' ? { dataClass: 'regulated' as const } : {}) });
     await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: models.filter((m) => m !== 'forbidden') });
-    await cp.plane.registry.upsert({ name: 'thrifty', upstream: 'thrifty.agents.svc:8080', kind: 'agent', allowModels: ['gpt-mini'], budget: { tokensPerHour: 15 } });
+    await cp.plane.registry.upsert({ name: 'thrifty', upstream: 'thrifty.agents.svc:8080', kind: 'agent', allowModels: ['gpt-mini'], budget: { tokensPerHour: THRIFTY } });
     broker = await startBroker({
       env: {},
       addr: '127.0.0.1:0',
@@ -283,12 +285,16 @@ describe('model broker', () => {
 
   it('denies once the budget is spent (after the usage lands)', async () => {
     const thrifty = agentClient('thrifty');
-    const r = await thrifty.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] });
+    const r = await thrifty.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 });
     expect(r.usage?.total_tokens).toBe(20);
-    await until(() => cp.plane.budget.usage('thrifty', Date.now()).tokensLastHour >= 20, 'thrifty usage');
-    const e = await thrifty.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'again' }] }).catch((x: unknown) => x);
-    expect(e).toBeInstanceOf(OpenAI.PermissionDeniedError);
-    expect((e as Error).message).toMatch(/token budget exceeded: 20 of 15/);
+    await until(() => cp.plane.budget.usage('thrifty', Date.now()).tokensLastHour === 20, 'thrifty usage settled');
+    // 20 used: the next call's worst case no longer fits; refused before the provider.
+    const n = seen.length;
+    const e = await thrifty.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'again' }], max_tokens: 8 }).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(OpenAI.RateLimitError);
+    expect((e as InstanceType<typeof OpenAI.APIError>).code).toBe('budget_exceeded');
+    expect((e as Error).message).toMatch(new RegExp(`tokensPerHour budget of agent thrifty: this call needs up to \\d+ of ${THRIFTY} tokens per hour and 20 are used or reserved`));
+    expect(seen.length).toBe(n);
   });
 
   it('requires the actor header and a known model', async () => {

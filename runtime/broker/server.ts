@@ -7,7 +7,14 @@
  * making the agent wait for it. Bare node:http: this sits on every model call.
  *
  * Env: BROKER_ADDR, BROKER_CONFIG, BROKER_PROVIDER_KEY (fallback OPENAI_API_KEY), BROKER_AUTHZ_URL,
- * BROKER_USAGE_URL, BROKER_UPSTREAM_TIMEOUT_MS, BROKER_DECISION_TIMEOUT_MS, BROKER_MAX_BODY_BYTES.
+ * BROKER_USAGE_URL, BROKER_BUDGET_URL, BROKER_UPSTREAM_TIMEOUT_MS, BROKER_DECISION_TIMEOUT_MS,
+ * BROKER_MAX_BODY_BYTES.
+ *
+ * Budgets (issue 14): alongside the decision the broker reserves the call's worst case (the
+ * request body's size in bytes bounds its prompt tokens; plus max_tokens, or the model's output
+ * cap, priced from the model table) with the control plane; a reservation that does not fit is
+ * refused before the provider sees anything, and the usage report settles it. A stream reserves
+ * what the budget still holds (at least one output token) and is cut there with a final SSE error.
  */
 import http from 'node:http';
 import { pipeline } from 'node:stream';
@@ -19,8 +26,11 @@ import { errMsg, logger } from '../lib/log.js';
 import { startDecisionSpan } from '../lib/tracing.js';
 import { DEFAULT_CONFIG_PATH, loadConfigFile, modelTable, type BrokerConfig, type ModelEntry } from './config.js';
 import { createDecisionClient, PASSTHROUGH_HEADERS, type DecisionClient } from './decision-client.js';
+import { createBudgetClient, type BudgetClient, type ReserveResult } from './budget-client.js';
 import {
   bodyTooLarge,
+  budgetExceeded,
+  budgetUnavailable,
   decisionUnavailable,
   denied,
   errorBody,
@@ -30,6 +40,7 @@ import {
   modelNotFound,
   notFound,
   shuttingDown,
+  streamBudgetCut,
   upstreamAuth,
   upstreamFailed,
   upstreamRejected,
@@ -37,7 +48,7 @@ import {
   upstreamUnreachable,
   type OpenAIError,
 } from './openai-error.js';
-import { sseTransform } from './sse.js';
+import { outputTokensOf, sseTransform } from './sse.js';
 import { costUsd, estimateUsage, promptChars, usageOf, type TokenUsage } from './usage.js';
 import { createUsageReporter, type UsageReporter } from './usage-reporter.js';
 
@@ -64,6 +75,8 @@ export interface BrokerOptions {
   authzUrl?: string;
   /** The control plane's usage endpoint; default BROKER_USAGE_URL or http://127.0.0.1:8181/v1/usage. */
   usageUrl?: string;
+  /** The control plane's management base for budget reservations; default BROKER_BUDGET_URL or usageUrl's origin. */
+  budgetUrl?: string;
   /** Provider key; default from BROKER_PROVIDER_KEY / OPENAI_API_KEY, else a placeholder. */
   providerKey?: string;
   /** Time to the provider's first byte, and the longest gap between chunks (default 600 000 ms). */
@@ -96,6 +109,7 @@ interface Deps {
   routes: ReadonlyMap<string, Route>;
   modelList: string;
   decision: DecisionClient;
+  budget: BudgetClient;
   usage: UsageReporter;
   upstream: Dispatcher;
   key: string;
@@ -303,6 +317,11 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
   }
   // The broker hop: its /authz call carries this span's context (decision-client injects it).
   const span = startDecisionSpan('broker', req.headers.traceparent, req.headers.tracestate);
+  const entry = c.route.entry;
+  const wanted = outputWanted(c.body, entry.maxOutputTokens);
+  const release = (r: ReserveResult) => {
+    if (r.kind === 'reserved' && r.id) d.usage.report({ agent: actor, model: entry.name, tokens: 0, costUsd: 0, reservation: r.id });
+  };
   const verdict = await span.run(() => d.decision.decide({ actor, model: c.route.entry.name, passthrough }));
   span.end({ allow: verdict.kind === 'allow', status: verdict.kind === 'allow' ? 200 : verdict.kind === 'deny' ? verdict.status : 503, actor, service: c.route.entry.name });
   if (verdict.kind === 'unavailable') {
@@ -312,14 +331,29 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
   if (verdict.kind === 'deny') {
     return sendError(res, denied(verdict.status, verdict.reason, verdict.needsApproval ? { [H.needsApproval]: 'true' } : {}));
   }
-  if (ac.signal.aborted) return;
+  // Allowed: the worst case is reserved before the provider sees anything (after the decision,
+  // so the decision's budget layer never counts this call's own reservation).
+  const rsv = await d.budget.reserve(actor, {
+    promptTokens: raw.length,
+    outputTokens: wanted,
+    priceInputPer1k: entry.priceInputPer1k,
+    priceOutputPer1k: entry.priceOutputPer1k,
+    partial: c.stream,
+  });
+  if (rsv.kind === 'unavailable') {
+    log.warn('budget reservation unavailable; refusing', { actor, model: entry.name, why: rsv.why });
+    return sendError(res, budgetUnavailable(rsv.why));
+  }
+  if (rsv.kind === 'refused') return sendError(res, budgetExceeded(rsv.message, rsv.retryAfterSeconds));
+  if (ac.signal.aborted) return release(rsv);
+  const reservation = rsv.id ?? undefined;
 
   const upstreamBody: Record<string, unknown> = { ...c.body, model: c.route.entry.model };
   if (c.stream) upstreamBody.stream_options = { ...((c.body.stream_options as object | null | undefined) ?? {}), include_usage: true };
   const payload = JSON.stringify(upstreamBody);
   const prompt = () => promptChars(c.body.messages);
   const report = (u: TokenUsage) => {
-    const r = { agent: actor, model: c.route.entry.name, tokens: u.totalTokens, costUsd: costUsd(u, c.route.entry) };
+    const r = { agent: actor, model: c.route.entry.name, tokens: u.totalTokens, costUsd: costUsd(u, c.route.entry), reservation };
     // After the reply is on its way: the agent never waits for the control plane.
     setImmediate(() => d.usage.report(r));
   };
@@ -348,6 +382,7 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
     }
     const err = upstreamCallError(e, d.upstreamTimeoutMs);
     log.warn('upstream call failed', { model: c.route.entry.name, code: err.code, err: errMsg(e) });
+    release(rsv);
     return sendError(res, err);
   }
 
@@ -360,6 +395,7 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
     } catch {}
     const err = mapUpstreamStatus(up.statusCode, text, up.headers, d);
     log.warn('upstream answered an error', { model: c.route.entry.name, status: up.statusCode, mapped: err.status });
+    release(rsv);
     return sendError(res, err);
   }
 
@@ -370,13 +406,20 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
   }
 
   if (c.stream && ctype.startsWith('text/event-stream')) {
-    const t = sseTransform({ stripUsageChunk: !c.clientWantsUsage });
+    // Reserved partially (id set, allowance under the request's): the stream is cut at the allowance.
+    const allowance = reservation && rsv.outputTokens < wanted ? rsv.outputTokens : undefined;
+    const t = sseTransform({ stripUsageChunk: !c.clientWantsUsage, maxCompletionTokens: allowance, cutEvent: allowance === undefined ? undefined : `data: ${JSON.stringify(streamBudgetCut(allowance))}` });
+    // Once the cut stream's last event is out, the provider is stopped.
+    t.once('cut', () => res.once('finish', () => up.body.destroy()));
     res.writeHead(200, { ...outHeaders, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
     res.flushHeaders();
     pipeline(up.body, t, res, (err) => {
-      // Cut short (either side): estimate what the provider did not get to report.
-      report(t.scan.usage ?? estimateUsage(prompt(), t.scan.completionChars));
-      if (err && !ac.signal.aborted) log.warn('stream cut short', { model: c.route.entry.name, err: errMsg(err) });
+      // Cut short (either side, or at the budget): estimate what the provider did not get to report
+      // (output counted as the cut counts it: at least one token per text chunk).
+      const e = estimateUsage(prompt(), 0);
+      const out = outputTokensOf(t.scan);
+      report(t.scan.usage ?? { ...e, completionTokens: out, totalTokens: e.promptTokens + out });
+      if (err && !ac.signal.aborted && !t.scan.cut) log.warn('stream cut short', { model: c.route.entry.name, err: errMsg(err) });
     });
     return;
   }
@@ -389,18 +432,32 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
       report(estimateUsage(prompt(), 0));
       return;
     }
+    report(estimateUsage(prompt(), 0));
     return sendError(res, upstreamCallError(e, d.upstreamTimeoutMs));
   }
-  if (!data) return sendError(res, upstreamFailed(`the model provider's answer exceeds ${d.maxResponseBytes} bytes`));
+  if (!data) {
+    report(estimateUsage(prompt(), 0));
+    return sendError(res, upstreamFailed(`the model provider's answer exceeds ${d.maxResponseBytes} bytes`));
+  }
   let parsed: unknown;
   try {
     parsed = JSON.parse(data.toString('utf8'));
   } catch {
+    report(estimateUsage(prompt(), 0));
     return sendError(res, upstreamFailed('the model provider answered with invalid JSON'));
   }
   res.writeHead(200, { ...outHeaders, 'content-type': JSON_TYPE, 'content-length': data.length });
   res.end(data);
   report(usageOf(parsed) ?? estimateUsage(prompt(), 0));
+}
+
+/** Output tokens a completion may generate: max_completion_tokens or max_tokens, at most the model's cap. */
+function outputWanted(body: Record<string, unknown>, cap: number): number {
+  for (const k of ['max_completion_tokens', 'max_tokens']) {
+    const v = body[k];
+    if (typeof v === 'number' && Number.isInteger(v) && v > 0) return Math.min(v, cap);
+  }
+  return cap;
 }
 
 /** Provider key and the variable it came from; the key itself is never logged. */
@@ -419,6 +476,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   const addr = opts.addr ?? str(env, 'BROKER_ADDR', ':8080');
   const authzUrl = opts.authzUrl ?? str(env, 'BROKER_AUTHZ_URL', 'http://127.0.0.1:9191/authz');
   const usageUrl = opts.usageUrl ?? str(env, 'BROKER_USAGE_URL', 'http://127.0.0.1:8181/v1/usage');
+  const budgetUrl = opts.budgetUrl ?? optional(env, 'BROKER_BUDGET_URL') ?? (URL.canParse(usageUrl) ? new URL(usageUrl).origin : usageUrl);
   const upstreamTimeoutMs = opts.upstreamTimeoutMs ?? int(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 600_000);
   const decisionTimeoutMs = opts.decisionTimeoutMs ?? int(env, 'BROKER_DECISION_TIMEOUT_MS', 2000);
   const maxBodyBytes = opts.maxBodyBytes ?? int(env, 'BROKER_MAX_BODY_BYTES', 4 * 1024 * 1024);
@@ -426,7 +484,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   for (const [n, v] of Object.entries({ upstreamTimeoutMs, decisionTimeoutMs, maxBodyBytes, maxResponseBytes })) {
     if (!(v > 0)) throw new Error(`broker: ${n} must be positive`);
   }
-  for (const u of [authzUrl, usageUrl]) {
+  for (const u of [authzUrl, usageUrl, budgetUrl]) {
     if (!URL.canParse(u) || !/^https?:\/\//.test(u)) throw new Error(`broker: ${JSON.stringify(u)} is not an http(s) URL`);
   }
   const pk = opts.providerKey ? { key: opts.providerKey, keyVar: 'providerKey', placeholder: false } : providerKeyFromEnv(env);
@@ -445,11 +503,13 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   const control = new Agent({ keepAliveTimeout: 30_000 });
   const usage = opts.usage ?? createUsageReporter({ url: usageUrl, dispatcher: control });
   const decision = createDecisionClient({ url: authzUrl, timeoutMs: decisionTimeoutMs, dispatcher: control });
+  const budget = createBudgetClient({ baseUrl: budgetUrl, timeoutMs: decisionTimeoutMs, dispatcher: control });
   let closing = false;
   const deps: Deps = {
     routes,
     modelList,
     decision,
+    budget,
     usage,
     upstream,
     ...pk,

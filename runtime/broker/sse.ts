@@ -9,14 +9,29 @@
  */
 import { StringDecoder } from 'node:string_decoder';
 import { Transform, type TransformCallback } from 'node:stream';
-import { chunkTextChars, usageOf, type TokenUsage } from './usage.js';
+import { CHARS_PER_TOKEN, chunkTextChars, usageOf, type TokenUsage } from './usage.js';
 
 export interface SseScanState {
   usage?: TokenUsage;
   completionChars: number;
   /** True once `data: [DONE]` went by. */
   done: boolean;
+  /** Chunks that carried generated text (providers stream about one token per chunk). */
+  textChunks: number;
+  /** True when the stream was cut at the output allowance. */
+  cut: boolean;
 }
+
+export interface ScanOptions {
+  stripUsageChunk: boolean;
+  /** Output allowance (tokens): a chunk that would pass it is replaced by `cutEvent` and the stream ends. */
+  maxCompletionTokens?: number;
+  /** The final SSE event of a cut stream (an OpenAI-shaped `data: {"error": ...}`). */
+  cutEvent?: string;
+}
+
+/** Output tokens counted so far: at least one per text chunk, at least one per CHARS_PER_TOKEN characters. */
+export const outputTokensOf = (s: SseScanState): number => Math.max(s.textChunks, Math.ceil(s.completionChars / CHARS_PER_TOKEN));
 
 const BOUNDARY = /\r\n\r\n|\n\n|\r\r/g;
 
@@ -35,12 +50,13 @@ export function eventData(event: string): string | undefined {
  * Pure core of the scanner: feed decoded text, get back the text to forward. Events are split on
  * a blank line (any of the three line-ending styles SSE allows).
  */
-export function createSseScanner(opts: { stripUsageChunk: boolean }) {
-  const state: SseScanState = { completionChars: 0, done: false };
+export function createSseScanner(opts: ScanOptions) {
+  const state: SseScanState = { completionChars: 0, done: false, textChunks: 0, cut: false };
   let tail = '';
 
   /** Returns the event text to forward, or '' to drop it. */
   const onEvent = (event: string): string => {
+    if (state.cut) return '';
     const data = eventData(event);
     if (data === undefined) return event;
     if (data === '[DONE]') {
@@ -55,7 +71,19 @@ export function createSseScanner(opts: { stripUsageChunk: boolean }) {
     } catch {
       return event;
     }
-    state.completionChars += chunkTextChars(chunk);
+    const chars = chunkTextChars(chunk);
+    if (chars > 0) {
+      state.completionChars += chars;
+      state.textChunks++;
+      const max = opts.maxCompletionTokens;
+      if (max !== undefined && outputTokensOf(state) > max) {
+        // This chunk would pass the allowance: it is not forwarded (nor counted), the stream ends.
+        state.completionChars -= chars;
+        state.textChunks--;
+        state.cut = true;
+        return opts.cutEvent ?? '';
+      }
+    }
     const u = usageOf(chunk);
     if (u) {
       state.usage = u;
@@ -92,15 +120,25 @@ export function createSseScanner(opts: { stripUsageChunk: boolean }) {
 }
 
 /** A Transform around the scanner; `state` is read once the stream has ended or been cut. */
-export function sseTransform(opts: { stripUsageChunk: boolean }): Transform & { scan: SseScanState } {
+export function sseTransform(opts: ScanOptions): Transform & { scan: SseScanState } {
   const scanner = createSseScanner(opts);
   const decoder = new StringDecoder('utf8');
+  let ended = false;
   const t = new Transform({
     transform(chunk: Buffer, _enc, cb: TransformCallback) {
+      if (ended) return cb();
       const out = scanner.push(decoder.write(chunk));
-      cb(null, out ? Buffer.from(out, 'utf8') : undefined);
+      if (out) this.push(Buffer.from(out, 'utf8'));
+      if (scanner.state.cut) {
+        // Cut at the allowance: the client's stream ends here; the owner stops the upstream.
+        ended = true;
+        this.push(null);
+        this.emit('cut');
+      }
+      cb();
     },
     flush(cb: TransformCallback) {
+      if (ended) return cb();
       const out = scanner.push(decoder.end()) + scanner.end();
       cb(null, out ? Buffer.from(out, 'utf8') : undefined);
     },

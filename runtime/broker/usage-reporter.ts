@@ -78,7 +78,8 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
   }
 
   function linger(r: UsageReport): void {
-    const key = `${r.agent}\u0000${r.model}`;
+    // A report settling a reservation is never merged (each settles its own).
+    const key = `${r.agent}\u0000${r.model}\u0000${r.reservation ?? ''}`;
     const prev = pending.get(key);
     if (prev) {
       prev.tokens += r.tokens;

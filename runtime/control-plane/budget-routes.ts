@@ -7,16 +7,22 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import { Gauge, type Registry as PromRegistry } from 'prom-client';
 import { metric } from '../lib/brand.js';
+import { errMsg, logger } from '../lib/log.js';
 import { budgetStatus, type BudgetUsage } from './budget.js';
+import type { Reservations } from './budget-reservations.js';
 import { BUDGET_DIMENSIONS } from './metrics.js';
 import { mgmtHook } from './mgmt-errors.js';
 import { BUDGET_MODES, type Budget } from './types.js';
 
 export interface BudgetSources {
   registry: { get(name: string): { kind?: string; budget?: Budget } | undefined; list(): readonly { name: string; kind?: string; budget?: Budget }[] };
-  budget: { usage(agent: string, now: number): BudgetUsage };
+  budget: { usage(agent: string, now: number): BudgetUsage; refresh?(agent: string): Promise<BudgetUsage> };
+  /** The broker's reservations (POST /v1/budgets/{agent}/reservations); absent: no such route. */
+  reservations?: Reservations;
   now: () => number;
 }
+
+const log = logger('budget');
 
 const Dimension = z
   .object({
@@ -34,6 +40,29 @@ const BudgetView = z
   })
   .openapi('BudgetStatus');
 const Err = z.object({ error: z.string() });
+const ReserveBody = z
+  .object({
+    promptTokens: z.number().int().min(0).max(1e9).openapi({ description: 'Upper bound of the prompt tokens.' }),
+    outputTokens: z.number().int().min(1).max(1e9).openapi({ description: 'Output tokens wanted: max_tokens, or the model output cap.' }),
+    priceInputPer1k: z.number().nonnegative().finite(),
+    priceOutputPer1k: z.number().nonnegative().finite(),
+    partial: z.boolean().optional().openapi({ description: 'Accept a smaller output allowance (a stream the broker cuts at it).' }),
+    ttlMs: z.number().int().min(1000).max(86_400_000).optional().openapi({ description: 'Settlement deadline; past it the reservation expires with its worst case charged.' }),
+  })
+  .strict()
+  .openapi('ReservationRequest');
+const Reserved = z.object({ id: z.string().nullable(), outputTokens: z.number().int() }).openapi('Reservation');
+const Refused = z
+  .object({
+    error: z.string(),
+    dimension: z.enum(['tokensPerHour', 'costUsdPerDay']),
+    limit: z.number(),
+    used: z.number(),
+    need: z.number(),
+    freesAt: z.string().nullable(),
+    retryAfterSeconds: z.number().int(),
+  })
+  .openapi('ReservationRefused');
 
 export function budgetRoutes(src: BudgetSources): OpenAPIHono {
   const app = new OpenAPIHono({ defaultHook: mgmtHook });
@@ -47,14 +76,52 @@ export function budgetRoutes(src: BudgetSources): OpenAPIHono {
         404: { content: { 'application/json': { schema: Err } }, description: 'No registry entry of kind agent by that name.' },
       },
     }),
-    (c) => {
+    async (c) => {
       const { agent } = c.req.valid('param');
       const s = src.registry.get(agent);
       if (!s || s.kind !== 'agent') return c.json({ error: `agent ${JSON.stringify(agent)} not found` }, 404);
-      const dimensions = budgetStatus(s.budget, src.budget.usage(agent, src.now()));
+      // Fresh from the shared ledger (every replica's use); this replica's belief if it is down.
+      const u = src.budget.refresh ? await src.budget.refresh(agent).catch(() => src.budget.usage(agent, src.now())) : src.budget.usage(agent, src.now());
+      const dimensions = budgetStatus(s.budget, u);
       return c.json({ agent, mode: s.budget?.mode ?? 'enforce', dimensions }, 200);
     },
   );
+  const reservations = src.reservations;
+  if (reservations) {
+    app.openapi(
+      createRoute({
+        method: 'post',
+        path: '/v1/budgets/{agent}/reservations',
+        request: { params: z.object({ agent: z.string().min(1).max(253) }), body: { content: { 'application/json': { schema: ReserveBody } }, required: true } },
+        responses: {
+          200: { content: { 'application/json': { schema: Reserved } }, description: 'Reserved (id null: no token or cost ceiling to reserve against); outputTokens is the allowance.' },
+          400: { content: { 'application/json': { schema: Err } }, description: 'Malformed request.' },
+          404: { content: { 'application/json': { schema: Err } }, description: 'No registry entry of kind agent by that name.' },
+          429: { content: { 'application/json': { schema: Refused } }, description: 'The worst case does not fit the budget: nothing reserved.' },
+          503: { content: { 'application/json': { schema: Err } }, description: 'The budget ledger is unavailable (refused: fail closed).' },
+        },
+      }),
+      async (c) => {
+        const { agent } = c.req.valid('param');
+        const s = src.registry.get(agent);
+        if (!s || s.kind !== 'agent') return c.json({ error: `agent ${JSON.stringify(agent)} not found` }, 404);
+        let a;
+        try {
+          a = await reservations.reserve({ agent, ...c.req.valid('json') });
+        } catch (e) {
+          log.error('reservation failed', { agent, err: errMsg(e) });
+          return c.json({ error: `budget ledger unavailable: ${errMsg(e)}` }, 503);
+        }
+        if (a.ok) return c.json({ id: a.id, outputTokens: a.outputTokens }, 200);
+        const retry = a.freesAt ? Math.max(1, Math.ceil((a.freesAt - src.now()) / 1000)) : 60;
+        return c.json(
+          { error: a.message, dimension: a.dimension, limit: a.limit, used: a.used, need: a.need, freesAt: a.freesAt ? new Date(a.freesAt).toISOString() : null, retryAfterSeconds: retry },
+          429,
+          { 'retry-after': String(retry) },
+        );
+      },
+    );
+  }
   return app;
 }
 

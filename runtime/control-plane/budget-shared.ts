@@ -33,6 +33,8 @@ interface DimState {
   debt: number;
   /** Debt on its way to the ledger (in a take not yet answered). */
   inflight: number;
+  /** Units to give back to the buckets they were charged in (bucket -> units). */
+  returns: Map<number, number>;
   syncedAt: number;
   chain: Promise<unknown>;
 }
@@ -88,7 +90,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
 
   const leaseSize = (b: Budget | undefined) => Math.max(1, Math.ceil(limitOf(b, 'calls') * share));
   const enforcing = (b: Budget | undefined) => !!b && b.mode !== 'audit';
-  const newDim = (): DimState => ({ view: 0, lease: 0, leaseBucket: 0, debt: 0, inflight: 0, syncedAt: Number.NEGATIVE_INFINITY, chain: Promise.resolve() });
+  const newDim = (): DimState => ({ view: 0, lease: 0, leaseBucket: 0, debt: 0, inflight: 0, returns: new Map(), syncedAt: Number.NEGATIVE_INFINITY, chain: Promise.resolve() });
   const stateOf = (agent: string): AgentState => {
     let st = agents.get(agent);
     if (!st) {
@@ -121,9 +123,12 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     const add = d.debt;
     d.debt = 0;
     d.inflight += add;
-    let giveBack: { bucket: number; n: number } | undefined;
+    const giveBack = [...d.returns].map(([bucket, n]) => ({ bucket, n }));
+    d.returns.clear();
+    let aged: { bucket: number; n: number } | undefined;
     if (d.lease > 0 && (d.leaseBucket !== b || (dim === 'calls' && limit === 0))) {
-      giveBack = { bucket: d.leaseBucket, n: d.lease };
+      aged = { bucket: d.leaseBucket, n: d.lease };
+      giveBack.push(aged);
       d.lease = 0;
     }
     const want = ask?.want ?? (dim === 'calls' && limit > 0 ? Math.max(0, leaseSize(budget) - d.lease) : 0);
@@ -141,9 +146,10 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     } catch (e) {
       d.inflight -= add;
       d.debt += add;
-      if (giveBack) {
-        d.lease += giveBack.n;
-        d.leaseBucket = giveBack.bucket;
+      for (const g of giveBack) if (g !== aged) d.returns.set(g.bucket, (d.returns.get(g.bucket) ?? 0) + g.n);
+      if (aged) {
+        d.lease += aged.n;
+        d.leaseBucket = aged.bucket;
       }
       throw e;
     }
@@ -165,7 +171,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   /** Does this dimension need a take now (debt owed, lease aged or low, active view old)? */
   function due(agent: string, st: AgentState, dim: LedgerDimension, now: number): boolean {
     const d = st[dim];
-    if (d.debt !== 0) return true;
+    if (d.debt !== 0 || d.returns.size > 0) return true;
     if (d.lease > 0 && d.leaseBucket !== bucketOf(dim, now)) return true;
     const budget = o.budgetOf(agent);
     if (dim === 'calls' && enforcing(budget) && limitOf(budget, 'calls') > 0 && now - st.touched < 60_000 && d.lease * 2 < leaseSize(budget)) return true;
@@ -267,15 +273,16 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
         const short = r9(need - held());
         const result = await takeNow(agent, dim, { want: short, atLeast: r9(Math.max(0, min - held())) });
         const have = held();
-        if (have < min || have <= 0) return { ok: false, granted: 0, result };
+        // Refused: the window's use as the agent sees it (this replica's unused lease is not use).
+        if (have < min || have <= 0) return { ok: false, granted: 0, result: { ...result, used: Math.max(0, r9(result.used - have)) } };
         return { ...grab(Math.min(have, need)), result };
       });
     },
     giveBack(agent, dim, n, bucket) {
       if (!(n > 0)) return;
       const d = stateOf(agent)[dim];
-      if (d.leaseBucket === bucket && bucket === bucketOf(dim, clock())) d.lease += n;
-      else d.debt -= n;
+      if (d.leaseBucket === bucket && bucket === bucketOf(dim, clock())) d.lease = r9(d.lease + n);
+      else d.returns.set(bucket, r9((d.returns.get(bucket) ?? 0) + n));
     },
     size: () => agents.size,
     async flush() {
@@ -289,14 +296,16 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       for (const [agent, st] of agents) {
         for (const dim of DIMS) {
           const d = st[dim];
-          if (d.debt === 0 && d.lease === 0) continue;
+          if (d.debt === 0 && d.lease === 0 && d.returns.size === 0) continue;
           pending.push(
             serial(d, async () => {
               const b = bucketOf(dim, clock());
-              const giveBack = d.lease > 0 ? { bucket: d.leaseBucket, n: d.lease } : undefined;
+              const giveBack = [...d.returns].map(([bucket, n]) => ({ bucket, n }));
+              if (d.lease > 0 && d.leaseBucket <= b) giveBack.push({ bucket: d.leaseBucket, n: d.lease });
               const add = d.debt;
               d.debt = 0;
-              await o.ledger.take({ agent, dim, now: clock(), add, giveBack: giveBack && giveBack.bucket <= b ? giveBack : undefined, want: 0, limit: 0 });
+              d.returns.clear();
+              await o.ledger.take({ agent, dim, now: clock(), add, giveBack, want: 0, limit: 0 });
               d.lease = 0;
             }).catch(logErr),
           );

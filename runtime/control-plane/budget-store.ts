@@ -26,8 +26,8 @@ export interface TakeRequest {
   now: number;
   /** Owed whatever the ceiling (may be negative: a give-back in the current bucket). */
   add: number;
-  /** An unused lease from an earlier bucket, given back to that bucket. */
-  giveBack?: { bucket: number; n: number };
+  /** Units given back to the buckets they were charged in (an unused lease, a settled reservation). */
+  giveBack?: readonly { bucket: number; n: number }[];
   /** More units wanted ahead of use, granted only within `limit`. */
   want: number;
   /** The ceiling; 0 means none (`want` is then granted in full). */
@@ -62,9 +62,10 @@ export function createBudgetLedger(store: Pick<Store, 'db'>): BudgetLedger {
       return db.transaction(async (txn) => {
         const tx = txn as unknown as Db;
         await tx.execute(sql`select pg_advisory_xact_lock(hashtext(${`${BRAND}.budget:${r.agent}:${r.dim}`}))`);
-        if (r.giveBack && r.giveBack.n > 0 && r.giveBack.bucket >= first) {
-          await tx.execute(sql`update budget_usage set used = greatest(0, used - ${r.giveBack.n})
-            where agent = ${r.agent} and dimension = ${r.dim} and bucket = ${r.giveBack.bucket}`);
+        for (const g of r.giveBack ?? []) {
+          if (!(g.n > 0) || g.bucket < first) continue; // slid out of the window already
+          await tx.execute(sql`update budget_usage set used = greatest(0, used - ${g.n})
+            where agent = ${r.agent} and dimension = ${r.dim} and bucket = ${g.bucket}`);
         }
         await tx.execute(sql`delete from budget_usage where agent = ${r.agent} and dimension = ${r.dim} and bucket < ${first}`);
         const [row] = await rowsOf<{ s: number | string | null; o: number | string | null }>(

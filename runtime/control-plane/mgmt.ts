@@ -30,7 +30,8 @@ export interface MgmtDeps {
   registry: Pick<Registry, 'list' | 'get' | 'upsert' | 'apply' | 'remove' | 'snapshot'>;
   audit: AuditRoutesReader;
   /** Feeds budget meters and counters; telemetry only, no audit row. */
-  usage: (r: UsageReport) => void;
+  /** May return a promise (a settlement), awaited before the answer. */
+  usage: (r: UsageReport) => unknown;
   metricsText: () => Promise<string>;
   ready: () => boolean;
   /** Detail added to a ready /readyz answer (the audit chain's state); the status stays deps.ready's. */
@@ -57,8 +58,9 @@ function usageRoutes(usage: MgmtDeps['usage']): OpenAPIHono {
         400: json(z.object({ error: z.literal('invalid body') }), 'Malformed body.'),
       },
     }),
-    (c) => {
-      usage(c.req.valid('json'));
+    async (c) => {
+      // A settlement is written before the answer (a failure is a 5xx the reporter retries).
+      await usage(c.req.valid('json'));
       return c.json({ ok: true as const }, 200);
     },
   );

@@ -24,6 +24,7 @@ import { createExtAuthzGrpcServer } from './grpc/server.js';
 import { createBudgetLedger } from './budget-store.js';
 import { createSharedBudgetMeter, type SharedBudgetMeter } from './budget-shared.js';
 import { budgetRoutes, registerBudgetMetrics } from './budget-routes.js';
+import { createReservations, type Reservations } from './budget-reservations.js';
 import { createDecisionEngine, type DecisionEngine } from './decision/engine.js';
 import { createPolicySource } from './decision/policy.js';
 import { decisionRoutes } from './decision/routes.js';
@@ -59,6 +60,8 @@ export interface ControlPlaneParts {
   registry: Registry;
   audit: AuditChain;
   budget: SharedBudgetMeter;
+  /** The broker's reserve-then-settle of model calls (budget-reservations.ts). */
+  reservations: Reservations;
   metrics: ControlPlaneMetrics;
   /** The decision engine every enforcement point runs (/authz, the forward proxy, the dry-run). */
   engine: DecisionEngine;
@@ -91,8 +94,8 @@ export interface ControlPlane extends ControlPlaneParts {
   authzServer: http.Server;
   /** The management app (registry, usage, audit, metrics, extra routes). */
   mgmtApp: OpenAPIHono;
-  /** Feeds a usage report to the budget meters and the token/cost counters. */
-  recordUsage(r: UsageReport): void;
+  /** Feeds a usage report to the budget meters and the token/cost counters (settling its reservation). */
+  recordUsage(r: UsageReport): void | Promise<void>;
   /** Flushes the audit shipper and releases everything this plane opened (not the store). */
   close(): Promise<void>;
 }
@@ -120,6 +123,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const opaTimeout = int(env, 'OPA_TIMEOUT_MS', 500);
   const identityTimeoutMs = int(env, 'AGENT_IDP_TIMEOUT_MS', 2000);
   const auditOpts = auditOptionsFromEnv(env);
+  const reservationTtlMs = int(env, 'BUDGET_RESERVATION_TTL_MS', 900_000);
   // Identity-authority calls are metered once the metrics exist (the client starts polling now).
   const identityCalls: { observe?: IdentityClientOptions['onCall'] } = {};
   const ownIdentity = opts.identity ? undefined : identityFromEnv(env, (op, seconds, outcome) => identityCalls.observe?.(op, seconds, outcome));
@@ -137,6 +141,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   }
   // Budgets are shared by every replica on the store and survive restarts (budget-shared.ts).
   const budget = createSharedBudgetMeter({ ledger: createBudgetLedger(opts.store), budgetOf: (a) => registry.get(a)?.budget, now });
+  const reservations = createReservations({ store: opts.store, meter: budget, budgetOf: (a) => registry.get(a)?.budget, now, ttlMs: reservationTtlMs });
   const metrics = createMetrics({ known: (n) => registry.get(n) !== undefined, registry, budget, now });
   identityCalls.observe = (op, seconds, outcome) => metrics.observeIdentityCall(op, seconds, outcome);
   registerAuditMetrics(metrics.registry, audit);
@@ -160,12 +165,18 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     trustedPeer: trustedPeers(optional(env, 'TRUSTED_PROXIES') ?? ''),
   });
 
-  const recordUsage = (r: UsageReport) => {
+  const recordUsage = (r: UsageReport): void | Promise<void> => {
+    if (r.reservation) {
+      // Settled once: a repeated report of a settled reservation changes nothing.
+      return reservations.settle(r.reservation, r.agent, r.tokens, r.costUsd).then((first) => {
+        if (first) metrics.recordUsage(r.agent, r.model, r.tokens, r.costUsd);
+      });
+    }
     budget.recordUsage(r.agent, r.tokens, r.costUsd, now());
     metrics.recordUsage(r.agent, r.model, r.tokens, r.costUsd);
   };
 
-  const parts: ControlPlaneParts = { registry, audit, budget, metrics, engine, identity, now };
+  const parts: ControlPlaneParts = { registry, audit, budget, reservations, metrics, engine, identity, now };
   let closed = false;
   const mgmtApp = createMgmtApp({
     registry,
@@ -174,7 +185,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     metricsText: () => metrics.text(),
     ready: () => !closed,
     readyDetail: () => ({ audit: auditHealth(audit) }),
-    routes: [decisionRoutes(engine), budgetRoutes({ registry, budget, now }), portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') })],
+    routes: [decisionRoutes(engine), budgetRoutes({ registry, budget, reservations, now }), portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') })],
     extraRoutes: opts.extraRoutes ? (app) => opts.extraRoutes!(app, parts) : undefined,
   });
   const authzServer = createAuthzServer(engine);
@@ -195,6 +206,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     async close() {
       if (closed) return;
       closed = true;
+      reservations.close();
       await budget.close();
       await registry.close();
       try {

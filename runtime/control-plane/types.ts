@@ -55,6 +55,8 @@ export const UsageSchema = z
     model: z.string().max(253),
     tokens: z.number().int().nonnegative(),
     costUsd: z.number().nonnegative().finite(),
+    /** The broker's budget reservation this report settles (issue 14); absent: plain usage. */
+    reservation: z.string().min(1).max(64).optional(),
   })
   .strict();
 export type UsageReport = z.infer<typeof UsageSchema>;

@@ -1,0 +1,156 @@
+/**
+ * Reserve, then settle (issue 14): the broker reserves a model call's worst case (prompt bound
+ * plus the output allowance, priced from its model table) against the agent's `tokensPerHour`
+ * and `costUsdPerDay` before it calls the provider; the usage report settles the reservation to
+ * the real figures. The worst case is charged to the shared ledger at once (so a reservation that
+ * fits can never be overspent by another replica), and the reservation row (migration 0017) makes
+ * settlement exactly-once from any replica: `open -> settled`, or `open -> expired` past its
+ * deadline (its worst case stays charged: never forgiven) and `expired -> settled` when a late
+ * report still comes (the give-back or the excess applied once).
+ *
+ * Streams may ask for a partial reservation: at least the prompt and one output token, and as
+ * much output as the budget still holds; the broker cuts the stream at that allowance.
+ */
+import { randomUUID } from 'node:crypto';
+import { sql } from 'drizzle-orm';
+import { errMsg, logger } from '../lib/log.js';
+import { rowsOf, type Store } from '../store/factory.js';
+import { bucketOf } from './budget-store.js';
+import { limitOf, type SharedBudgetMeter } from './budget-shared.js';
+import type { Budget } from './types.js';
+
+const log = logger('budget');
+
+export interface ReserveRequest {
+  agent: string;
+  /** Upper bound of the prompt's tokens. */
+  promptTokens: number;
+  /** Output tokens wanted (max_tokens, or the model's output cap). */
+  outputTokens: number;
+  priceInputPer1k: number;
+  priceOutputPer1k: number;
+  /** Accept fewer output tokens than asked (a stream the broker can cut). */
+  partial?: boolean;
+  /** Deadline of the settlement (default the store's reservation TTL). */
+  ttlMs?: number;
+}
+
+export type ReserveAnswer =
+  | { ok: true; id: string | null; outputTokens: number }
+  | { ok: false; dimension: 'tokensPerHour' | 'costUsdPerDay'; limit: number; used: number; need: number; freesAt?: number; message: string };
+
+export interface Reservations {
+  reserve(r: ReserveRequest): Promise<ReserveAnswer>;
+  /** Settles to the real figures; false when unknown or already settled (nothing applied). */
+  settle(id: string, agent: string, tokens: number, costUsd: number): Promise<boolean>;
+  /** Marks reservations past their deadline expired (their worst case stays charged); how many. */
+  expire(): Promise<number>;
+  close(): void;
+}
+
+const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
+const price = (prompt: number, out: number, r: ReserveRequest) => r9((prompt * r.priceInputPer1k + out * r.priceOutputPer1k) / 1000);
+
+export interface ReservationOptions {
+  store: Pick<Store, 'db'>;
+  meter: SharedBudgetMeter;
+  budgetOf: (agent: string) => Budget | undefined;
+  now: () => number;
+  /** Default settlement deadline (ms). */
+  ttlMs: number;
+  /** How often expired reservations are reconciled (default 30 s; 0: only on `expire()`). */
+  sweepMs?: number;
+}
+
+export function createReservations(o: ReservationOptions): Reservations {
+  const db = o.store.db;
+
+  async function reserve(r: ReserveRequest): Promise<ReserveAnswer> {
+    const b = o.budgetOf(r.agent);
+    const enforce = !!b && b.mode !== 'audit';
+    const tph = enforce ? limitOf(b, 'tokens') : 0;
+    const cpd = enforce ? limitOf(b, 'cost') : 0;
+    if (tph === 0 && cpd === 0) return { ok: true, id: null, outputTokens: r.outputTokens };
+    const now = o.now();
+    const minOut = r.partial ? Math.min(1, r.outputTokens) : r.outputTokens;
+    let out = r.outputTokens;
+    let tokens = 0;
+    let cost = 0;
+    const refuse = (dimension: 'tokensPerHour' | 'costUsdPerDay', limit: number, need: number, res?: { used: number; freesAt?: number }): ReserveAnswer => {
+      const used = res?.used ?? 0;
+      const unit = dimension === 'tokensPerHour' ? 'tokens per hour' : 'USD per day';
+      const frees = res?.freesAt ? `; frees up from ${new Date(res.freesAt).toISOString()}` : '';
+      return { ok: false, dimension, limit, used, need, freesAt: res?.freesAt, message: `${dimension} budget of agent ${r.agent}: this call needs up to ${need} of ${limit} ${unit} and ${r9(Math.max(0, used))} are used or reserved${frees}` };
+    };
+    if (tph > 0) {
+      const t = await o.meter.take(r.agent, 'tokens', r.promptTokens + out, r.promptTokens + minOut);
+      if (!t.ok) return refuse('tokensPerHour', tph, r.promptTokens + minOut, t.result);
+      tokens = t.granted;
+      out = tokens - r.promptTokens;
+    }
+    if (cpd > 0) {
+      const need = price(r.promptTokens, out, r);
+      const t = await o.meter.take(r.agent, 'cost', need, price(r.promptTokens, minOut, r));
+      if (!t.ok) {
+        if (tokens > 0) o.meter.giveBack(r.agent, 'tokens', tokens, bucketOf('tokens', now));
+        return refuse('costUsdPerDay', cpd, price(r.promptTokens, minOut, r), t.result);
+      }
+      cost = t.granted;
+      if (cost < need && r.priceOutputPer1k > 0) {
+        // Fewer dollars than asked: the output allowance shrinks to what they buy.
+        const fit = Math.max(minOut, Math.floor(((cost * 1000 - r.promptTokens * r.priceInputPer1k) / r.priceOutputPer1k) + 1e-9));
+        if (tokens > 0 && fit < out) {
+          o.meter.giveBack(r.agent, 'tokens', out - fit, bucketOf('tokens', now));
+          tokens -= out - fit;
+        }
+        out = fit;
+      }
+    }
+    const id = randomUUID();
+    try {
+      await db.execute(sql`insert into budget_reservations (id, agent, tokens, cost_usd, hour_bucket, day_bucket, state, created_at, expires_at)
+        values (${id}, ${r.agent}, ${tokens}, ${cost}, ${bucketOf('tokens', now)}, ${bucketOf('cost', now)}, 'open',
+          ${new Date(now).toISOString()}, ${new Date(now + (r.ttlMs ?? o.ttlMs)).toISOString()})`);
+    } catch (e) {
+      if (tokens > 0) o.meter.giveBack(r.agent, 'tokens', tokens, bucketOf('tokens', now));
+      if (cost > 0) o.meter.giveBack(r.agent, 'cost', cost, bucketOf('cost', now));
+      throw e;
+    }
+    return { ok: true, id, outputTokens: out };
+  }
+
+  async function settle(id: string, agent: string, tokens: number, costUsd: number): Promise<boolean> {
+    const [row] = await rowsOf<{ tokens: number | string; cost_usd: number | string; hour_bucket: number | string; day_bucket: number | string }>(
+      db,
+      sql`update budget_reservations set state = 'settled', settled_tokens = ${tokens}, settled_cost_usd = ${costUsd}
+        where id = ${id} and agent = ${agent} and state <> 'settled'
+        returning tokens, cost_usd, hour_bucket, day_bucket`,
+    );
+    if (!row) return false;
+    const now = o.now();
+    const dt = r9(tokens - Number(row.tokens));
+    const dc = r9(costUsd - Number(row.cost_usd));
+    // Past the worst case (an estimate the provider beat): owed. Under it: given back.
+    o.meter.recordUsage(agent, Math.max(0, dt), Math.max(0, dc), now);
+    if (dt < 0) o.meter.giveBack(agent, 'tokens', -dt, Number(row.hour_bucket));
+    if (dc < 0) o.meter.giveBack(agent, 'cost', -dc, Number(row.day_bucket));
+    return true;
+  }
+
+  async function expire(): Promise<number> {
+    const now = new Date(o.now()).toISOString();
+    const rows = await rowsOf<{ id: string; agent: string }>(
+      db,
+      sql`update budget_reservations set state = 'expired' where state = 'open' and expires_at < ${now} returning id, agent`,
+    );
+    if (rows.length) log.warn('reservations expired unsettled: their worst case stays charged', { count: rows.length, ids: rows.slice(0, 20).map((r) => r.id) });
+    // Settled and expired rows are kept two days (a late report still finds its reservation).
+    await db.execute(sql`delete from budget_reservations where state <> 'open' and expires_at < ${new Date(o.now() - 2 * 86_400_000).toISOString()}`);
+    return rows.length;
+  }
+
+  const sweepMs = o.sweepMs ?? 30_000;
+  const timer = sweepMs > 0 ? setInterval(() => void expire().catch((e: unknown) => log.warn('reservation sweep failed', { err: errMsg(e) })), sweepMs) : undefined;
+  timer?.unref();
+  return { reserve, settle, expire, close: () => clearInterval(timer) };
+}
