@@ -193,6 +193,10 @@ function parentOf(traceparent: string | string[], tracestate: string | string[] 
 export function startDecisionSpan(name: string, traceparent?: string | string[], tracestate?: string | string[]): DecisionSpan {
   if (!decisionsOn) return NOOP;
   const parent = traceparent ? parentOf(traceparent, tracestate) : context.active();
+  const remote = trace.getSpanContext(parent);
+  // The gateway is not sampling this trace: nothing is recorded, so no SDK span is made; the
+  // context still travels (flags 00) so the identity authority does not start a trace of its own.
+  if (remote?.isRemote && (remote.traceFlags & 1) === 0) return { run: (fn) => context.with(parent, fn), end: () => {} };
   const span = state.tracer!.startSpan(name, { kind: SpanKind.SERVER }, parent);
   const ctx = trace.setSpan(parent, span);
   return {
