@@ -7,21 +7,8 @@ export function bearerToken(authorization: string | undefined): string | undefin
   return m ? m[1] : undefined;
 }
 
-/**
- * True when `token` is a compact JWS whose (unverified) payload carries a `vp` claim: a
- * Verifiable Presentation in VC-JWT form. Used only to route the agent token to VP verification;
- * the identity authority verifies it.
- */
-export function isVpJwt(token: string): boolean {
-  const parts = token.split('.');
-  if (parts.length !== 3 || !parts[1]) return false;
-  try {
-    const payload = JSON.parse(Buffer.from(parts[1], 'base64url').toString('utf8')) as unknown;
-    return typeof payload === 'object' && payload !== null && 'vp' in payload;
-  } catch {
-    return false;
-  }
-}
+/** VP-shaped bearer tokens (size bounded before any decoding): the identity authority's own check. */
+export { isVpJwt } from '../../identity/jws.js';
 
 /**
  * Scopes granted by an OAuth access token: `scope` (RFC 8693/9068, space-separated) and `scp`
