@@ -103,7 +103,8 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   /** Calls allowed here beyond the lease and not yet in the ledger: capped at one lease size. */
   const unwritten = (d: DimState) => d.debt + d.inflight;
   const usageOf = (st: AgentState): BudgetUsage => ({ callsLastHour: used(st.calls), tokensLastHour: used(st.tokens), costUsdLastDay: used(st.cost) });
-  const fresh = (st: AgentState, now: number) => DIMS.every((k) => now - st[k].syncedAt <= maxStaleMs);
+  /** The dimensions with a ceiling (the only ones a decision reads) were read from the ledger lately. */
+  const fresh = (st: AgentState, b: Budget | undefined, now: number) => DIMS.every((k) => limitOf(b, k) === 0 || now - st[k].syncedAt <= maxStaleMs);
 
   /** Runs `fn` after the dimension's previous take (one take per agent and dimension at a time). */
   function serial<T>(d: DimState, fn: () => Promise<T>): Promise<T> {
@@ -210,7 +211,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       const st = stateOf(agent);
       st.touched = now;
       const budget = o.budgetOf(agent);
-      if (!fresh(st, now)) return refresh(agent);
+      if (!fresh(st, budget, now)) return refresh(agent);
       const cph = enforcing(budget) ? limitOf(budget, 'calls') : 0;
       const c = st.calls;
       // Empty lease: wait for the refill (a burst outran the background loop), unless the
