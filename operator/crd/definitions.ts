@@ -175,6 +175,7 @@ export const AGENT_POLICY: CrdKind = {
           tokensPerHour: { type: 'integer', format: 'int64', minimum: 0 },
           callsPerHour: { type: 'integer', format: 'int64', minimum: 0 },
           costUsdPerDay: { type: 'number', minimum: 0 },
+          mode: { type: 'string', enum: ['enforce', 'audit'], description: 'enforce (absent: the default) denies over budget; audit allows and records what would have been denied.' },
         },
         'x-kubernetes-validations': [
           { rule: 'has(self.tokensPerHour) || has(self.callsPerHour) || has(self.costUsdPerDay)', message: 'budget needs at least one ceiling (omit it for no limit)' },
