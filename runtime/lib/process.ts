@@ -9,6 +9,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { errMsg, logger } from './log.js';
+import { loadConfig } from './settings.js';
 
 export interface Closable {
   close(): Promise<void>;
@@ -51,6 +52,8 @@ export async function runUntilSignal(component: string, start: () => Promise<Clo
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   try {
+    // Every setting is validated once, before anything opens: a bad one names itself and exits 1.
+    loadConfig(process.env);
     running = await start();
   } catch (e) {
     log.error('start failed', { err: errMsg(e) });
