@@ -64,11 +64,22 @@ async function proofCosts(engine: 'pglite' | 'postgres'): Promise<void> {
   setLogLevel('warn');
   const store = engine === 'pglite' ? await openStore({ backend: 'memory' }) : await openTestPostgres();
   const size = async () =>
-    Number((await rowsOf<{ n: string }>(store.db, sql`select (pg_total_relation_size('audit_log') + pg_total_relation_size('audit_checkpoints'))::text as n`))[0]!.n);
+    Number(
+      (await rowsOf<{ n: string }>(store.db, sql`select (pg_total_relation_size('audit_log') + pg_total_relation_size('audit_checkpoints'))::text as n`))[0]!.n,
+    );
   const before = await size();
   const chain = await openAuditChain(store, { chain: 'bench', proof: { verifyIntervalMs: 0 } });
   for (let i = 0; i < RECORDS; i++) {
-    chain.append({ action: 'egress', subject: 'alice@example.com', actor: 'bot', task: `task-${i % 1000}`, service: 'gpt', allow: i % 10 !== 0, reason: 'allowed by registry allowlist and budget', rule: 'inline' });
+    chain.append({
+      action: 'egress',
+      subject: 'alice@example.com',
+      actor: 'bot',
+      task: `task-${i % 1000}`,
+      service: 'gpt',
+      allow: i % 10 !== 0,
+      reason: 'allowed by registry allowlist and budget',
+      rule: 'inline',
+    });
     if (i % 20_000 === 19_999) await chain.flush();
   }
   await chain.close();
@@ -110,10 +121,16 @@ async function drive(): Promise<void> {
     const rps = { async: 0, sync: 0 };
     const p99 = { async: 0, sync: 0 };
     try {
-      for (const mode of ['async', 'sync'] as const) await autocannon({ url: `http://127.0.0.1:${ports[mode]}/authz/v1/chat/completions`, connections: CONNECTIONS, headers, duration: 1 });
+      for (const mode of ['async', 'sync'] as const)
+        await autocannon({ url: `http://127.0.0.1:${ports[mode]}/authz/v1/chat/completions`, connections: CONNECTIONS, headers, duration: 1 });
       for (let r = 0; r < ROUNDS; r++) {
         for (const mode of ['async', 'sync'] as const) {
-          const res = await autocannon({ url: `http://127.0.0.1:${ports[mode]}/authz/v1/chat/completions`, connections: CONNECTIONS, headers, duration: SECONDS });
+          const res = await autocannon({
+            url: `http://127.0.0.1:${ports[mode]}/authz/v1/chat/completions`,
+            connections: CONNECTIONS,
+            headers,
+            duration: SECONDS,
+          });
           if (res.errors || res.non2xx) throw new Error(`${engine} ${mode}: ${res.errors} errors, ${res.non2xx} non-2xx`);
           rps[mode] += res.requests.average / ROUNDS;
           p99[mode] = Math.max(p99[mode], res.latency.p99);
@@ -123,7 +140,9 @@ async function drive(): Promise<void> {
       c.proc.send('stop');
       await new Promise((r) => c.proc.once('exit', r));
     }
-    console.log(`${engine.padEnd(8)} async ${rps.async.toFixed(0).padStart(6)} req/s (p99 ${p99.async} ms)  sync ${rps.sync.toFixed(0).padStart(6)} req/s (p99 ${p99.sync} ms)  ratio sync/async ${(rps.sync / rps.async).toFixed(2)}x`);
+    console.log(
+      `${engine.padEnd(8)} async ${rps.async.toFixed(0).padStart(6)} req/s (p99 ${p99.async} ms)  sync ${rps.sync.toFixed(0).padStart(6)} req/s (p99 ${p99.sync} ms)  ratio sync/async ${(rps.sync / rps.async).toFixed(2)}x`,
+    );
   }
   for (const engine of engines) {
     const c = child<{ bytes: number; verifyRate: number; hashRate: number }>(['--proof', engine]);

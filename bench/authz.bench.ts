@@ -41,7 +41,14 @@ async function serve(): Promise<void> {
   const services = [
     { name: 'web', upstream: 'web.default.svc:80', public: true, kind: 'service' as const },
     { name: 'orders', upstream: 'orders.default.svc:8080' },
-    { name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent' as const, allowModels: ['gpt'], allowTools: ['search'], budget: { tokensPerHour: 1e12, callsPerHour: 1e12 } },
+    {
+      name: 'bot',
+      upstream: 'bot.agents.svc:8080',
+      kind: 'agent' as const,
+      allowModels: ['gpt'],
+      allowTools: ['search'],
+      budget: { tokensPerHour: 1e12, callsPerHour: 1e12 },
+    },
     { name: 'gpt', upstream: 'broker.default.svc:8080', kind: 'model' as const },
     { name: 'search', upstream: 'search.tools.svc:8080', kind: 'tool' as const },
   ];
@@ -60,7 +67,10 @@ async function serve(): Promise<void> {
 
 async function drive(): Promise<void> {
   const autocannon = await loadAutocannon();
-  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const ports = await new Promise<Ports>((resolve, reject) => {
     child.once('message', (m) => resolve(m as Ports));
     child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));

@@ -37,7 +37,8 @@ const COMPLETION = JSON.stringify({
   choices: [{ index: 0, message: { role: 'assistant', content: 'Hello there, how can I help?' }, finish_reason: 'stop' }],
   usage: { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 },
 });
-const chunk = (content: string) => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`;
+const chunk = (content: string) =>
+  `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`;
 const STREAM =
   ['Hello', ' there', ', how', ' can', ' I', ' help?'].map(chunk).join('') +
   `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [], usage: { prompt_tokens: 12, completion_tokens: 6, total_tokens: 18 } })}\n\ndata: [DONE]\n\n`;
@@ -65,17 +66,35 @@ async function serve(): Promise<void> {
   });
   const upstreamPort = await listen(upstream, '127.0.0.1:0');
   const store = await openStore({ backend: 'memory' });
-  const cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: process.env.BENCH_DURABLE_AUDIT === '1' });
+  const cp = await startControlPlane({
+    store,
+    env: {},
+    decisionAddr: '127.0.0.1:0',
+    mgmtAddr: '127.0.0.1:0',
+    durableAudit: process.env.BENCH_DURABLE_AUDIT === '1',
+  });
   await cp.plane.registry.upsert({ name: 'gpt-mini', upstream: 'broker.default.svc:8080', kind: 'model' });
-  await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: ['gpt-mini'], budget: { tokensPerHour: 1e15, callsPerHour: 1e12 } });
+  await cp.plane.registry.upsert({
+    name: 'bot',
+    upstream: 'bot.agents.svc:8080',
+    kind: 'agent',
+    allowModels: ['gpt-mini'],
+    budget: { tokensPerHour: 1e15, callsPerHour: 1e12 },
+  });
   const broker = await startBroker({
     env: {},
     addr: '127.0.0.1:0',
-    config: parseConfig({ models: [{ name: 'gpt-mini', model: 'provider-mini', apiBase: `http://127.0.0.1:${upstreamPort}/v1`, priceInputPer1k: 0.00015, priceOutputPer1k: 0.0006 }] }),
+    config: parseConfig({
+      models: [
+        { name: 'gpt-mini', model: 'provider-mini', apiBase: `http://127.0.0.1:${upstreamPort}/v1`, priceInputPer1k: 0.00015, priceOutputPer1k: 0.0006 },
+      ],
+    }),
     authzUrl: `http://127.0.0.1:${cp.decisionPort}/authz`,
     usageUrl: `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
     providerKey: 'sk-bench',
-    ...(process.env.BENCH_NO_USAGE === '1' ? { usage: { report() {}, stats: () => ({ sent: 0, failed: 0, dropped: 0, queued: 0, inFlight: 0 }), flush: async () => true, close: async () => {} } } : {}),
+    ...(process.env.BENCH_NO_USAGE === '1'
+      ? { usage: { report() {}, stats: () => ({ sent: 0, failed: 0, dropped: 0, queued: 0, inFlight: 0 }), flush: async () => true, close: async () => {} } }
+      : {}),
   });
   process.send?.({ upstream: upstreamPort, broker: broker.port, decision: cp.decisionPort } satisfies Ports);
   process.on('message', async () => {
@@ -103,7 +122,11 @@ async function drive(durable: boolean): Promise<void> {
   });
   const client = new Agent({ keepAliveTimeout: 60_000, connections: 1 });
   const call = async (port: number, stream: boolean): Promise<number> => {
-    const body = JSON.stringify({ model: port === ports.broker ? 'gpt-mini' : 'provider-mini', messages: [{ role: 'user', content: 'Say hello' }], ...(stream ? { stream: true } : {}) });
+    const body = JSON.stringify({
+      model: port === ports.broker ? 'gpt-mini' : 'provider-mini',
+      messages: [{ role: 'user', content: 'Say hello' }],
+      ...(stream ? { stream: true } : {}),
+    });
     const t0 = process.hrtime.bigint();
     const r = await request(`http://127.0.0.1:${port}/v1/chat/completions`, {
       method: 'POST',

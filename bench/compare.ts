@@ -31,7 +31,12 @@ execFileSync('git', ['worktree', 'add', '--detach', base, ref], { cwd: ROOT, std
 symlinkSync(join(ROOT, 'node_modules'), join(base, 'node_modules'));
 
 function run(tree: string, file: string): string {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(tree, 'bench', file)], { cwd: tree, encoding: 'utf8', timeout: 15 * 60_000, env: { ...process.env, BENCH_SOURCE: '1' } });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(tree, 'bench', file)], {
+    cwd: tree,
+    encoding: 'utf8',
+    timeout: 15 * 60_000,
+    env: { ...process.env, BENCH_SOURCE: '1' },
+  });
   return (r.stdout ?? '') + (r.status === 0 ? '' : `!! exited with ${r.status ?? r.signal}\n${(r.stderr ?? '').slice(-2000)}`);
 }
 

@@ -105,7 +105,9 @@ async function run(label: string, store: Store): Promise<void> {
       `deactivating ${gone.size} owners ${moving.toFixed(2)} s = ${(moving / base).toFixed(2)}x ` +
       `(suspended ${c.agents_suspended}, revoked ${c.delegations_revoked}, invalidated ${c.delegations_invalidated})`,
   );
-  console.log(`${label.padEnd(8)} summary of ${A} agents ${(sum * 1000).toFixed(0)} ms = ${(sum / list).toFixed(2)}x the enriched list (${(list * 1000).toFixed(0)} ms)`);
+  console.log(
+    `${label.padEnd(8)} summary of ${A} agents ${(sum * 1000).toFixed(0)} ms = ${(sum / list).toFixed(2)}x the enriched list (${(list * 1000).toFixed(0)} ms)`,
+  );
 }
 
 async function main(): Promise<void> {

@@ -81,7 +81,10 @@ async function load(call: () => Promise<void>, seconds: number, into?: Sample): 
 
 async function drive(): Promise<void> {
   const { checkClient, checkRequest } = await import('../runtime/control-plane/grpc/testing.js');
-  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const ports = await new Promise<Ports>((resolve, reject) => {
     child.once('message', (m) => resolve(m as Ports));
     child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
@@ -100,10 +103,18 @@ async function drive(): Promise<void> {
   const grpc = checkClient(ports.grpc);
   const scenarios = [
     { name: 'ingress', method: 'GET', path: '/api/items', host: 'web.default.svc:80', headers: { [H.service]: 'web' } },
-    { name: 'egress ', method: 'POST', path: '/v1/chat/completions', host: 'broker.default.svc:8080', headers: { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' } },
+    {
+      name: 'egress ',
+      method: 'POST',
+      path: '/v1/chat/completions',
+      host: 'broker.default.svc:8080',
+      headers: { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' },
+    },
   ];
   try {
-    console.log(`grpc bench: ${CONCURRENCY} concurrent decisions, ${ROUNDS} interleaved rounds of ${SECONDS} s per transport after ${WARMUP} s warm-up; audit in memory`);
+    console.log(
+      `grpc bench: ${CONCURRENCY} concurrent decisions, ${ROUNDS} interleaved rounds of ${SECONDS} s per transport after ${WARMUP} s warm-up; audit in memory`,
+    );
     for (const s of scenarios) {
       const httpCall = async () => {
         const r = await pool.request({ method: s.method, path: `/authz${s.path}`, headers: { host: s.host, ...s.headers } });

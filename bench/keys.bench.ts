@@ -106,11 +106,19 @@ async function serveHttp(): Promise<void> {
   const { startIdentityAuthority } = await import('../runtime/identity/server.js');
   const { listen } = await import('../runtime/lib/http.js');
   const store = await openStore({ backend: 'memory' });
-  const idp = await startIdentityAuthority({ store, env: { IDP_API_KEY_PEPPER: `base64:${PEPPER}`, OTEL_SDK_DISABLED: process.env.OTEL_SDK_DISABLED }, addr: '127.0.0.1:0' });
+  const idp = await startIdentityAuthority({
+    store,
+    env: { IDP_API_KEY_PEPPER: `base64:${PEPPER}`, OTEL_SDK_DISABLED: process.env.OTEL_SDK_DISABLED },
+    addr: '127.0.0.1:0',
+  });
   await idp.authority.whenReady();
   const bare = bareServer();
   const barePort = await listen(bare, '127.0.0.1:0');
-  const r = await fetch(`http://127.0.0.1:${idp.port}/v1/keys`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'bench', env: 'live', scopes: ['models:invoke'] }) });
+  const r = await fetch(`http://127.0.0.1:${idp.port}/v1/keys`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ name: 'bench', env: 'live', scopes: ['models:invoke'] }),
+  });
   const { plaintext } = (await r.json()) as { plaintext: string };
   process.send?.({ idp: idp.port, bare: barePort, plaintext });
   process.once('message', async () => {
@@ -130,7 +138,9 @@ async function overHttp(): Promise<void> {
   });
   try {
     const body = JSON.stringify({ key: ports.plaintext, scope: 'models:invoke' });
-    const check = (await (await fetch(`http://127.0.0.1:${ports.idp}/v1/keys/verify`, { method: 'POST', headers: { 'content-type': 'application/json' }, body })).json()) as { valid: boolean };
+    const check = (await (
+      await fetch(`http://127.0.0.1:${ports.idp}/v1/keys/verify`, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+    ).json()) as { valid: boolean };
     if (!check.valid) throw new Error('the bench key does not verify');
     const run = async (port: number, path: string) => {
       const o = { url: `http://127.0.0.1:${port}${path}`, connections: CONNECTIONS, method: 'POST', headers: { 'content-type': 'application/json' }, body };

@@ -45,7 +45,10 @@ async function main(): Promise<void> {
   const pathOf = (f: number) => join(dir, `group-${f % 10}`, `file-${f}.yaml`);
   for (let f = 0; f < files; f++) {
     mkdirSync(join(dir, `group-${f % 10}`), { recursive: true });
-    writeFileSync(pathOf(f), fileText(f, () => true));
+    writeFileSync(
+      pathOf(f),
+      fileText(f, () => true),
+    );
   }
   const store = await openStore({ backend: 'memory' });
   const cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
@@ -83,7 +86,10 @@ async function main(): Promise<void> {
     for (let k = 0; k < 5; k++) {
       const makePublic = k % 2 === 1;
       const t = performance.now();
-      writeFileSync(pathOf(0), fileText(0, (i) => (i === 0 ? makePublic : true)));
+      writeFileSync(
+        pathOf(0),
+        fileText(0, (i) => (i === 0 ? makePublic : true)),
+      );
       for (;;) {
         const s = await decide();
         if (makePublic ? s === 200 : s !== 200) break;

@@ -200,7 +200,6 @@ async function startSquid(): Promise<{ port: number; pid: number | undefined; st
   };
 }
 
-
 interface PlainRun {
   rps: number;
   p50: number;
@@ -228,7 +227,13 @@ const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK']).stdout?.toString().
  * Proxy-Authorization, as the sidecar sends a freshly minted VP per request: each one is a VP
  * cache miss and a verification at the identity authority.
  */
-function plainHttpLoad(proxyPort: number, upstream: number, headers: Record<string, string>, pid: number | undefined, freshVps?: string[]): (seconds: number) => Promise<PlainRun> {
+function plainHttpLoad(
+  proxyPort: number,
+  upstream: number,
+  headers: Record<string, string>,
+  pid: number | undefined,
+  freshVps?: string[],
+): (seconds: number) => Promise<PlainRun> {
   let next = 0;
   const request: Record<string, unknown> = { method: 'GET', path: `http://127.0.0.1:${upstream}/item`, headers: { host: `127.0.0.1:${upstream}`, ...headers } };
   if (freshVps) {
@@ -263,7 +268,10 @@ const median = (xs: number[]): number => {
  * (squid first, then Writ first, ...), so load from other processes on the machine and drift hit
  * both alike. The ratio is the median of the per-round ratios; req/s are the medians.
  */
-async function plainHttp(squid: (s: number) => Promise<PlainRun>, writ: (s: number) => Promise<PlainRun>): Promise<{ squid: PlainRun; writ: PlainRun; ratio: number; ratios: number[] }> {
+async function plainHttp(
+  squid: (s: number) => Promise<PlainRun>,
+  writ: (s: number) => Promise<PlainRun>,
+): Promise<{ squid: PlainRun; writ: PlainRun; ratio: number; ratios: number[] }> {
   await squid(WARMUP);
   await writ(WARMUP);
   const sr: PlainRun[] = [];
@@ -288,7 +296,10 @@ async function plainHttp(squid: (s: number) => Promise<PlainRun>, writ: (s: numb
 }
 
 /** ROUNDS runs of each, the order alternating; per-round ratios and their median. */
-async function interleaved(squid: () => Promise<{ rps: number }>, writ: () => Promise<{ rps: number }>): Promise<{ squid: number; writ: number; ratio: number; ratios: number[] }> {
+async function interleaved(
+  squid: () => Promise<{ rps: number }>,
+  writ: () => Promise<{ rps: number }>,
+): Promise<{ squid: number; writ: number; ratio: number; ratios: number[] }> {
   const sr: number[] = [];
   const wr: number[] = [];
   for (let i = 0; i < ROUNDS; i++) {
@@ -432,7 +443,14 @@ async function drive(): Promise<void> {
     };
     if (ONLY !== 'plain') {
       const fresh = await plainHttp(squidLoad, plainHttpLoad(writ.msg.port, up.http, {}, writ.proc.pid, await pool(writ.msg.identity)));
-      rows.push({ name: 'plain, fresh VP', squid: fresh.squid.rps, writ: fresh.writ.rps, ratio: fresh.ratio, target: 0.5, extra: `${roundsNote(fresh.ratios)}; p99 writ ${fresh.writ.p99} ms; ${cpuNote(fresh)}` });
+      rows.push({
+        name: 'plain, fresh VP',
+        squid: fresh.squid.rps,
+        writ: fresh.writ.rps,
+        ratio: fresh.ratio,
+        target: 0.5,
+        extra: `${roundsNote(fresh.ratios)}; p99 writ ${fresh.writ.p99} ms; ${cpuNote(fresh)}`,
+      });
     }
     if (ONLY !== 'plain') {
       const conn = await interleaved(
@@ -449,17 +467,44 @@ async function drive(): Promise<void> {
       // (WASM, same event loop) that shipping is the dominant cost, so it is shown separately.
       await stop(writ.proc);
       durable = await child<{ port: number; vp: string; identity: unknown }>(['--writ', JSON.stringify(upstream.msg), 'durable']);
-      const dPlain = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }, durable.proc.pid));
-      rows.push({ name: 'plain, audit->PGlite', squid: dPlain.squid.rps, writ: dPlain.writ.rps, ratio: dPlain.ratio, target: 0, extra: `${roundsNote(dPlain.ratios)}; ${cpuNote(dPlain)}` });
+      const dPlain = await plainHttp(
+        squidLoad,
+        plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }, durable.proc.pid),
+      );
+      rows.push({
+        name: 'plain, audit->PGlite',
+        squid: dPlain.squid.rps,
+        writ: dPlain.writ.rps,
+        ratio: dPlain.ratio,
+        target: 0,
+        extra: `${roundsNote(dPlain.ratios)}; ${cpuNote(dPlain)}`,
+      });
       // What npm start runs for a sidecar's traffic: a fresh VP per request and durable audit.
       const dFresh = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, {}, durable.proc.pid, await pool(durable.msg.identity)));
-      rows.push({ name: 'fresh VP, audit->PGlite', squid: dFresh.squid.rps, writ: dFresh.writ.rps, ratio: dFresh.ratio, target: 0, extra: `${roundsNote(dFresh.ratios)}; ${cpuNote(dFresh)}` });
+      rows.push({
+        name: 'fresh VP, audit->PGlite',
+        squid: dFresh.squid.rps,
+        writ: dFresh.writ.rps,
+        ratio: dFresh.ratio,
+        target: 0,
+        extra: `${roundsNote(dFresh.ratios)}; ${cpuNote(dFresh)}`,
+      });
       await stop(durable.proc);
       if (PG_URL) {
         // Production's sink: the audit chain shipped to PostgreSQL (another process).
         durable = await child<{ port: number; vp: string; identity: unknown }>(['--writ', JSON.stringify(upstream.msg), 'postgres']);
-        const pPlain = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }, durable.proc.pid));
-        rows.push({ name: 'plain, audit->PG', squid: pPlain.squid.rps, writ: pPlain.writ.rps, ratio: pPlain.ratio, target: 0, extra: `${roundsNote(pPlain.ratios)}; ${cpuNote(pPlain)}` });
+        const pPlain = await plainHttp(
+          squidLoad,
+          plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }, durable.proc.pid),
+        );
+        rows.push({
+          name: 'plain, audit->PG',
+          squid: pPlain.squid.rps,
+          writ: pPlain.writ.rps,
+          ratio: pPlain.ratio,
+          target: 0,
+          extra: `${roundsNote(pPlain.ratios)}; ${cpuNote(pPlain)}`,
+        });
       }
     }
     console.log(
@@ -470,7 +515,9 @@ async function drive(): Promise<void> {
     for (const r of rows) {
       const ratio = r.ratio ?? r.writ / r.squid;
       const verdict = r.target ? (ratio >= r.target ? `target >= ${r.target.toFixed(1)}x met` : `target >= ${r.target.toFixed(1)}x MISSED`) : 'no target';
-      console.log(`${r.name.padEnd(20)} squid ${r.squid.toFixed(0).padStart(7)}  writ ${r.writ.toFixed(0).padStart(7)}  ratio ${ratio.toFixed(2)}x  (${verdict})${r.extra ? `  ${r.extra}` : ''}`);
+      console.log(
+        `${r.name.padEnd(20)} squid ${r.squid.toFixed(0).padStart(7)}  writ ${r.writ.toFixed(0).padStart(7)}  ratio ${ratio.toFixed(2)}x  (${verdict})${r.extra ? `  ${r.extra}` : ''}`,
+      );
     }
   } finally {
     await stop(writ.proc);

@@ -42,7 +42,16 @@ function services(n: number, salt = ''): Service[] {
   const out: Service[] = [];
   for (let i = 0; i < n; i++) {
     const k = i % 4;
-    if (k === 0) out.push({ name: `agent-${i}`, upstream: `agent-${i}.agents.svc:8080`, kind: 'agent', allowTools: [`tool-${i + 1}`], allowModels: ['gpt'], egressAllow: [`svc-${i + 2}`], budget: { callsPerHour: 1e9 } });
+    if (k === 0)
+      out.push({
+        name: `agent-${i}`,
+        upstream: `agent-${i}.agents.svc:8080`,
+        kind: 'agent',
+        allowTools: [`tool-${i + 1}`],
+        allowModels: ['gpt'],
+        egressAllow: [`svc-${i + 2}`],
+        budget: { callsPerHour: 1e9 },
+      });
     else if (k === 1) out.push({ name: `tool-${i}`, upstream: `tool-${i}.tools.svc:8080`, kind: 'tool', dataClass: 'internal' });
     else out.push({ name: `svc-${i}`, upstream: `svc-${i}.default.svc:80`, owner: `team${salt}`, public: i % 3 === 0, kind: 'service' });
   }
@@ -82,14 +91,27 @@ function evaluateBench(): void {
     rows.baseline!.push(rate(() => hash('sha256', record)));
     rows.ingress!.push(rate(() => evaluate(ingress, snap, {}, NOW)));
     rows.egress!.push(rate(() => evaluate(egress, snap, answered, NOW)));
-    rows.decide!.push(rate(() => decide(budgeted, () => snap, gather, () => NOW)));
+    rows.decide!.push(
+      rate(() =>
+        decide(
+          budgeted,
+          () => snap,
+          gather,
+          () => NOW,
+        ),
+      ),
+    );
   }
   const base = median(rows.baseline!);
-  console.log(`evaluate on a ${N + 1}-service snapshot, ${built ? 'built JavaScript (dist/)' : 'TypeScript under tsx (run npm run build for the production figure)'} (median of 7 interleaved rounds; baseline crypto.hash of the decision's audit record: ${(base / 1e6).toFixed(2)} M/s)`);
+  console.log(
+    `evaluate on a ${N + 1}-service snapshot, ${built ? 'built JavaScript (dist/)' : 'TypeScript under tsx (run npm run build for the production figure)'} (median of 7 interleaved rounds; baseline crypto.hash of the decision's audit record: ${(base / 1e6).toFixed(2)} M/s)`,
+  );
   for (const k of ['ingress', 'egress', 'decide'] as const) {
     const r = median(rows[k]!);
     const label = k === 'decide' ? 'decide (budget asked + answered)' : `evaluate ${k}`;
-    console.log(`  ${label.padEnd(34)} ${(r / 1e6).toFixed(2)} M decisions/s  ${(r / base).toFixed(2)}x of crypto.hash  target >= 1 M/s: ${r >= 1e6 ? 'met' : 'MISSED'}`);
+    console.log(
+      `  ${label.padEnd(34)} ${(r / 1e6).toFixed(2)} M decisions/s  ${(r / base).toFixed(2)}x of crypto.hash  target >= 1 M/s: ${r >= 1e6 ? 'met' : 'MISSED'}`,
+    );
   }
 }
 
@@ -103,7 +125,13 @@ async function applyBench(): Promise<void> {
     const first = await reg.apply(desired, { owner: 'folder:bench' });
     const firstMs = performance.now() - t0;
     const seq = audit.stats().lastSeq;
-    const writes = async () => (await rowsOf<{ n: number }>(store.db, sql`select coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::int as n from pg_stat_user_tables where relname = 'registry_services'`))[0]!.n;
+    const writes = async () =>
+      (
+        await rowsOf<{ n: number }>(
+          store.db,
+          sql`select coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::int as n from pg_stat_user_tables where relname = 'registry_services'`,
+        )
+      )[0]!.n;
     const w0 = await writes();
     const times: number[] = [];
     let again = first;
@@ -123,7 +151,9 @@ async function applyBench(): Promise<void> {
     const one = desired.map((s) => (s.name === 'svc-6' ? { ...s, public: !s.public } : s));
     const t2 = performance.now();
     const changed = await reg.apply(one, { owner: 'folder:bench' });
-    console.log(`  one changed among ${desired.length}            ${(performance.now() - t2).toFixed(1)} ms  updated ${changed.updated.join(',')}, version ${changed.version}`);
+    console.log(
+      `  one changed among ${desired.length}            ${(performance.now() - t2).toFixed(1)} ms  updated ${changed.updated.join(',')}, version ${changed.version}`,
+    );
   } finally {
     await reg.close();
     await audit.close();

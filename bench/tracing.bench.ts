@@ -112,7 +112,11 @@ async function drive(): Promise<void> {
   const unsampled = `00-${trace}-${parent}-00`;
   const cases = [
     { name: 'ingress', path: '/authz/api/items', headers: { [H.service]: 'web' } },
-    { name: 'egress', path: '/authz/v1/chat/completions', headers: { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' } },
+    {
+      name: 'egress',
+      path: '/authz/v1/chat/completions',
+      headers: { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' },
+    },
   ];
   const variants = [
     { key: 'off', label: 'tracing off', port: offReady.decision, child: off.child, traceparent: sampled },
@@ -125,7 +129,9 @@ async function drive(): Promise<void> {
     return r;
   };
   try {
-    console.log(`tracing bench: ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${SECONDS} s per variant after ${WARMUP} s warm-up; spans exported over OTLP/HTTP to a local sink (target on/off >= 0.90)`);
+    console.log(
+      `tracing bench: ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${SECONDS} s per variant after ${WARMUP} s warm-up; spans exported over OTLP/HTTP to a local sink (target on/off >= 0.90)`,
+    );
     const med = (a: number[]) => a.slice().sort((x, y) => x - y)[Math.floor(a.length / 2)];
     for (const c of cases) {
       for (const v of variants) await once(v.port, c.path, { ...c.headers, traceparent: v.traceparent }, WARMUP);
@@ -149,7 +155,9 @@ async function drive(): Promise<void> {
       for (const v of variants) {
         const a = acc.get(v.key)!;
         const ratio = v.key === 'off' ? '' : `  ratio ${(rps(v.key) / rps('off')).toFixed(3)}x req/s, ${(cpuPer('off') / cpuPer(v.key)).toFixed(3)}x CPU`;
-        console.log(`${`${c.name}, ${v.label}`.padEnd(36)} ${rps(v.key).toFixed(0).padStart(7)} req/s  ${cpuPer(v.key).toFixed(1).padStart(6)} µs CPU/req  p50 ${String(med(a.p50)).padStart(3)} ms  p99 ${String(med(a.p99)).padStart(3)} ms${ratio}`);
+        console.log(
+          `${`${c.name}, ${v.label}`.padEnd(36)} ${rps(v.key).toFixed(0).padStart(7)} req/s  ${cpuPer(v.key).toFixed(1).padStart(6)} µs CPU/req  p50 ${String(med(a.p50)).padStart(3)} ms  p99 ${String(med(a.p99)).padStart(3)} ms${ratio}`,
+        );
       }
     }
   } finally {

@@ -74,7 +74,11 @@ async function serve(): Promise<void> {
   await idp.authority.whenReady();
   const idpUrl = `http://127.0.0.1:${idp.port}`;
   const post = async (path: string, body?: unknown) => {
-    const r = await fetch(idpUrl + path, { method: 'POST', headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const r = await fetch(idpUrl + path, {
+      method: 'POST',
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
     if (!r.ok) throw new Error(`${path}: ${r.status} ${await r.text()}`);
     return (await r.json()) as AgentIdentity;
   };
@@ -96,13 +100,29 @@ async function serve(): Promise<void> {
   const vcMem = await startControlPlane({ store, env: vcEnv, ...addrs, durableAudit: false });
   const services = [
     { name: 'web', upstream: 'web.default.svc:80', public: true, kind: 'service' as const },
-    { name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent' as const, allowModels: ['gpt'], allowTools: ['search'], budget: { tokensPerHour: 1e12, callsPerHour: 1e12 } },
+    {
+      name: 'bot',
+      upstream: 'bot.agents.svc:8080',
+      kind: 'agent' as const,
+      allowModels: ['gpt'],
+      allowTools: ['search'],
+      budget: { tokensPerHour: 1e12, callsPerHour: 1e12 },
+    },
     { name: 'gpt', upstream: 'broker.default.svc:8080', kind: 'model' as const },
     { name: 'search', upstream: 'search.tools.svc:8080', kind: 'tool' as const },
   ];
   for (const s of services) await header.plane.registry.upsert(s);
   for (const p of [vc, headerMem, vcMem]) await p.plane.registry.reload();
-  process.send?.({ bare: barePort, idp: idp.port, header: header.decisionPort, vc: vc.decisionPort, headerMem: headerMem.decisionPort, vcMem: vcMem.decisionPort, bot, holders } satisfies Ports);
+  process.send?.({
+    bare: barePort,
+    idp: idp.port,
+    header: header.decisionPort,
+    vc: vc.decisionPort,
+    headerMem: headerMem.decisionPort,
+    vcMem: vcMem.decisionPort,
+    bot,
+    holders,
+  } satisfies Ports);
   process.on('message', async (m) => {
     if (m === 'drain') {
       // Let the durable audit shippers store their backlog so one run does not slow the next.
@@ -204,10 +224,16 @@ async function cold(): Promise<void> {
   const base = sums.raw.n / sums.raw.s;
   const knownRate = sums.known.n / sums.known.s;
   const freshBase = (before.n + after.n) / (before.s + after.s);
-  console.log(`vp bench (a): cold VP verification, no VP cache, single process (${vpLen}-byte VPs; 2 Ed25519 verifications for a Membership VC not seen before, ceiling ~0.5x; 1 once it is cached, ceiling ~1.0x)`);
+  console.log(
+    `vp bench (a): cold VP verification, no VP cache, single process (${vpLen}-byte VPs; 2 Ed25519 verifications for a Membership VC not seen before, ceiling ~0.5x; 1 once it is cached, ceiling ~1.0x)`,
+  );
   console.log(`  raw Ed25519 verify (node:crypto)                    ${f(base).padStart(9)}/s  ratio 1.00x`);
-  console.log(`  checkPresentation, distinct VPs, known holders      ${f(knownRate).padStart(9)}/s  ratio ${(knownRate / base).toFixed(2)}x  (target >= 0.30x)`);
-  console.log(`  checkPresentation, distinct VPs, first-seen holders ${f(freshRate).padStart(9)}/s  ratio ${(freshRate / freshBase).toFixed(2)}x  (raw ${f(freshBase)}/s around it)`);
+  console.log(
+    `  checkPresentation, distinct VPs, known holders      ${f(knownRate).padStart(9)}/s  ratio ${(knownRate / base).toFixed(2)}x  (target >= 0.30x)`,
+  );
+  console.log(
+    `  checkPresentation, distinct VPs, first-seen holders ${f(freshRate).padStart(9)}/s  ratio ${(freshRate / freshBase).toFixed(2)}x  (raw ${f(freshBase)}/s around it)`,
+  );
 }
 
 interface Run {
@@ -228,7 +254,10 @@ async function drive(): Promise<void> {
   if (!PARTS.has('http') && !PARTS.has('authz')) return;
 
   const autocannon = await loadAutocannon();
-  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const ports = await new Promise<Ports>((resolve, reject) => {
     child.once('message', (m) => resolve(m as Ports));
     child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
@@ -247,19 +276,31 @@ async function drive(): Promise<void> {
   const overHttp = async () => {
     // (a) over HTTP: distinct VPs from provisioned agents, POSTed to the authority.
     const bodies = (await mint(holders, 40_000)).map((vp) => JSON.stringify({ vp }));
-    const check = await fetch(`http://127.0.0.1:${ports.idp}/v1/agents/verify-presentation`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: bodies[0] });
+    const check = await fetch(`http://127.0.0.1:${ports.idp}/v1/agents/verify-presentation`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: bodies[0],
+    });
     const checked = (await check.json()) as { ok: boolean; reason: string };
     if (!checked.ok) throw new Error(`verify-presentation rejected the bench VP: ${checked.reason}`);
     let next = 0;
     const postEach = {
-      requests: [{ method: 'POST', headers: { 'content-type': 'application/json' }, setupRequest: (req: Record<string, unknown>) => ({ ...req, body: bodies[next++ % bodies.length] }) }],
+      requests: [
+        {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          setupRequest: (req: Record<string, unknown>) => ({ ...req, body: bodies[next++ % bodies.length] }),
+        },
+      ],
     };
     // Raw verification measured before and after the HTTP runs; their mean is the baseline.
     const raw1 = rawEd25519PerSecond(bodies[0]!.length);
     const bareP = await run('bare node:http, same POST bodies', ports.bare, '/', postEach);
     const http = await run('POST /v1/agents/verify-presentation', ports.idp, '/v1/agents/verify-presentation', postEach);
     const raw = (raw1 + rawEd25519PerSecond(bodies[0]!.length)) / 2;
-    console.log(`vp bench (a, http): verify-presentation over HTTP, distinct VPs from ${HTTP_AGENTS} agents, ${CONNECTIONS} connections, ${SECONDS} s after ${WARMUP} s warm-up`);
+    console.log(
+      `vp bench (a, http): verify-presentation over HTTP, distinct VPs from ${HTTP_AGENTS} agents, ${CONNECTIONS} connections, ${SECONDS} s after ${WARMUP} s warm-up`,
+    );
     console.log(`  raw Ed25519 verify (node:crypto, one core) ${f(raw).padStart(7)} /s  ratio 1.00x`);
     console.log(line(bareP, bareP.rps, 'of bare'));
     console.log(line(http, bareP.rps, `of bare; ${(http.rps / raw).toFixed(2)}x of raw Ed25519 (target >= 0.30x)`));
@@ -271,7 +312,8 @@ async function drive(): Promise<void> {
     const egressH = { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' };
     const vcH = { ...egressH, [H.agentVp]: vp };
     // The vc planes really verify: no VP and a VP for another agent are denied.
-    const probe = async (port: number, headers: Record<string, string>) => (await fetch(`http://127.0.0.1:${port}/authz/v1/chat/completions`, { headers })).status;
+    const probe = async (port: number, headers: Record<string, string>) =>
+      (await fetch(`http://127.0.0.1:${port}/authz/v1/chat/completions`, { headers })).status;
     const denied = [await probe(ports.vc, egressH), await probe(ports.vc, { ...egressH, [H.agentVp]: await presentationFor(holders[0]!) })];
     const allowed = await probe(ports.vc, vcH);
     if (denied.some((s) => s !== 403) || allowed !== 200) throw new Error(`vc mode probe: denied ${denied.join(',')} allowed ${allowed}`);
@@ -298,10 +340,15 @@ async function drive(): Promise<void> {
       return [mean(hs), mean(vs)] as const;
     };
     const bare = mean([await run('bare node:http', ports.bare, '/', { headers: egressH }), await run('bare node:http', ports.bare, '/', { headers: egressH })]);
-    const bareVp = mean([await run('bare node:http, same VP header', ports.bare, '/', { headers: vcH }), await run('bare node:http, same VP header', ports.bare, '/', { headers: vcH })]);
+    const bareVp = mean([
+      await run('bare node:http, same VP header', ports.bare, '/', { headers: vcH }),
+      await run('bare node:http, same VP header', ports.bare, '/', { headers: vcH }),
+    ]);
     const [hMem, vMem] = await series('audit in memory', ports.headerMem, ports.vcMem, false);
     const [hPg, vPg] = await series('audit to PGlite', ports.header, ports.vc, true);
-    console.log(`vp bench (b): /authz egress, vc mode (HTTP identity client, VP cache, ${vp.length}-byte VP reused) vs header mode; ${CONNECTIONS} connections, ${SECONDS} s each after ${WARMUP} s warm-up, mean of ${ROUNDS} interleaved runs`);
+    console.log(
+      `vp bench (b): /authz egress, vc mode (HTTP identity client, VP cache, ${vp.length}-byte VP reused) vs header mode; ${CONNECTIONS} connections, ${SECONDS} s each after ${WARMUP} s warm-up, mean of ${ROUNDS} interleaved runs`,
+    );
     console.log(line(bare, bare.rps, 'of bare'));
     console.log(line(bareVp, bare.rps, 'of bare (the cost of carrying the VP header alone)'));
     console.log(line(hMem, bare.rps, 'of bare'));

@@ -37,7 +37,18 @@ interface Up {
 function startMain(env: Record<string, string>): Promise<Up> {
   const child = spawn(TSX, [join(ROOT, 'runtime/main.ts')], {
     cwd: ROOT,
-    env: { ...process.env, PORT: '0', DECISION_ADDR: '127.0.0.1:0', MGMT_ADDR: '127.0.0.1:0', EGRESS_PROXY_ADDR: '127.0.0.1:0', BROKER_ENABLED: 'false', LOG_LEVEL: 'info', TEST_DATABASE_URL: '', AUDIT_CHAIN_ID: '', ...env },
+    env: {
+      ...process.env,
+      PORT: '0',
+      DECISION_ADDR: '127.0.0.1:0',
+      MGMT_ADDR: '127.0.0.1:0',
+      EGRESS_PROXY_ADDR: '127.0.0.1:0',
+      BROKER_ENABLED: 'false',
+      LOG_LEVEL: 'info',
+      TEST_DATABASE_URL: '',
+      AUDIT_CHAIN_ID: '',
+      ...env,
+    },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   const exited = new Promise((resolve) => child.on('exit', resolve));
@@ -69,7 +80,13 @@ const agent = new http.Agent({ keepAlive: true, maxSockets: 32 });
 function decide(port: number, task: string): Promise<number> {
   return new Promise((resolve) => {
     const req = http.request(
-      { host: '127.0.0.1', port, path: '/authz', agent, headers: { [H.actor]: 'research-agent', [H.service]: 'search', [H.targetKind]: 'tool', [H.task]: task } },
+      {
+        host: '127.0.0.1',
+        port,
+        path: '/authz',
+        agent,
+        headers: { [H.actor]: 'research-agent', [H.service]: 'search', [H.targetKind]: 'tool', [H.task]: task },
+      },
       (res) => {
         res.resume();
         res.on('end', () => resolve(res.statusCode ?? 0));
@@ -118,7 +135,10 @@ async function crashUnderLoad(durability: 'sync' | 'async', extra: Record<string
   await l.stop();
   const store = await openStore({ backend: 'pglite', dataDir });
   try {
-    const rows = await rowsOf<{ task: string | null; seq: string | number; hash: string; chain: string }>(store.db, sql`select chain, seq, hash, task from audit_log`);
+    const rows = await rowsOf<{ task: string | null; seq: string | number; hash: string; chain: string }>(
+      store.db,
+      sql`select chain, seq, hash, task from audit_log`,
+    );
     const stored = new Set(rows.map((r) => r.task));
     const missing = l.answered.filter((t) => !stored.has(t));
     const byseq = new Map(rows.map((r) => [Number(r.seq), r.hash]));

@@ -63,13 +63,25 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
         if (body.stream) {
           res.writeHead(200, { 'content-type': 'text/event-stream' });
           for (const c of ['chained', ' stream']) {
-            res.write(`data: ${JSON.stringify({ id: 's', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta: { content: c }, finish_reason: null }] })}\n\n`);
+            res.write(
+              `data: ${JSON.stringify({ id: 's', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta: { content: c }, finish_reason: null }] })}\n\n`,
+            );
           }
-          if (body.stream_options?.include_usage) res.write(`data: ${JSON.stringify({ id: 's', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [], usage: USAGE })}\n\n`);
+          if (body.stream_options?.include_usage)
+            res.write(`data: ${JSON.stringify({ id: 's', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [], usage: USAGE })}\n\n`);
           return res.end('data: [DONE]\n\n');
         }
         res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ id: 'c', object: 'chat.completion', created: 1, model: 'p', choices: [{ index: 0, message: { role: 'assistant', content: 'chained hello', refusal: null }, finish_reason: 'stop', logprobs: null }], usage: USAGE }));
+        res.end(
+          JSON.stringify({
+            id: 'c',
+            object: 'chat.completion',
+            created: 1,
+            model: 'p',
+            choices: [{ index: 0, message: { role: 'assistant', content: 'chained hello', refusal: null }, finish_reason: 'stop', logprobs: null }],
+            usage: USAGE,
+          }),
+        );
       });
     });
     const upPort = await listen(upstream, '127.0.0.1:0');
@@ -86,7 +98,18 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
     broker = await startBroker({
       env: {},
       addr: '127.0.0.1:0',
-      config: parseConfig({ models: [{ name: 'gpt-mini', model: 'provider-mini', apiBase: `http://127.0.0.1:${upPort}/v1`, priceInputPer1k: 0.5, priceOutputPer1k: 1.5, maxOutputTokens: 10 }] }),
+      config: parseConfig({
+        models: [
+          {
+            name: 'gpt-mini',
+            model: 'provider-mini',
+            apiBase: `http://127.0.0.1:${upPort}/v1`,
+            priceInputPer1k: 0.5,
+            priceOutputPer1k: 1.5,
+            maxOutputTokens: 10,
+          },
+        ],
+      }),
       authzUrl: `http://127.0.0.1:${run.cp.decisionPort}/authz`,
       usageUrl: `http://127.0.0.1:${run.cp.mgmtPort}/v1/usage`,
       providerKey: PROVIDER_KEY,
@@ -95,7 +118,14 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
     const reg = run.cp.plane.registry;
     await reg.upsert({ name: 'broker', upstream: `127.0.0.1:${broker.port}`, kind: 'service' });
     await reg.upsert({ name: 'gpt-mini', upstream: `127.0.0.1:${broker.port}`, kind: 'model' });
-    await reg.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: ['broker'], allowModels: ['gpt-mini'], budget: { tokensPerHour: 160 } });
+    await reg.upsert({
+      name: 'bot',
+      upstream: 'bot.agents.svc:8080',
+      kind: 'agent',
+      egressAllow: ['broker'],
+      allowModels: ['gpt-mini'],
+      budget: { tokensPerHour: 160 },
+    });
 
     sidecar = await startSidecar({
       env: {},
@@ -176,7 +206,14 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
   it('one completion is one call: callsPerHour 1 allows the first completion through both hops and denies the second', async () => {
     const reg = run.cp.plane.registry;
     const before = used().callsLastHour;
-    await reg.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: ['broker'], allowModels: ['gpt-mini'], budget: { tokensPerHour: 1_000_000, callsPerHour: before + 1 } });
+    await reg.upsert({
+      name: 'bot',
+      upstream: 'bot.agents.svc:8080',
+      kind: 'agent',
+      egressAllow: ['broker'],
+      allowModels: ['gpt-mini'],
+      budget: { tokensPerHour: 1_000_000, callsPerHour: before + 1 },
+    });
     const seq = (await audit()).at(-1)!.seq;
     const r = await agent.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'counted once' }] });
     expect(r.choices[0]?.message.content).toBe('chained hello');
@@ -184,7 +221,9 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
     const rows = (await audit()).filter((a) => a.seq > seq && a.actor === 'bot');
     const calls = rows.filter((a) => a.allow && !/counted by the proxy hop/.test(a.reason));
     expect(calls.map((a) => a.action)).toEqual(['egress.proxy']);
-    expect(rows.filter((a) => a.action === 'model.invoke' && a.allow).map((a) => a.reason)).toEqual(['allowed by registry allowlist and budget (call counted by the proxy hop)']);
+    expect(rows.filter((a) => a.action === 'model.invoke' && a.allow).map((a) => a.reason)).toEqual([
+      'allowed by registry allowlist and budget (call counted by the proxy hop)',
+    ]);
     // The broker never saw a ticket the agent could have sent: the proxy stamped it on its hop.
     expect(typeof brokerSaw.at(-1)![H.callTicket]).toBe('string');
     const e = await agent.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'one too many' }] }).then(

@@ -19,7 +19,9 @@ const identity: IdentityPort = {
     return vp === 'vp-bot' ? { ok: true, agentName: 'bot', agentDid: 'did:key:zBot', reason: 'ok' } : { ok: false, reason: 'bad signature' };
   },
   async checkDelegation(q) {
-    return q.task === 't-ok' ? { ok: true, reason: 'ok', vcJti: 'jti-9', notAfter: Math.floor(Date.now() / 1000) + 600 } : { ok: false, reason: 'no approved delegation' };
+    return q.task === 't-ok'
+      ? { ok: true, reason: 'ok', vcJti: 'jti-9', notAfter: Math.floor(Date.now() / 1000) + 600 }
+      : { ok: false, reason: 'no approved delegation' };
   },
 };
 
@@ -30,8 +32,7 @@ describe.each(testBackends())('control plane end to end on $name', (b) => {
   let mgmt: string;
   let authz: string;
 
-  const post = (url: string, body: unknown) =>
-    fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const post = (url: string, body: unknown) => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   const decide = (headers: Record<string, string>, path = '/authz', method = 'GET') => fetch(`${authz}${path}`, { method, headers });
   const auditRows = async (): Promise<AuditRecord[]> => (await (await fetch(`${mgmt}/v1/audit?limit=1000`)).json()) as AuditRecord[];
 

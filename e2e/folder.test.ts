@@ -63,10 +63,20 @@ describe('folder source in the all-in-one stack', () => {
     const times: number[] = [];
     for (let i = 0; i < 10; i++) {
       const pub = i % 2 === 1;
-      times.push(await saveAndWait(() => writeFileSync(file, doc(pub)), (s) => (pub ? s === 200 : s !== 200)));
+      times.push(
+        await saveAndWait(
+          () => writeFileSync(file, doc(pub)),
+          (s) => (pub ? s === 200 : s !== 200),
+        ),
+      );
     }
     expect(await decide()).toBe(200);
-    times.push(await saveAndWait(() => rmSync(file), (s) => s !== 200));
+    times.push(
+      await saveAndWait(
+        () => rmSync(file),
+        (s) => s !== 200,
+      ),
+    );
     expect(await decide()).not.toBe(200);
     const sorted = [...times].sort((a, b) => a - b);
     const p50 = sorted[Math.floor(sorted.length / 2)]!;

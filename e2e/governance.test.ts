@@ -56,7 +56,11 @@ describe.each(backends)('governance cuts egress across processes on %s', { timeo
   let vp: () => Promise<string>;
 
   const json = async (url: string, method = 'GET', body?: unknown): Promise<{ status: number; body: any }> => {
-    const r = await fetch(url, { method, headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const r = await fetch(url, {
+      method,
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
     const text = await r.text();
     return { status: r.status, body: text ? JSON.parse(text) : undefined };
   };
@@ -64,10 +68,19 @@ describe.each(backends)('governance cuts egress across processes on %s', { timeo
   /** A plain HTTP GET through the forward proxy with the agent's VP. */
   const viaProxy = (proxyPort: number, token: string) =>
     new Promise<{ status: number; reason?: string }>((resolve, reject) => {
-      const req = http.request({ host: '127.0.0.1', port: proxyPort, method: 'GET', path: `http://127.0.0.1:${upPort}/hello`, headers: { host: `127.0.0.1:${upPort}`, 'proxy-authorization': `Bearer ${token}` } }, (res) => {
-        res.resume();
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, reason: res.headers[H.denyReason] as string | undefined }));
-      });
+      const req = http.request(
+        {
+          host: '127.0.0.1',
+          port: proxyPort,
+          method: 'GET',
+          path: `http://127.0.0.1:${upPort}/hello`,
+          headers: { host: `127.0.0.1:${upPort}`, 'proxy-authorization': `Bearer ${token}` },
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, reason: res.headers[H.denyReason] as string | undefined }));
+        },
+      );
       req.on('error', reject);
       req.end();
     });

@@ -63,7 +63,9 @@ describe.each(testBackends())('identity end to end on $name', (b) => {
     ]) {
       expect((await fetch(`${mgmt}/v1/registry/services`, json(s))).status).toBe(200);
     }
-    expect((await fetch(`${idpUrl}/v1/agents`, json({ name: 'bot', role: 'worker', capabilities: [{ action: 'ledger:read', resource: 'acct/*' }] }))).status).toBe(201);
+    expect(
+      (await fetch(`${idpUrl}/v1/agents`, json({ name: 'bot', role: 'worker', capabilities: [{ action: 'ledger:read', resource: 'acct/*' }] }))).status,
+    ).toBe(201);
     const prov = await fetch(`${idpUrl}/v1/agents/bot/provision`, { method: 'POST' });
     expect(prov.status).toBe(200);
     agent = (await prov.json()) as AgentIdentity;
@@ -84,7 +86,9 @@ describe.each(testBackends())('identity end to end on $name', (b) => {
     expect((await decide({ [H.actor]: 'bot', [H.service]: 'gpt' })).status).toBe(403);
     expect((await decide({ [H.actor]: 'bot', [H.service]: 'gpt', [H.agentVp]: 'garbage' })).status).toBe(403);
     // Another agent's VP does not speak for "bot".
-    expect((await fetch(`${idpUrl}/v1/agents`, json({ name: 'other', role: 'worker', capabilities: [{ action: 'ledger:read', resource: 'acct/*' }] }))).status).toBe(201);
+    expect(
+      (await fetch(`${idpUrl}/v1/agents`, json({ name: 'other', role: 'worker', capabilities: [{ action: 'ledger:read', resource: 'acct/*' }] }))).status,
+    ).toBe(201);
     const other = (await (await fetch(`${idpUrl}/v1/agents/other/provision`, { method: 'POST' })).json()) as AgentIdentity;
     const mismatch = await decide({ [H.actor]: 'bot', [H.service]: 'gpt', [H.agentVp]: await presentationFor(other) });
     expect(mismatch.status).toBe(403);
@@ -99,7 +103,10 @@ describe.each(testBackends())('identity end to end on $name', (b) => {
     expect(no.status).toBe(401);
     expect(no.headers.get(H.needsApproval)).toBe('true');
 
-    const req = await fetch(`${idpUrl}/v1/delegations/request`, json({ actorName: 'bot', task: 'close-books', action: 'ledger:read', resource: 'acct/*', reason: 'month end', ttlSeconds: 900 }));
+    const req = await fetch(
+      `${idpUrl}/v1/delegations/request`,
+      json({ actorName: 'bot', task: 'close-books', action: 'ledger:read', resource: 'acct/*', reason: 'month end', ttlSeconds: 900 }),
+    );
     expect(req.status).toBe(201);
     const { id } = (await req.json()) as { id: string };
     const appr = await fetch(`${idpUrl}/v1/delegations/${id}/approve`, json({ approver: 'controller@example.com' }));
@@ -115,7 +122,7 @@ describe.each(testBackends())('identity end to end on $name', (b) => {
     const after = await decide(h);
     expect(after.status).toBe(401);
     expect(after.headers.get(H.needsApproval)).toBe('true');
-    expect((await (await fetch(`${mgmt}/v1/audit/verify`)).json())).toMatchObject({ ok: true });
+    expect(await (await fetch(`${mgmt}/v1/audit/verify`)).json()).toMatchObject({ ok: true });
   });
 
   it('revoking the Membership VC cuts egress within one second', async () => {

@@ -115,7 +115,15 @@ describe('all-in-one runtime/main.ts', { timeout: 120_000 }, () => {
     // The control plane asks this process's identity authority: a regulated egress without an
     // approved delegation is 401 + needs-approval (without AGENT_IDP_URL it would be a 403).
     const regulated = await fetch(`http://127.0.0.1:${decision}/authz`, {
-      headers: { [H.actor]: 'research-agent', [H.service]: 'ledger', [H.onBehalfOf]: 'alice@example.com', [H.task]: 't-1', [H.targetKind]: 'tool', [H.action]: 'ledger:read', [H.resource]: 'acct/1' },
+      headers: {
+        [H.actor]: 'research-agent',
+        [H.service]: 'ledger',
+        [H.onBehalfOf]: 'alice@example.com',
+        [H.task]: 't-1',
+        [H.targetKind]: 'tool',
+        [H.action]: 'ledger:read',
+        [H.resource]: 'acct/1',
+      },
     });
     expect(regulated.status).toBe(401);
     expect(regulated.headers.get(H.needsApproval)).toBe('true');
@@ -142,7 +150,11 @@ describe('all-in-one runtime/main.ts', { timeout: 120_000 }, () => {
     const first = up!;
     const issuer = await json<{ did: string }>(`http://127.0.0.1:${first.ports.identity}/v1/issuer`);
     const post = (body: unknown) =>
-      fetch(`http://127.0.0.1:${first.ports.mgmt}/v1/registry/services`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      fetch(`http://127.0.0.1:${first.ports.mgmt}/v1/registry/services`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
     // The examples belong to the folder source: the API cannot take one over (409 naming the owner).
     const takeover = await post({ name: 'web', upstream: 'web.default.svc:8081', public: true });
     expect(takeover.status).toBe(409);

@@ -43,7 +43,11 @@ function envFor(dataDir: string): Record<string, string> {
 }
 
 async function call(url: string, method = 'GET', body?: unknown): Promise<{ status: number; body: any }> {
-  const res = await fetch(url, { method, headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await fetch(url, {
+    method,
+    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   const text = await res.text();
   return { status: res.status, body: text ? JSON.parse(text) : undefined };
 }
@@ -133,7 +137,16 @@ describe.skipIf(!existsSync(CHROMIUM))('operator portal in Chromium against the 
     ctx = await chromium.launchPersistentContext(join(dir, 'chromium-profile'), {
       executablePath: CHROMIUM,
       headless: true,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
       viewport: { width: 1366, height: 860 },
     });
     page = ctx.pages()[0] ?? (await ctx.newPage());
@@ -173,9 +186,18 @@ describe.skipIf(!existsSync(CHROMIUM))('operator portal in Chromium against the 
     expect(posture).toEqual({ owner_inactive: 1, blocked: 1, active_healthy: 1, other: 2 });
     expect(posture).toEqual(summary.posture);
     // SPEC precedence: owner_inactive, then blocked, then active_healthy.
-    expect(await page.locator('.posture li').evaluateAll((els) => els.map((e) => (e as unknown as El).dataset.bucket))).toEqual(['owner_inactive', 'blocked', 'active_healthy', 'other']);
+    expect(await page.locator('.posture li').evaluateAll((els) => els.map((e) => (e as unknown as El).dataset.bucket))).toEqual([
+      'owner_inactive',
+      'blocked',
+      'active_healthy',
+      'other',
+    ]);
     const rows = async (table: string) =>
-      Object.fromEntries(await page.locator(`${table} tbody tr`).evaluateAll((els) => els.map((e) => [(e as unknown as El).dataset.key, Number((e as unknown as El).dataset.agents)])));
+      Object.fromEntries(
+        await page
+          .locator(`${table} tbody tr`)
+          .evaluateAll((els) => els.map((e) => [(e as unknown as El).dataset.key, Number((e as unknown as El).dataset.agents)])),
+      );
     expect(await rows('#by-owner')).toEqual({ [sub('ann')]: 2, [sub('ned')]: 1, [sub('old')]: 1, '(team-owned)': 1 });
     expect(await rows('#by-dept')).toEqual({ Sales: 2, '(unassigned)': 1, Ops: 1, '(team-owned)': 1 });
     await shot('overview');
@@ -203,7 +225,14 @@ describe.skipIf(!existsSync(CHROMIUM))('operator portal in Chromium against the 
   });
 
   it('a task delegation approved in the Approvals view; the allowed egress shows a live expiry countdown', async () => {
-    const d = await ok(`${idp()}/v1/delegations/request`, 'POST', { actorName: 'researcher', task: 't-42', action: 'ledger:read', resource: 'acct/7', reason: 'quarter close', ttlSeconds: 3600 });
+    const d = await ok(`${idp()}/v1/delegations/request`, 'POST', {
+      actorName: 'researcher',
+      task: 't-42',
+      action: 'ledger:read',
+      resource: 'acct/7',
+      reason: 'quarter close',
+      ttlSeconds: 3600,
+    });
     await view('approvals');
     await page.fill('#approver', 'carol@acme.example');
     const row = page.locator(`#delegations tr[data-id="${d.id}"]`);

@@ -55,7 +55,11 @@ describe('a big directory sync does not starve the other listeners', () => {
     })();
     await new Promise((r) => setTimeout(r, 200));
     const t0 = performance.now();
-    const res = await fetch(`http://127.0.0.1:${writ.ports.identity}/v1/directory/sync`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const res = await fetch(`http://127.0.0.1:${writ.ports.identity}/v1/directory/sync`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
     const run = (await res.json()) as { counts: Record<string, number> };
     const t1 = performance.now();
     running = false;

@@ -8,7 +8,8 @@ import { readFolder } from './validate/files.js';
 import { EXAMPLES_DIR, openTestStack, type TestStack } from './testing/stack.js';
 
 const ready = (s: CrStatus | undefined) => s?.conditions.find((c) => c.type === 'Ready');
-const cr = (kind: string, name: string, spec: Record<string, unknown>): Observed => checkResource({ apiVersion: API_VERSION, kind, metadata: { name, namespace: 'agents' }, spec }, `t:${name}`).observed!;
+const cr = (kind: string, name: string, spec: Record<string, unknown>): Observed =>
+  checkResource({ apiVersion: API_VERSION, kind, metadata: { name, namespace: 'agents' }, spec }, `t:${name}`).observed!;
 
 async function governed(t: TestStack, name: string): Promise<any> {
   const r = await t.identity(`/v1/governance/agents/${name}`);
@@ -35,7 +36,11 @@ describe('applier against the real registry and identity authority', () => {
     expect((await governed(t, 'summarizer')).status).toBe('approved');
     expect((await t.identity('/v1/agents/research-agent')).status).toBe(200);
     for (const [key, s] of pass.statuses) expect(ready(s), key).toMatchObject({ status: 'True', reason: 'Ready' });
-    expect(pass.statuses.get('GovernedAgent/agents/research-agent')).toMatchObject({ lifecycle: 'active', activationBlockers: [], policyVersion: t.registry.version });
+    expect(pass.statuses.get('GovernedAgent/agents/research-agent')).toMatchObject({
+      lifecycle: 'active',
+      activationBlockers: [],
+      policyVersion: t.registry.version,
+    });
   });
 
   it('steady state: a second pass writes nothing (no version bump, no audit record, same statuses)', async () => {
@@ -66,7 +71,11 @@ describe('applier against the real registry and identity authority', () => {
     await t.registry.upsert({ name: 'orders', upstream: 'mine.svc:1', owner: 'someone' });
     const pass = await applier.run(examples);
     expect(t.registry.get('orders')!.upstream).toBe('mine.svc:1');
-    expect(ready(pass.statuses.get('RegistryService/default/orders'))).toMatchObject({ status: 'False', reason: 'Conflict', message: 'registry entry orders is owned by api' });
+    expect(ready(pass.statuses.get('RegistryService/default/orders'))).toMatchObject({
+      status: 'False',
+      reason: 'Conflict',
+      message: 'registry entry orders is owned by api',
+    });
     expect(ready(pass.statuses.get('RegistryService/default/web'))!.status).toBe('True');
   });
 
@@ -97,7 +106,14 @@ describe('applier against the real registry and identity authority', () => {
     const sync = await postJson(t.identity, '/v1/directory/sync', {
       tenantId: 'example',
       mode: 'snapshot',
-      users: [{ schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'], externalId: 'e1a2b3c4-0000-4000-8000-000000000001', userName: 'dana.lee@example.com', active: false }],
+      users: [
+        {
+          schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
+          externalId: 'e1a2b3c4-0000-4000-8000-000000000001',
+          userName: 'dana.lee@example.com',
+          active: false,
+        },
+      ],
       groups: [],
     });
     expect(sync.status).toBe(200);

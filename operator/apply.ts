@@ -131,10 +131,16 @@ export function createApplier(opts: ApplierOptions) {
       if (r.status !== 201) return { blockers: [], reason: 'Rejected', message: errorText(r.status, r.body) };
       cur = r.body as GovRecord;
     }
-    if (cur.tenant_id !== g.tenant) return { lifecycle: cur.status, blockers: cur.activation_blockers, reason: 'Rejected', message: `governed agent ${g.name} exists in another tenant` };
+    if (cur.tenant_id !== g.tenant)
+      return { lifecycle: cur.status, blockers: cur.activation_blockers, reason: 'Rejected', message: `governed agent ${g.name} exists in another tenant` };
     if (cur.owner_type !== g.ownerType || cur.owner_ref !== g.ownerRef) {
-      const r = await postJson(req, `/v1/governance/agents/${encodeURIComponent(g.name)}/transfer-ownership?tenant=${encodeURIComponent(g.tenant)}`, { ownerType: g.ownerType, ownerRef: g.ownerRef, by });
-      if (r.status !== 200) return { lifecycle: cur.status, blockers: cur.activation_blockers, reason: 'Rejected', message: `ownership transfer: ${errorText(r.status, r.body)}` };
+      const r = await postJson(req, `/v1/governance/agents/${encodeURIComponent(g.name)}/transfer-ownership?tenant=${encodeURIComponent(g.tenant)}`, {
+        ownerType: g.ownerType,
+        ownerRef: g.ownerRef,
+        by,
+      });
+      if (r.status !== 200)
+        return { lifecycle: cur.status, blockers: cur.activation_blockers, reason: 'Rejected', message: `ownership transfer: ${errorText(r.status, r.body)}` };
       cur = r.body as GovRecord;
     }
     // Fields the identity authority has no update route for: say so instead of pretending.
@@ -148,16 +154,28 @@ export function createApplier(opts: ApplierOptions) {
     ).filter(([k, v]) => (g[k] ?? null) !== v);
     const want = g.state as AgentStatus;
     if (cur.status === want) {
-      if (drifted.length) return { lifecycle: cur.status, blockers: cur.activation_blockers, reason: 'Drifted', message: `cannot update ${drifted.map(([k, v]) => `${k} (registered ${JSON.stringify(v)})`).join(', ')}: the identity authority has no update route` };
+      if (drifted.length)
+        return {
+          lifecycle: cur.status,
+          blockers: cur.activation_blockers,
+          reason: 'Drifted',
+          message: `cannot update ${drifted.map(([k, v]) => `${k} (registered ${JSON.stringify(v)})`).join(', ')}: the identity authority has no update route`,
+        };
       return { lifecycle: cur.status, blockers: cur.activation_blockers };
     }
     if (cur.status === 'retired') return { lifecycle: cur.status, blockers: [], reason: 'Retired', message: 'the governed agent is retired (terminal)' };
     const last = cur.history[cur.history.length - 1];
     if (HOLDING.has(cur.status) && last && last.by !== by) {
-      return { lifecycle: cur.status, blockers: cur.activation_blockers, reason: 'Held', message: `${cur.status} by ${last.by} (${last.action}); the operator does not undo it` };
+      return {
+        lifecycle: cur.status,
+        blockers: cur.activation_blockers,
+        reason: 'Held',
+        message: `${cur.status} by ${last.by} (${last.action}); the operator does not undo it`,
+      };
     }
     const path = pathTo(cur.status, want);
-    if (!path) return { lifecycle: cur.status, blockers: cur.activation_blockers, reason: 'Rejected', message: `no SPEC 3.1 path from ${cur.status} to ${want}` };
+    if (!path)
+      return { lifecycle: cur.status, blockers: cur.activation_blockers, reason: 'Rejected', message: `no SPEC 3.1 path from ${cur.status} to ${want}` };
     for (const step of path) {
       const r = await transition(g.name, g.tenant, step);
       if (r.status !== 200) {
@@ -223,7 +241,9 @@ export function createApplier(opts: ApplierOptions) {
     if (same && outcome.apply && outcome.apply === memo!.apply && !governed && prev === memo!.statuses) {
       return { desired, outcome, statuses: memo!.statuses, withdrawn: withdrawnOk ? desired.deleting : [] };
     }
-    const at = now().toISOString().replace(/\.\d+Z$/, 'Z');
+    const at = now()
+      .toISOString()
+      .replace(/\.\d+Z$/, 'Z');
     const statuses = new Map<string, CrStatus>();
     for (const r of observed) {
       if (r.deleting) continue;

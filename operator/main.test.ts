@@ -9,7 +9,12 @@ import type { Store } from '../runtime/store/factory.js';
 import { operatorConfig, startOperator } from './main.js';
 import { startFakeApiServer, type FakeApiServer } from './testing/fake-apiserver.js';
 
-const svc = (name: string, upstream: string, ns = 'default') => ({ apiVersion: 'writ.io/v1alpha1', kind: 'RegistryService', metadata: { name, namespace: ns }, spec: { upstream } });
+const svc = (name: string, upstream: string, ns = 'default') => ({
+  apiVersion: 'writ.io/v1alpha1',
+  kind: 'RegistryService',
+  metadata: { name, namespace: ns },
+  spec: { upstream },
+});
 
 describe('operator process', () => {
   it('checks its settings before starting', () => {
@@ -17,7 +22,12 @@ describe('operator process', () => {
     expect(() => operatorConfig({ WRIT_MGMT_URL: 'nope' })).toThrow(/WRIT_MGMT_URL must be a URL/);
     expect(() => operatorConfig({ WRIT_MGMT_URL: 'http://m:8181', WRIT_CLUSTER_NAME: 'Bad Name' })).toThrow(/DNS label/);
     expect(() => operatorConfig({ WRIT_MGMT_URL: 'http://m:8181', WRIT_POLICY_DIR: '/does/not/exist' })).toThrow(/WRIT_POLICY_DIR must name a folder/);
-    expect(operatorConfig({ WRIT_MGMT_URL: 'http://m:8181', POD_NAME: 'op-0', POD_NAMESPACE: 'writ' })).toMatchObject({ cluster: 'default', kubernetes: true, podName: 'op-0', podNamespace: 'writ' });
+    expect(operatorConfig({ WRIT_MGMT_URL: 'http://m:8181', POD_NAME: 'op-0', POD_NAMESPACE: 'writ' })).toMatchObject({
+      cluster: 'default',
+      kubernetes: true,
+      podName: 'op-0',
+      podNamespace: 'writ',
+    });
   });
 
   describe('Kubernetes and folder sources over the management API', () => {
@@ -43,8 +53,16 @@ describe('operator process', () => {
       api.apply(svc('from-cluster', 'c.svc:1'));
       writeFileSync(join(dir, 'a.yaml'), `apiVersion: writ.io/v1alpha1\nkind: RegistryService\nmetadata: {name: from-folder}\nspec: {upstream: f.svc:1}\n`);
       const kc = new KubeConfig();
-      kc.loadFromOptions({ clusters: [{ name: 't', server: api.url, skipTLSVerify: true }], users: [{ name: 'u', token: api.token }], contexts: [{ name: 'c', cluster: 't', user: 'u' }], currentContext: 'c' });
-      const op = await startOperator({ WRIT_MGMT_URL: `http://127.0.0.1:${cp.mgmtPort}`, WRIT_POLICY_DIR: dir, WRIT_CLUSTER_NAME: 'test', POD_NAME: 'op-0', POD_NAMESPACE: 'writ' }, kc);
+      kc.loadFromOptions({
+        clusters: [{ name: 't', server: api.url, skipTLSVerify: true }],
+        users: [{ name: 'u', token: api.token }],
+        contexts: [{ name: 'c', cluster: 't', user: 'u' }],
+        currentContext: 'c',
+      });
+      const op = await startOperator(
+        { WRIT_MGMT_URL: `http://127.0.0.1:${cp.mgmtPort}`, WRIT_POLICY_DIR: dir, WRIT_CLUSTER_NAME: 'test', POD_NAME: 'op-0', POD_NAMESPACE: 'writ' },
+        kc,
+      );
       try {
         const reg = cp.plane.registry;
         const end = Date.now() + 20_000;

@@ -66,7 +66,10 @@ export function operatorConfig(env: Env): OperatorConfig {
   };
 }
 
-export async function startOperator(env: Env = process.env, kubeConfig?: KubeConfig): Promise<Closable & { kubernetes?: KubernetesSource; folder?: FolderSource }> {
+export async function startOperator(
+  env: Env = process.env,
+  kubeConfig?: KubeConfig,
+): Promise<Closable & { kubernetes?: KubernetesSource; folder?: FolderSource }> {
   const cfg = operatorConfig(env);
   const registry = httpRegistry(cfg.mgmtUrl);
   const identity = cfg.idpUrl ? httpIdentity(cfg.idpUrl) : undefined;

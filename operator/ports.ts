@@ -17,7 +17,10 @@ export interface RegistryPort {
 export type IdentityRequest = (path: string, init?: RequestInit) => Promise<Response>;
 
 /** The in-process registry (runtime/control-plane/registry): apply is already that shape. */
-export function inProcessRegistry(registry: { apply(desired: readonly unknown[], opts: { owner: string; dryRun?: boolean; by?: string }): Promise<ApplyResult>; readonly version: number }): RegistryPort {
+export function inProcessRegistry(registry: {
+  apply(desired: readonly unknown[], opts: { owner: string; dryRun?: boolean; by?: string }): Promise<ApplyResult>;
+  readonly version: number;
+}): RegistryPort {
   return { apply: (services, opts) => registry.apply(services, opts), version: async () => registry.version };
 }
 

@@ -8,18 +8,35 @@ function cr(kind: string, name: string, spec: Record<string, unknown>, meta: Rec
   const o = checkResource({ apiVersion: API_VERSION, kind, metadata: { name, namespace: 'ns', ...meta }, spec }, `test:${name}`).observed!;
   return createdAt ? { ...o, createdAt } : o;
 }
-const svc = (name: string, spec: Record<string, unknown> = {}, meta?: Record<string, unknown>, at?: string) => cr('RegistryService', name, { upstream: `${name}.svc:80`, ...spec }, meta, at);
-const pol = (name: string, spec: Record<string, unknown> = {}, meta?: Record<string, unknown>, at?: string) => cr('AgentPolicy', name, { agent: name, ...spec }, meta, at);
-const gov = (name: string, spec: Record<string, unknown> = {}) => cr('GovernedAgent', name, { tenant: 't', ownerType: 'employee', ownerRef: 'idp_a:t:1', ...spec });
+const svc = (name: string, spec: Record<string, unknown> = {}, meta?: Record<string, unknown>, at?: string) =>
+  cr('RegistryService', name, { upstream: `${name}.svc:80`, ...spec }, meta, at);
+const pol = (name: string, spec: Record<string, unknown> = {}, meta?: Record<string, unknown>, at?: string) =>
+  cr('AgentPolicy', name, { agent: name, ...spec }, meta, at);
+const gov = (name: string, spec: Record<string, unknown> = {}) =>
+  cr('GovernedAgent', name, { tenant: 't', ownerType: 'employee', ownerRef: 'idp_a:t:1', ...spec });
 
-const applied = (over: Partial<ApplyResult>): ApplyResult => ({ version: 7, created: [], updated: [], deleted: [], unchanged: [], conflicts: [], conflictOwners: {}, invalid: [], ...over });
+const applied = (over: Partial<ApplyResult>): ApplyResult => ({
+  version: 7,
+  created: [],
+  updated: [],
+  deleted: [],
+  unchanged: [],
+  conflicts: [],
+  conflictOwners: {},
+  invalid: [],
+  ...over,
+});
 const outcome = (over: Partial<Outcome> = {}): Outcome => ({ identityErrors: new Map(), governed: new Map(), ...over });
 const NOW = '2026-01-01T00:00:00Z';
 const cond = (s: ReturnType<typeof statusFor>, t: string) => s.conditions.find((c) => c.type === t)!;
 
 describe('reconcile (pure): observed CRs -> desired state', () => {
   it('create: services, agent policies (default upstream) and governed agents become desired entries', () => {
-    const d = reconcile([svc('web', { public: true }), pol('bot', { allowTools: ['search'], budget: { callsPerHour: 5 }, identity: { role: 'r' } }), gov('bot', { state: 'approved' })]);
+    const d = reconcile([
+      svc('web', { public: true }),
+      pol('bot', { allowTools: ['search'], budget: { callsPerHour: 5 }, identity: { role: 'r' } }),
+      gov('bot', { state: 'approved' }),
+    ]);
     expect(d.services).toEqual([
       { name: 'bot', upstream: 'bot.ns.svc:8080', kind: 'agent', allowTools: ['search'], budget: { callsPerHour: 5 } },
       { name: 'web', upstream: 'web.svc:80', public: true, kind: 'service' },
@@ -56,10 +73,17 @@ describe('reconcile (pure): observed CRs -> desired state', () => {
   it('conflict between two resources: the older wins, the loser is Conflict and contributes nothing', () => {
     const older = svc('search', { owner: 'old' }, { namespace: 'b' }, '2026-01-01T00:00:00Z');
     const newer = pol('search', {}, { namespace: 'a' }, '2026-02-01T00:00:00Z');
-    for (const order of [[older, newer], [newer, older]]) {
+    for (const order of [
+      [older, newer],
+      [newer, older],
+    ]) {
       const d = reconcile(order);
       expect(d.services).toEqual([{ name: 'search', upstream: 'search.svc:80', public: false, kind: 'service', owner: 'old' }]);
-      expect(d.verdicts.get(keyOf(newer))).toEqual({ accepted: false, reason: 'Conflict', message: 'registry name search is already claimed by RegistryService/b/search' });
+      expect(d.verdicts.get(keyOf(newer))).toEqual({
+        accepted: false,
+        reason: 'Conflict',
+        message: 'registry name search is already claimed by RegistryService/b/search',
+      });
     }
   });
 
@@ -107,7 +131,9 @@ describe('reconcile (pure): observed CRs -> desired state', () => {
     const b = { ...svc('web', { owner: 'x' }), origin: 'other.yaml:3' };
     const d = reconcile([a, b]);
     expect(d.services).toHaveLength(1);
-    expect([...d.verdicts.values()].filter((v) => !v.accepted)).toEqual([{ accepted: false, reason: 'Conflict', message: 'RegistryService/ns/web is declared twice (other.yaml:3)' }]);
+    expect([...d.verdicts.values()].filter((v) => !v.accepted)).toEqual([
+      { accepted: false, reason: 'Conflict', message: 'RegistryService/ns/web is declared twice (other.yaml:3)' },
+    ]);
   });
 });
 
@@ -128,7 +154,10 @@ describe('status projection', () => {
     const r = pol('bot', { identity: { role: 'r' } });
     const d = reconcile([r]);
     expect(cond(statusFor(r, d, outcome({ applyError: 'connection refused' }), NOW), 'Ready')).toMatchObject({ status: 'False', reason: 'ApplyFailed' });
-    expect(cond(statusFor(r, d, outcome({ apply: applied({ invalid: [{ name: 'bot', error: 'upstream: bad' }] }) }), NOW), 'Programmed')).toMatchObject({ reason: 'Rejected', message: 'upstream: bad' });
+    expect(cond(statusFor(r, d, outcome({ apply: applied({ invalid: [{ name: 'bot', error: 'upstream: bad' }] }) }), NOW), 'Programmed')).toMatchObject({
+      reason: 'Rejected',
+      message: 'upstream: bad',
+    });
     const idErr = outcome({ apply: applied({ unchanged: ['bot'] }), identityErrors: new Map([['bot', '500 boom']]) });
     expect(cond(statusFor(r, d, idErr, NOW), 'Ready')).toMatchObject({ status: 'False', reason: 'IdentityFailed' });
     expect(cond(statusFor(r, d, outcome(), NOW), 'Ready')).toMatchObject({ status: 'Unknown', reason: 'Pending' });
@@ -137,7 +166,11 @@ describe('status projection', () => {
   it('governed agents report lifecycle, blockers and the identity authority answer', () => {
     const r = gov('bot', { state: 'active', businessSponsor: 's', riskTier: 'low', approvedRuntime: 'doks_prod' });
     const d = reconcile([r]);
-    const blocked = outcome({ governed: new Map([['bot', { lifecycle: 'approved', blockers: ['owner_inactive'], reason: 'Blocked' as const, message: 'activation gate not met: owner_inactive' }]]) });
+    const blocked = outcome({
+      governed: new Map([
+        ['bot', { lifecycle: 'approved', blockers: ['owner_inactive'], reason: 'Blocked' as const, message: 'activation gate not met: owner_inactive' }],
+      ]),
+    });
     const s = statusFor(r, d, blocked, NOW);
     expect(s).toMatchObject({ lifecycle: 'approved', activationBlockers: ['owner_inactive'] });
     expect(cond(s, 'Ready')).toMatchObject({ status: 'False', reason: 'Blocked' });

@@ -133,7 +133,12 @@ export function reconcile(observed: readonly ObservedWithAge[]): Desired {
     else {
       services.push(serviceOf(r));
       const id = r.kind === 'AgentPolicy' ? r.spec!.identity : undefined;
-      if (id) identities.push({ name: r.spec!.agent, role: id.role, capabilities: (id.capabilities ?? []).map((c: DesiredIdentity['capabilities'][number]) => ({ action: c.action, resource: c.resource })) });
+      if (id)
+        identities.push({
+          name: r.spec!.agent,
+          role: id.role,
+          capabilities: (id.capabilities ?? []).map((c: DesiredIdentity['capabilities'][number]) => ({ action: c.action, resource: c.resource })),
+        });
     }
   }
   const byName = <T extends { name: string }>(a: T, b: T) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);

@@ -41,7 +41,8 @@ export function checkResource(doc: unknown, origin: string, old?: unknown): Chec
   if (!isObj(doc)) return { errors: [{ path: [], message: 'a resource must be a mapping' }] };
   const apiVersion = doc.apiVersion;
   if (typeof apiVersion !== 'string' || !apiVersion.startsWith(API_VERSION.split('/')[0] + '/')) return { errors: [] };
-  if (apiVersion !== API_VERSION) return { errors: [{ path: ['apiVersion'], message: `unsupported apiVersion ${JSON.stringify(apiVersion)}: use ${API_VERSION}` }] };
+  if (apiVersion !== API_VERSION)
+    return { errors: [{ path: ['apiVersion'], message: `unsupported apiVersion ${JSON.stringify(apiVersion)}: use ${API_VERSION}` }] };
   const crd = kindOf(String(doc.kind));
   if (!crd) return { errors: [{ path: ['kind'], message: `unknown kind ${JSON.stringify(doc.kind)}: RegistryService, AgentPolicy or GovernedAgent` }] };
   const meta = isObj(doc.metadata) ? doc.metadata : {};
@@ -49,7 +50,10 @@ export function checkResource(doc: unknown, origin: string, old?: unknown): Chec
   if (!name) return { errors: [{ path: ['metadata', 'name'], message: 'required field is missing' }] };
   const namespace = typeof meta.namespace === 'string' && meta.namespace ? meta.namespace : 'default';
   const schema = openApiSchema(crd);
-  const body = withDefaults({ apiVersion, kind: doc.kind, metadata: { name }, spec: doc.spec, ...(doc.status ? { status: doc.status } : {}) }, schema) as Record<string, any>;
+  const body = withDefaults(
+    { apiVersion, kind: doc.kind, metadata: { name }, spec: doc.spec, ...(doc.status ? { status: doc.status } : {}) },
+    schema,
+  ) as Record<string, any>;
   const oldBody = isObj(old) ? withDefaults({ apiVersion, kind: doc.kind, metadata: { name }, spec: old.spec }, schema) : undefined;
   const errors = validateAgainst(body, schema, oldBody);
   return {

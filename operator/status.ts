@@ -111,10 +111,16 @@ function programmed(r: Observed, o: Outcome): Cond {
 
 /** The status one resource should carry. `prev` keeps lastTransitionTime of unchanged conditions. */
 export function statusFor(r: Observed, d: Desired, o: Outcome, now: string, prev?: CrStatus): CrStatus {
-  const verdict = d.verdicts.get(`${keyOf(r)}@${r.origin}`) ?? d.verdicts.get(keyOf(r)) ?? { accepted: false as const, reason: 'Invalid' as const, message: r.errors.join('; ') };
+  const verdict = d.verdicts.get(`${keyOf(r)}@${r.origin}`) ??
+    d.verdicts.get(keyOf(r)) ?? { accepted: false as const, reason: 'Invalid' as const, message: r.errors.join('; ') };
   const accepted: Cond = verdict.accepted ? ok('Accepted', 'valid and not in conflict') : no(verdict.reason, verdict.message);
   const prog: Cond = verdict.accepted ? programmed(r, o) : no(verdict.reason, 'not programmed: not accepted');
-  const ready: Cond = accepted.status !== 'True' ? accepted : prog.status !== 'True' ? { ...prog, status: prog.status === 'Unknown' ? 'Unknown' : 'False' } : ok('Ready', prog.message);
+  const ready: Cond =
+    accepted.status !== 'True'
+      ? accepted
+      : prog.status !== 'True'
+        ? { ...prog, status: prog.status === 'Unknown' ? 'Unknown' : 'False' }
+        : ok('Ready', prog.message);
   const g = r.kind === 'GovernedAgent' ? o.governed.get(r.name) : undefined;
   const cond = (type: Condition['type'], c: Cond): Condition => {
     const old = prev?.conditions.find((x) => x.type === type);
@@ -124,7 +130,8 @@ export function statusFor(r: Observed, d: Desired, o: Outcome, now: string, prev
   const out: CrStatus = { observedGeneration: r.generation, conditions: [cond('Accepted', accepted), cond('Programmed', prog), cond('Ready', ready)] };
   // The version this resource was programmed at: it moves when its own entry is written (or it
   // had none yet), not whenever another resource changes the snapshot (no status churn).
-  if (verdict.accepted && prog.status === 'True' && o.version !== undefined && (entryWritten(r, o) || prev?.policyVersion === undefined)) out.policyVersion = o.version;
+  if (verdict.accepted && prog.status === 'True' && o.version !== undefined && (entryWritten(r, o) || prev?.policyVersion === undefined))
+    out.policyVersion = o.version;
   else if (prev?.policyVersion !== undefined) out.policyVersion = prev.policyVersion;
   if (g?.lifecycle) out.lifecycle = g.lifecycle;
   if (g) out.activationBlockers = [...g.blockers];

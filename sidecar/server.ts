@@ -101,7 +101,10 @@ export function readIdentityFile(path: string | undefined): { identity: LoadedId
     const name = (raw as { name?: unknown }).name;
     return { identity, name: typeof name === 'string' && name ? name : undefined };
   } catch (e) {
-    const msg = e instanceof Error && 'issues' in e ? (e as { issues: { path: PropertyKey[]; message: string }[] }).issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') : errMsg(e);
+    const msg =
+      e instanceof Error && 'issues' in e
+        ? (e as { issues: { path: PropertyKey[]; message: string }[] }).issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')
+        : errMsg(e);
     throw new Error(`identity file ${path} is not a valid agent identity (${msg})`, { cause: e });
   }
 }
@@ -139,7 +142,10 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
   // Everything is checked before the port opens: a sidecar that cannot prove who it is never listens.
   const addr = opts.addr ?? str(env, 'SIDECAR_ADDR', DEFAULT_ADDR);
   const { host } = parseAddr(addr);
-  if (!isLoopback(host)) throw new Error(`SIDECAR_ADDR must be a loopback address (127.0.0.1 or ::1), got ${JSON.stringify(addr)}: the sidecar mints credentials for whoever reaches it`);
+  if (!isLoopback(host))
+    throw new Error(
+      `SIDECAR_ADDR must be a loopback address (127.0.0.1 or ::1), got ${JSON.stringify(addr)}: the sidecar mints credentials for whoever reaches it`,
+    );
   const identityPath = opts.identityFile ?? optional(env, IDENTITY_FILE_VAR);
   let { identity, name } = readIdentityFile(identityPath);
   const broker = httpUrl(opts.brokerUrl ?? optional(env, 'REAL_BROKER_URL'), 'REAL_BROKER_URL');
@@ -253,7 +259,13 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
           const rh = r.headers[H.denyReason];
           const reason = typeof rh === 'string' ? rh : '';
           const status = r.statusCode && r.statusCode >= 400 && r.statusCode < 600 ? r.statusCode : 502;
-          return sendError(res, status, 'egress_denied', `the egress proxy refused the tunnel (${r.statusCode ?? 'no status'})${reason ? `: ${reason}` : ''}`, reason ? { [H.denyReason]: reason } : {});
+          return sendError(
+            res,
+            status,
+            'egress_denied',
+            `the egress proxy refused the tunnel (${r.statusCode ?? 'no status'})${reason ? `: ${reason}` : ''}`,
+            reason ? { [H.denyReason]: reason } : {},
+          );
         }
         if (head.length) socket.unshift(head);
         send(
@@ -265,7 +277,8 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
             headers,
             // No agent: the request must ride this tunnel, never a fresh direct connection.
             agent: undefined,
-            createConnection: () => tls.connect({ socket, host: brokerHost, servername: isIP(brokerHost) ? undefined : brokerHost, ca, ALPNProtocols: ['http/1.1'] }),
+            createConnection: () =>
+              tls.connect({ socket, host: brokerHost, servername: isIP(brokerHost) ? undefined : brokerHost, ca, ALPNProtocols: ['http/1.1'] }),
           }),
         );
       });

@@ -110,11 +110,29 @@ describe('sidecar', () => {
     agentDid = agent.did;
     idFile = join(dir, 'identity.json');
     writeFileSync(idFile, JSON.stringify(agent));
-    execFileSync('openssl', [
-      'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
-      '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1',
-      '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
-    ], { stdio: 'ignore' });
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-days',
+        '1',
+        '-subj',
+        '/CN=localhost',
+        '-addext',
+        'subjectAltName=DNS:localhost,IP:127.0.0.1',
+        '-keyout',
+        join(dir, 'key.pem'),
+        '-out',
+        join(dir, 'cert.pem'),
+      ],
+      { stdio: 'ignore' },
+    );
     cert = (await import('node:fs')).readFileSync(join(dir, 'cert.pem'), 'utf8');
     const key = (await import('node:fs')).readFileSync(join(dir, 'key.pem'), 'utf8');
 
@@ -181,13 +199,20 @@ describe('sidecar', () => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  const verify = (vp: string) => checkPresentation(vp, { issuerDid: issuer.did, issuerKey: issuer.publicKey, audience: VP_AUDIENCE, nowSec: Math.floor(Date.now() / 1000) });
+  const verify = (vp: string) =>
+    checkPresentation(vp, { issuerDid: issuer.did, issuerKey: issuer.publicKey, audience: VP_AUDIENCE, nowSec: Math.floor(Date.now() / 1000) });
 
   it('forwards an http request as an absolute-URI request with a fresh, valid 12 h VP each time', async () => {
     const send = () =>
       fetch(`${base}/v1/chat/completions?x=1`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', [H.actor]: 'mallory', authorization: 'Bearer sk-agent', 'proxy-authorization': 'Bearer forged', [H.agentVp]: 'forged' },
+        headers: {
+          'content-type': 'application/json',
+          [H.actor]: 'mallory',
+          authorization: 'Bearer sk-agent',
+          'proxy-authorization': 'Bearer forged',
+          [H.agentVp]: 'forged',
+        },
         body: '{"model":"m"}',
       });
     const n = proxied.length;
@@ -287,7 +312,13 @@ describe('sidecar', () => {
     const dead = http.createServer();
     const deadPort = await listen(dead, '127.0.0.1:0');
     await close(dead);
-    const s = await startSidecar({ env: {}, addr: '127.0.0.1:0', identityFile: idFile, brokerUrl: 'http://broker.test', proxyUrl: `http://127.0.0.1:${deadPort}` });
+    const s = await startSidecar({
+      env: {},
+      addr: '127.0.0.1:0',
+      identityFile: idFile,
+      brokerUrl: 'http://broker.test',
+      proxyUrl: `http://127.0.0.1:${deadPort}`,
+    });
     try {
       const r = await fetch(`http://127.0.0.1:${s.port}/v1/models`);
       expect(r.status).toBe(502);

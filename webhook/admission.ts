@@ -91,7 +91,8 @@ export function podOf(req: AdmissionRequest): Pod | string {
   for (const [i, c] of (o.spec.containers as unknown[]).entries()) {
     if (!isObj(c)) return `spec.containers[${i}] is not an object`;
     if (c.env !== undefined && c.env !== null && !Array.isArray(c.env)) return `spec.containers[${i}].env is not a list`;
-    for (const e of (c.env as unknown[] | undefined | null) ?? []) if (!isObj(e) || typeof e.name !== 'string') return `spec.containers[${i}].env has an entry without a name`;
+    for (const e of (c.env as unknown[] | undefined | null) ?? [])
+      if (!isObj(e) || typeof e.name !== 'string') return `spec.containers[${i}].env has an entry without a name`;
   }
   return o as Pod;
 }
@@ -163,7 +164,10 @@ export function validateVerdict(name: string, lookup: AgentLookup, requireProvis
     case 'bad-answer':
       return deny(`identity authority answer for agent ${JSON.stringify(name)} unusable: ${lookup.why}`);
     case 'unreachable':
-      return { allowed: true, warnings: [`identity authority unreachable (${lookup.why}); agent ${JSON.stringify(name)} admitted without the provisioning check`] };
+      return {
+        allowed: true,
+        warnings: [`identity authority unreachable (${lookup.why}); agent ${JSON.stringify(name)} admitted without the provisioning check`],
+      };
     case 'found':
       if (lookup.provisioned) return { allowed: true };
       if (!requireProvisioned) return { allowed: true, warnings: [`agent ${JSON.stringify(name)} is not provisioned (admitted: require-provisioned is off)`] };

@@ -43,9 +43,19 @@ export function flagsToEnv(argv: readonly string[]): Env {
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const m = /^--?([a-z][a-z-]*)(?:=(.*))?$/s.exec(arg);
-    if (!m) throw new Error(`unexpected argument ${JSON.stringify(arg)} (flags: ${Object.keys(FLAGS).map((f) => `-${f}`).join(' ')})`);
+    if (!m)
+      throw new Error(
+        `unexpected argument ${JSON.stringify(arg)} (flags: ${Object.keys(FLAGS)
+          .map((f) => `-${f}`)
+          .join(' ')})`,
+      );
     const flag = m[1] as Flag;
-    if (!(flag in FLAGS)) throw new Error(`unknown flag -${m[1]} (flags: ${Object.keys(FLAGS).map((f) => `-${f}`).join(' ')})`);
+    if (!(flag in FLAGS))
+      throw new Error(
+        `unknown flag -${m[1]} (flags: ${Object.keys(FLAGS)
+          .map((f) => `-${f}`)
+          .join(' ')})`,
+      );
     let value = m[2];
     if (value === undefined) {
       const next = argv[i + 1];
@@ -90,7 +100,8 @@ export function webhookSettings(argv: readonly string[], env: Env): WebhookSetti
   parseAddr(healthAddr);
   const idpUrl = httpUrl(`-idp-url / ${FLAGS['idp-url']}`, optional(e, FLAGS['idp-url']));
   const proxyUrl = httpUrl(`-proxy-url / ${FLAGS['proxy-url']}`, optional(e, FLAGS['proxy-url']));
-  if (!proxyUrl.startsWith('http://')) throw new Error(`-proxy-url / ${FLAGS['proxy-url']} must be an http:// URL (the forward proxy speaks plain HTTP and CONNECT)`);
+  if (!proxyUrl.startsWith('http://'))
+    throw new Error(`-proxy-url / ${FLAGS['proxy-url']} must be an http:// URL (the forward proxy speaks plain HTTP and CONNECT)`);
   const noProxy = str(e, FLAGS['no-proxy'], defaultNoProxy(idpUrl));
   return {
     addr,

@@ -23,18 +23,21 @@ interface Reply {
 
 function call(port: number, ca: string, path: string, body: string | Buffer, method = 'POST'): Promise<Reply> {
   return new Promise((resolve, reject) => {
-    const req = https.request({ host: '127.0.0.1', port, path, method, ca, servername: 'localhost', agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let parsed: unknown = text;
-        try {
-          parsed = JSON.parse(text);
-        } catch {}
-        resolve({ status: res.statusCode ?? 0, body: parsed });
-      });
-    });
+    const req = https.request(
+      { host: '127.0.0.1', port, path, method, ca, servername: 'localhost', agent: false, headers: { 'content-type': 'application/json' } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let parsed: unknown = text;
+          try {
+            parsed = JSON.parse(text);
+          } catch {}
+          resolve({ status: res.statusCode ?? 0, body: parsed });
+        });
+      },
+    );
     req.on('error', reject);
     req.end(method === 'GET' ? undefined : body);
   });
@@ -97,8 +100,28 @@ describe('admission webhook over HTTPS', () => {
   let idpUrl: string;
   const hooks: RunningWebhook[] = [];
 
-  async function hook(extra: string[] = [], files = { cert: join(dir, 'tls.crt'), key: join(dir, 'tls.key') }): Promise<{ wh: RunningWebhook; s: WebhookSettings }> {
-    const s = webhookSettings(['-addr', '127.0.0.1:0', '-health-addr', '127.0.0.1:0', '-idp-url', idpUrl, '-proxy-url', PROXY, '-tls-cert-file', files.cert, '-tls-key-file', files.key, ...extra], {});
+  async function hook(
+    extra: string[] = [],
+    files = { cert: join(dir, 'tls.crt'), key: join(dir, 'tls.key') },
+  ): Promise<{ wh: RunningWebhook; s: WebhookSettings }> {
+    const s = webhookSettings(
+      [
+        '-addr',
+        '127.0.0.1:0',
+        '-health-addr',
+        '127.0.0.1:0',
+        '-idp-url',
+        idpUrl,
+        '-proxy-url',
+        PROXY,
+        '-tls-cert-file',
+        files.cert,
+        '-tls-key-file',
+        files.key,
+        ...extra,
+      ],
+      {},
+    );
     const wh = await startWebhook(s);
     hooks.push(wh);
     return { wh, s };
@@ -116,7 +139,11 @@ describe('admission webhook over HTTPS', () => {
     idpUrl = `http://127.0.0.1:${idp.port}`;
     await idp.authority.whenReady();
     for (const name of ['ready-agent', 'fresh-agent']) {
-      const r = await fetch(`${idpUrl}/v1/agents`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name, role: 'worker', capabilities: [] }) });
+      const r = await fetch(`${idpUrl}/v1/agents`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ name, role: 'worker', capabilities: [] }),
+      });
       expect(r.status).toBe(201);
     }
     expect((await fetch(`${idpUrl}/v1/agents/ready-agent/provision`, { method: 'POST' })).status).toBe(200);
@@ -135,7 +162,11 @@ describe('admission webhook over HTTPS', () => {
       const pod = agentPod({ env: null });
       const r = await call(main.port, pki.ca, '/mutate', reviewOf(pod));
       expect(r.status).toBe(200);
-      expect(r.body).toMatchObject({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response: { uid: `uid-${uidSeq}`, allowed: true, patchType: 'JSONPatch' } });
+      expect(r.body).toMatchObject({
+        apiVersion: 'admission.k8s.io/v1',
+        kind: 'AdmissionReview',
+        response: { uid: `uid-${uidSeq}`, allowed: true, patchType: 'JSONPatch' },
+      });
       const patched = applyPatch(pod, patchOf(r)!);
       expect(patched.spec!.containers![0]!.env).toEqual([
         { name: 'HTTPS_PROXY', value: PROXY },
@@ -177,7 +208,12 @@ describe('admission webhook over HTTPS', () => {
     });
 
     it('admits an unreadable pod unpatched with a warning (failure policy Ignore)', async () => {
-      const r = await call(main.port, pki.ca, '/mutate', reviewOf({ metadata: { labels: { [AGENT_LABEL]: 'true' } }, spec: { containers: 'nope' } } as unknown as Pod));
+      const r = await call(
+        main.port,
+        pki.ca,
+        '/mutate',
+        reviewOf({ metadata: { labels: { [AGENT_LABEL]: 'true' } }, spec: { containers: 'nope' } } as unknown as Pod),
+      );
       expect(r.status).toBe(200);
       expect(r.body.response).toMatchObject({ allowed: true, warnings: ['not mutated: spec.containers is not a list'] });
       expect(r.body.response.patch).toBeUndefined();
@@ -270,7 +306,12 @@ describe('admission webhook over HTTPS', () => {
     const cases: [string, string, number, string | RegExp][] = [
       ['not JSON', '{"apiVersion":', 400, 'body is not valid JSON'],
       ['a JSON array', '[]', 400, 'body must be an AdmissionReview object'],
-      ['AdmissionReview v1beta1', JSON.stringify({ apiVersion: 'admission.k8s.io/v1beta1', kind: 'AdmissionReview', request: { uid: 'x' } }), 400, /admission\.k8s\.io\/v1/],
+      [
+        'AdmissionReview v1beta1',
+        JSON.stringify({ apiVersion: 'admission.k8s.io/v1beta1', kind: 'AdmissionReview', request: { uid: 'x' } }),
+        400,
+        /admission\.k8s\.io\/v1/,
+      ],
       ['no request', JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview' }), 400, 'AdmissionReview.request is missing'],
       ['no uid', JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { object: {} } }), 400, /uid/],
     ];
@@ -341,12 +382,18 @@ describe('admission webhook over HTTPS', () => {
 
   it('refuses to start without a readable cert, and on bad settings', async () => {
     const base = ['-addr', '127.0.0.1:0', '-health-addr', '127.0.0.1:0', '-idp-url', idpUrl, '-proxy-url', PROXY];
-    await expect(startWebhook(webhookSettings([...base, '-tls-cert-file', join(dir, 'missing.crt'), '-tls-key-file', join(dir, 'tls.key')], {}))).rejects.toThrow(/cannot load TLS cert/);
+    await expect(
+      startWebhook(webhookSettings([...base, '-tls-cert-file', join(dir, 'missing.crt'), '-tls-key-file', join(dir, 'tls.key')], {})),
+    ).rejects.toThrow(/cannot load TLS cert/);
     expect(() => webhookSettings(['-addr', ':8443'], { WEBHOOK_PROXY_URL: PROXY })).toThrow(/-idp-url \/ AGENT_IDP_URL is required/);
     expect(() => webhookSettings([...base, '-bogus', 'x'], {})).toThrow(/unknown flag -bogus/);
     expect(() => webhookSettings([...base, '-require-provisioned=maybe'], {})).toThrow(/REQUIRE_PROVISIONED must be a boolean/);
     expect(() => webhookSettings(['-idp-url', idpUrl, '-proxy-url', 'https://proxy:443'], {})).toThrow(/http:\/\/ URL/);
     expect(webhookSettings(['-idp-url', idpUrl, '-proxy-url', PROXY, '-require-provisioned'], { REQUIRE_PROVISIONED: 'false' }).requireProvisioned).toBe(true);
-    expect(webhookSettings(['--idp-url=' + idpUrl], { WEBHOOK_PROXY_URL: PROXY, REQUIRE_PROVISIONED: 'false' })).toMatchObject({ addr: ':8443', healthAddr: ':8080', requireProvisioned: false });
+    expect(webhookSettings(['--idp-url=' + idpUrl], { WEBHOOK_PROXY_URL: PROXY, REQUIRE_PROVISIONED: 'false' })).toMatchObject({
+      addr: ':8443',
+      healthAddr: ':8080',
+      requireProvisioned: false,
+    });
   });
 });

@@ -77,7 +77,8 @@ describe('charts/writ without a cluster', () => {
         kinds.push(doc.kind as string);
       }
     }
-    for (const k of ['Deployment', 'StatefulSet', 'Service', 'Secret', 'ServiceAccount', 'MutatingWebhookConfiguration', 'ValidatingWebhookConfiguration']) expect(kinds).toContain(k);
+    for (const k of ['Deployment', 'StatefulSet', 'Service', 'Secret', 'ServiceAccount', 'MutatingWebhookConfiguration', 'ValidatingWebhookConfiguration'])
+      expect(kinds).toContain(k);
     expect(kinds.filter((k) => k === 'Deployment')).toHaveLength(5);
   });
 
@@ -102,10 +103,16 @@ describe('charts/writ without a cluster', () => {
   });
 
   it('ships the repository CRDs byte for byte', () => {
-    const repo = readdirSync(join(ROOT, 'crds')).filter((f) => f.endsWith('.yaml')).sort();
+    const repo = readdirSync(join(ROOT, 'crds'))
+      .filter((f) => f.endsWith('.yaml'))
+      .sort();
     expect(repo.length).toBeGreaterThan(0);
     expect(readdirSync(join(CHART, 'crds')).sort()).toEqual(repo);
-    for (const f of repo) expect(readFileSync(join(CHART, 'crds', f)).equals(readFileSync(join(ROOT, 'crds', f))), `charts/writ/crds/${f} differs from crds/${f}: cp crds/*.yaml charts/writ/crds/`).toBe(true);
+    for (const f of repo)
+      expect(
+        readFileSync(join(CHART, 'crds', f)).equals(readFileSync(join(ROOT, 'crds', f))),
+        `charts/writ/crds/${f} differs from crds/${f}: cp crds/*.yaml charts/writ/crds/`,
+      ).toBe(true);
   });
 
   it('webhook configurations: mutate Ignore, validate Fail, agent pods only, never kube-system or the release namespace', () => {
@@ -151,7 +158,11 @@ describe('charts/writ without a cluster', () => {
       for (const u of uses) expect(u[2], `${name} must come from a Secret`).toBe('valueFrom:');
     }
     expect(all).not.toMatch(/- name: (IDP_KEY_ENCRYPTION_KEY|IDP_API_KEY_PEPPER|BROKER_PROVIDER_KEY)\n\s+value:/);
-    expect((values as any).secrets.keys).toEqual({ keyEncryptionKey: 'IDP_KEY_ENCRYPTION_KEY', apiKeyPepper: 'IDP_API_KEY_PEPPER', providerKey: 'BROKER_PROVIDER_KEY' });
+    expect((values as any).secrets.keys).toEqual({
+      keyEncryptionKey: 'IDP_KEY_ENCRYPTION_KEY',
+      apiKeyPepper: 'IDP_API_KEY_PEPPER',
+      providerKey: 'BROKER_PROVIDER_KEY',
+    });
   });
 
   it('every component runs from the image with probes, resources and a PodDisruptionBudget', () => {
@@ -188,8 +199,11 @@ describe('charts/writ rendered by helm', () => {
     if (!helm) return ctx.skip('helm is not installed here: lint and render skipped');
     execFileSync('helm', ['lint', '--strict', CHART], { stdio: 'pipe' });
     const out = execFileSync('helm', ['template', 'writ', CHART, '--namespace', 'writ-system'], { encoding: 'utf8', maxBuffer: 64 << 20 });
-    const kinds = parseAllDocuments(out).map((d) => (d.toJS() as { kind?: string } | null)?.kind).filter(Boolean);
-    for (const k of ['Deployment', 'Service', 'Secret', 'StatefulSet', 'PodDisruptionBudget', 'MutatingWebhookConfiguration', 'ValidatingWebhookConfiguration']) expect(kinds).toContain(k);
+    const kinds = parseAllDocuments(out)
+      .map((d) => (d.toJS() as { kind?: string } | null)?.kind)
+      .filter(Boolean);
+    for (const k of ['Deployment', 'Service', 'Secret', 'StatefulSet', 'PodDisruptionBudget', 'MutatingWebhookConfiguration', 'ValidatingWebhookConfiguration'])
+      expect(kinds).toContain(k);
   });
 
   it('rendered manifests validate against the Kubernetes schemas (kubeconform)', (ctx) => {

@@ -38,7 +38,11 @@ export interface Cluster {
 }
 
 /** Runs a command, returning code and output (throws on failure unless allowFail). */
-export function sh(cmd: string, args: string[], opts: { input?: string; allowFail?: boolean; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+export function sh(
+  cmd: string,
+  args: string[],
+  opts: { input?: string; allowFail?: boolean; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { env: opts.env ?? process.env, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
@@ -66,7 +70,9 @@ export function cluster(name: string, kubeconfig: string): Cluster {
     helm: async (args) => (await sh('helm', ['--kubeconfig', kubeconfig, ...args], { timeoutMs: 15 * 60_000 })).stdout,
     apply: (manifest, namespace) => kubectl([...(namespace ? ['-n', namespace] : []), 'apply', '-f', '-'], { input: manifest, allowFail: true }),
     portForward(namespace, target, port) {
-      const child: ChildProcess = spawn('kubectl', ['--kubeconfig', kubeconfig, '-n', namespace, 'port-forward', target, `:${port}`], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const child: ChildProcess = spawn('kubectl', ['--kubeconfig', kubeconfig, '-n', namespace, 'port-forward', target, `:${port}`], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       return new Promise((resolve, reject) => {
         const timer = setTimeout(() => {
           child.kill();

@@ -22,7 +22,9 @@ export function dockerEngine(): string | undefined {
     return undefined;
   } catch (e) {
     const err = e as { code?: string; stderr?: Buffer };
-    return err.code === 'ENOENT' ? 'the docker CLI is not installed' : `docker cannot reach an engine (${(err.stderr?.toString() ?? '').trim().split('\n')[0] || 'docker info failed'})`;
+    return err.code === 'ENOENT'
+      ? 'the docker CLI is not installed'
+      : `docker cannot reach an engine (${(err.stderr?.toString() ?? '').trim().split('\n')[0] || 'docker info failed'})`;
   }
 }
 
@@ -53,7 +55,8 @@ describe('Dockerfile', () => {
 
   for (const [component, source] of components) {
     it(`entrypoint ${component} -> ${source} exists`, (ctx) => {
-      if (component === 'operator' && !existsSync(join(ROOT, source))) ctx.skip(`${source} is not built yet (the operator's entry point belongs to the operator work)`);
+      if (component === 'operator' && !existsSync(join(ROOT, source)))
+        ctx.skip(`${source} is not built yet (the operator's entry point belongs to the operator work)`);
       expect(existsSync(join(ROOT, source)), source).toBe(true);
     });
   }
@@ -77,25 +80,41 @@ describe('Dockerfile', () => {
     }
   });
 
-  it('builds with docker where an engine answers', (ctx) => {
-    const why = dockerEngine();
-    if (why) return ctx.skip(`docker build skipped: ${why}`);
-    execFileSync('docker', ['build', '-t', 'writ:test', ROOT], { stdio: 'inherit', timeout: 15 * 60_000 });
-  }, 16 * 60_000);
+  it(
+    'builds with docker where an engine answers',
+    (ctx) => {
+      const why = dockerEngine();
+      if (why) return ctx.skip(`docker build skipped: ${why}`);
+      execFileSync('docker', ['build', '-t', 'writ:test', ROOT], { stdio: 'inherit', timeout: 15 * 60_000 });
+    },
+    16 * 60_000,
+  );
 });
 
 describe('compose.yaml (SPEC 1 evaluation stack)', () => {
   const compose = parseYaml(readFileSync(join(ROOT, 'compose.yaml'), 'utf8'), { merge: true }) as {
-    services: Record<string, { image?: string; build?: unknown; command?: string[]; environment?: Record<string, string>; depends_on?: Record<string, unknown>; profiles?: string[] }>;
+    services: Record<
+      string,
+      { image?: string; build?: unknown; command?: string[]; environment?: Record<string, string>; depends_on?: Record<string, unknown>; profiles?: string[] }
+    >;
   };
   const ours = Object.entries(compose.services).filter(([, s]) => s.build !== undefined);
 
   it('has PostgreSQL, the control plane, the identity authority and the broker, and no forward proxy published', () => {
     const byDefault = Object.entries(compose.services).filter(([, s]) => !s.profiles);
     expect(byDefault.map(([n]) => n).sort()).toEqual(['broker', 'control-plane', 'identity', 'postgres']);
-    expect(byDefault.filter(([, s]) => s.build !== undefined).map(([, s]) => s.command?.[0]).sort()).toEqual(['broker', 'control-plane', 'identity']);
+    expect(
+      byDefault
+        .filter(([, s]) => s.build !== undefined)
+        .map(([, s]) => s.command?.[0])
+        .sort(),
+    ).toEqual(['broker', 'control-plane', 'identity']);
     // Opt-in: the examples through the operator's folder source, from the CRD examples in the image.
-    expect(compose.services.examples).toMatchObject({ profiles: ['examples'], command: ['operator'], environment: { WRIT_POLICY_DIR: '/app/dist/crds/examples', WRIT_KUBERNETES: 'false' } });
+    expect(compose.services.examples).toMatchObject({
+      profiles: ['examples'],
+      command: ['operator'],
+      environment: { WRIT_POLICY_DIR: '/app/dist/crds/examples', WRIT_KUBERNETES: 'false' },
+    });
     const published = JSON.stringify(Object.values(compose.services).map((s) => (s as { ports?: unknown }).ports ?? []));
     expect(published).not.toContain('9092');
   });

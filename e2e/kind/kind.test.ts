@@ -101,23 +101,47 @@ describe.skipIf(why !== undefined)(`kind e2e${why ? ` (skipped: ${why})` : ''}`,
     k = cluster(name, kubeconfig);
     await sh('kind', ['load', 'docker-image', IMAGE, '--name', name]);
     await k.helm([
-      'install', RELEASE, join(ROOT, 'charts', 'writ'), '--namespace', NS, '--create-namespace', '--wait', '--timeout', '10m',
-      '--set', 'image.repository=writ', '--set', 'image.tag=e2e', '--set', 'image.pullPolicy=Never',
-      '--set', 'controlPlane.replicas=1', '--set', 'identity.replicas=1', '--set', 'webhook.replicas=1',
+      'install',
+      RELEASE,
+      join(ROOT, 'charts', 'writ'),
+      '--namespace',
+      NS,
+      '--create-namespace',
+      '--wait',
+      '--timeout',
+      '10m',
+      '--set',
+      'image.repository=writ',
+      '--set',
+      'image.tag=e2e',
+      '--set',
+      'image.pullPolicy=Never',
+      '--set',
+      'controlPlane.replicas=1',
+      '--set',
+      'identity.replicas=1',
+      '--set',
+      'webhook.replicas=1',
     ]);
     for (const ns of ['agents', 'tools', 'models']) await k.kubectl(['create', 'namespace', ns]);
     const idp = await k.portForward(NS, `svc/${FULL}-identity`, 8090);
     closers.push(idp.close);
     identityUrl = `http://127.0.0.1:${idp.port}`;
     // The example governed agents are owned by employees of the example directory.
-    const seed = await fetch(`${identityUrl}/v1/directory/sync`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: readFileSync(join(ROOT, 'crds/examples/seed/directory.json')) });
+    const seed = await fetch(`${identityUrl}/v1/directory/sync`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: readFileSync(join(ROOT, 'crds/examples/seed/directory.json')),
+    });
     expect(seed.status).toBe(200);
     const applied = await k.kubectl(['apply', '-R', '-f', join(ROOT, 'crds/examples')], { allowFail: true });
     expect(applied.code, applied.stderr).toBe(0);
     expect((await k.apply(SEARCH_TOOL)).code).toBe(0);
     await k.kubectl(['-n', 'tools', 'rollout', 'status', 'deploy/search', '--timeout=180s']);
     // The operator projects the AgentPolicies into identity-authority agents.
-    await eventually('the operator to register research-agent', async () => ((await fetch(`${identityUrl}/v1/agents/research-agent`)).status === 200 ? true : undefined));
+    await eventually('the operator to register research-agent', async () =>
+      (await fetch(`${identityUrl}/v1/agents/research-agent`)).status === 200 ? true : undefined,
+    );
   }, 40 * 60_000);
 
   afterAll(async () => {
@@ -137,7 +161,9 @@ describe.skipIf(why !== undefined)(`kind e2e${why ? ` (skipped: ${why})` : ''}`,
     const r = await k.apply(agentPod('research-agent', 'research-agent'));
     expect(r.code, r.stderr).toBe(0);
     await k.kubectl(['-n', 'agents', 'wait', '--for=condition=Ready', 'pod/research-agent', '--timeout=180s']);
-    const pod = JSON.parse((await k.kubectl(['-n', 'agents', 'get', 'pod', 'research-agent', '-o', 'json'])).stdout) as { spec: { containers: { env?: { name: string; value?: string }[] }[] } };
+    const pod = JSON.parse((await k.kubectl(['-n', 'agents', 'get', 'pod', 'research-agent', '-o', 'json'])).stdout) as {
+      spec: { containers: { env?: { name: string; value?: string }[] }[] };
+    };
     const env = Object.fromEntries((pod.spec.containers[0]!.env ?? []).map((e) => [e.name, e.value]));
     expect(env.HTTPS_PROXY).toBe(`http://${FULL}-proxy.${NS}.svc:80`);
     expect(env.HTTP_PROXY).toBe(env.HTTPS_PROXY);
@@ -174,7 +200,14 @@ describe.skipIf(why !== undefined)(`kind e2e${why ? ` (skipped: ${why})` : ''}`,
     const authz = (headers: Record<string, string>) => fetch(`http://127.0.0.1:${pf.port}/authz`, { headers });
     const ingress = await authz({ [H.service]: 'web' });
     expect(ingress.status).toBe(200);
-    const egress = { [H.actor]: 'research-agent', [H.onBehalfOf]: 'alice@example.com', [H.task]: 't-1', [H.targetKind]: 'tool', [H.action]: 'search:query', [H.resource]: 'q' };
+    const egress = {
+      [H.actor]: 'research-agent',
+      [H.onBehalfOf]: 'alice@example.com',
+      [H.task]: 't-1',
+      [H.targetKind]: 'tool',
+      [H.action]: 'search:query',
+      [H.resource]: 'q',
+    };
     const allow = await authz({ ...egress, [H.service]: 'search' });
     expect(allow.status).toBe(200);
     expect(allow.headers.get(H.upstream)).toBe('search.tools.svc:8080');
@@ -190,11 +223,22 @@ describe.skipIf(why !== undefined)(`kind e2e${why ? ` (skipped: ${why})` : ''}`,
     const client = checkClient(pf.port);
     closers.push(() => client.close());
     expect(await client.health()).toBe(1);
-    const egress = { [H.actor]: 'research-agent', [H.onBehalfOf]: 'alice@example.com', [H.task]: 't-1', [H.targetKind]: 'tool', [H.action]: 'search:query', [H.resource]: 'q' };
-    const allow = asHttp(await client.check(checkRequest({ method: 'GET', path: '/q', host: 'search.tools.svc:8080', headers: { ...egress, [H.service]: 'search' } })));
+    const egress = {
+      [H.actor]: 'research-agent',
+      [H.onBehalfOf]: 'alice@example.com',
+      [H.task]: 't-1',
+      [H.targetKind]: 'tool',
+      [H.action]: 'search:query',
+      [H.resource]: 'q',
+    };
+    const allow = asHttp(
+      await client.check(checkRequest({ method: 'GET', path: '/q', host: 'search.tools.svc:8080', headers: { ...egress, [H.service]: 'search' } })),
+    );
     expect(allow.status).toBe(200);
     expect(allow.headers[H.upstream]).toBe('search.tools.svc:8080');
-    const deny = asHttp(await client.check(checkRequest({ method: 'GET', path: '/orders', host: 'orders.default.svc:8080', headers: { ...egress, [H.service]: 'orders' } })));
+    const deny = asHttp(
+      await client.check(checkRequest({ method: 'GET', path: '/orders', host: 'orders.default.svc:8080', headers: { ...egress, [H.service]: 'orders' } })),
+    );
     expect(deny.status).toBe(403);
   });
 });

@@ -41,7 +41,10 @@ describe('crds/examples', () => {
 
   it('the examples cover every spec field of every kind', () => {
     const paths = (s: Schema, pre: string): string[] =>
-      Object.entries(s.properties ?? {}).flatMap(([k, v]) => [pre + k, ...(v.type === 'object' ? paths(v, `${pre}${k}.`) : v.items?.type === 'object' ? paths(v.items, `${pre}${k}[].`) : [])]);
+      Object.entries(s.properties ?? {}).flatMap(([k, v]) => [
+        pre + k,
+        ...(v.type === 'object' ? paths(v, `${pre}${k}.`) : v.items?.type === 'object' ? paths(v.items, `${pre}${k}[].`) : []),
+      ]);
     const has = (v: unknown, path: string[]): boolean => {
       if (path.length === 0) return v !== undefined;
       const [head, ...rest] = path as [string, ...string[]];
@@ -98,7 +101,10 @@ describe('invalid resources', () => {
   });
 
   it('points at the line of the offending field', () => {
-    const { problems } = readYamlText(`apiVersion: ${API_VERSION}\nkind: AgentPolicy\nmetadata:\n  name: a\nspec:\n  agent: a\n  budget:\n    tokensPerHour: -5\n`, 'p.yaml');
+    const { problems } = readYamlText(
+      `apiVersion: ${API_VERSION}\nkind: AgentPolicy\nmetadata:\n  name: a\nspec:\n  agent: a\n  budget:\n    tokensPerHour: -5\n`,
+      'p.yaml',
+    );
     expect(problems).toEqual([{ file: 'p.yaml', line: 8, message: 'AgentPolicy a: spec.budget.tokensPerHour: must be >= 0, got -5' }]);
   });
 
@@ -112,7 +118,12 @@ describe('invalid resources', () => {
 });
 
 describe('transition rules (oldSelf)', () => {
-  const ga = (spec: Record<string, unknown>) => ({ apiVersion: API_VERSION, kind: 'GovernedAgent', metadata: { name: 'g' }, spec: { tenant: 't', ownerType: 'employee', ownerRef: 'idp_a:t:1', ...spec } });
+  const ga = (spec: Record<string, unknown>) => ({
+    apiVersion: API_VERSION,
+    kind: 'GovernedAgent',
+    metadata: { name: 'g' },
+    spec: { tenant: 't', ownerType: 'employee', ownerRef: 'idp_a:t:1', ...spec },
+  });
 
   it('tenant is immutable and retired is terminal, on update only', () => {
     expect(checkResource(ga({ tenant: 'u' }), 'x').errors).toEqual([]);

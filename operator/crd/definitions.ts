@@ -87,7 +87,11 @@ const condition: Schema = {
   type: 'object',
   required: ['type', 'status', 'lastTransitionTime', 'reason', 'message'],
   properties: {
-    type: { type: 'string', maxLength: 316, pattern: '^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$' },
+    type: {
+      type: 'string',
+      maxLength: 316,
+      pattern: '^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$',
+    },
     status: { type: 'string', enum: ['True', 'False', 'Unknown'] },
     observedGeneration: { type: 'integer', format: 'int64', minimum: 0 },
     lastTransitionTime: { type: 'string', format: 'date-time' },
@@ -135,7 +139,11 @@ export const REGISTRY_SERVICE: CrdKind = {
       dataClass,
     },
     'x-kubernetes-validations': [
-      { rule: "!self.public || !has(self.requireScope) || self.requireScope == ''", message: 'a public service cannot require a scope', fieldPath: '.requireScope' },
+      {
+        rule: "!self.public || !has(self.requireScope) || self.requireScope == ''",
+        message: 'a public service cannot require a scope',
+        fieldPath: '.requireScope',
+      },
       { rule: "!self.public || !has(self.dataClass) || self.dataClass != 'regulated'", message: 'a regulated service cannot be public', fieldPath: '.public' },
     ],
   },
@@ -175,10 +183,17 @@ export const AGENT_POLICY: CrdKind = {
           tokensPerHour: { type: 'integer', format: 'int64', minimum: 0 },
           callsPerHour: { type: 'integer', format: 'int64', minimum: 0 },
           costUsdPerDay: { type: 'number', minimum: 0 },
-          mode: { type: 'string', enum: ['enforce', 'audit'], description: 'enforce (absent: the default) denies over budget; audit allows and records what would have been denied.' },
+          mode: {
+            type: 'string',
+            enum: ['enforce', 'audit'],
+            description: 'enforce (absent: the default) denies over budget; audit allows and records what would have been denied.',
+          },
         },
         'x-kubernetes-validations': [
-          { rule: 'has(self.tokensPerHour) || has(self.callsPerHour) || has(self.costUsdPerDay)', message: 'budget needs at least one ceiling (omit it for no limit)' },
+          {
+            rule: 'has(self.tokensPerHour) || has(self.callsPerHour) || has(self.costUsdPerDay)',
+            message: 'budget needs at least one ceiling (omit it for no limit)',
+          },
         ],
       },
       identity: {
@@ -205,13 +220,7 @@ export const AGENT_POLICY: CrdKind = {
     ],
   },
   status: baseStatus(),
-  columns: [
-    { name: 'Agent', type: 'string', jsonPath: '.spec.agent' },
-    { name: 'Class', type: 'string', jsonPath: '.spec.dataClass' },
-    READY,
-    REASON,
-    AGE,
-  ],
+  columns: [{ name: 'Agent', type: 'string', jsonPath: '.spec.agent' }, { name: 'Class', type: 'string', jsonPath: '.spec.dataClass' }, READY, REASON, AGE],
 };
 
 const ACTIVE_GATE = "self.state != 'active' || (has(self.businessSponsor) && has(self.riskTier) && has(self.approvedRuntime))";
@@ -226,18 +235,32 @@ export const GOVERNED_AGENT: CrdKind = {
     description: 'A governed agent (SPEC 2.8) named metadata.name, and the lifecycle state (SPEC 3.1) its declarer wants.',
     required: ['tenant', 'ownerType', 'ownerRef'],
     properties: {
-      tenant: str('Tenant id (immutable).', { minLength: 1, maxLength: 128, pattern: TENANT_RE, 'x-kubernetes-validations': [{ rule: 'self == oldSelf', message: 'tenant is immutable' }] }),
+      tenant: str('Tenant id (immutable).', {
+        minLength: 1,
+        maxLength: 128,
+        pattern: TENANT_RE,
+        'x-kubernetes-validations': [{ rule: 'self == oldSelf', message: 'tenant is immutable' }],
+      }),
       ownerType: { type: 'string', enum: [...OWNER_TYPES] },
       ownerRef: str('An employee subject, or a group key <tenant>:<external_id> for team types.', { minLength: 1, maxLength: 600 }),
       teamRef: str('Team reference.', { minLength: 1, maxLength: 600 }),
       businessSponsor: str('Sponsoring employee subject.', { minLength: 1, maxLength: 600 }),
       riskTier: { type: 'string', enum: [...RISK_TIERS] },
       approvedRuntime: str('Runtime label (lower case), e.g. doks_prod, kubernetes_job.', { minLength: 1, maxLength: 64, pattern: RUNTIME_RE }),
-      state: { type: 'string', enum: [...AGENT_STATUSES], default: 'draft', description: 'Desired lifecycle state; the operator walks the SPEC 3.1 table to it.' },
+      state: {
+        type: 'string',
+        enum: [...AGENT_STATUSES],
+        default: 'draft',
+        description: 'Desired lifecycle state; the operator walks the SPEC 3.1 table to it.',
+      },
     },
     'x-kubernetes-validations': [
       { rule: ACTIVE_GATE, message: 'state active needs businessSponsor, riskTier and approvedRuntime (the activation gate)', fieldPath: '.state' },
-      { rule: "self.ownerType == 'employee' || self.ownerRef.startsWith(self.tenant + ':')", message: 'a team owner is a group key <tenant>:<external_id> of the same tenant', fieldPath: '.ownerRef' },
+      {
+        rule: "self.ownerType == 'employee' || self.ownerRef.startsWith(self.tenant + ':')",
+        message: 'a team owner is a group key <tenant>:<external_id> of the same tenant',
+        fieldPath: '.ownerRef',
+      },
       { rule: "oldSelf.state != 'retired' || self.state == 'retired'", message: 'retired is terminal' },
     ],
   },

@@ -14,7 +14,8 @@ async function until(check: () => boolean, what: string, ms = 15_000): Promise<v
   }
 }
 
-const svcDoc = (name: string, upstream: string) => `apiVersion: writ.io/v1alpha1\nkind: RegistryService\nmetadata:\n  name: ${name}\nspec:\n  upstream: ${upstream}\n`;
+const svcDoc = (name: string, upstream: string) =>
+  `apiVersion: writ.io/v1alpha1\nkind: RegistryService\nmetadata:\n  name: ${name}\nspec:\n  upstream: ${upstream}\n`;
 
 describe('folder source', () => {
   let t: TestStack;

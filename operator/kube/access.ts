@@ -35,5 +35,6 @@ const granted = new Set(accessTriples());
 
 /** Throws when the operator is about to make a call its RBAC does not grant. */
 export function allowed(group: string, resource: string, verb: string): void {
-  if (!granted.has(`${group}|${resource}|${verb}`)) throw new Error(`operator RBAC does not grant ${verb} ${resource}.${group}: add it to operator/kube/access.ts`);
+  if (!granted.has(`${group}|${resource}|${verb}`))
+    throw new Error(`operator RBAC does not grant ${verb} ${resource}.${group}: add it to operator/kube/access.ts`);
 }

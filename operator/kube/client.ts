@@ -4,7 +4,16 @@
  * the object's resourceVersion goes with every update, a stale one is a 409), and the Lease.
  * Each call is checked against the RBAC table (access.ts) first.
  */
-import { CoordinationV1Api, CustomObjectsApi, makeInformer, type Informer, type KubeConfig, type KubernetesObject, type ObjectCache, type V1Lease } from '@kubernetes/client-node';
+import {
+  CoordinationV1Api,
+  CustomObjectsApi,
+  makeInformer,
+  type Informer,
+  type KubeConfig,
+  type KubernetesObject,
+  type ObjectCache,
+  type V1Lease,
+} from '@kubernetes/client-node';
 import { API_GROUP } from '../../runtime/lib/brand.js';
 import { VERSION, type CrdKind } from '../crd/definitions.js';
 import { allowed } from './access.js';
@@ -32,7 +41,14 @@ export function statusOf(e: unknown): number | undefined {
 export function createKubeClient(kc: KubeConfig): KubeClient {
   const custom = kc.makeApiClient(CustomObjectsApi);
   const coordination = kc.makeApiClient(CoordinationV1Api);
-  const ref = (kind: CrdKind, obj: Cr) => ({ group: API_GROUP, version: VERSION, plural: kind.plural, namespace: obj.metadata!.namespace!, name: obj.metadata!.name!, body: obj });
+  const ref = (kind: CrdKind, obj: Cr) => ({
+    group: API_GROUP,
+    version: VERSION,
+    plural: kind.plural,
+    namespace: obj.metadata!.namespace!,
+    name: obj.metadata!.name!,
+    body: obj,
+  });
   return {
     informer(kind) {
       allowed(API_GROUP, kind.plural, 'list');
@@ -67,4 +83,3 @@ export function createKubeClient(kc: KubeConfig): KubeClient {
     },
   };
 }
-

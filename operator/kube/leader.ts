@@ -68,7 +68,7 @@ export function startLeaderElection(o: LeaderElectionOptions): LeaderElection {
     return {
       holderIdentity: o.identity,
       leaseDurationSeconds: Math.max(1, Math.ceil(leaseDurationMs / 1000)),
-      acquireTime: (takeOver ? micro(t) : s.acquireTime ?? micro(t)) as never,
+      acquireTime: (takeOver ? micro(t) : (s.acquireTime ?? micro(t))) as never,
       renewTime: micro(t) as never,
       leaseTransitions: (s.leaseTransitions ?? 0) + (takeOver && prev ? 1 : 0),
     };
@@ -79,7 +79,12 @@ export function startLeaderElection(o: LeaderElectionOptions): LeaderElection {
     try {
       const cur = await o.client.readLease(o.namespace, o.name);
       if (!cur) {
-        await o.client.createLease(o.namespace, { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: o.name, namespace: o.namespace }, spec: spec(undefined, true) });
+        await o.client.createLease(o.namespace, {
+          apiVersion: 'coordination.k8s.io/v1',
+          kind: 'Lease',
+          metadata: { name: o.name, namespace: o.namespace },
+          spec: spec(undefined, true),
+        });
         lastRenew = t;
         setLeading(true);
         return;
@@ -121,9 +126,12 @@ export function startLeaderElection(o: LeaderElectionOptions): LeaderElection {
   };
   loop();
   // Step down exactly at the deadline, not at the next attempt.
-  const watchdog = setInterval(() => {
-    if (leading && !leaderNow()) setLeading(false);
-  }, Math.max(10, Math.floor(retryPeriodMs / 4)));
+  const watchdog = setInterval(
+    () => {
+      if (leading && !leaderNow()) setLeading(false);
+    },
+    Math.max(10, Math.floor(retryPeriodMs / 4)),
+  );
   watchdog.unref();
 
   return {
@@ -148,7 +156,10 @@ export function startLeaderElection(o: LeaderElectionOptions): LeaderElection {
       try {
         const cur = await o.client.readLease(o.namespace, o.name);
         if (cur?.spec?.holderIdentity === o.identity) {
-          await o.client.replaceLease(o.namespace, o.name, { ...cur, spec: { ...cur.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: micro(now()) as never } });
+          await o.client.replaceLease(o.namespace, o.name, {
+            ...cur,
+            spec: { ...cur.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: micro(now()) as never },
+          });
         }
       } catch (e) {
         log.warn('lease release failed', { err: errMsg(e) });

@@ -24,7 +24,8 @@ function render(text: string): any[] {
 }
 
 type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] };
-const triples = (rules: Rule[]) => rules.flatMap((r) => r.apiGroups.flatMap((g) => r.resources.flatMap((res) => r.verbs.map((v) => `${g}|${res}|${v}`)))).sort();
+const triples = (rules: Rule[]) =>
+  rules.flatMap((r) => r.apiGroups.flatMap((g) => r.resources.flatMap((res) => r.verbs.map((v) => `${g}|${res}|${v}`)))).sort();
 
 describe('operator RBAC in the chart', () => {
   const docs = render(readFileSync(FILE, 'utf8'));

@@ -78,7 +78,9 @@ describe('Kubernetes source against the in-test API server', () => {
     const s = start('op-a');
     await s.synced;
     await until(() => api.list('governedagents').every((g) => ready(g)?.status === 'True') && t.registry.list().length === 7, 'all Ready').catch((e) => {
-      throw new Error(`${(e as Error).message}: ${JSON.stringify(api.list('governedagents').map((g) => [g.metadata.name, ready(g)]))} registry ${t.registry.list().length}`);
+      throw new Error(
+        `${(e as Error).message}: ${JSON.stringify(api.list('governedagents').map((g) => [g.metadata.name, ready(g)]))} registry ${t.registry.list().length}`,
+      );
     });
     expect(s.owner).toBe('kubernetes:test');
     expect(t.registry.ownerOf('research-agent')).toBe('kubernetes:test');
@@ -166,10 +168,18 @@ describe('Kubernetes source against the in-test API server', () => {
       // shared 2-core machine.
       expect(tookMs).toBeLessThan(2 * 1500);
       // The new leader writes: a new CR gets programmed.
-      api.apply({ apiVersion: 'writ.io/v1alpha1', kind: 'RegistryService', metadata: { name: 'after-failover', namespace: 'default' }, spec: { upstream: 'a.svc:1' } });
+      api.apply({
+        apiVersion: 'writ.io/v1alpha1',
+        kind: 'RegistryService',
+        metadata: { name: 'after-failover', namespace: 'default' },
+        spec: { upstream: 'a.svc:1' },
+      });
       await until(() => t.registry.get('after-failover') !== undefined, 'the new leader to program');
       expect(both).toBe(0);
-      expect(api.get('leases', 'writ-system', 'writ-io-operator')!.spec).toMatchObject({ holderIdentity: follower === a ? 'op-a' : 'op-b', leaseTransitions: 1 });
+      expect(api.get('leases', 'writ-system', 'writ-io-operator')!.spec).toMatchObject({
+        holderIdentity: follower === a ? 'op-a' : 'op-b',
+        leaseTransitions: 1,
+      });
     } finally {
       clearInterval(sampler);
     }

@@ -62,7 +62,11 @@ export interface KubernetesSource {
 /** JSON with sorted keys: statuses compare equal whatever order the API server kept. */
 function canonical(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
-  if (v && typeof v === 'object') return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`).join(',')}}`;
+  if (v && typeof v === 'object')
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
   return JSON.stringify(v);
 }
 
@@ -93,7 +97,10 @@ export function startKubernetesSource(o: KubernetesSourceOptions): KubernetesSou
     const hit = parsed.get(uid);
     if (hit && hit.rv === rv) return hit.observed;
     const c = checkResource({ ...obj, kind: kind.kind }, `kubernetes:${obj.metadata?.namespace}/${obj.metadata?.name}`);
-    const observed: ObservedWithAge = { ...c.observed!, createdAt: obj.metadata?.creationTimestamp ? new Date(obj.metadata.creationTimestamp).toISOString() : undefined };
+    const observed: ObservedWithAge = {
+      ...c.observed!,
+      createdAt: obj.metadata?.creationTimestamp ? new Date(obj.metadata.creationTimestamp).toISOString() : undefined,
+    };
     parsed.set(uid, { rv, observed });
     return observed;
   }
@@ -136,7 +143,8 @@ export function startKubernetesSource(o: KubernetesSourceOptions): KubernetesSou
         x.obj = await client.replaceStatus(x.kind, { ...x.obj, status: next as unknown as Record<string, unknown> });
         writes++;
       } catch (e) {
-        if (statusOf(e) !== 409 && statusOf(e) !== 404) log.warn('status write failed', { resource: `${x.obj.metadata?.namespace}/${x.obj.metadata?.name}`, err: errMsg(e) });
+        if (statusOf(e) !== 409 && statusOf(e) !== 404)
+          log.warn('status write failed', { resource: `${x.obj.metadata?.namespace}/${x.obj.metadata?.name}`, err: errMsg(e) });
       }
     }
     // 4. Deleting CRs whose grants are withdrawn lose the finalizer (then the API server removes them).
@@ -192,7 +200,11 @@ export function startKubernetesSource(o: KubernetesSourceOptions): KubernetesSou
         restarts.set(kind, delay);
         log.warn('informer stopped; restarting', { kind: kind.kind, inMs: delay, err: errMsg(e) });
         setTimeout(() => {
-          if (!closed) inf.start().then(() => restarts.delete(kind), () => {});
+          if (!closed)
+            inf.start().then(
+              () => restarts.delete(kind),
+              () => {},
+            );
         }, delay).unref();
       });
       return inf.start();
@@ -224,4 +236,3 @@ export function startKubernetesSource(o: KubernetesSourceOptions): KubernetesSou
     },
   };
 }
-

@@ -70,7 +70,16 @@ const COLLECTIONS: Collection[] = [
 ];
 
 const clone = <T>(v: T): T => structuredClone(v);
-const status = (code: number, reason: string, message: string, details?: Obj): Obj => ({ kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code, ...(details ? { details } : {}) });
+const status = (code: number, reason: string, message: string, details?: Obj): Obj => ({
+  kind: 'Status',
+  apiVersion: 'v1',
+  metadata: {},
+  status: 'Failure',
+  message,
+  reason,
+  code,
+  ...(details ? { details } : {}),
+});
 
 export interface FakeApiServer {
   url: string;
@@ -112,7 +121,12 @@ export async function startFakeApiServer(o: { token?: string; bookmarkMs?: numbe
     const checked = checkResource(obj, `${obj.metadata?.namespace}/${obj.metadata?.name}`, old);
     if (!checked.errors.length) return undefined;
     const causes = checked.errors.map((e) => ({ reason: 'FieldValueInvalid', message: e.message, field: e.path.join('.') }));
-    return status(422, 'Invalid', `${c.kind}.${c.group} "${obj.metadata?.name}" is invalid: ${causes.map((x) => `${x.field}: ${x.message}`).join(', ')}`, { name: obj.metadata?.name, group: c.group, kind: c.kind, causes });
+    return status(422, 'Invalid', `${c.kind}.${c.group} "${obj.metadata?.name}" is invalid: ${causes.map((x) => `${x.field}: ${x.message}`).join(', ')}`, {
+      name: obj.metadata?.name,
+      group: c.group,
+      kind: c.kind,
+      causes,
+    });
   }
 
   function create(c: Collection, ns: string, body: Obj): [number, Obj] {
@@ -126,7 +140,13 @@ export async function startFakeApiServer(o: { token?: string; bookmarkMs?: numbe
     rv++;
     obj.apiVersion = `${c.group}/${c.version}`;
     obj.kind = c.kind;
-    obj.metadata = { ...obj.metadata, namespace: ns, uid: randomUUID(), resourceVersion: String(rv), creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, 'Z') };
+    obj.metadata = {
+      ...obj.metadata,
+      namespace: ns,
+      uid: randomUUID(),
+      resourceVersion: String(rv),
+      creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+    };
     if (c.statusSubresource) obj.metadata.generation = 1;
     delete obj.metadata.deletionTimestamp;
     objects.set(keyOf(c, ns, name), obj);
@@ -139,7 +159,15 @@ export async function startFakeApiServer(o: { token?: string; bookmarkMs?: numbe
     if (!cur) return [404, status(404, 'NotFound', `${c.plural}.${c.group} "${name}" not found`)];
     const want = body?.metadata?.resourceVersion;
     if (!want) return [422, status(422, 'Invalid', 'metadata.resourceVersion: Invalid value: 0x0: must be specified for an update')];
-    if (want !== cur.metadata.resourceVersion) return [409, status(409, 'Conflict', `Operation cannot be fulfilled on ${c.plural}.${c.group} "${name}": the object has been modified; please apply your changes to the latest version and try again`)];
+    if (want !== cur.metadata.resourceVersion)
+      return [
+        409,
+        status(
+          409,
+          'Conflict',
+          `Operation cannot be fulfilled on ${c.plural}.${c.group} "${name}": the object has been modified; please apply your changes to the latest version and try again`,
+        ),
+      ];
     let next: Obj;
     if (sub === 'status') {
       next = { ...clone(cur), status: clone(body.status) };
@@ -166,7 +194,10 @@ export async function startFakeApiServer(o: { token?: string; bookmarkMs?: numbe
       const invalid = validate(c, next, cur);
       if (invalid) return [422, invalid];
     }
-    if (JSON.stringify({ ...next, metadata: { ...next.metadata, resourceVersion: '' } }) === JSON.stringify({ ...cur, metadata: { ...cur.metadata, resourceVersion: '' } })) {
+    if (
+      JSON.stringify({ ...next, metadata: { ...next.metadata, resourceVersion: '' } }) ===
+      JSON.stringify({ ...cur, metadata: { ...cur.metadata, resourceVersion: '' } })
+    ) {
       return [200, clone(cur)]; // a no-op update writes nothing and keeps the resourceVersion
     }
     rv++;
@@ -229,7 +260,10 @@ export async function startFakeApiServer(o: { token?: string; bookmarkMs?: numbe
     watchers.add(w);
     const bookmarks =
       q.get('allowWatchBookmarks') === 'true'
-        ? setInterval(() => send({ type: 'BOOKMARK', object: { kind: c.kind, apiVersion: `${c.group}/${c.version}`, metadata: { resourceVersion: String(rv) } } }), o.bookmarkMs ?? 1000)
+        ? setInterval(
+            () => send({ type: 'BOOKMARK', object: { kind: c.kind, apiVersion: `${c.group}/${c.version}`, metadata: { resourceVersion: String(rv) } } }),
+            o.bookmarkMs ?? 1000,
+          )
         : undefined;
     res.on('close', () => {
       watchers.delete(w);

@@ -73,7 +73,12 @@ export function readYamlText(text: string, file: string): { resources: Observed[
     const value: unknown = doc.toJS({ maxAliasCount: 100 });
     if (value === null || value === undefined) continue; // an empty document (a trailing ---)
     const checked = checkResource(value, `${file}:${start}`);
-    for (const e of checked.errors) problems.push({ file, line: lineOf(doc, e.path, lc), message: `${checked.observed ? `${checked.observed.kind} ${checked.observed.name}: ` : ''}${formatPath(e.path) || '(document)'}: ${e.message}` });
+    for (const e of checked.errors)
+      problems.push({
+        file,
+        line: lineOf(doc, e.path, lc),
+        message: `${checked.observed ? `${checked.observed.kind} ${checked.observed.name}: ` : ''}${formatPath(e.path) || '(document)'}: ${e.message}`,
+      });
     if (checked.observed) resources.push(checked.observed);
   }
   return { resources, problems };

@@ -107,7 +107,11 @@ function checkNode(v: unknown, s: Schema, path: FieldError['path'], old: unknown
     if (s.maxItems !== undefined && v.length > s.maxItems) at(`must have at most ${s.maxItems} items, got ${v.length}`);
     const listType = s['x-kubernetes-list-type'];
     const keyOf =
-      listType === 'set' ? (x: unknown) => show(x) : listType === 'map' ? (x: unknown) => show((s['x-kubernetes-list-map-keys'] ?? []).map((k) => (isObj(x) ? x[k] : undefined))) : undefined;
+      listType === 'set'
+        ? (x: unknown) => show(x)
+        : listType === 'map'
+          ? (x: unknown) => show((s['x-kubernetes-list-map-keys'] ?? []).map((k) => (isObj(x) ? x[k] : undefined)))
+          : undefined;
     const seen = new Set<string>();
     v.forEach((x, i) => {
       if (s.items) checkNode(x, s.items, [...path, i], undefined, errs);
@@ -157,4 +161,8 @@ export function validateAgainst(obj: unknown, schema: Schema, old?: unknown): Fi
   return errs;
 }
 
-export const formatPath = (p: FieldError['path']): string => p.map((x) => (typeof x === 'number' ? `[${x}]` : `.${x}`)).join('').replace(/^\./, '');
+export const formatPath = (p: FieldError['path']): string =>
+  p
+    .map((x) => (typeof x === 'number' ? `[${x}]` : `.${x}`))
+    .join('')
+    .replace(/^\./, '');

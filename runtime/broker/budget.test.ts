@@ -18,7 +18,8 @@ import { parseConfig } from './config.js';
 import { startBroker, type RunningBroker } from './server.js';
 
 const MAX_OUT = 100;
-const chunk = (content: string) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`;
+const chunk = (content: string) =>
+  `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`;
 
 describe('broker budgets: reserve, settle, cut', () => {
   let store: Store;
@@ -31,13 +32,16 @@ describe('broker budgets: reserve, settle, cut', () => {
   /** Prompt tokens the provider reports (a test sets the worst case to leave nothing to give back). */
   let promptReported = 9;
 
-  const client = (actor: string) => new OpenAI({ apiKey: 'sk-agent', baseURL: `http://127.0.0.1:${broker.port}/v1`, maxRetries: 0, defaultHeaders: { [H.actor]: actor } });
-  const status = async (agent: string) => ((await (await fetch(`${mgmt}/v1/budgets/${agent}`)).json()) as { dimensions: Record<string, { limit: number; used: number }> }).dimensions;
+  const client = (actor: string) =>
+    new OpenAI({ apiKey: 'sk-agent', baseURL: `http://127.0.0.1:${broker.port}/v1`, maxRetries: 0, defaultHeaders: { [H.actor]: actor } });
+  const status = async (agent: string) =>
+    ((await (await fetch(`${mgmt}/v1/budgets/${agent}`)).json()) as { dimensions: Record<string, { limit: number; used: number }> }).dimensions;
   const agent = (name: string, budget: object) =>
     cp.plane.registry.upsert({ name, upstream: `${name}.agents.svc:8080`, kind: 'agent', allowModels: ['m'], budget });
   const messages = [{ role: 'user' as const, content: 'hello' }];
   /** The worst case the broker reserves for `messages` with max_tokens `out` (request bytes + out). */
-  const worst = (out: number, stream = false) => Buffer.byteLength(JSON.stringify({ model: 'm', messages, max_tokens: out, ...(stream ? { stream: true } : {}) })) + out;
+  const worst = (out: number, stream = false) =>
+    Buffer.byteLength(JSON.stringify({ model: 'm', messages, max_tokens: out, ...(stream ? { stream: true } : {}) })) + out;
 
   beforeAll(async () => {
     provider = http.createServer((req, res) => {
@@ -64,7 +68,16 @@ describe('broker budgets: reserve, settle, cut', () => {
         setTimeout(() => {
           res.writeHead(200, { 'content-type': 'application/json' });
           const completion = body.max_tokens ?? 10;
-          res.end(JSON.stringify({ id: 'c', object: 'chat.completion', created: 1, model: 'p', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage: { prompt_tokens: promptReported, completion_tokens: completion, total_tokens: promptReported + completion } }));
+          res.end(
+            JSON.stringify({
+              id: 'c',
+              object: 'chat.completion',
+              created: 1,
+              model: 'p',
+              choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+              usage: { prompt_tokens: promptReported, completion_tokens: completion, total_tokens: promptReported + completion },
+            }),
+          );
         }, 150);
       });
     });
@@ -76,7 +89,9 @@ describe('broker budgets: reserve, settle, cut', () => {
     broker = await startBroker({
       env: {},
       addr: '127.0.0.1:0',
-      config: parseConfig({ models: [{ name: 'm', model: 'p', apiBase: `http://127.0.0.1:${upPort}/v1`, priceInputPer1k: 0, priceOutputPer1k: 0, maxOutputTokens: MAX_OUT }] }),
+      config: parseConfig({
+        models: [{ name: 'm', model: 'p', apiBase: `http://127.0.0.1:${upPort}/v1`, priceInputPer1k: 0, priceOutputPer1k: 0, maxOutputTokens: MAX_OUT }],
+      }),
       authzUrl: `http://127.0.0.1:${cp.decisionPort}/authz`,
       usageUrl: `${mgmt}/v1/usage`,
       providerKey: 'sk-broker',

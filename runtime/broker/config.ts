@@ -13,7 +13,11 @@ export const PROVIDERS = ['openai'] as const;
 export const ModelSchema = z
   .object({
     /** Logical name: the registry name of the `kind: model` service. */
-    name: z.string().min(1).max(253).regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'name: letters, digits and . _ : / - only'),
+    name: z
+      .string()
+      .min(1)
+      .max(253)
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'name: letters, digits and . _ : / - only'),
     /** Wire protocol of the upstream; `openai` covers every OpenAI-compatible server. */
     provider: z.enum(PROVIDERS).default('openai'),
     /** Provider-side model id sent upstream. */

@@ -10,9 +10,7 @@ import { errMsg } from '../lib/log.js';
 import { injectTrace } from '../lib/tracing.js';
 
 export type DecisionResult =
-  | { kind: 'allow' }
-  | { kind: 'deny'; status: 401 | 403; reason: string; needsApproval: boolean }
-  | { kind: 'unavailable'; why: string };
+  { kind: 'allow' } | { kind: 'deny'; status: 401 | 403; reason: string; needsApproval: boolean } | { kind: 'unavailable'; why: string };
 
 export interface DecisionQuery {
   actor: string;
@@ -76,7 +74,8 @@ export function createDecisionClient(o: { url: string; timeoutMs: number; dispat
         return { kind: 'deny', status: 403, reason, needsApproval: false };
       } catch (e) {
         const code = (e as { code?: string }).code;
-        const why = code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' ? `timed out after ${o.timeoutMs} ms` : errMsg(e) || code || 'unreachable';
+        const why =
+          code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' ? `timed out after ${o.timeoutMs} ms` : errMsg(e) || code || 'unreachable';
         return { kind: 'unavailable', why };
       }
     },

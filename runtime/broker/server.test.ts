@@ -106,14 +106,18 @@ describe('model broker', () => {
         switch (body.model) {
           case 'provider-ok':
             if (!body.stream) {
-              return json(200, {
-                id: 'c1',
-                object: 'chat.completion',
-                created: 1,
-                model: body.model,
-                choices: [{ index: 0, message: { role: 'assistant', content: 'hello', refusal: null }, finish_reason: 'stop', logprobs: null }],
-                usage: USAGE,
-              }, { 'x-request-id': 'req-up-1', 'x-ratelimit-remaining-tokens': '999' });
+              return json(
+                200,
+                {
+                  id: 'c1',
+                  object: 'chat.completion',
+                  created: 1,
+                  model: body.model,
+                  choices: [{ index: 0, message: { role: 'assistant', content: 'hello', refusal: null }, finish_reason: 'stop', logprobs: null }],
+                  usage: USAGE,
+                },
+                { 'x-request-id': 'req-up-1', 'x-ratelimit-remaining-tokens': '999' },
+              );
             }
             sse();
             res.write(chunk({ role: 'assistant', content: '' }));
@@ -141,7 +145,9 @@ describe('model broker', () => {
           case 'provider-429':
             return json(429, { error: { message: 'slow down', type: 'requests', code: 'rate_limit_exceeded' } }, { 'retry-after': '7' });
           case 'provider-401':
-            return json(401, { error: { message: `Incorrect API key provided: ${String(req.headers.authorization)}`, type: 'invalid_request_error', code: 'invalid_api_key' } });
+            return json(401, {
+              error: { message: `Incorrect API key provided: ${String(req.headers.authorization)}`, type: 'invalid_request_error', code: 'invalid_api_key' },
+            });
           case 'provider-badjson':
             res.writeHead(200, { 'content-type': 'application/json' });
             return res.end('{"id": "c1", "choices": [');
@@ -163,13 +169,27 @@ describe('model broker', () => {
     const identity: IdentityPort = {
       verifyPresentation: async () => ({ ok: false, reason: 'no VPs in this test' }),
       checkDelegation: async (q) =>
-        q.task === 't-ok' && q.action === 'model:invoke' ? { ok: true, reason: 'ok', vcJti: 'jti-1', notAfter: Math.floor(Date.now() / 1000) + 600 } : { ok: false, reason: 'no approved delegation' },
+        q.task === 't-ok' && q.action === 'model:invoke'
+          ? { ok: true, reason: 'ok', vcJti: 'jti-1', notAfter: Math.floor(Date.now() / 1000) + 600 }
+          : { ok: false, reason: 'no approved delegation' },
     };
     cp = await startControlPlane({ store, env: {}, identity, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     const models = config('http://x/v1').models.map((m) => m.name);
-    for (const name of models) await cp.plane.registry.upsert({ name, upstream: 'broker.default.svc:8080', kind: 'model', ...(name === 'gpt-regulated' ? { dataClass: 'regulated' as const } : {}) });
+    for (const name of models)
+      await cp.plane.registry.upsert({
+        name,
+        upstream: 'broker.default.svc:8080',
+        kind: 'model',
+        ...(name === 'gpt-regulated' ? { dataClass: 'regulated' as const } : {}),
+      });
     await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: models.filter((m) => m !== 'forbidden') });
-    await cp.plane.registry.upsert({ name: 'thrifty', upstream: 'thrifty.agents.svc:8080', kind: 'agent', allowModels: ['gpt-mini'], budget: { tokensPerHour: THRIFTY } });
+    await cp.plane.registry.upsert({
+      name: 'thrifty',
+      upstream: 'thrifty.agents.svc:8080',
+      kind: 'agent',
+      allowModels: ['gpt-mini'],
+      budget: { tokensPerHour: THRIFTY },
+    });
     broker = await startBroker({
       env: {},
       addr: '127.0.0.1:0',
@@ -207,7 +227,12 @@ describe('model broker', () => {
     await until(() => used().tokensLastHour === before.tokensLastHour + 20, 'usage to land');
     // 12 prompt tokens at 1 USD/1k + 8 completion tokens at 2 USD/1k
     expect(used().costUsdLastDay - before.costUsdLastDay).toBeCloseTo(0.028, 9);
-    const audit = (await (await fetch(`http://127.0.0.1:${cp.mgmtPort}/v1/audit?limit=5`)).json()) as { action: string; actor?: string; service?: string; allow: boolean }[];
+    const audit = (await (await fetch(`http://127.0.0.1:${cp.mgmtPort}/v1/audit?limit=5`)).json()) as {
+      action: string;
+      actor?: string;
+      service?: string;
+      allow: boolean;
+    }[];
     expect(audit.some((a) => a.action === 'model.invoke' && a.actor === 'bot' && a.service === 'gpt-mini' && a.allow)).toBe(true);
   });
 
@@ -229,7 +254,12 @@ describe('model broker', () => {
   });
 
   it('passes the usage chunk through when the client asked for it', async () => {
-    const stream = await client.chat.completions.create({ model: 'gpt-mini', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hi' }] });
+    const stream = await client.chat.completions.create({
+      model: 'gpt-mini',
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     const usages: number[] = [];
     for await (const c of stream) if (c.usage) usages.push(c.usage.total_tokens);
     expect(usages).toEqual([20]);
@@ -290,15 +320,21 @@ describe('model broker', () => {
     await until(() => cp.plane.budget.usage('thrifty', Date.now()).tokensLastHour === 20, 'thrifty usage settled');
     // 20 used: the next call's worst case no longer fits; refused before the provider.
     const n = seen.length;
-    const e = await thrifty.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'again' }], max_tokens: 8 }).catch((x: unknown) => x);
+    const e = await thrifty.chat.completions
+      .create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'again' }], max_tokens: 8 })
+      .catch((x: unknown) => x);
     expect(e).toBeInstanceOf(OpenAI.RateLimitError);
     expect((e as InstanceType<typeof OpenAI.APIError>).code).toBe('budget_exceeded');
-    expect((e as Error).message).toMatch(new RegExp(`tokensPerHour budget of agent thrifty: this call needs up to \\d+ of ${THRIFTY} tokens per hour and 20 are used or reserved`));
+    expect((e as Error).message).toMatch(
+      new RegExp(`tokensPerHour budget of agent thrifty: this call needs up to \\d+ of ${THRIFTY} tokens per hour and 20 are used or reserved`),
+    );
     expect(seen.length).toBe(n);
   });
 
   it('requires the actor header and a known model', async () => {
-    const e1 = await agentClient(undefined).chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x);
+    const e1 = await agentClient(undefined)
+      .chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] })
+      .catch((x: unknown) => x);
     expect(e1).toBeInstanceOf(OpenAI.AuthenticationError);
     expect((e1 as InstanceType<typeof OpenAI.APIError>).code).toBe('missing_actor');
     const e2 = await client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x);
@@ -344,7 +380,9 @@ describe('model broker', () => {
     hangClosed = deferred();
     const before = used();
     const ac = new AbortController();
-    const p = client.chat.completions.create({ model: 'gpt-hang', messages: [{ role: 'user', content: 'hi' }] }, { signal: ac.signal }).catch((x: unknown) => x);
+    const p = client.chat.completions
+      .create({ model: 'gpt-hang', messages: [{ role: 'user', content: 'hi' }] }, { signal: ac.signal })
+      .catch((x: unknown) => x);
     await hangArrived.promise;
     ac.abort();
     expect(await p).toBeInstanceOf(OpenAI.APIUserAbortError);
@@ -367,7 +405,9 @@ describe('model broker', () => {
   it('rejects bad JSON, bad shapes and oversize bodies with OpenAI-style errors', async () => {
     const bad = await post('{"model": ');
     expect(bad.status).toBe(400);
-    expect(await bad.json()).toEqual({ error: { message: 'request body is not valid JSON', type: 'invalid_request_error', param: null, code: 'invalid_json' } });
+    expect(await bad.json()).toEqual({
+      error: { message: 'request body is not valid JSON', type: 'invalid_request_error', param: null, code: 'invalid_json' },
+    });
     expect((await post('[1,2]')).status).toBe(400);
     const noMsgs = await post(JSON.stringify({ model: 'gpt-mini' }));
     expect(((await noMsgs.json()) as { error: { code: string } }).error.code).toBe('invalid_messages');
@@ -409,11 +449,15 @@ describe('model broker', () => {
     });
     try {
       const n = seen.length;
-      const e = await agentClient('bot', { baseURL: `http://127.0.0.1:${b2.port}/v1` }).chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] }).then(unexpected, asApiError);
+      const e = await agentClient('bot', { baseURL: `http://127.0.0.1:${b2.port}/v1` })
+        .chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] })
+        .then(unexpected, asApiError);
       expect(e.status).toBe(503);
       expect(e.code).toBe('decision_unavailable');
       expect(seen.length).toBe(n);
-      const p = await agentClient('bot', { baseURL: `http://127.0.0.1:${b3.port}/v1` }).chat.completions.create({ model: 'gpt-401', messages: [{ role: 'user', content: 'hi' }] }).then(unexpected, asApiError);
+      const p = await agentClient('bot', { baseURL: `http://127.0.0.1:${b3.port}/v1` })
+        .chat.completions.create({ model: 'gpt-401', messages: [{ role: 'user', content: 'hi' }] })
+        .then(unexpected, asApiError);
       expect(p.status).toBe(502);
       expect(p.message).toMatch(/no key is configured, set BROKER_PROVIDER_KEY/);
     } finally {

@@ -208,8 +208,18 @@ function mapUpstreamStatus(status: number, text: string, headers: Dispatcher.Res
   const extra: Record<string, string> = {};
   const retryAfter = firstHeader(headers['retry-after']);
   if (retryAfter && /^[\w ,:.-]{1,64}$/.test(retryAfter)) extra['retry-after'] = retryAfter;
-  if (status === 429) return upstreamRejected(429, type || 'rate_limit_error', code || 'rate_limit_exceeded', `the model provider is rate limiting: ${msg || 'too many requests'}`, extra);
-  if (status >= 400 && status < 500) return upstreamRejected(status, type || 'invalid_request_error', code || 'upstream_rejected', msg || `the model provider answered ${status}`, { 'x-should-retry': 'false' });
+  if (status === 429)
+    return upstreamRejected(
+      429,
+      type || 'rate_limit_error',
+      code || 'rate_limit_exceeded',
+      `the model provider is rate limiting: ${msg || 'too many requests'}`,
+      extra,
+    );
+  if (status >= 400 && status < 500)
+    return upstreamRejected(status, type || 'invalid_request_error', code || 'upstream_rejected', msg || `the model provider answered ${status}`, {
+      'x-should-retry': 'false',
+    });
   return upstreamFailed(`unexpected answer from the model provider (${status})`);
 }
 
@@ -235,7 +245,8 @@ function parseCompletion(raw: Buffer, actor: string, d: Deps): Completion | Open
   if (!Array.isArray(b.messages) || b.messages.length === 0) return invalidRequest('`messages` is required and must be a non-empty array', 'invalid_messages');
   if (b.stream !== undefined && b.stream !== null && typeof b.stream !== 'boolean') return invalidRequest('`stream` must be a boolean', 'invalid_stream');
   const so = b.stream_options;
-  if (so !== undefined && so !== null && (typeof so !== 'object' || Array.isArray(so))) return invalidRequest('`stream_options` must be an object', 'invalid_stream_options');
+  if (so !== undefined && so !== null && (typeof so !== 'object' || Array.isArray(so)))
+    return invalidRequest('`stream_options` must be an object', 'invalid_stream_options');
   const route = d.routes.get(b.model);
   if (!route) return modelNotFound(b.model);
   const stream = b.stream === true;
@@ -267,7 +278,9 @@ function createHandler(d: Deps): http.RequestListener {
     }
     if (path === '/health/readiness') {
       if (!isGet) return sendError(res, methodNotAllowed(method, path, 'GET, HEAD'));
-      return d.ready() ? sendJsonText(res, 200, '{"status":"ready"}', method === 'HEAD') : sendJsonText(res, 503, '{"status":"shutting down"}', method === 'HEAD');
+      return d.ready()
+        ? sendJsonText(res, 200, '{"status":"ready"}', method === 'HEAD')
+        : sendJsonText(res, 503, '{"status":"shutting down"}', method === 'HEAD');
     }
     if (path === '/v1/models' || path === '/models') {
       return isGet ? sendJsonText(res, 200, d.modelList, method === 'HEAD') : sendError(res, methodNotAllowed(method, path, 'GET, HEAD'));
@@ -323,7 +336,12 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
     if (r.kind === 'reserved' && r.id) d.usage.report({ agent: actor, model: entry.name, tokens: 0, costUsd: 0, reservation: r.id });
   };
   const verdict = await span.run(() => d.decision.decide({ actor, model: c.route.entry.name, passthrough }));
-  span.end({ allow: verdict.kind === 'allow', status: verdict.kind === 'allow' ? 200 : verdict.kind === 'deny' ? verdict.status : 503, actor, service: c.route.entry.name });
+  span.end({
+    allow: verdict.kind === 'allow',
+    status: verdict.kind === 'allow' ? 200 : verdict.kind === 'deny' ? verdict.status : 503,
+    actor,
+    service: c.route.entry.name,
+  });
   if (verdict.kind === 'unavailable') {
     log.warn('decision unavailable; refusing', { actor, model: c.route.entry.name, why: verdict.why });
     return sendError(res, decisionUnavailable(verdict.why));
@@ -408,7 +426,11 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
   if (c.stream && ctype.startsWith('text/event-stream')) {
     // Reserved partially (id set, allowance under the request's): the stream is cut at the allowance.
     const allowance = reservation && rsv.outputTokens < wanted ? rsv.outputTokens : undefined;
-    const t = sseTransform({ stripUsageChunk: !c.clientWantsUsage, maxCompletionTokens: allowance, cutEvent: allowance === undefined ? undefined : `data: ${JSON.stringify(streamBudgetCut(allowance))}` });
+    const t = sseTransform({
+      stripUsageChunk: !c.clientWantsUsage,
+      maxCompletionTokens: allowance,
+      cutEvent: allowance === undefined ? undefined : `data: ${JSON.stringify(streamBudgetCut(allowance))}`,
+    });
     // Once the cut stream's last event is out, the provider is stopped.
     t.once('cut', () => res.once('finish', () => up.body.destroy()));
     res.writeHead(200, { ...outHeaders, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });

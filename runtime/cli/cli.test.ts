@@ -34,18 +34,23 @@ describe('writ validate', () => {
     expect(io.stderr.length).toBe(25);
     expect(io.stderr.every((l) => l.startsWith(`${rel}:`))).toBe(true);
     expect(io.stderr).toContain(`${rel}:13: RegistryService no-upstream: spec.upstream: required field is missing`);
-    expect(io.stderr.find((l) => l.includes('selfish'))).toMatch(new RegExp(`^${rel}:\\d+: AgentPolicy selfish: spec.allowAgents: an agent cannot list itself in allowAgents$`));
+    expect(io.stderr.find((l) => l.includes('selfish'))).toMatch(
+      new RegExp(`^${rel}:\\d+: AgentPolicy selfish: spec.allowAgents: an agent cannot list itself in allowAgents$`),
+    );
   });
 
   it('two files claiming one registry name: a Conflict pointing at the losing document', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'writ-cli-'));
     try {
-      const doc = (ns: string) => `apiVersion: writ.io/v1alpha1\nkind: RegistryService\nmetadata:\n  name: web\n  namespace: ${ns}\nspec:\n  upstream: web.svc:80\n`;
+      const doc = (ns: string) =>
+        `apiVersion: writ.io/v1alpha1\nkind: RegistryService\nmetadata:\n  name: web\n  namespace: ${ns}\nspec:\n  upstream: web.svc:80\n`;
       writeFileSync(join(dir, 'a.yaml'), doc('a'));
       writeFileSync(join(dir, 'b.yaml'), `# second\n${doc('b')}`);
       const io = capture();
       expect(await main(['validate', dir], io)).toBe(1);
-      expect(io.stderr).toEqual([`${relative(process.cwd(), join(dir, 'b.yaml'))}:2: RegistryService web: Conflict: registry name web is already claimed by RegistryService/a/web`]);
+      expect(io.stderr).toEqual([
+        `${relative(process.cwd(), join(dir, 'b.yaml'))}:2: RegistryService web: Conflict: registry name web is already claimed by RegistryService/a/web`,
+      ]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -59,7 +64,9 @@ describe('writ validate', () => {
   });
 
   it('runs as `npx writ` (the package.json bin)', async () => {
-    const r = await promisify(execFile)('npx', ['--no-install', 'writ', 'validate', 'crds/examples'], { cwd: ROOT, timeout: 60_000 }).catch((e: { stdout: string; stderr: string; code: number }) => e);
+    const r = await promisify(execFile)('npx', ['--no-install', 'writ', 'validate', 'crds/examples'], { cwd: ROOT, timeout: 60_000 }).catch(
+      (e: { stdout: string; stderr: string; code: number }) => e,
+    );
     expect(r.stdout.trim()).toBe('9 resource(s) in 3 file(s): all valid');
   });
 });
@@ -107,7 +114,9 @@ describe('writ diff (the apply route dry run)', () => {
     writeFileSync(f, (await import('node:fs')).readFileSync(f, 'utf8').replace('upstream: web.default.svc:80', 'upstream: web.default.svc:81'));
     io = capture();
     expect(await main(['diff', dir, '--server', server], io)).toBe(1);
-    expect(io.stdout).toEqual(expect.arrayContaining(['~ web', '    upstream: "web.default.svc:80" -> "web.default.svc:81"', '! taken (owned by api: not written)']));
+    expect(io.stdout).toEqual(
+      expect.arrayContaining(['~ web', '    upstream: "web.default.svc:80" -> "web.default.svc:81"', '! taken (owned by api: not written)']),
+    );
     expect(cp.plane.registry.get('web')!.upstream).toBe('web.default.svc:80');
   });
 

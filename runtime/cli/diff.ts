@@ -44,7 +44,19 @@ function parseArgs(args: string[]): Args | string {
   return out as Args;
 }
 
-const FIELDS = ['upstream', 'owner', 'requireScope', 'public', 'kind', 'allowModels', 'allowTools', 'allowAgents', 'egressAllow', 'budget', 'dataClass'] as const;
+const FIELDS = [
+  'upstream',
+  'owner',
+  'requireScope',
+  'public',
+  'kind',
+  'allowModels',
+  'allowTools',
+  'allowAgents',
+  'egressAllow',
+  'budget',
+  'dataClass',
+] as const;
 /** The registry's stored defaults, so an absent field and its default compare equal. */
 const DEFAULTS: Record<string, unknown> = { owner: '', requireScope: '', public: false };
 
@@ -80,7 +92,9 @@ export async function run(args: string[], io: Io): Promise<number> {
   for (const n of result.conflicts) io.out(`! ${n} (owned by ${result.conflictOwners[n] ?? 'another owner'}: not written)`);
   for (const i of result.invalid) io.out(`x ${i.name}: ${i.error}`);
   if (desired.governed.length || desired.identities.length) {
-    io.out(`(${desired.governed.length} governed agent(s) and ${desired.identities.length} identity agent(s) declared: the identity authority has no dry run, not diffed)`);
+    io.out(
+      `(${desired.governed.length} governed agent(s) and ${desired.identities.length} identity agent(s) declared: the identity authority has no dry run, not diffed)`,
+    );
   }
   const changes = result.created.length + result.updated.length + result.deleted.length;
   io.out(`${changes} change(s), ${result.unchanged.length} unchanged, ${result.conflicts.length} conflict(s), ${result.invalid.length} rejected`);

@@ -14,7 +14,10 @@ export type Command = { summary: string; load: () => Promise<{ run(args: string[
 export const COMMANDS: Record<string, Command> = {
   validate: { summary: 'validate <dir|file>...  check resources against the CRD schemas and CEL rules (offline)', load: () => import('./validate.js') },
   diff: { summary: 'diff <dir> --server <mgmt url> [--owner <owner>]  what applying the folder would change (dry run)', load: () => import('./diff.js') },
-  audit: { summary: 'audit verify --checkpoint <file> --server <mgmt url> | --export <file>  prove the audit log extends a kept checkpoint', load: () => import('./audit.js') },
+  audit: {
+    summary: 'audit verify --checkpoint <file> --server <mgmt url> | --export <file>  prove the audit log extends a kept checkpoint',
+    load: () => import('./audit.js'),
+  },
 };
 
 const stdio: Io = { out: (l) => process.stdout.write(l + '\n'), err: (l) => process.stderr.write(l + '\n') };

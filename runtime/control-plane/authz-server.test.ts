@@ -113,10 +113,13 @@ describe('/authz listener', () => {
     try {
       for (let i = 0; i < 3; i++) {
         const r = await new Promise<number>((resolve, reject) => {
-          const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/authz', agent, headers: { [H.service]: 'web', 'transfer-encoding': 'chunked' } }, (res) => {
-            res.resume();
-            res.on('end', () => resolve(res.statusCode ?? 0));
-          });
+          const req = http.request(
+            { host: '127.0.0.1', port, method: 'POST', path: '/authz', agent, headers: { [H.service]: 'web', 'transfer-encoding': 'chunked' } },
+            (res) => {
+              res.resume();
+              res.on('end', () => resolve(res.statusCode ?? 0));
+            },
+          );
           req.on('error', reject);
           req.write('a'.repeat(300));
           req.end('b'.repeat(300));

@@ -78,7 +78,9 @@ function decide(req: http.IncomingMessage, res: http.ServerResponse, rest: strin
   const span = startDecisionSpan('authz', req.headers.traceparent, req.headers.tracestate);
   let decided: Committed | Promise<Committed>;
   try {
-    decided = span.run(() => authorize(engine, factsFromHeaders(req.headers, { method: req.method, path: rest, trustedPeer: engine.trustedPeer(req.socket.remoteAddress) })));
+    decided = span.run(() =>
+      authorize(engine, factsFromHeaders(req.headers, { method: req.method, path: rest, trustedPeer: engine.trustedPeer(req.socket.remoteAddress) })),
+    );
   } catch (e) {
     span.end({ allow: false, status: 403 });
     return failed(req, res, e);

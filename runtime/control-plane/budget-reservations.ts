@@ -80,7 +80,15 @@ export function createReservations(o: ReservationOptions): Reservations {
       const used = res?.used ?? 0;
       const unit = dimension === 'tokensPerHour' ? 'tokens per hour' : 'USD per day';
       const frees = res?.freesAt ? `; frees up from ${new Date(res.freesAt).toISOString()}` : '';
-      return { ok: false, dimension, limit, used, need, freesAt: res?.freesAt, message: `${dimension} budget of agent ${r.agent}: this call needs up to ${need} of ${limit} ${unit} and ${r9(Math.max(0, used))} are used or reserved${frees}` };
+      return {
+        ok: false,
+        dimension,
+        limit,
+        used,
+        need,
+        freesAt: res?.freesAt,
+        message: `${dimension} budget of agent ${r.agent}: this call needs up to ${need} of ${limit} ${unit} and ${r9(Math.max(0, used))} are used or reserved${frees}`,
+      };
     };
     if (tph > 0) {
       const t = await o.meter.take(r.agent, 'tokens', r.promptTokens + out, r.promptTokens + minOut);
@@ -98,7 +106,7 @@ export function createReservations(o: ReservationOptions): Reservations {
       cost = t.granted;
       if (cost < need && r.priceOutputPer1k > 0) {
         // Fewer dollars than asked: the output allowance shrinks to what they buy.
-        const fit = Math.max(minOut, Math.floor(((cost * 1000 - r.promptTokens * r.priceInputPer1k) / r.priceOutputPer1k) + 1e-9));
+        const fit = Math.max(minOut, Math.floor((cost * 1000 - r.promptTokens * r.priceInputPer1k) / r.priceOutputPer1k + 1e-9));
         if (tokens > 0 && fit < out) {
           o.meter.giveBack(r.agent, 'tokens', out - fit, bucketOf('tokens', now));
           tokens -= out - fit;
@@ -143,14 +151,16 @@ export function createReservations(o: ReservationOptions): Reservations {
       db,
       sql`update budget_reservations set state = 'expired' where state = 'open' and expires_at < ${now} returning id, agent`,
     );
-    if (rows.length) log.warn('reservations expired unsettled: their worst case stays charged', { count: rows.length, ids: rows.slice(0, 20).map((r) => r.id) });
+    if (rows.length)
+      log.warn('reservations expired unsettled: their worst case stays charged', { count: rows.length, ids: rows.slice(0, 20).map((r) => r.id) });
     // Settled and expired rows are kept two days (a late report still finds its reservation).
     await db.execute(sql`delete from budget_reservations where state <> 'open' and expires_at < ${new Date(o.now() - 2 * 86_400_000).toISOString()}`);
     return rows.length;
   }
 
   const sweepMs = o.sweepMs ?? 30_000;
-  const timer = sweepMs > 0 ? setInterval(() => void expire().catch((e: unknown) => log.warn('reservation sweep failed', { err: errMsg(e) })), sweepMs) : undefined;
+  const timer =
+    sweepMs > 0 ? setInterval(() => void expire().catch((e: unknown) => log.warn('reservation sweep failed', { err: errMsg(e) })), sweepMs) : undefined;
   timer?.unref();
   return { reserve, settle, expire, close: () => clearInterval(timer) };
 }

@@ -24,8 +24,15 @@ describe('budget mode and visibility', () => {
     for (const s of [
       { name: 'search', upstream: 'search.tools.svc:8080', kind: 'tool' },
       { name: 'strict', upstream: 'strict.agents.svc:8080', kind: 'agent', allowTools: ['search'], budget: { callsPerHour: 2 } },
-      { name: 'watched', upstream: 'watched.agents.svc:8080', kind: 'agent', allowTools: ['search'], budget: { callsPerHour: 2, tokensPerHour: 1000, mode: 'audit' } },
-    ]) expect((await post(`${mgmt}/v1/registry/services`, s)).status).toBe(200);
+      {
+        name: 'watched',
+        upstream: 'watched.agents.svc:8080',
+        kind: 'agent',
+        allowTools: ['search'],
+        budget: { callsPerHour: 2, tokensPerHour: 1000, mode: 'audit' },
+      },
+    ])
+      expect((await post(`${mgmt}/v1/registry/services`, s)).status).toBe(200);
   }, 180_000);
   afterAll(async () => {
     await cp?.close();
@@ -53,7 +60,10 @@ describe('budget mode and visibility', () => {
     expect(watched[2]!.reason).toMatch(/^over budget \(audit mode\): call budget exceeded: 2 of 2 calls per hour/);
     expect(watched[0]!.reason).not.toMatch(/over budget/);
     // Audit mode still counts: the meter shows 3 calls against 2.
-    const view = (await (await fetch(`${mgmt}/v1/budgets/watched`)).json()) as { mode: string; dimensions: Record<string, { limit: number; used: number; remaining: number | null }> };
+    const view = (await (await fetch(`${mgmt}/v1/budgets/watched`)).json()) as {
+      mode: string;
+      dimensions: Record<string, { limit: number; used: number; remaining: number | null }>;
+    };
     expect(view.mode).toBe('audit');
     expect(view.dimensions.callsPerHour).toMatchObject({ limit: 2, used: 3, remaining: 0 });
   });

@@ -47,7 +47,13 @@ const ReserveBody = z
     priceInputPer1k: z.number().nonnegative().finite(),
     priceOutputPer1k: z.number().nonnegative().finite(),
     partial: z.boolean().optional().openapi({ description: 'Accept a smaller output allowance (a stream the broker cuts at it).' }),
-    ttlMs: z.number().int().min(1000).max(86_400_000).optional().openapi({ description: 'Settlement deadline; past it the reservation expires with its worst case charged.' }),
+    ttlMs: z
+      .number()
+      .int()
+      .min(1000)
+      .max(86_400_000)
+      .optional()
+      .openapi({ description: 'Settlement deadline; past it the reservation expires with its worst case charged.' }),
   })
   .strict()
   .openapi('ReservationRequest');
@@ -92,9 +98,15 @@ export function budgetRoutes(src: BudgetSources): OpenAPIHono {
       createRoute({
         method: 'post',
         path: '/v1/budgets/{agent}/reservations',
-        request: { params: z.object({ agent: z.string().min(1).max(253) }), body: { content: { 'application/json': { schema: ReserveBody } }, required: true } },
+        request: {
+          params: z.object({ agent: z.string().min(1).max(253) }),
+          body: { content: { 'application/json': { schema: ReserveBody } }, required: true },
+        },
         responses: {
-          200: { content: { 'application/json': { schema: Reserved } }, description: 'Reserved (id null: no token or cost ceiling to reserve against); outputTokens is the allowance.' },
+          200: {
+            content: { 'application/json': { schema: Reserved } },
+            description: 'Reserved (id null: no token or cost ceiling to reserve against); outputTokens is the allowance.',
+          },
           400: { content: { 'application/json': { schema: Err } }, description: 'Malformed request.' },
           404: { content: { 'application/json': { schema: Err } }, description: 'No registry entry of kind agent by that name.' },
           429: { content: { 'application/json': { schema: Refused } }, description: 'The worst case does not fit the budget: nothing reserved.' },
@@ -115,7 +127,15 @@ export function budgetRoutes(src: BudgetSources): OpenAPIHono {
         if (a.ok) return c.json({ id: a.id, outputTokens: a.outputTokens }, 200);
         const retry = a.freesAt ? Math.max(1, Math.ceil((a.freesAt - src.now()) / 1000)) : 60;
         return c.json(
-          { error: a.message, dimension: a.dimension, limit: a.limit, used: a.used, need: a.need, freesAt: a.freesAt ? new Date(a.freesAt).toISOString() : null, retryAfterSeconds: retry },
+          {
+            error: a.message,
+            dimension: a.dimension,
+            limit: a.limit,
+            used: a.used,
+            need: a.need,
+            freesAt: a.freesAt ? new Date(a.freesAt).toISOString() : null,
+            retryAfterSeconds: retry,
+          },
           429,
           { 'retry-after': String(retry) },
         );

@@ -136,6 +136,8 @@ describe.skipIf(!TEST_DATABASE_URL)('three control planes on one PostgreSQL sche
     const second = await load(120, 12);
     const total = first + second;
     expect(total).toBeLessThanOrEqual(bound);
-    console.log(`budget overshoot (3 replicas, callsPerHour 100, lease ${lease}): ${first} allowed, then ${second} after a restart; total ${total}, bound ${bound}`);
+    console.log(
+      `budget overshoot (3 replicas, callsPerHour 100, lease ${lease}): ${first} allowed, then ${second} after a restart; total ${total}, bound ${bound}`,
+    );
   }, 120_000);
 });

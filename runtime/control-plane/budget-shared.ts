@@ -90,7 +90,16 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
 
   const leaseSize = (b: Budget | undefined) => Math.max(1, Math.ceil(limitOf(b, 'calls') * share));
   const enforcing = (b: Budget | undefined) => !!b && b.mode !== 'audit';
-  const newDim = (): DimState => ({ view: 0, lease: 0, leaseBucket: 0, debt: 0, inflight: 0, returns: new Map(), syncedAt: Number.NEGATIVE_INFINITY, chain: Promise.resolve() });
+  const newDim = (): DimState => ({
+    view: 0,
+    lease: 0,
+    leaseBucket: 0,
+    debt: 0,
+    inflight: 0,
+    returns: new Map(),
+    syncedAt: Number.NEGATIVE_INFINITY,
+    chain: Promise.resolve(),
+  });
   const stateOf = (agent: string): AgentState => {
     let st = agents.get(agent);
     if (!st) {

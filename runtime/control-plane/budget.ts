@@ -107,7 +107,6 @@ export interface BudgetMeterOptions {
   maxAgents?: number;
 }
 
-
 export function createBudgetMeter(opts: BudgetMeterOptions = {}): BudgetMeter {
   const hourBuckets = opts.hourBuckets ?? 60;
   const dayBuckets = opts.dayBuckets ?? 96;

@@ -14,7 +14,8 @@ import { curl } from './proxy/testkit.js';
 
 /** The proxy's identity is not under test here: one fixed VP proves agent "bot". */
 const identity: IdentityPort = {
-  verifyPresentation: async (vp) => (vp === 'vp-bot' ? { ok: true, agentName: 'bot', agentDid: 'did:key:zBot', reason: 'ok' } : { ok: false, reason: 'bad signature' }),
+  verifyPresentation: async (vp) =>
+    vp === 'vp-bot' ? { ok: true, agentName: 'bot', agentDid: 'did:key:zBot', reason: 'ok' } : { ok: false, reason: 'bad signature' },
   checkDelegation: async () => ({ ok: false, reason: 'no approved delegation' }),
 };
 
@@ -52,7 +53,11 @@ describe.each(testBackends())('egress gateway on $name', (b) => {
       expect(run.gateway.port).toBeUndefined();
       const mgmt = `http://127.0.0.1:${run.cp.mgmtPort}`;
       expect((await fetch(`${mgmt}/v1/egress/requests`)).status).toBe(503);
-      const a = await fetch(`${mgmt}/v1/egress/requests/x/approve`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"approver":"a"}' });
+      const a = await fetch(`${mgmt}/v1/egress/requests/x/approve`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"approver":"a"}',
+      });
       expect(a.status).toBe(503);
       expect(((await a.json()) as { error: string }).error).toMatch(/disabled/);
     } finally {

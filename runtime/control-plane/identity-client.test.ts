@@ -95,7 +95,11 @@ describe('identity client over HTTP', () => {
     const vp = await presentationFor(identity, { ttlSeconds: 600 });
     expect(await c.verifyPresentation(vp)).toMatchObject({ ok: true });
     expect(c.cacheSize()).toBeGreaterThan(0);
-    const r = await fetch(`${base}/v1/revoke`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ vcJti: jtiOf(identity.membershipVc) }) });
+    const r = await fetch(`${base}/v1/revoke`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ vcJti: jtiOf(identity.membershipVc) }),
+    });
     expect(r.status).toBe(200);
     const t0 = Date.now();
     let answer = await c.verifyPresentation(vp);
@@ -121,7 +125,11 @@ describe('identity client over HTTP', () => {
     });
     expect(req.status).toBe(201);
     const { id } = (await req.json()) as { id: string };
-    const ok = await fetch(`${base}/v1/delegations/${id}/approve`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ approver: 'alice@example.com' }) });
+    const ok = await fetch(`${base}/v1/delegations/${id}/approve`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ approver: 'alice@example.com' }),
+    });
     expect(ok.status).toBe(200);
     const yes = await c.checkDelegation(q);
     expect(yes).toMatchObject({ ok: true, delegationId: id });

@@ -105,7 +105,12 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
   let etag: string | undefined;
   let closed = false;
 
-  async function call(method: 'GET' | 'POST', path: string, body?: string, extra?: Record<string, string>): Promise<{ status: number; json: unknown; headers: Record<string, unknown> }> {
+  async function call(
+    method: 'GET' | 'POST',
+    path: string,
+    body?: string,
+    extra?: Record<string, string>,
+  ): Promise<{ status: number; json: unknown; headers: Record<string, unknown> }> {
     // The active trace context (a decision's span) travels with the call.
     const headers: Record<string, string> = injectTrace({ accept: 'application/json', ...extra });
     if (body !== undefined) headers['content-type'] = 'application/json';
@@ -187,7 +192,12 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
     }
   }
 
-  const keyOf = (vp: string, audience: string | undefined) => createHash('sha256').update(audience ?? '').update('\n').update(vp).digest('base64url');
+  const keyOf = (vp: string, audience: string | undefined) =>
+    createHash('sha256')
+      .update(audience ?? '')
+      .update('\n')
+      .update(vp)
+      .digest('base64url');
 
   /** A live, trusted cached answer for `key`; a stale one is dropped. */
   function cached(key: string): PresentationAnswer | undefined {
@@ -258,7 +268,12 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
   /** One fetch of the governance standing; true when the authority answered. */
   async function pollStanding(): Promise<boolean> {
     try {
-      const { status, json, headers } = await call('GET', '/v1/governance/standing', undefined, standingTag && standing ? { 'if-none-match': standingTag } : undefined);
+      const { status, json, headers } = await call(
+        'GET',
+        '/v1/governance/standing',
+        undefined,
+        standingTag && standing ? { 'if-none-match': standingTag } : undefined,
+      );
       if (status === 304 && standing) {
         standing = { agents: standing.agents, fetchedAt: now() };
         return true;

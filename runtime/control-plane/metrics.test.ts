@@ -128,10 +128,12 @@ describe('control-plane metrics', () => {
     m.observeIdentityCall('verify_presentation', 0.002, 'ok');
     m.observeIdentityCall('delegation_check', 2.01, 'timeout');
     const s = samples(await m.text());
-    expect(s.find((x) => x.name === metric('identity_authority_request_duration_seconds_count') && x.labels.operation === 'verify_presentation')).toMatchObject({
-      labels: { outcome: 'ok' },
-      value: 1,
-    });
+    expect(s.find((x) => x.name === metric('identity_authority_request_duration_seconds_count') && x.labels.operation === 'verify_presentation')).toMatchObject(
+      {
+        labels: { outcome: 'ok' },
+        value: 1,
+      },
+    );
     expect(s.filter((x) => x.name === metric('identity_authority_errors_total'))).toEqual([
       { name: metric('identity_authority_errors_total'), labels: { operation: 'delegation_check', kind: 'timeout' }, value: 1 },
     ]);
@@ -146,7 +148,13 @@ describe('shipped dashboard and alert rules', () => {
   function referenced(expr: string): { names: string[]; labels: string[] } {
     const names = [...expr.matchAll(new RegExp(`\\b${metric('')}[a-zA-Z0-9_:]+`, 'g'))].map((m) => m[0]);
     const labels: string[] = [];
-    for (const m of expr.matchAll(/\b(?:by|without)\s*\(([^)]*)\)/g)) labels.push(...m[1]!.split(',').map((l) => l.trim()).filter(Boolean));
+    for (const m of expr.matchAll(/\b(?:by|without)\s*\(([^)]*)\)/g))
+      labels.push(
+        ...m[1]!
+          .split(',')
+          .map((l) => l.trim())
+          .filter(Boolean),
+      );
     for (const m of expr.matchAll(/\{([^}]*)\}/g)) for (const l of m[1]!.matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)/g)) labels.push(l[1]!);
     return { names, labels };
   }

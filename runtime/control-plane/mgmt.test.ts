@@ -220,7 +220,14 @@ describe('management API over HTTP', () => {
 
   it('apply, delete and version: owners never take over each other; unchanged re-apply bumps nothing', async () => {
     const v0 = (await (await get('/v1/registry/version')).json()).version;
-    const desired = { owner: 'folder:/gitops', services: [{ name: 'g1', upstream: 'g1.svc:80' }, { name: 'g2', upstream: 'nope' }, { name: 'orders', upstream: 'o.svc:1' }] };
+    const desired = {
+      owner: 'folder:/gitops',
+      services: [
+        { name: 'g1', upstream: 'g1.svc:80' },
+        { name: 'g2', upstream: 'nope' },
+        { name: 'orders', upstream: 'o.svc:1' },
+      ],
+    };
     const dry = await (await postJson('/v1/registry/apply', { ...desired, dryRun: true })).json();
     expect(dry).toMatchObject({ version: v0, created: ['g1'], conflicts: ['orders'], conflictOwners: { orders: 'api' } });
     expect(registry.get('g1')).toBeUndefined();
@@ -258,7 +265,8 @@ describe('management API over HTTP', () => {
   it('GET /openapi.json documents the routes from the validating schemas', async () => {
     const doc = await (await get('/openapi.json')).json();
     expect(doc.openapi).toBe('3.1.0');
-    for (const p of ['/v1/registry/services', '/v1/registry/services/{name}', '/v1/registry/apply', '/v1/registry/version', '/v1/usage']) expect(Object.keys(doc.paths)).toContain(p);
+    for (const p of ['/v1/registry/services', '/v1/registry/services/{name}', '/v1/registry/apply', '/v1/registry/version', '/v1/usage'])
+      expect(Object.keys(doc.paths)).toContain(p);
     expect(doc.components.schemas.Service.properties.upstream).toBeDefined();
     expect(doc.paths['/v1/registry/services/{name}'].delete.responses['409']).toBeDefined();
   });

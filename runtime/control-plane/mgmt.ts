@@ -91,7 +91,17 @@ export function createMgmtApp(deps: MgmtDeps): OpenAPIHono {
     await next();
   });
   // NUL, unpaired surrogates, over-deep JSON: 400 here (lib/api.ts), never a store error later.
-  app.use('*', rejectBadInput((c, detail) => c.json(c.req.path === USAGE_PATH ? { error: 'invalid body' } : { error: `invalid request: ${detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; ')}`, detail }, 400)));
+  app.use(
+    '*',
+    rejectBadInput((c, detail) =>
+      c.json(
+        c.req.path === USAGE_PATH
+          ? { error: 'invalid body' }
+          : { error: `invalid request: ${detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; ')}`, detail },
+        400,
+      ),
+    ),
+  );
 
   app.get('/healthz', (c) => c.json({ ok: true }));
   app.get('/readyz', (c) => (deps.ready() ? c.json({ ready: true, ...deps.readyDetail?.() }) : c.json({ ready: false, error: 'not ready' }, 503)));

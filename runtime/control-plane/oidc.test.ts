@@ -17,7 +17,12 @@ describe('OIDC verifier', () => {
   let k2: CryptoKey;
   let other: CryptoKey;
 
-  const sign = (key: CryptoKey, kid: string, claims: Record<string, unknown> = {}, opts: { aud?: string; iss?: string; exp?: string | number; alg?: string } = {}) =>
+  const sign = (
+    key: CryptoKey,
+    kid: string,
+    claims: Record<string, unknown> = {},
+    opts: { aud?: string; iss?: string; exp?: string | number; alg?: string } = {},
+  ) =>
     new SignJWT({ scope: 'a b', ...claims })
       .setProtectedHeader({ alg: opts.alg ?? 'ES256', kid })
       .setSubject('alice')
@@ -69,7 +74,13 @@ describe('OIDC verifier', () => {
   it('rejects an HMAC token even if its secret were the public key', async () => {
     const v = createOidcVerifier({ issuer: ISS, jwksUrl, audience: AUD });
     const secret = new TextEncoder().encode('x'.repeat(32));
-    const t = await new SignJWT({}).setProtectedHeader({ alg: 'HS256', kid: 'k1' }).setSubject('a').setIssuer(ISS).setAudience(AUD).setExpirationTime('5m').sign(secret);
+    const t = await new SignJWT({})
+      .setProtectedHeader({ alg: 'HS256', kid: 'k1' })
+      .setSubject('a')
+      .setIssuer(ISS)
+      .setAudience(AUD)
+      .setExpirationTime('5m')
+      .sign(secret);
     expect((await v.verify(t)).ok).toBe(false);
   });
 

@@ -71,5 +71,12 @@ export function oidcFromEnv(env: Env): OidcPort | undefined {
     // Half-configured OIDC must not silently fall back to the open development posture.
     throw new Error('workforce OIDC needs all of OIDC_ISSUER, OIDC_JWKS_URL and OIDC_AUDIENCE');
   }
-  return createOidcVerifier({ issuer, jwksUrl, audience: audience.split(',').map((s) => s.trim()).filter(Boolean) });
+  return createOidcVerifier({
+    issuer,
+    jwksUrl,
+    audience: audience
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
+  });
 }

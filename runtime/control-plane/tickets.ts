@@ -37,7 +37,9 @@ export function createCallTickets(key: Buffer, now: () => number = Date.now, ttl
   }
   return {
     mint(actor, upstream) {
-      const payload = Buffer.from(JSON.stringify({ a: actor, u: norm(upstream), x: now() + ttlMs, n: randomBytes(12).toString('base64url') })).toString('base64url');
+      const payload = Buffer.from(JSON.stringify({ a: actor, u: norm(upstream), x: now() + ttlMs, n: randomBytes(12).toString('base64url') })).toString(
+        'base64url',
+      );
       return `v1.${payload}.${mac(payload).toString('base64url')}`;
     },
     verify(ticket, actor, upstream) {

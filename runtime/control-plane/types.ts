@@ -27,7 +27,11 @@ const nameList = z.array(z.string().min(1).max(253)).max(10_000);
 
 export const ServiceSchema = z
   .object({
-    name: z.string().min(1).max(253).regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'name: letters, digits and . _ : / - only'),
+    name: z
+      .string()
+      .min(1)
+      .max(253)
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'name: letters, digits and . _ : / - only'),
     upstream: z
       .string()
       .regex(UPSTREAM_RE, 'upstream must be host:port')
@@ -61,16 +65,7 @@ export const UsageSchema = z
   .strict();
 export type UsageReport = z.infer<typeof UsageSchema>;
 
-export const AUDIT_ACTIONS = [
-  'authz',
-  'egress',
-  'model.invoke',
-  'tool.read',
-  'agent.invoke',
-  'egress.proxy',
-  'egress.approval',
-  'registry.upsert',
-] as const;
+export const AUDIT_ACTIONS = ['authz', 'egress', 'model.invoke', 'tool.read', 'agent.invoke', 'egress.proxy', 'egress.approval', 'registry.upsert'] as const;
 export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 export type Rule = 'identity' | 'registry' | 'inline' | 'opa' | 'delegation';
 

@@ -167,10 +167,12 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
 
   /** NOTIFYs ping `k`: `ping:<me>:<k>:<seen here>:<the sequence's current value (0 before its first use)>`. */
   const ping = (k: number) =>
-    store.db.execute(sql`select pg_notify(${channel}, ${`${me}${k}:${seen}:`} || (select case when is_called then last_value else 0 end from identity_change_seq))`).then(
-      () => {},
-      () => {},
-    );
+    store.db
+      .execute(sql`select pg_notify(${channel}, ${`${me}${k}:${seen}:`} || (select case when is_called then last_value else 0 end from identity_change_seq))`)
+      .then(
+        () => {},
+        () => {},
+      );
 
   let relistening = false;
   const relisten = async () => {

@@ -45,7 +45,14 @@ export interface CheckVerdict {
  */
 export function checkDelegation(rows: DelegationFacts[], q: CheckQuery, nowSec: number, isRevoked: (jti: string) => boolean): CheckVerdict {
   const matching = rows
-    .filter((d) => d.status === 'approved' && (d.actorName === q.actor || d.actorDid === q.actor) && d.task === q.task && d.action === q.action && resourceMatches(d.resource, q.resource))
+    .filter(
+      (d) =>
+        d.status === 'approved' &&
+        (d.actorName === q.actor || d.actorDid === q.actor) &&
+        d.task === q.task &&
+        d.action === q.action &&
+        resourceMatches(d.resource, q.resource),
+    )
     .sort((a, b) => b.seq - a.seq);
   let first: CheckVerdict | undefined;
   for (const d of matching) {

@@ -23,7 +23,13 @@ export function base58btcEncode(bytes: Uint8Array): string {
       carry = (carry / 58) | 0;
     }
   }
-  return '1'.repeat(zeros) + digits.reverse().map((d) => ALPHABET[d]).join('');
+  return (
+    '1'.repeat(zeros) +
+    digits
+      .reverse()
+      .map((d) => ALPHABET[d])
+      .join('')
+  );
 }
 
 /** Longest input base58btcDecode accepts: the decode is quadratic, so its input is bounded first. */
@@ -104,7 +110,10 @@ export function didKeyVerificationMethod(did: string): string {
  * already-encoded host is kept; path slashes become colons (did:web spec §3.1).
  */
 export function didWeb(host: string): string {
-  const trimmed = host.trim().replace(/^https?:\/\//, '').replace(/\/+$/, '');
+  const trimmed = host
+    .trim()
+    .replace(/^https?:\/\//, '')
+    .replace(/\/+$/, '');
   if (!trimmed) throw new Error('issuer host must not be empty');
   const [authority, ...path] = trimmed.split('/');
   const enc = authority!.replace(/%3A/gi, ':').replace(/:/g, '%3A');

@@ -20,7 +20,8 @@ describe('verify-presentation fast path', () => {
     idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.fast.test', OTEL_SDK_DISABLED: 'true' }, addr: '127.0.0.1:0' });
     await idp.authority.whenReady();
     const app = idp.authority.app;
-    const post = async (p: string, b?: unknown): Promise<any> => (await app.request(p, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b ?? {}) })).json();
+    const post = async (p: string, b?: unknown): Promise<any> =>
+      (await app.request(p, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b ?? {}) })).json();
     await post('/v1/agents', { name: 'fast', role: 'worker', capabilities: [] });
     vp = await presentationFor(await post('/v1/agents/fast/provision'));
   });
@@ -50,7 +51,11 @@ describe('verify-presentation fast path', () => {
       const init = { method: 'POST', headers: { 'content-type': 'application/json', ...c.headers }, body: c.body };
       const viaSocket = await fetch(`http://127.0.0.1:${idp.port}/v1/agents/verify-presentation`, init);
       const viaApp = await idp.authority.app.request('/v1/agents/verify-presentation', init);
-      expect({ body: c.body.slice(0, 40), status: viaSocket.status, json: await viaSocket.json() }).toEqual({ body: c.body.slice(0, 40), status: viaApp.status, json: await viaApp.json() });
+      expect({ body: c.body.slice(0, 40), status: viaSocket.status, json: await viaSocket.json() }).toEqual({
+        body: c.body.slice(0, 40),
+        status: viaApp.status,
+        json: await viaApp.json(),
+      });
     }
   });
 

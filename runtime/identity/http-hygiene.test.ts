@@ -98,7 +98,11 @@ describe('identity authority closes properly on early answers', () => {
     expect(ignore.answers[0]?.status).toBe(200);
     expectNoDroppedRequest(ignore, 'ignored body');
     const bad = Buffer.from(`{"name": 5, "pad": "${'x'.repeat(300 * 1024)}"}`);
-    const invalid = await twoOnOneSocket(srv.port, `POST /v1/keys HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: ${bad.length}\r\n\r\n`, bad);
+    const invalid = await twoOnOneSocket(
+      srv.port,
+      `POST /v1/keys HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: ${bad.length}\r\n\r\n`,
+      bad,
+    );
     expect(invalid.answers[0]?.status).toBe(422);
     expectNoDroppedRequest(invalid, '422');
   });

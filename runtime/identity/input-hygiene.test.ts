@@ -137,7 +137,11 @@ describe.each(testBackends())('identity authority input hygiene on $name', (b) =
         for (const bad of BAD) {
           const enc = bad.includes('\u0000') ? 'x%00y' : encodeURIComponent(bad.replace(/[\ud800-\udfff]/g, '')) + '%ED%A0%80';
           if (pathParams.length) {
-            const r = await call(method.toUpperCase(), path.replace(/\{([^}]+)\}/g, () => enc), okBody);
+            const r = await call(
+              method.toUpperCase(),
+              path.replace(/\{([^}]+)\}/g, () => enc),
+              okBody,
+            );
             expectDetail(r.status, r.json, `${method} ${path} path ${JSON.stringify(bad)}`);
             seen.push(`${method} ${path} path`);
           }

@@ -47,7 +47,11 @@ async function authority(open: () => Promise<Store>, host: string): Promise<Runn
 }
 
 async function call(base: string, method: string, path: string, body?: unknown): Promise<{ status: number; json: Json }> {
-  const res = await fetch(base + path, { method, headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await fetch(base + path, {
+    method,
+    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   const text = await res.text();
   return { status: res.status, json: text ? JSON.parse(text) : undefined };
 }
@@ -69,7 +73,8 @@ function didWebResolver(hosts: Map<string, string>, fetched: string[]): Record<s
       if (res.status !== 200) return notFound;
       const doc = (await res.json()) as Json;
       fetched.push(url);
-      if (doc.id !== did) return { didResolutionMetadata: { error: 'invalidDid', message: `document id ${doc.id} is not ${did}` }, didDocument: null, didDocumentMetadata: {} };
+      if (doc.id !== did)
+        return { didResolutionMetadata: { error: 'invalidDid', message: `document id ${doc.id} is not ${did}` }, didDocument: null, didDocumentMetadata: {} };
       return { didResolutionMetadata: { contentType: 'application/did+ld+json' }, didDocument: doc, didDocumentMetadata: {} };
     },
   };
@@ -192,7 +197,14 @@ describe.each(testBackends())('interop with did-jwt-vc on $name', (b) => {
       ['tampered payload, signature kept', tamperedVp, {}, /^presentation signature invalid$/, {}, /invalid_signature/],
       ['membership VC from another issuer', await presentationFor(foreign), {}, /^membership credential not issued by this issuer$/, {}, /^ok$/],
       ['membership VC signed with another key under our DID', await presentationFor(forged), {}, /^membership credential signature invalid$/, {}, /^ok$/],
-      ['VP by agent B holding agent A\'s VC', await presentationFor({ ...other, membershipVc: p.membershipVc }), {}, /^membership credential not issued to the presentation holder$/, {}, /^ok$/],
+      [
+        "VP by agent B holding agent A's VC",
+        await presentationFor({ ...other, membershipVc: p.membershipVc }),
+        {},
+        /^membership credential not issued to the presentation holder$/,
+        {},
+        /^ok$/,
+      ],
       ['revoked membership VC', revokedVp, {}, /^membership credential revoked$/, {}, /^ok$/],
     ];
     const seen: Record<string, { ours: string; didJwtVc: string }> = {};

@@ -52,8 +52,13 @@ export async function loadIssuerKey(store: Store, o: IssuerKeyOptions): Promise<
     const { privateKey } = generateKeyPairSync('ed25519');
     const seed = rawPrivateSeed(privateKey);
     const pub = Buffer.from(rawPublicKey(createPublicKey(privateKey))).toString('base64');
-    const stored = o.secret ? { ...seal(seed, o.secret), enc: 'aes-256-gcm' as const } : { privateKey: Buffer.from(seed).toString('base64'), salt: null, enc: 'none' as const };
-    await store.db.insert(issuerKeys).values({ id: ROW_ID, publicKey: pub, ...stored }).onConflictDoNothing();
+    const stored = o.secret
+      ? { ...seal(seed, o.secret), enc: 'aes-256-gcm' as const }
+      : { privateKey: Buffer.from(seed).toString('base64'), salt: null, enc: 'none' as const };
+    await store.db
+      .insert(issuerKeys)
+      .values({ id: ROW_ID, publicKey: pub, ...stored })
+      .onConflictDoNothing();
     row = (await store.db.select().from(issuerKeys).where(eq(issuerKeys.id, ROW_ID)))[0];
     if (!row) throw new Error('issuer key row missing after insert');
     log.info('issuer key created', { did: o.did, encrypted: row.enc !== 'none' });

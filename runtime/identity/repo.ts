@@ -38,7 +38,12 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
     },
 
     async getAgent(name: string): Promise<AgentRow | undefined> {
-      return (await db.select().from(agents).where(and(eq(agents.tenantId, tenant), eq(agents.name, name))))[0];
+      return (
+        await db
+          .select()
+          .from(agents)
+          .where(and(eq(agents.tenantId, tenant), eq(agents.name, name)))
+      )[0];
     },
 
     async listAgents(): Promise<AgentRow[]> {
@@ -46,16 +51,29 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
     },
 
     async agentByDid(did: string): Promise<AgentRow | undefined> {
-      return (await db.select().from(agents).where(and(eq(agents.tenantId, tenant), eq(agents.did, did))))[0];
+      return (
+        await db
+          .select()
+          .from(agents)
+          .where(and(eq(agents.tenantId, tenant), eq(agents.did, did)))
+      )[0];
     },
 
     /**
      * Binds a new key to the agent: revokes its previous membership and capability credentials,
      * records the new ones, in one transaction (row lock on the agent serializes re-provisions).
      */
-    async provision(name: string, p: { did: string; publicKey: string; membershipJti: string; membershipExp: number; creds: NewCredential[] }, nowMs: number): Promise<boolean> {
+    async provision(
+      name: string,
+      p: { did: string; publicKey: string; membershipJti: string; membershipExp: number; creds: NewCredential[] },
+      nowMs: number,
+    ): Promise<boolean> {
       return db.transaction(async (tx) => {
-        const locked = await tx.select({ name: agents.name }).from(agents).where(and(eq(agents.tenantId, tenant), eq(agents.name, name))).for('update');
+        const locked = await tx
+          .select({ name: agents.name })
+          .from(agents)
+          .where(and(eq(agents.tenantId, tenant), eq(agents.name, name)))
+          .for('update');
         if (!locked.length) return false;
         const old = await tx
           .select({ jti: credentials.jti })
@@ -69,7 +87,14 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
         }
         await tx
           .update(agents)
-          .set({ did: p.did, publicKey: p.publicKey, membershipJti: p.membershipJti, membershipExp: p.membershipExp, provisionedAt: iso(nowMs), updatedAt: iso(nowMs) })
+          .set({
+            did: p.did,
+            publicKey: p.publicKey,
+            membershipJti: p.membershipJti,
+            membershipExp: p.membershipExp,
+            provisionedAt: iso(nowMs),
+            updatedAt: iso(nowMs),
+          })
           .where(and(eq(agents.tenantId, tenant), eq(agents.name, name)));
         await tx.insert(credentials).values(p.creds.map((c) => ({ ...c, delegationId: c.delegationId ?? null, tenantId: tenant, issuedAt: iso(nowMs) })));
         return true;
@@ -77,7 +102,10 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
     },
 
     async insertDelegation(d: Omit<typeof delegations.$inferInsert, 'tenantId' | 'seq'>): Promise<DelegationRow> {
-      const rows = await db.insert(delegations).values({ ...d, tenantId: tenant }).returning();
+      const rows = await db
+        .insert(delegations)
+        .values({ ...d, tenantId: tenant })
+        .returning();
       return rows[0]!;
     },
 
@@ -86,7 +114,12 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
     },
 
     async getDelegation(id: string): Promise<DelegationRow | undefined> {
-      return (await db.select().from(delegations).where(and(eq(delegations.tenantId, tenant), eq(delegations.id, id))))[0];
+      return (
+        await db
+          .select()
+          .from(delegations)
+          .where(and(eq(delegations.tenantId, tenant), eq(delegations.id, id)))
+      )[0];
     },
 
     /**
@@ -111,7 +144,16 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
           .set({ status: 'approved', approver, approvedAt: iso(nowMs), vc: vc.jwt, vcJti: vc.jti, notAfter: vc.exp })
           .where(where)
           .returning();
-        await tx.insert(credentials).values({ jti: vc.jti, kind: 'delegation', subjectDid: vc.subjectDid, agentName: d.actorName, delegationId: id, exp: vc.exp, tenantId: tenant, issuedAt: iso(nowMs) });
+        await tx.insert(credentials).values({
+          jti: vc.jti,
+          kind: 'delegation',
+          subjectDid: vc.subjectDid,
+          agentName: d.actorName,
+          delegationId: id,
+          exp: vc.exp,
+          tenantId: tenant,
+          issuedAt: iso(nowMs),
+        });
         return { row: rows[0]!, vc: vc.jwt };
       });
     },
@@ -141,16 +183,29 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
     },
 
     async credentialExists(jti: string): Promise<boolean> {
-      return (await db.select({ jti: credentials.jti }).from(credentials).where(and(eq(credentials.tenantId, tenant), eq(credentials.jti, jti)))).length > 0;
+      return (
+        (
+          await db
+            .select({ jti: credentials.jti })
+            .from(credentials)
+            .where(and(eq(credentials.tenantId, tenant), eq(credentials.jti, jti)))
+        ).length > 0
+      );
     },
 
     async revoke(jti: string, nowMs: number, list = DEFAULT_LIST): Promise<void> {
-      await db.insert(revocations).values({ jti, tenantId: tenant, list, revokedAt: iso(nowMs) }).onConflictDoNothing();
+      await db
+        .insert(revocations)
+        .values({ jti, tenantId: tenant, list, revokedAt: iso(nowMs) })
+        .onConflictDoNothing();
     },
 
     async revokedAmong(jtis: string[]): Promise<Set<string>> {
       if (!jtis.length) return new Set();
-      const rows = await db.select({ jti: revocations.jti }).from(revocations).where(and(eq(revocations.tenantId, tenant), inArray(revocations.jti, jtis)));
+      const rows = await db
+        .select({ jti: revocations.jti })
+        .from(revocations)
+        .where(and(eq(revocations.tenantId, tenant), inArray(revocations.jti, jtis)));
       return new Set(rows.map((r) => r.jti));
     },
 
@@ -162,7 +217,10 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
     /** Cheap version tag of a revocation list (count and newest seq) for conditional GETs. */
     async revocationVersion(list?: string): Promise<string> {
       const filter = list === undefined ? sql`tenant_id = ${tenant}` : sql`tenant_id = ${tenant} and list = ${list}`;
-      const r = await rowsOf<{ n: number | string; m: number | string }>(db, sql`select count(*) as n, coalesce(max(seq), 0) as m from identity_revocations where ${filter}`);
+      const r = await rowsOf<{ n: number | string; m: number | string }>(
+        db,
+        sql`select count(*) as n, coalesce(max(seq), 0) as m from identity_revocations where ${filter}`,
+      );
       return `${r[0]?.n ?? 0}-${r[0]?.m ?? 0}`;
     },
   };

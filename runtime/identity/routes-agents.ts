@@ -7,7 +7,18 @@ import type { Capability } from '../store/schema/identity.js';
 import type { IdentityContext } from './context.js';
 import { didKeyFromPublicKey, rawPrivateSeed, rawPublicKey } from './did.js';
 import { identityRepo, type AgentRow, type NewCredential } from './repo.js';
-import { AgentCreateSchema, AgentName, AgentRecordSchema, body, err, errors, json, ProvisionSchema, VerifyRequestSchema, VerifyResponseSchema } from './schemas.js';
+import {
+  AgentCreateSchema,
+  AgentName,
+  AgentRecordSchema,
+  body,
+  err,
+  errors,
+  json,
+  ProvisionSchema,
+  VerifyRequestSchema,
+  VerifyResponseSchema,
+} from './schemas.js';
 import { CAPABILITY_TYPE, checkPresentation, issueCredential, MEMBERSHIP_TYPE } from './vc.js';
 import type { Step3 } from './verify-index.js';
 
@@ -26,7 +37,14 @@ export interface VerifyAnswer {
 
 /** SPEC 4.4 verify-presentation, all three steps; never throws. */
 export async function verifyPresentation(ctx: IdentityContext, vp: string, audience?: string, nonce?: string): Promise<VerifyAnswer> {
-  const fail = (reason: string, agentDid: string | null = null): VerifyAnswer => ({ ok: false, agentName: null, agentDid, reason, membershipJti: null, exp: null });
+  const fail = (reason: string, agentDid: string | null = null): VerifyAnswer => ({
+    ok: false,
+    agentName: null,
+    agentDid,
+    reason,
+    membershipJti: null,
+    exp: null,
+  });
   const issuer = ctx.issuer();
   const r = checkPresentation(vp, {
     issuerDid: issuer.did,
@@ -41,7 +59,14 @@ export async function verifyPresentation(ctx: IdentityContext, vp: string, audie
   const step3 = ctx.verifyIndex?.lookup(r.membershipJti, r.holderDid) ?? (await step3FromStore(ctx, r.membershipJti, r.holderDid));
   if (step3.revoked) return fail('membership credential revoked', r.holderDid);
   if (step3.agent === undefined) return fail('holder did is not a registered agent (unknown or rotated key)', r.holderDid);
-  return { ok: true, agentName: step3.agent, agentDid: r.holderDid, reason: 'verified', membershipJti: r.membershipJti, exp: Math.min(r.vpExp, r.membershipExp) };
+  return {
+    ok: true,
+    agentName: step3.agent,
+    agentDid: r.holderDid,
+    reason: 'verified',
+    membershipJti: r.membershipJti,
+    exp: Math.min(r.vpExp, r.membershipExp),
+  };
 }
 
 async function step3FromStore(ctx: IdentityContext, jti: string, did: string): Promise<Step3> {
@@ -140,7 +165,11 @@ export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
         { jti: membership.jti, kind: 'membership', subjectDid: did, agentName: name, exp: membership.exp },
         ...caps.map((v) => ({ jti: v.jti, kind: 'capability' as const, subjectDid: did, agentName: name, exp: v.exp })),
       ];
-      const ok = await repo.provision(name, { did, publicKey: Buffer.from(pub).toString('base64'), membershipJti: membership.jti, membershipExp: membership.exp, creds }, ctx.now());
+      const ok = await repo.provision(
+        name,
+        { did, publicKey: Buffer.from(pub).toString('base64'), membershipJti: membership.jti, membershipExp: membership.exp, creds },
+        ctx.now(),
+      );
       if (!ok) throw notFound('agent', name);
       // This replica knows at once; the others through the change feed.
       ctx.verifyIndex?.noteProvisioned(name, did);

@@ -22,7 +22,13 @@ import {
 } from './schemas.js';
 import { DELEGATION_TYPE, issueCredential } from './vc.js';
 
-const IdParam = z.object({ id: z.string().min(1).max(128).openapi({ param: { name: 'id', in: 'path' } }) });
+const IdParam = z.object({
+  id: z
+    .string()
+    .min(1)
+    .max(128)
+    .openapi({ param: { name: 'id', in: 'path' } }),
+});
 
 export function delegationRecord(d: DelegationRow) {
   return {

@@ -9,7 +9,14 @@ import { DEFAULT_LIST, identityRepo } from './repo.js';
 import { body, err, errors, json, RevocationListSchema, RevokedSchema, RevokeSchema } from './schemas.js';
 
 const StatusSchema = z.object({ status: z.string() });
-const ListParam = z.object({ list: z.string().min(1).max(128).regex(/^[A-Za-z0-9._-]+$/).openapi({ param: { name: 'list', in: 'path' } }) });
+const ListParam = z.object({
+  list: z
+    .string()
+    .min(1)
+    .max(128)
+    .regex(/^[A-Za-z0-9._-]+$/)
+    .openapi({ param: { name: 'list', in: 'path' } }),
+});
 
 /** JSON with a weak ETag; a matching If-None-Match answers 304 (the client polls this ~4x/s). */
 export function conditional(c: Context, etag: string, payload: () => Promise<unknown>) {
@@ -22,9 +29,8 @@ export function conditional(c: Context, etag: string, payload: () => Promise<unk
 
 export function discoveryRoutes(ctx: IdentityContext, ready: () => boolean): OpenAPIHono {
   const app = subApi();
-  app.openapi(
-    createRoute({ method: 'get', path: '/healthz', tags: ['health'], summary: 'Liveness', responses: { 200: json(StatusSchema) } }),
-    (c) => c.json({ status: 'ok' }, 200),
+  app.openapi(createRoute({ method: 'get', path: '/healthz', tags: ['health'], summary: 'Liveness', responses: { 200: json(StatusSchema) } }), (c) =>
+    c.json({ status: 'ok' }, 200),
   );
   app.openapi(
     createRoute({

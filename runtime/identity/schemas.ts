@@ -5,7 +5,13 @@ export const ErrorSchema = z.object({ error: z.object({ code: z.string(), messag
 export const ValidationErrorSchema = z
   .object({
     detail: z.array(
-      z.object({ loc: z.array(z.union([z.string(), z.number()])), msg: z.string(), type: z.string(), input: z.unknown().optional(), ctx: z.record(z.string(), z.unknown()).optional() }),
+      z.object({
+        loc: z.array(z.union([z.string(), z.number()])),
+        msg: z.string(),
+        type: z.string(),
+        input: z.unknown().optional(),
+        ctx: z.record(z.string(), z.unknown()).optional(),
+      }),
     ),
   })
   .openapi('ValidationError');
@@ -18,9 +24,7 @@ export const CapabilitySchema = z
   .object({ action: text(256), resource: text(2048), constraints: z.record(z.string(), z.unknown()).optional() })
   .openapi('Capability');
 
-export const AgentCreateSchema = z
-  .object({ name: AgentName, role: text(256), capabilities: z.array(CapabilitySchema).max(256) })
-  .openapi('AgentCreate');
+export const AgentCreateSchema = z.object({ name: AgentName, role: text(256), capabilities: z.array(CapabilitySchema).max(256) }).openapi('AgentCreate');
 
 export const AgentRecordSchema = z
   .object({ name: z.string(), role: z.string(), did: z.string().nullable(), capabilities: z.array(CapabilitySchema), provisioned: z.boolean() })
@@ -40,7 +44,10 @@ export const ProvisionSchema = z
 
 export const VerifyRequestSchema = z
   .object({
-    vp: z.string().min(1).max(64 * 1024),
+    vp: z
+      .string()
+      .min(1)
+      .max(64 * 1024),
     audience: z.string().min(1).max(1024).optional(),
     nonce: z.string().min(1).max(1024).optional().openapi({ description: 'When set, the VP nonce must equal it; a nonce must be present in any case.' }),
   })

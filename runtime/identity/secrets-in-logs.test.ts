@@ -20,7 +20,11 @@ describe.each(testBackends())('secrets stay out of logs on $name', (b) => {
   let base: string;
   let logged: string[] = [];
   const call = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(base + path, { method, headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const res = await fetch(base + path, {
+      method,
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
     const text = await res.text();
     return { status: res.status, json: (text ? JSON.parse(text) : undefined) as Json };
   };

@@ -96,7 +96,26 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       expect(doc.assertionMethod).toEqual([`${auth.issuerDid}#key-1`]);
       const oa = await api.get('/openapi.json');
       expect(oa.json.openapi).toBe('3.1.0');
-      for (const p of ['/healthz', '/readyz', '/.well-known/did.json', '/v1/issuer', '/v1/agents', '/v1/agents/{name}', '/v1/agents/{name}/provision', '/v1/agents/verify-presentation', '/v1/delegations/request', '/v1/delegations', '/v1/delegations/{id}', '/v1/delegations/{id}/approve', '/v1/delegations/{id}/deny', '/v1/delegations/{id}/vc', '/v1/delegations/check', '/v1/revoke', '/v1/revocations', '/status/{list}']) {
+      for (const p of [
+        '/healthz',
+        '/readyz',
+        '/.well-known/did.json',
+        '/v1/issuer',
+        '/v1/agents',
+        '/v1/agents/{name}',
+        '/v1/agents/{name}/provision',
+        '/v1/agents/verify-presentation',
+        '/v1/delegations/request',
+        '/v1/delegations',
+        '/v1/delegations/{id}',
+        '/v1/delegations/{id}/approve',
+        '/v1/delegations/{id}/deny',
+        '/v1/delegations/{id}/vc',
+        '/v1/delegations/check',
+        '/v1/revoke',
+        '/v1/revocations',
+        '/status/{list}',
+      ]) {
         expect(oa.json.paths[p], p).toBeDefined();
       }
       expect(oa.json.paths['/v1/agents'].post.requestBody.required).toBe(true);
@@ -143,7 +162,16 @@ describe.each(testBackends())('identity authority on $name', (b) => {
     });
 
     it('rejects bad bodies with 422 and writes nothing', async () => {
-      for (const bad of [{}, { name: 'x', role: 'r' }, { name: '', role: 'r', capabilities: [] }, { name: 'bad name', role: 'r', capabilities: [] }, { name: 'y', role: 'r', capabilities: [{ action: 'a' }] }, { name: 'z', role: 5, capabilities: [] }, [], 'null']) {
+      for (const bad of [
+        {},
+        { name: 'x', role: 'r' },
+        { name: '', role: 'r', capabilities: [] },
+        { name: 'bad name', role: 'r', capabilities: [] },
+        { name: 'y', role: 'r', capabilities: [{ action: 'a' }] },
+        { name: 'z', role: 5, capabilities: [] },
+        [],
+        'null',
+      ]) {
         expectDetail(await api.post('/v1/agents', bad));
       }
       const names = (await api.get('/v1/agents')).json.map((a: Json) => a.name);
@@ -151,7 +179,10 @@ describe.each(testBackends())('identity authority on $name', (b) => {
     });
 
     it('provisions a did:key with Membership and capability VC-JWTs; the private key is not stored', async () => {
-      const p = await provisioned('ag-2', [{ action: 'a:1', resource: 'r/1' }, { action: 'a:2', resource: 'r/*' }]);
+      const p = await provisioned('ag-2', [
+        { action: 'a:1', resource: 'r/1' },
+        { action: 'a:2', resource: 'r/*' },
+      ]);
       expect(p.did).toMatch(/^did:key:z6Mk[1-9A-HJ-NP-Za-km-z]+$/);
       expect(publicKeyFromDidKey(p.did)).toHaveLength(32);
       expect(Buffer.from(p.privateKeyB64, 'base64')).toHaveLength(32);
@@ -169,7 +200,9 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       const rec = (await api.get('/v1/agents/ag-2')).json;
       expect(rec).toMatchObject({ did: p.did, provisioned: true });
       expect(JSON.stringify(rec)).not.toContain(p.privateKeyB64);
-      const dump = JSON.stringify(await rowsOf(store.db, sql`select * from identity_agents`)) + JSON.stringify(await rowsOf(store.db, sql`select * from identity_credentials`));
+      const dump =
+        JSON.stringify(await rowsOf(store.db, sql`select * from identity_agents`)) +
+        JSON.stringify(await rowsOf(store.db, sql`select * from identity_credentials`));
       expect(dump).not.toContain(p.privateKeyB64);
       expect(dump).not.toContain(Buffer.from(p.privateKeyB64, 'base64').toString('base64url'));
     });
@@ -184,7 +217,11 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       expect(old).toMatchObject({ ok: false, reason: 'membership credential revoked' });
       const revoked = (await api.get('/v1/revocations')).json.revoked;
       expect(revoked).toContain(first.membershipJti);
-      expect((await api.post('/v1/agents/verify-presentation', { vp: await presentationFor(second) })).json).toMatchObject({ ok: true, agentName: 'ag-3', agentDid: second.did });
+      expect((await api.post('/v1/agents/verify-presentation', { vp: await presentationFor(second) })).json).toMatchObject({
+        ok: true,
+        agentName: 'ag-3',
+        agentDid: second.did,
+      });
     });
   });
 
@@ -243,16 +280,40 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       const vp = await presentationFor(p);
       expect((await api.post('/v1/agents/verify-presentation', { vp })).json.ok).toBe(true);
       expect(await api.post('/v1/revoke', { vcJti: p.membershipJti })).toMatchObject({ status: 200, json: { revoked: true, vcJti: p.membershipJti } });
-      expect((await api.post('/v1/agents/verify-presentation', { vp })).json).toMatchObject({ ok: false, reason: 'membership credential revoked', agentDid: p.did });
+      expect((await api.post('/v1/agents/verify-presentation', { vp })).json).toMatchObject({
+        ok: false,
+        reason: 'membership credential revoked',
+        agentDid: p.did,
+      });
     });
   });
 
   describe('delegations', () => {
     it('request: 201 pending, 404 unknown or unprovisioned agent, 422 bad input', async () => {
       await provisioned('dl-1');
-      const r = await api.post('/v1/delegations/request', { actorName: 'dl-1', task: 'T-1', action: 'crm:read', resource: 'crm/acme/*', reason: 'quarterly report' });
+      const r = await api.post('/v1/delegations/request', {
+        actorName: 'dl-1',
+        task: 'T-1',
+        action: 'crm:read',
+        resource: 'crm/acme/*',
+        reason: 'quarterly report',
+      });
       expect(r.status).toBe(201);
-      expect(r.json).toMatchObject({ status: 'pending', actorName: 'dl-1', task: 'T-1', action: 'crm:read', resource: 'crm/acme/*', reason: 'quarterly report', approver: null, approvedAt: null, deniedAt: null, denyReason: null, vcJti: null, notAfter: null, ttlSeconds: 3600 });
+      expect(r.json).toMatchObject({
+        status: 'pending',
+        actorName: 'dl-1',
+        task: 'T-1',
+        action: 'crm:read',
+        resource: 'crm/acme/*',
+        reason: 'quarterly report',
+        approver: null,
+        approvedAt: null,
+        deniedAt: null,
+        denyReason: null,
+        vcJti: null,
+        notAfter: null,
+        ttlSeconds: 3600,
+      });
       expect(r.json.actorDid).toMatch(/^did:key:/);
       expect(typeof r.json.requestedAt).toBe('string');
       const unknown = await api.post('/v1/delegations/request', { actorName: 'ghost', task: 't', action: 'a', resource: 'r', reason: 'x' });
@@ -263,7 +324,13 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       expect(unprov.status).toBe(404);
       expectEnvelope(unprov, 'agent_not_provisioned');
       const before = (await api.get('/v1/delegations')).json.length;
-      for (const bad of [{}, { actorName: 'dl-1', task: 't', action: 'a', resource: 'r' }, { actorName: 'dl-1', task: 't', action: 'a', resource: 'r', reason: 'x', ttlSeconds: 0 }, { actorName: 'dl-1', task: 't', action: 'a', resource: 'r', reason: 'x', ttlSeconds: 10 ** 9 }, { actorName: 'dl-1', task: 't', action: 'a', resource: 'r', reason: 'x', ttlSeconds: 1.5 }]) {
+      for (const bad of [
+        {},
+        { actorName: 'dl-1', task: 't', action: 'a', resource: 'r' },
+        { actorName: 'dl-1', task: 't', action: 'a', resource: 'r', reason: 'x', ttlSeconds: 0 },
+        { actorName: 'dl-1', task: 't', action: 'a', resource: 'r', reason: 'x', ttlSeconds: 10 ** 9 },
+        { actorName: 'dl-1', task: 't', action: 'a', resource: 'r', reason: 'x', ttlSeconds: 1.5 },
+      ]) {
         expectDetail(await api.post('/v1/delegations/request', bad));
       }
       expect((await api.get('/v1/delegations')).json.length).toBe(before);
@@ -271,7 +338,8 @@ describe.each(testBackends())('identity authority on $name', (b) => {
 
     it('list newest first, get, approve, deny, vc and every 404/409', async () => {
       await provisioned('dl-2');
-      const req = async (task: string) => (await api.post('/v1/delegations/request', { actorName: 'dl-2', task, action: 'db:read', resource: 'db/orders', reason: 'r', ttlSeconds: 120 })).json;
+      const req = async (task: string) =>
+        (await api.post('/v1/delegations/request', { actorName: 'dl-2', task, action: 'db:read', resource: 'db/orders', reason: 'r', ttlSeconds: 120 })).json;
       const a = await req('A');
       const d = await req('D');
       const list = (await api.get('/v1/delegations')).json.map((x: Json) => x.id);
@@ -293,9 +361,21 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       const vcp = decodeJwt(ok.json.vc) as Json;
       expect(vcp).toMatchObject({ iss: auth.issuerDid, sub: a.actorDid, jti: ok.json.vcJti, exp: ok.json.notAfter });
       expect(vcp.vc.type).toContain('TaskDelegationCredential');
-      expect(vcp.vc.credentialSubject).toMatchObject({ id: a.actorDid, task: 'A', action: 'db:read', resource: 'db/orders', delegationId: a.id, approver: 'alice' });
+      expect(vcp.vc.credentialSubject).toMatchObject({
+        id: a.actorDid,
+        task: 'A',
+        action: 'db:read',
+        resource: 'db/orders',
+        delegationId: a.id,
+        approver: 'alice',
+      });
       expect((await api.get(`/v1/delegations/${a.id}/vc`)).json).toEqual({ vc: ok.json.vc });
-      expect((await api.get(`/v1/delegations/${a.id}`)).json).toMatchObject({ status: 'approved', approver: 'alice', vcJti: ok.json.vcJti, notAfter: ok.json.notAfter });
+      expect((await api.get(`/v1/delegations/${a.id}`)).json).toMatchObject({
+        status: 'approved',
+        approver: 'alice',
+        vcJti: ok.json.vcJti,
+        notAfter: ok.json.notAfter,
+      });
       const again = await api.post(`/v1/delegations/${a.id}/approve`, { approver: 'bob' });
       expect(again.status).toBe(409);
       expectEnvelope(again, 'not_pending');
@@ -315,8 +395,11 @@ describe.each(testBackends())('identity authority on $name', (b) => {
 
     it('check: glob, task/action/actor match, expiry against the clock, revocation, 422', async () => {
       const ag = await provisioned('dl-3');
-      const id = (await api.post('/v1/delegations/request', { actorName: 'dl-3', task: 'T', action: 'files:read', resource: 'files/acme/*', reason: 'r', ttlSeconds: 60 })).json.id;
-      const q = (o: Record<string, string>) => api.get(`/v1/delegations/check?${new URLSearchParams({ actor: 'dl-3', task: 'T', action: 'files:read', resource: 'files/acme/q3.pdf', ...o })}`);
+      const id = (
+        await api.post('/v1/delegations/request', { actorName: 'dl-3', task: 'T', action: 'files:read', resource: 'files/acme/*', reason: 'r', ttlSeconds: 60 })
+      ).json.id;
+      const q = (o: Record<string, string>) =>
+        api.get(`/v1/delegations/check?${new URLSearchParams({ actor: 'dl-3', task: 'T', action: 'files:read', resource: 'files/acme/q3.pdf', ...o })}`);
       expect((await q({})).json).toEqual({ ok: false, reason: 'no approved delegation', vcJti: null, notAfter: null, delegationId: null });
       const appr = (await api.post(`/v1/delegations/${id}/approve`, { approver: 'al' })).json;
       expect((await q({})).json).toEqual({ ok: true, reason: 'delegation approved', vcJti: appr.vcJti, notAfter: appr.notAfter, delegationId: id });

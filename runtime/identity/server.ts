@@ -34,7 +34,10 @@ export const DEFAULT_ISSUER_HOST = 'localhost:8090';
 export function settingsFromEnv(env: Env): IdentitySettings {
   const host = str(env, 'IDP_ISSUER_HOST', DEFAULT_ISSUER_HOST);
   const issuerDid = didWeb(host);
-  const plainHost = host.replace(/^https?:\/\//, '').replace(/%3A/gi, ':').replace(/\/+$/, '');
+  const plainHost = host
+    .replace(/^https?:\/\//, '')
+    .replace(/%3A/gi, ':')
+    .replace(/\/+$/, '');
   return {
     issuerDid,
     publicUrl: str(env, 'IDP_PUBLIC_URL', `${/^(localhost|127\.|\[::1\])/.test(plainHost) ? 'http' : 'https'}://${plainHost}`).replace(/\/+$/, ''),
@@ -111,7 +114,10 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
     if (!key && !ALWAYS.has(c.req.path)) return c.json(envelope('not_ready', 'identity authority is starting'), 503);
     return next();
   });
-  app.route('/', discoveryRoutes(ctx, () => key !== undefined));
+  app.route(
+    '/',
+    discoveryRoutes(ctx, () => key !== undefined),
+  );
   app.route('/', agentRoutes(ctx));
   app.route('/', delegationRoutes(ctx));
   app.route('/', enterpriseRoutes({ store: o.store, now, env, changes }));

@@ -11,7 +11,10 @@ export function makeIssuer(host = 'issuer.test'): IssuerKey {
 }
 
 /** A fresh agent key pair and a Membership VC from `issuer` (ttl seconds, default 1 h). */
-export async function makeAgent(issuer: IssuerKey, opts: { nowSec?: number; ttlSeconds?: number; name?: string } = {}): Promise<AgentIdentity & { jti: string }> {
+export async function makeAgent(
+  issuer: IssuerKey,
+  opts: { nowSec?: number; ttlSeconds?: number; name?: string } = {},
+): Promise<AgentIdentity & { jti: string }> {
   const { publicKey, privateKey } = generateKeyPairSync('ed25519');
   const did = didKeyFromPublicKey(rawPublicKey(publicKey));
   const nowSec = opts.nowSec ?? Math.floor(Date.now() / 1000);

@@ -42,7 +42,8 @@ process.stdout.write(JSON.stringify(tally));
 `;
 
 const b64u = (o: unknown) => Buffer.from(JSON.stringify(o)).toString('base64url');
-const attackVp = (issLen: number) => `${b64u({ alg: 'EdDSA', typ: 'JWT' })}.${b64u({ iss: `did:key:z${'2'.repeat(issLen)}`, vp: {} })}.${randomBytes(64).toString('base64url')}`;
+const attackVp = (issLen: number) =>
+  `${b64u({ alg: 'EdDSA', typ: 'JWT' })}.${b64u({ iss: `did:key:z${'2'.repeat(issLen)}`, vp: {} })}.${randomBytes(64).toString('base64url')}`;
 
 describe('oversized did:key in a presentation', () => {
   let idpStore: Store;
@@ -59,7 +60,13 @@ describe('oversized did:key in a presentation', () => {
     await idp.authority.whenReady();
     idpUrl = `http://127.0.0.1:${idp.port}`;
     cpStore = await openTestPglite();
-    cp = await startControlPlane({ store: cpStore, env: { AGENT_IDENTITY_MODE: 'vc', AGENT_IDP_URL: idpUrl }, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
+    cp = await startControlPlane({
+      store: cpStore,
+      env: { AGENT_IDENTITY_MODE: 'vc', AGENT_IDP_URL: idpUrl },
+      decisionAddr: '127.0.0.1:0',
+      mgmtAddr: '127.0.0.1:0',
+      durableAudit: false,
+    });
     await cp.plane.registry.upsert({ name: 'web', upstream: 'web.default.svc:80', public: true, kind: 'service' });
     await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: ['gpt'] });
     await cp.plane.registry.upsert({ name: 'gpt', upstream: 'broker.default.svc:8080', kind: 'model' });
@@ -86,7 +93,15 @@ describe('oversized did:key in a presentation', () => {
     // The attacker is another process: 8 loops against verify-presentation and 8 against /authz
     // (vc mode), for ATTACK_MS; it reports every answer it got.
     const attacker = spawn(process.execPath, ['--input-type=module', '-e', ATTACKER], {
-      env: { ...process.env, IDP_URL: idpUrl, AUTHZ_URL: authzUrl, VP: vp, VP_HEADER: H.agentVp, ATTACK_MS: '1500', AUTHZ_HEADERS: JSON.stringify({ [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 't' }) },
+      env: {
+        ...process.env,
+        IDP_URL: idpUrl,
+        AUTHZ_URL: authzUrl,
+        VP: vp,
+        VP_HEADER: H.agentVp,
+        ATTACK_MS: '1500',
+        AUTHZ_HEADERS: JSON.stringify({ [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 't' }),
+      },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     let out = '';

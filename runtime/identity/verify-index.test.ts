@@ -24,7 +24,11 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 function api(a: Authority) {
   const base = `http://127.0.0.1:${a.port}`;
   const post = async (path: string, body?: unknown) => {
-    const r = await fetch(base + path, { method: 'POST', headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const r = await fetch(base + path, {
+      method: 'POST',
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
     return { status: r.status, json: (await r.json()) as any };
   };
   return {
@@ -59,7 +63,12 @@ describe.each(testBackends())('verify index on $name', (b) => {
   let clock = Date.now();
   beforeAll(async () => {
     store = await b.open();
-    idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.index.test', IDP_MEMBERSHIP_TTL_SECONDS: '60', IDP_CLOCK_SKEW_SECONDS: '5' }, addr: '127.0.0.1:0', now: () => clock });
+    idp = await startIdentityAuthority({
+      store,
+      env: { IDP_ISSUER_HOST: 'idp.index.test', IDP_MEMBERSHIP_TTL_SECONDS: '60', IDP_CLOCK_SKEW_SECONDS: '5' },
+      addr: '127.0.0.1:0',
+      now: () => clock,
+    });
     await idp.authority.whenReady();
     await until(() => current(idp), 5000);
   });
@@ -186,7 +195,9 @@ describe.skipIf(!TEST_DATABASE_URL)('two identity authorities on one PostgreSQL 
       const killed = await admin`select pg_terminate_backend(pid) from pg_stat_activity where query ilike ${`listen%identity_changes_${schema}%`}`;
       expect(killed.length).toBeGreaterThanOrEqual(1);
       // Written while nobody listens: no notification reaches either replica.
-      await admin.unsafe(`insert into "${schema}".identity_revocations (jti, tenant_id, list, revoked_at) values ($1, 'default', 'default', now())`, [id.membershipJti]);
+      await admin.unsafe(`insert into "${schema}".identity_revocations (jti, tenant_id, list, revoked_at) values ($1, 'default', 'default', now())`, [
+        id.membershipJti,
+      ]);
     } finally {
       await admin.end();
     }

@@ -19,8 +19,16 @@ const ANY = '127.0.0.1:0';
 
 describe('isAsset', () => {
   it('keeps migrations, YAML, JSON and portal files; drops TypeScript, READMEs and test data', () => {
-    for (const f of ['runtime/store/migrations/0000_base.sql', 'runtime/broker/models.yaml', 'crds/examples/seed/directory.json', 'runtime/portal/assets/style.css', 'runtime/control-plane/grpc/proto/grpc/health/v1/health.proto']) expect(isAsset(f, false)).toBe(true);
-    for (const f of ['runtime/main.ts', 'webhook/webhook.test.ts', 'runtime/README.md', 'operator/crd/testdata/x.yaml', 'operator/testing/stack.yaml']) expect(isAsset(f, false)).toBe(false);
+    for (const f of [
+      'runtime/store/migrations/0000_base.sql',
+      'runtime/broker/models.yaml',
+      'crds/examples/seed/directory.json',
+      'runtime/portal/assets/style.css',
+      'runtime/control-plane/grpc/proto/grpc/health/v1/health.proto',
+    ])
+      expect(isAsset(f, false)).toBe(true);
+    for (const f of ['runtime/main.ts', 'webhook/webhook.test.ts', 'runtime/README.md', 'operator/crd/testdata/x.yaml', 'operator/testing/stack.yaml'])
+      expect(isAsset(f, false)).toBe(false);
   });
 });
 
@@ -30,7 +38,9 @@ describe('npm run build output', { timeout: 480_000 }, () => {
 
   beforeAll(async () => {
     // The emit of `npm run build` without its type check (`npm run typecheck` does that): half the CPU.
-    await promisify(execFile)(join(ROOT, 'node_modules', '.bin', 'tsc'), ['-p', join(ROOT, 'tsconfig.build.json'), '--outDir', dist, '--noCheck'], { cwd: ROOT });
+    await promisify(execFile)(join(ROOT, 'node_modules', '.bin', 'tsc'), ['-p', join(ROOT, 'tsconfig.build.json'), '--outDir', dist, '--noCheck'], {
+      cwd: ROOT,
+    });
     copyAssets(ROOT, dist);
     // What the image has beside dist/: the package's module type and its dependencies.
     writeFileSync(join(out, 'package.json'), JSON.stringify({ type: 'module' }));
@@ -39,15 +49,32 @@ describe('npm run build output', { timeout: 480_000 }, () => {
   afterAll(() => rmSync(out, { recursive: true, force: true }));
 
   it('emits every entry point and copies the assets', () => {
-    for (const f of ['runtime/main.js', 'runtime/control-plane/main.js', 'runtime/identity/main.js', 'runtime/broker/main.js', 'operator/main.js', 'webhook/main.js', 'sidecar/main.js']) {
+    for (const f of [
+      'runtime/main.js',
+      'runtime/control-plane/main.js',
+      'runtime/identity/main.js',
+      'runtime/broker/main.js',
+      'operator/main.js',
+      'webhook/main.js',
+      'sidecar/main.js',
+    ]) {
       expect(existsSync(join(dist, f)), f).toBe(true);
     }
-    for (const f of ['runtime/store/migrations/0000_base.sql', 'runtime/control-plane/grpc/proto/envoy/service/auth/v3/external_auth.proto', 'crds/examples/services.yaml']) expect(existsSync(join(dist, f)), f).toBe(true);
+    for (const f of [
+      'runtime/store/migrations/0000_base.sql',
+      'runtime/control-plane/grpc/proto/envoy/service/auth/v3/external_auth.proto',
+      'crds/examples/services.yaml',
+    ])
+      expect(existsSync(join(dist, f)), f).toBe(true);
     expect(existsSync(join(dist, 'runtime/lib/process.test.js'))).toBe(false);
   });
 
   it('node dist/runtime/control-plane/main.js starts (migrations from dist) and stops on SIGTERM', async () => {
-    const c = await startEntry([process.execPath, join(dist, 'runtime/control-plane/main.js')], { REGISTRY_BACKEND: 'memory', DECISION_ADDR: ANY, MGMT_ADDR: ANY }, out);
+    const c = await startEntry(
+      [process.execPath, join(dist, 'runtime/control-plane/main.js')],
+      { REGISTRY_BACKEND: 'memory', DECISION_ADDR: ANY, MGMT_ADDR: ANY },
+      out,
+    );
     await addPublicService(c.ports.mgmt!);
     expect((await fetch(`http://127.0.0.1:${c.ports.decision}/authz`, { headers: { [H.service]: 'web' } })).status).toBe(200);
     c.signal('SIGTERM');
@@ -55,7 +82,11 @@ describe('npm run build output', { timeout: 480_000 }, () => {
   });
 
   it('node dist/runtime/main.js loads crds/examples, the model table and the portal files from dist', async () => {
-    const c = await startEntry([process.execPath, join(dist, 'runtime/main.js')], { WRIT_DATA_DIR: join(out, 'data'), PORT: '0', DECISION_ADDR: ANY, MGMT_ADDR: ANY, EGRESS_PROXY_ADDR: ANY, BROKER_ADDR: ANY }, out);
+    const c = await startEntry(
+      [process.execPath, join(dist, 'runtime/main.js')],
+      { WRIT_DATA_DIR: join(out, 'data'), PORT: '0', DECISION_ADDR: ANY, MGMT_ADDR: ANY, EGRESS_PROXY_ADDR: ANY, BROKER_ADDR: ANY },
+      out,
+    );
     const services = (await (await fetch(`http://127.0.0.1:${c.ports.mgmt}/v1/registry/services`)).json()) as { name: string }[];
     expect(services.length).toBeGreaterThan(0);
     const models = (await (await fetch(`http://127.0.0.1:${c.ports.broker}/v1/models`)).json()) as { data: { id: string }[] };

@@ -25,10 +25,8 @@ export class ApiError extends Error {
   }
 }
 
-export const notFound = (what: string, id: string): ApiError =>
-  new ApiError(404, 'not_found', `${what} ${JSON.stringify(id)} not found`);
-export const conflict = (code: string, message: string, extra: Record<string, unknown> = {}): ApiError =>
-  new ApiError(409, code, message, extra);
+export const notFound = (what: string, id: string): ApiError => new ApiError(404, 'not_found', `${what} ${JSON.stringify(id)} not found`);
+export const conflict = (code: string, message: string, extra: Record<string, unknown> = {}): ApiError => new ApiError(409, code, message, extra);
 export const badRequest = (code: string, message: string): ApiError => new ApiError(400, code, message);
 
 /** A store call ran past its deadline; it was cancelled and rolled back, so it never takes effect. */
@@ -38,9 +36,30 @@ export class StoreTimeoutError extends Error {
 
 // postgres.js connection codes, Node socket codes, and SQLSTATEs of a lost, shut-down or cancelled backend.
 const UNAVAILABLE = new Set([
-  'STORE_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
-  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND',
-  '57014', '57P01', '57P02', '57P03', '08000', '08001', '08003', '08004', '08006', '25P03', '40001', '40P01', '53300',
+  'STORE_TIMEOUT',
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'CONNECT_TIMEOUT',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENOTFOUND',
+  '57014',
+  '57P01',
+  '57P02',
+  '57P03',
+  '08000',
+  '08001',
+  '08003',
+  '08004',
+  '08006',
+  '25P03',
+  '40001',
+  '40P01',
+  '53300',
 ]);
 
 /**

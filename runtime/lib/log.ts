@@ -28,7 +28,10 @@ const PARAMS = '\nparams: ';
 export function withoutParams(s: string): string {
   const i = s.indexOf(PARAMS);
   if (i < 0) return s;
-  const frames = s.slice(i).split('\n').filter((l) => /^\s+at /.test(l));
+  const frames = s
+    .slice(i)
+    .split('\n')
+    .filter((l) => /^\s+at /.test(l));
   return [s.slice(0, i) + ' [parameters withheld]', ...frames].join('\n');
 }
 
@@ -65,7 +68,9 @@ export function errMsg(e: unknown): string {
     const cause = (e as { cause?: unknown }).cause;
     const m = (cause as { message?: unknown } | undefined)?.message;
     const why = typeof m === 'string' ? withoutParams(m) : `unknown cause ${String(cause)}`;
-    return `query failed: ${why} (${String((e as { query: unknown }).query).replace(/\s+/g, ' ').slice(0, 160)})`;
+    return `query failed: ${why} (${String((e as { query: unknown }).query)
+      .replace(/\s+/g, ' ')
+      .slice(0, 160)})`;
   }
   return withoutParams(e.message);
 }

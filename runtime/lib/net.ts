@@ -6,7 +6,10 @@ import { BlockList, isIP } from 'node:net';
  * (`10.0.0.0/8, 127.0.0.1, ::1`). Empty list: nobody is trusted. Throws on a malformed entry.
  */
 export function trustedPeers(list: string): (addr: string | undefined) => boolean {
-  const entries = list.split(',').map((e) => e.trim()).filter(Boolean);
+  const entries = list
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean);
   if (entries.length === 0) return () => false;
   const bl = new BlockList();
   for (const e of entries) {

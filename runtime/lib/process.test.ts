@@ -29,7 +29,12 @@ describe('per-component entry points', { timeout: 240_000 }, () => {
   }
 
   it('control plane: management, /authz and gRPC health; SIGTERM exits 0', async () => {
-    const c = await startEntry(tsx('runtime/control-plane/main.ts'), { REGISTRY_BACKEND: 'pglite', REGISTRY_DATA_DIR: join(dir, 'cp'), DECISION_ADDR: ANY, MGMT_ADDR: ANY });
+    const c = await startEntry(tsx('runtime/control-plane/main.ts'), {
+      REGISTRY_BACKEND: 'pglite',
+      REGISTRY_DATA_DIR: join(dir, 'cp'),
+      DECISION_ADDR: ANY,
+      MGMT_ADDR: ANY,
+    });
     expect((await fetch(`http://127.0.0.1:${c.ports.mgmt}/healthz`)).status).toBe(200);
     expect((await fetch(`http://127.0.0.1:${c.ports.mgmt}/readyz`)).status).toBe(200);
     await addPublicService(c.ports.mgmt!);
@@ -52,9 +57,19 @@ describe('per-component entry points', { timeout: 240_000 }, () => {
       if (i > 100) throw new Error('identity authority never ready');
       await new Promise((r) => setTimeout(r, 100));
     }
-    const created = await fetch(`${url}/v1/agents`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'a1', role: 'worker', capabilities: [] }) });
+    const created = await fetch(`${url}/v1/agents`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'a1', role: 'worker', capabilities: [] }),
+    });
     expect(created.status).toBe(201);
-    const cp = await startEntry(tsx('runtime/control-plane/main.ts'), { REGISTRY_BACKEND: 'memory', DECISION_ADDR: ANY, MGMT_ADDR: ANY, EGRESS_PROXY_ADDR: ANY, AGENT_IDP_URL: url });
+    const cp = await startEntry(tsx('runtime/control-plane/main.ts'), {
+      REGISTRY_BACKEND: 'memory',
+      DECISION_ADDR: ANY,
+      MGMT_ADDR: ANY,
+      EGRESS_PROXY_ADDR: ANY,
+      AGENT_IDP_URL: url,
+    });
     expect(cp.ports.proxy).toBeGreaterThan(0);
     await stopsCleanly(cp);
     await stopsCleanly(idp, 'SIGINT');
@@ -72,7 +87,21 @@ describe('per-component entry points', { timeout: 240_000 }, () => {
     writeFileSync(join(dir, 'tls.crt'), pki.cert);
     writeFileSync(join(dir, 'tls.key'), pki.key);
     const c = await startEntry(
-      [...tsx('webhook/main.ts'), '-addr', ANY, '-health-addr', ANY, '-idp-url', 'http://127.0.0.1:9', '-proxy-url', 'http://proxy:80', '-tls-cert-file', join(dir, 'tls.crt'), '-tls-key-file', join(dir, 'tls.key')],
+      [
+        ...tsx('webhook/main.ts'),
+        '-addr',
+        ANY,
+        '-health-addr',
+        ANY,
+        '-idp-url',
+        'http://127.0.0.1:9',
+        '-proxy-url',
+        'http://proxy:80',
+        '-tls-cert-file',
+        join(dir, 'tls.crt'),
+        '-tls-key-file',
+        join(dir, 'tls.key'),
+      ],
       {},
     );
     expect(c.ports.webhook).toBeGreaterThan(0);

@@ -84,7 +84,15 @@ describe('one configuration', () => {
   it('loadConfig: empty is unset; every bad value is refused naming its variable', () => {
     expect(loadConfig({ DECISION_ADDR: '', OPA_TIMEOUT_MS: '' }).size).toBe(0);
     expect(loadConfig({ DECISION_ADDR: '127.0.0.1:0', AGENT_IDENTITY_MODE: 'vc' }).get('AGENT_IDENTITY_MODE')).toBe('vc');
-    const bad = { DECISION_ADDR: 'nope:port', AGENT_IDENTITY_MODE: 'magic', OPA_TIMEOUT_MS: '-5', BROKER_ENABLED: 'perhaps', EGRESS_CONNECT_PORTS: '443,99999', IDP_ISSUER_MAP: '{', AGENT_IDP_URL: 'not a url' };
+    const bad = {
+      DECISION_ADDR: 'nope:port',
+      AGENT_IDENTITY_MODE: 'magic',
+      OPA_TIMEOUT_MS: '-5',
+      BROKER_ENABLED: 'perhaps',
+      EGRESS_CONNECT_PORTS: '443,99999',
+      IDP_ISSUER_MAP: '{',
+      AGENT_IDP_URL: 'not a url',
+    };
     let msg = '';
     try {
       loadConfig(bad);

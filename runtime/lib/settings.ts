@@ -193,7 +193,9 @@ export function invalid(d: Setting, v: string): string | undefined {
         return 'must be JSON';
       }
     case 'ports':
-      return v.split(',').every((p) => /^\s*\d{1,5}\s*$/.test(p) && Number(p) >= 1 && Number(p) <= 65535) ? undefined : `must be a comma-separated list of ports, got ${JSON.stringify(v)}`;
+      return v.split(',').every((p) => /^\s*\d{1,5}\s*$/.test(p) && Number(p) >= 1 && Number(p) <= 65535)
+        ? undefined
+        : `must be a comma-separated list of ports, got ${JSON.stringify(v)}`;
     case 'duration':
       return DURATION.test(v) ? undefined : `must be a duration (120, 120s, 2m, 1500ms, 1h), got ${JSON.stringify(v)}`;
     case 'cidrs':

@@ -44,7 +44,10 @@ export async function otlpReceiver(): Promise<{ url: string; spans: OtlpSpan[]; 
         return;
       }
       const doc = JSON.parse(body) as {
-        resourceSpans: { resource: { attributes: { key: string; value: AnyValue }[] }; scopeSpans: { spans: (Omit<OtlpSpan, 'attributes' | 'service'> & { attributes?: { key: string; value: AnyValue }[] })[] }[] }[];
+        resourceSpans: {
+          resource: { attributes: { key: string; value: AnyValue }[] };
+          scopeSpans: { spans: (Omit<OtlpSpan, 'attributes' | 'service'> & { attributes?: { key: string; value: AnyValue }[] })[] }[];
+        }[];
       };
       for (const rs of doc.resourceSpans) {
         const service = String(valueOf(rs.resource.attributes.find((a) => a.key === 'service.name')?.value ?? {}));
@@ -122,9 +125,11 @@ describe('OTLP export of identity-authority and decision spans', () => {
     const h = { traceparent: caller.traceparent };
     expect((await post('/v1/agents', { name: 'tracer-bot', role: 'worker', capabilities: [] }, h)).status).toBe(201);
     const prov = (await (await post('/v1/agents/tracer-bot/provision', {}, h)).json()) as AgentIdentity;
-        const vp = await presentationFor(prov, { ttlSeconds: 60 });
+    const vp = await presentationFor(prov, { ttlSeconds: 60 });
     expect(((await (await post('/v1/agents/verify-presentation', { vp }, h)).json()) as { ok: boolean }).ok).toBe(true);
-    const d = (await (await post('/v1/delegations/request', { actorName: 'tracer-bot', task: 't', action: 'read', resource: 'r', reason: 'why' }, h)).json()) as { id: string };
+    const d = (await (
+      await post('/v1/delegations/request', { actorName: 'tracer-bot', task: 't', action: 'read', resource: 'r', reason: 'why' }, h)
+    ).json()) as { id: string };
     const approved = (await (await post(`/v1/delegations/${d.id}/approve`, { approver: 'alice' }, h)).json()) as { vcJti: string };
     expect((await post('/v1/revoke', { vcJti: approved.vcJti }, h)).status).toBe(200);
     await post('/v1/identity/resolve', { claims: { iss: 'https://unknown.example', sub: 'x' } }, h);
@@ -144,7 +149,10 @@ describe('OTLP export of identity-authority and decision spans', () => {
       expect(s.attributes[`${BRAND}.operation`]).toBe(o);
       expect(s.attributes['http.request.method']).toBe(o === 'delegation.check' ? 'GET' : 'POST');
     }
-    expect(mine.find((x) => x.name === 'agent.provision')!.attributes).toMatchObject({ 'http.route': '/v1/agents/:name/provision', 'http.response.status_code': 200 });
+    expect(mine.find((x) => x.name === 'agent.provision')!.attributes).toMatchObject({
+      'http.route': '/v1/agents/:name/provision',
+      'http.response.status_code': 200,
+    });
     expect(rx.spans.some((x) => String(x.attributes['http.route'] ?? '').includes('revocations'))).toBe(false);
   });
 
@@ -168,10 +176,15 @@ describe('OTLP export of identity-authority and decision spans', () => {
     const check = inTrace.find((x) => x.name === 'delegation.check')!;
     expect(decision.parentSpanId).toBe(gateway.spanId);
     expect(check.parentSpanId).toBe(decision.spanId);
-    expect(decision.attributes).toMatchObject({ [`${BRAND}.rule`]: 'delegation', [`${BRAND}.decision`]: 'deny', [`${BRAND}.service`]: 'ledger', 'http.response.status_code': 403 });
+    expect(decision.attributes).toMatchObject({
+      [`${BRAND}.rule`]: 'delegation',
+      [`${BRAND}.decision`]: 'deny',
+      [`${BRAND}.service`]: 'ledger',
+      'http.response.status_code': 403,
+    });
   });
 
-  it("an unsampled gateway trace is continued but not recorded; a malformed traceparent starts a new trace", async () => {
+  it('an unsampled gateway trace is continued but not recorded; a malformed traceparent starts a new trace', async () => {
     const gw = newTraceparent();
     const quiet = startDecisionSpan('authz-unsampled', `00-${gw.traceId}-${gw.spanId}-00`);
     const sent = quiet.run(() => injectTrace({}));
@@ -197,7 +210,11 @@ describe('OTLP export of identity-authority and decision spans', () => {
 
 /** Starts an entry point (`runtime/.../main.ts`) as a real process; resolves with its `up` ports. */
 function startProcess(entry: string, env: Record<string, string>): Promise<{ ports: Record<string, number>; stop(): Promise<void> }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, entry)], { cwd: ROOT, env: { PATH: process.env.PATH, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, entry)], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH, LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   const exited = new Promise<void>((r) => child.on('exit', () => r()));
   let log = '';
   return new Promise((resolve, reject) => {
@@ -306,7 +323,10 @@ describe('stdout fallback (no OTEL_EXPORTER_OTLP_ENDPOINT)', () => {
     child.stderr.on('data', (c: Buffer) => (err += c.toString()));
     const code = await new Promise<number | null>((r) => child.on('exit', r));
     expect(code, err).toBe(0);
-    const lines = out.trim().split('\n').map((l) => JSON.parse(l) as { trace: boolean; name: string; traceId: string; attributes: Record<string, unknown> });
+    const lines = out
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { trace: boolean; name: string; traceId: string; attributes: Record<string, unknown> });
     expect(lines.map((l) => l.name)).toEqual(['agent.register', 'agent.provision']);
     expect(lines[1]).toMatchObject({ trace: true, attributes: { [`${BRAND}.operation`]: 'agent.provision', 'http.response.status_code': 200 } });
   }, 180_000);

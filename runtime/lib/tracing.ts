@@ -15,7 +15,17 @@
  * authority. `startDecisionSpan` is the decision paths' API: a shared no-op when decision
  * tracing is off.
  */
-import { context, propagation, trace, SpanKind, SpanStatusCode, type Attributes, type Context as OtelContext, type Span, type Tracer } from '@opentelemetry/api';
+import {
+  context,
+  propagation,
+  trace,
+  SpanKind,
+  SpanStatusCode,
+  type Attributes,
+  type Context as OtelContext,
+  type Span,
+  type Tracer,
+} from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { ExportResultCode, W3CTraceContextPropagator, hrTimeToMicroseconds, type ExportResult } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
@@ -45,7 +55,8 @@ export function tracingFromEnv(env: Env): TracingConfig {
   } catch {
     throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(endpoint)}`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(endpoint)}`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(endpoint)}`);
   return { mode: 'otlp', endpoint: endpoint.replace(/\/+$/, '') };
 }
 
@@ -257,7 +268,12 @@ export function identityTracing(): MiddlewareHandler {
       const op = IDENTITY_OPERATIONS[`${c.req.method} ${route}`];
       span.updateName(op ?? `${c.req.method} ${route}`);
       const status = c.res.status;
-      span.setAttributes({ 'http.request.method': c.req.method, 'http.route': route, 'http.response.status_code': status, ...(op ? { [`${BRAND}.operation`]: op } : {}) });
+      span.setAttributes({
+        'http.request.method': c.req.method,
+        'http.route': route,
+        'http.response.status_code': status,
+        ...(op ? { [`${BRAND}.operation`]: op } : {}),
+      });
       if (status >= 500 || c.error) span.setStatus({ code: SpanStatusCode.ERROR, message: c.error?.message ?? `HTTP ${status}` });
       // A traced operation that is not one of ours and had no caller context is noise: drop it.
       if (op || traceparent) span.end();

@@ -84,9 +84,7 @@ export function registerIdentityForwarder(app: Hono, prefix: string, opts: Forwa
     } catch (e) {
       const timedOut = (e as { name?: string }).name === 'TimeoutError';
       log.warn('identity authority call failed', { path, err: errMsg(e) });
-      return timedOut
-        ? c.json({ error: `identity authority timed out after ${timeoutMs} ms` }, 504)
-        : c.json({ error: 'identity authority unreachable' }, 502);
+      return timedOut ? c.json({ error: `identity authority timed out after ${timeoutMs} ms` }, 504) : c.json({ error: 'identity authority unreachable' }, 502);
     }
   };
   app.get(`${prefix}/*`, handler);

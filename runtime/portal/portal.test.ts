@@ -68,7 +68,9 @@ describe('portal sub-app', () => {
   it('forwards exactly the allowlisted identity-authority routes', async () => {
     const app = portalApp({ identityUrl: `${base}/` });
     seen.length = 0;
-    const ok = await app.request('/portal/api/identity/v1/governance/summary?tenant=acme', { headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', cookie: 'x=1' } });
+    const ok = await app.request('/portal/api/identity/v1/governance/summary?tenant=acme', {
+      headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', cookie: 'x=1' },
+    });
     expect(ok.status).toBe(200);
     expect(await ok.json()).toEqual({ path: '/v1/governance/summary?tenant=acme' });
     expect(seen[0]!.headers.traceparent).toBe('00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01');
@@ -76,8 +78,7 @@ describe('portal sub-app', () => {
     expect((await app.request('/portal/api/identity/v1/governance/agents?status=active')).status).toBe(200);
     expect((await app.request('/portal/api/identity/v1/delegations')).status).toBe(200);
 
-    const post = (path: string, body: string, type = 'application/json') =>
-      app.request(path, { method: 'POST', headers: { 'content-type': type }, body });
+    const post = (path: string, body: string, type = 'application/json') => app.request(path, { method: 'POST', headers: { 'content-type': type }, body });
     const approved = await post('/portal/api/identity/v1/delegations/d-1/approve', '{"approver":"alice"}');
     expect(approved.status).toBe(200);
     expect(seen.at(-1)).toMatchObject({ method: 'POST', url: '/v1/delegations/d-1/approve', body: '{"approver":"alice"}' });

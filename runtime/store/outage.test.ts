@@ -71,7 +71,11 @@ describe.skipIf(!BIN)('PostgreSQL outage', () => {
     const body = JSON.stringify({ tenantId: 'big', idp: 'idp_a', ...syntheticSnapshot(10_000) });
     const sync = call('POST', '/v1/directory/sync', body);
     // Stop while the sync's transaction is writing.
-    await until(async () => (await count(`select count(*) as n from pg_stat_activity where application_name = 'writ' and state <> 'idle'`)) > 0, 30_000, 'the sync to reach the database');
+    await until(
+      async () => (await count(`select count(*) as n from pg_stat_activity where application_name = 'writ' and state <> 'idle'`)) > 0,
+      30_000,
+      'the sync to reach the database',
+    );
     await admin.end({ timeout: 1 });
     await pg.stop('immediate');
     const t0 = Date.now();
@@ -130,7 +134,11 @@ describe.skipIf(!BIN)('PostgreSQL outage', () => {
     const other = await openStore({ url: pg.url, migrate: false });
     const got: string[] = [];
     let reconnects = 0;
-    const unlisten = await store.listen('writ_outage_test', (p) => got.push(p), () => reconnects++);
+    const unlisten = await store.listen(
+      'writ_outage_test',
+      (p) => got.push(p),
+      () => reconnects++,
+    );
     await other.notify('writ_outage_test', 'before');
     await until(() => got.includes('before'), 2_000, 'the first notification');
     await admin.end({ timeout: 1 });
@@ -140,10 +148,14 @@ describe.skipIf(!BIN)('PostgreSQL outage', () => {
     const started = Date.now();
     await until(() => reconnects === 1, 3_000, 'the reconnect callback');
     expect(Date.now() - started).toBeLessThan(1_500);
-    await until(async () => {
-      await other.notify('writ_outage_test', 'after').catch(() => {});
-      return got.includes('after');
-    }, 3_000, 'a notification after the restart');
+    await until(
+      async () => {
+        await other.notify('writ_outage_test', 'after').catch(() => {});
+        return got.includes('after');
+      },
+      3_000,
+      'a notification after the restart',
+    );
     expect(Date.now() - started).toBeLessThan(2_500);
     expect(reconnects).toBe(1);
     await unlisten();

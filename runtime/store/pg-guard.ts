@@ -49,7 +49,11 @@ function withDeadline(q: PendingQuery, ms: number): PendingQuery {
         reject(new StoreTimeoutError(`store query exceeded its ${ms} ms deadline`));
         void Promise.resolve(q.cancel()).catch(() => {});
       }, ms);
-      then.call(q, (v: unknown) => (clearTimeout(timer), resolve(v)), (e: unknown) => (clearTimeout(timer), reject(e)));
+      then.call(
+        q,
+        (v: unknown) => (clearTimeout(timer), resolve(v)),
+        (e: unknown) => (clearTimeout(timer), reject(e)),
+      );
     });
     return raced.then(onOk as never, onErr as never);
   } as typeof q.then;

@@ -34,7 +34,13 @@ export async function openTestPostgres(opts: Partial<StoreOptions> & { keepSchem
   const schema = opts.schema ?? testSchema();
   const store = await openStore({ ...opts, url, schema });
   if (opts.keepSchema) return store;
-  return { ...store, close: async () => { await store.close(); await dropSchema(url, schema); } };
+  return {
+    ...store,
+    close: async () => {
+      await store.close();
+      await dropSchema(url, schema);
+    },
+  };
 }
 
 let template: Promise<Blob> | undefined;

@@ -30,7 +30,15 @@ export function holderGone(store: Store): SQL {
 
 /** The `egress.proxy` record of a hold that ended because its process died. */
 export function lostHoldRecord(r: { id: string; actor: string; service: string; target: string }, why: string): AuditEntry {
-  return { action: 'egress.proxy', subject: r.actor, actor: r.actor, service: r.service, allow: false, rule: 'delegation', reason: `egress request ${r.id} to ${r.target} expired: ${why}` };
+  return {
+    action: 'egress.proxy',
+    subject: r.actor,
+    actor: r.actor,
+    service: r.service,
+    allow: false,
+    rule: 'delegation',
+    reason: `egress request ${r.id} to ${r.target} expired: ${why}`,
+  };
 }
 
 export interface Heartbeat {
@@ -42,12 +50,16 @@ export interface Heartbeat {
 export async function startHeartbeat(store: Store, replica: string, ttlMs: number, onTick: () => void): Promise<Heartbeat> {
   const instance = `${PROCESS}:${++counter}`;
   const beat = () =>
-    store.db.execute(sql`insert into egress_holders (instance, replica, expires_at) values (${instance}, ${replica}, now() + make_interval(secs => ${ttlMs / 1000}))
+    store.db
+      .execute(sql`insert into egress_holders (instance, replica, expires_at) values (${instance}, ${replica}, now() + make_interval(secs => ${ttlMs / 1000}))
       on conflict (instance) do update set expires_at = excluded.expires_at`);
   await beat();
-  const timer = setInterval(() => {
-    beat().then(onTick, (e: unknown) => log.warn('egress holder heartbeat failed', { instance, err: errMsg(e) }));
-  }, Math.max(20, ttlMs / 3));
+  const timer = setInterval(
+    () => {
+      beat().then(onTick, (e: unknown) => log.warn('egress holder heartbeat failed', { instance, err: errMsg(e) }));
+    },
+    Math.max(20, ttlMs / 3),
+  );
   timer.unref();
   return {
     instance,

@@ -64,7 +64,15 @@ describe.each(testBackends())('approval queue on $name', (b) => {
     try {
       const a = await q.create(input({ target: 'a.example:443' }));
       const c = await q.create(input({ target: 'c.example:443' }));
-      expect(a).toMatchObject({ status: 'pending', actor: 'bot', actorDid: 'did:key:z6MkTest', target: 'a.example:443', service: 'external', approver: null, decidedAt: null });
+      expect(a).toMatchObject({
+        status: 'pending',
+        actor: 'bot',
+        actorDid: 'did:key:z6MkTest',
+        target: 'a.example:443',
+        service: 'external',
+        approver: null,
+        decidedAt: null,
+      });
       expect(a.id).toMatch(/^[0-9a-f-]{36}$/);
       expect(new Date(a.requestedAt).toISOString()).toBe(a.requestedAt);
       expect(Date.parse(a.expiresAt) - Date.parse(a.requestedAt)).toBe(60_000);
@@ -240,7 +248,14 @@ describe.each(testBackends())('approval queue on $name', (b) => {
     try {
       expect(await next.get(orphan.id)).toMatchObject({ status: 'expired', denyReason: 'proxy restarted; the held connection was lost' });
       expect(audit.rows).toContainEqual(
-        expect.objectContaining({ action: 'egress.proxy', actor: 'bot', service: 'external', allow: false, rule: 'delegation', reason: expect.stringContaining(orphan.id) }),
+        expect.objectContaining({
+          action: 'egress.proxy',
+          actor: 'bot',
+          service: 'external',
+          allow: false,
+          rule: 'delegation',
+          reason: expect.stringContaining(orphan.id),
+        }),
       );
     } finally {
       await next.close();

@@ -216,7 +216,10 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
     return rows.length;
   };
   const sweepGone = () => {
-    if (!closed) void expireGone('the process holding the connection is gone').catch((e: unknown) => log.warn('expiring orphaned egress holds failed', { err: errMsg(e) }));
+    if (!closed)
+      void expireGone('the process holding the connection is gone').catch((e: unknown) =>
+        log.warn('expiring orphaned egress holds failed', { err: errMsg(e) }),
+      );
   };
 
   let heartbeat: Awaited<ReturnType<typeof startHeartbeat>>;
@@ -275,7 +278,9 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
     if (!row) {
       // Nothing would be forwarded: expire it (with its proxy record) and say so.
       await expireGone('the process holding the connection is gone');
-      throw conflict('not_pending', `egress request ${id} expired: the process holding its connection is gone, nothing would be forwarded`, { status: 'expired' });
+      throw conflict('not_pending', `egress request ${id} expired: the process holding its connection is gone, nothing would be forwarded`, {
+        status: 'expired',
+      });
     }
     await announce(id, to);
     return toRecord(row);

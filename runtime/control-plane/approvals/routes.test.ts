@@ -51,7 +51,7 @@ describe.each(testBackends())('egress routes on $name', (b) => {
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { error: string }).error).toMatch(/status must be one of/);
     expect((await app.request('/v1/egress/requests?limit=0')).status).toBe(400);
-    expect((await ((await app.request('/v1/egress/requests?limit=1')).json()) as unknown[]).length).toBe(1);
+    expect(((await (await app.request('/v1/egress/requests?limit=1')).json()) as unknown[]).length).toBe(1);
   });
 
   it('approves: 200 with the record, wakes the hold, audits; a second decision is 409', async () => {

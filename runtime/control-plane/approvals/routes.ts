@@ -51,7 +51,10 @@ async function body<T>(c: Context, schema: z.ZodType<T>): Promise<{ ok: true; va
   const r = schema.safeParse(raw);
   if (!r.success) {
     const detail = zodDetail(r.error, 'body');
-    return { ok: false, res: c.json({ error: `invalid body: ${detail.map((d) => `${d.loc.slice(1).join('.') || 'body'}: ${d.msg}`).join('; ')}`, detail }, 400) };
+    return {
+      ok: false,
+      res: c.json({ error: `invalid body: ${detail.map((d) => `${d.loc.slice(1).join('.') || 'body'}: ${d.msg}`).join('; ')}`, detail }, 400),
+    };
   }
   return { ok: true, value: r.data };
 }

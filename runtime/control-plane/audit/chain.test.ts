@@ -153,7 +153,12 @@ describe.each(testBackends())('audit chain on $name', (b) => {
     await chain.flush();
     // The refused decision is recorded as a summary denial before the next record.
     expect(chain.append(entry(32)).seq).toBe(33);
-    expect(chain.recent(2)[0]).toMatchObject({ seq: 32, action: 'authz', allow: false, reason: expect.stringMatching(/^audit backpressure: 1 decisions denied unrecorded since /) });
+    expect(chain.recent(2)[0]).toMatchObject({
+      seq: 32,
+      action: 'authz',
+      allow: false,
+      reason: expect.stringMatching(/^audit backpressure: 1 decisions denied unrecorded since /),
+    });
     await chain.close();
     const stored = await loadTail(store, 'outage', 100);
     expect(stored.map((r) => r.seq)).toEqual(Array.from({ length: 33 }, (_, i) => i + 1));

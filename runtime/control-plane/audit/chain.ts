@@ -177,7 +177,11 @@ export async function openAuditChain(store: Store | undefined, opts: AuditChainO
       // the seqs it covered (verification reports the gap at the first missing seq).
       const cp = proof.latest();
       if (cp && cp.seq > last.seq) {
-        log.error('stored audit chain ends before its newest signed checkpoint (truncated); continuing after the checkpoint', { chain: chainId, storedSeq: last.seq, checkpointSeq: cp.seq });
+        log.error('stored audit chain ends before its newest signed checkpoint (truncated); continuing after the checkpoint', {
+          chain: chainId,
+          storedSeq: last.seq,
+          checkpointSeq: cp.seq,
+        });
         last = { seq: cp.seq, hash: cp.hash };
         anchor = last;
         size = 0;
@@ -245,7 +249,11 @@ export async function openAuditChain(store: Store | undefined, opts: AuditChainO
       const e = normalizeEntry(entry);
       try {
         if (refused > 0) {
-          push({ action: 'authz', allow: false, reason: `audit backpressure: ${refused} decisions denied unrecorded since ${refusedSince} (audit store unavailable)` });
+          push({
+            action: 'authz',
+            allow: false,
+            reason: `audit backpressure: ${refused} decisions denied unrecorded since ${refusedSince} (audit store unavailable)`,
+          });
           refused = 0;
         }
         return push(e);

@@ -83,7 +83,9 @@ export async function loadAuditSigner(store: Store, o: { secret?: string } = {})
     const pub = publicKey.export({ format: 'jwk' }) as JWK;
     const kid = await calculateJwkThumbprint(pub);
     const seed = Buffer.from(String((privateKey.export({ format: 'jwk' }) as JWK).d), 'base64url');
-    const stored = o.secret ? { ...seal(seed, o.secret), enc: 'aes-256-gcm' as const } : { privateKey: seed.toString('base64'), salt: null, enc: 'none' as const };
+    const stored = o.secret
+      ? { ...seal(seed, o.secret), enc: 'aes-256-gcm' as const }
+      : { privateKey: seed.toString('base64'), salt: null, enc: 'none' as const };
     await store.db
       .insert(auditKeys)
       .values({ id: KEY_ROW, kid, publicJwk: { kty: 'OKP', crv: 'Ed25519', x: String(pub.x) }, ...stored })
@@ -134,7 +136,14 @@ export async function verifyCheckpoint(jws: string, jwks: Jwks): Promise<SignedC
   });
   if (protectedHeader.alg !== 'EdDSA' || protectedHeader.typ !== CHECKPOINT_TYP) throw new Error('not an audit checkpoint (alg/typ)');
   const p = JSON.parse(dec.decode(payload)) as Partial<Checkpoint>;
-  if (typeof p.chainId !== 'string' || !Number.isSafeInteger(p.seq) || (p.seq ?? 0) < 1 || typeof p.hash !== 'string' || !/^[0-9a-f]{64}$/.test(p.hash) || typeof p.time !== 'string') {
+  if (
+    typeof p.chainId !== 'string' ||
+    !Number.isSafeInteger(p.seq) ||
+    (p.seq ?? 0) < 1 ||
+    typeof p.hash !== 'string' ||
+    !/^[0-9a-f]{64}$/.test(p.hash) ||
+    typeof p.time !== 'string'
+  ) {
     throw new Error('malformed checkpoint payload');
   }
   return { ...payloadOf(p as Checkpoint), jws, kid: String(protectedHeader.kid) };
@@ -143,7 +152,15 @@ export async function verifyCheckpoint(jws: string, jwks: Jwks): Promise<SignedC
 // ---- storage ---------------------------------------------------------------------------------
 
 type Row = typeof auditCheckpoints.$inferSelect;
-const toSigned = (r: Row): SignedCheckpoint => ({ chainId: r.chain, seq: Number(r.seq), hash: r.hash, time: r.time, ...(r.prune ? { prune: true as const } : {}), jws: r.jws, kid: r.kid });
+const toSigned = (r: Row): SignedCheckpoint => ({
+  chainId: r.chain,
+  seq: Number(r.seq),
+  hash: r.hash,
+  time: r.time,
+  ...(r.prune ? { prune: true as const } : {}),
+  jws: r.jws,
+  kid: r.kid,
+});
 
 export async function storeCheckpoint(store: Store, cp: SignedCheckpoint): Promise<void> {
   await store.db
@@ -186,7 +203,8 @@ export async function trustedCheckpoints(
   for (const row of await listCheckpoints(store, chain, o)) {
     try {
       const v = await verifyCheckpoint(row.jws, jwks);
-      if (v.chainId !== chain || v.seq !== row.seq || v.hash !== row.hash || !!v.prune !== !!row.prune) throw new Error('columns differ from the signed statement');
+      if (v.chainId !== chain || v.seq !== row.seq || v.hash !== row.hash || !!v.prune !== !!row.prune)
+        throw new Error('columns differ from the signed statement');
       hashes.set(v.seq, v.hash);
       if (v.prune) pruned = v;
     } catch {

@@ -55,7 +55,15 @@ describe.each(testBackends())('audit durability on $name', (b) => {
   });
 
   it('sync: a record the store cannot take in time rejects (the caller denies); served() never shows it', async () => {
-    const c = await openAuditChain(store, { chain: 'sync-down', durability: 'sync', commitTimeoutMs: 150, retryMinMs: 20, retryMaxMs: 40, proof: NO_TIMERS, spoolDir: dir });
+    const c = await openAuditChain(store, {
+      chain: 'sync-down',
+      durability: 'sync',
+      commitTimeoutMs: 150,
+      retryMinMs: 20,
+      retryMaxMs: 40,
+      proof: NO_TIMERS,
+      spoolDir: dir,
+    });
     const first = c.append(entry(1));
     await c.durable!(first);
     expect(c.served().map((r) => r.seq)).toEqual([1]);

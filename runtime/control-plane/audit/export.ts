@@ -29,7 +29,14 @@ export interface ExportSource {
 /** JSON lines of [from, to] of a chain (streamed page by page). */
 export async function* exportLines(src: ExportSource, chainId: string, from = 1, to = Number.MAX_SAFE_INTEGER, now = Date.now): AsyncGenerator<string> {
   if (src.pruned && from <= src.pruned.seq) from = src.pruned.seq + 1;
-  yield JSON.stringify({ type: 'header', chainId, from, to: to === Number.MAX_SAFE_INTEGER ? null : to, jwks: src.jwks, exportedAt: new Date(now()).toISOString() });
+  yield JSON.stringify({
+    type: 'header',
+    chainId,
+    from,
+    to: to === Number.MAX_SAFE_INTEGER ? null : to,
+    jwks: src.jwks,
+    exportedAt: new Date(now()).toISOString(),
+  });
   if (from > 1) {
     if (src.pruned && src.pruned.seq === from - 1) yield JSON.stringify({ type: 'anchor', seq: src.pruned.seq, hash: src.pruned.hash, jws: src.pruned.jws });
     else {
@@ -102,8 +109,10 @@ export async function verifyExport(lines: AsyncIterable<string>, o: OfflineOptio
         } catch (e) {
           return res(false, -1, { reason: 'signature', error: `kept checkpoint: ${(e as Error).message}` });
         }
-        if (kept.chainId !== chainId) return res(false, -1, { reason: 'format', error: `kept checkpoint is of chain ${kept.chainId}, the export of ${chainId}` });
-        if (kept.seq < from - 1) return res(false, -1, { reason: 'format', error: `kept checkpoint seq ${kept.seq} precedes the exported range (from ${from})` });
+        if (kept.chainId !== chainId)
+          return res(false, -1, { reason: 'format', error: `kept checkpoint is of chain ${kept.chainId}, the export of ${chainId}` });
+        if (kept.seq < from - 1)
+          return res(false, -1, { reason: 'format', error: `kept checkpoint seq ${kept.seq} precedes the exported range (from ${from})` });
         cps.set(kept.seq, kept.hash);
       }
     } else if (m.type === 'anchor') {

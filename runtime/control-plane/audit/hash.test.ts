@@ -6,7 +6,17 @@ import { canonical, GENESIS, GENESIS_HASH, hashRecord, link, MAX_FIELD_CHARS, no
 const entries: AuditEntry[] = [
   { action: 'authz', subject: 'alice', service: 'orders', allow: true, reason: 'ok', rule: 'registry' },
   { action: 'egress', subject: 'bob', actor: 'agent-1', task: 't-9', service: 'crm', allow: false, reason: 'not allowed', rule: 'inline' },
-  { action: 'model.invoke', subject: 'carol', actor: 'agent-2', service: 'gpt', allow: true, reason: 'delegated', rule: 'delegation', delegationId: 'd-1', delegationExp: 1_900_000_000 },
+  {
+    action: 'model.invoke',
+    subject: 'carol',
+    actor: 'agent-2',
+    service: 'gpt',
+    allow: true,
+    reason: 'delegated',
+    rule: 'delegation',
+    delegationId: 'd-1',
+    delegationExp: 1_900_000_000,
+  },
   { action: 'registry.upsert', subject: 'mgmt-api', service: 'orders', allow: true, reason: 'registered' },
   { action: 'egress.proxy', actor: 'agent-3', service: 'example.com:443', allow: false, reason: 'not in egress allow list', rule: 'registry' },
   { action: 'egress.approval', subject: 'approver', service: 'crm', allow: true, reason: 'approved' },
@@ -31,7 +41,22 @@ function mutate(v: unknown, key: string): unknown {
   return key === 'delegationExp' || key === 'seq' ? 1 : 'added';
 }
 
-const ALL_FIELDS = ['seq', 'time', 'action', 'subject', 'actor', 'task', 'service', 'allow', 'reason', 'rule', 'delegationId', 'delegationExp', 'prevHash', 'hash'];
+const ALL_FIELDS = [
+  'seq',
+  'time',
+  'action',
+  'subject',
+  'actor',
+  'task',
+  'service',
+  'allow',
+  'reason',
+  'rule',
+  'delegationId',
+  'delegationExp',
+  'prevHash',
+  'hash',
+];
 
 describe('audit hash chain (pure)', () => {
   it('genesis is 64 zeros and seq starts at 1', () => {

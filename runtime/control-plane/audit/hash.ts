@@ -36,7 +36,8 @@ export interface VerifyResult {
 }
 
 /** The fields the hash covers (see the file comment); `canonical` writes them in sorted order. */
-type HashedField = 'seq' | 'time' | 'prevHash' | 'action' | 'subject' | 'actor' | 'task' | 'service' | 'allow' | 'reason' | 'rule' | 'delegationId' | 'delegationExp';
+type HashedField =
+  'seq' | 'time' | 'prevHash' | 'action' | 'subject' | 'actor' | 'task' | 'service' | 'allow' | 'reason' | 'rule' | 'delegationId' | 'delegationExp';
 
 const STRING_FIELDS = ['subject', 'actor', 'task', 'service', 'reason', 'delegationId'] as const;
 const RULES: ReadonlySet<string> = new Set<Rule>(['identity', 'registry', 'inline', 'opa', 'delegation']);

@@ -23,7 +23,9 @@ export const DEFAULT_LEASE_TTL_MS = 15_000;
 
 export class ChainLeasedError extends Error {
   constructor(chain: string) {
-    super(`audit chain ${JSON.stringify(chain)} is being written by another live process (two writers on one chain are refused); give each replica its own AUDIT_CHAIN_ID`);
+    super(
+      `audit chain ${JSON.stringify(chain)} is being written by another live process (two writers on one chain are refused); give each replica its own AUDIT_CHAIN_ID`,
+    );
     this.name = 'ChainLeasedError';
   }
 }
@@ -45,7 +47,10 @@ export interface AcquireOptions {
 /** Takes the lease when it is free, expired, ours, or (PGlite) left by another process. */
 async function tryTake(store: Store, chain: string, owner: string, ttlMs: number): Promise<boolean> {
   const exp = sql`now() + make_interval(secs => ${ttlMs / 1000})`;
-  const free = store.kind === 'pglite' ? or(lt(auditLeases.expiresAt, sql`now()`), eq(auditLeases.owner, owner), sql`${auditLeases.owner} not like ${PROCESS + ':%'}`) : or(lt(auditLeases.expiresAt, sql`now()`), eq(auditLeases.owner, owner));
+  const free =
+    store.kind === 'pglite'
+      ? or(lt(auditLeases.expiresAt, sql`now()`), eq(auditLeases.owner, owner), sql`${auditLeases.owner} not like ${PROCESS + ':%'}`)
+      : or(lt(auditLeases.expiresAt, sql`now()`), eq(auditLeases.owner, owner));
   const rows = await store.db
     .insert(auditLeases)
     .values({ chain, owner, expiresAt: sql`${exp}` as unknown as string })
@@ -64,25 +69,28 @@ export async function acquireChainLease(store: Store, chain: string, o: AcquireO
   }
   let held = true;
   let released = false;
-  const timer = setInterval(() => {
-    void store.db
-      .update(auditLeases)
-      .set({ expiresAt: sql`now() + make_interval(secs => ${ttlMs / 1000})` as unknown as string })
-      .where(and(eq(auditLeases.chain, chain), eq(auditLeases.owner, owner)))
-      .returning({ chain: auditLeases.chain })
-      .then(
-        (rows) => {
-          if (rows.length === 0 && held && !released) {
-            held = false;
-            clearInterval(timer);
-            log.error('audit chain lease lost to another writer; appends stop', { chain });
-            o.onLost?.();
-          }
-        },
-        // The store is down: nobody else can take the lease through it either; retry next tick.
-        (e: unknown) => log.warn('audit chain lease renewal failed', { chain, err: errMsg(e) }),
-      );
-  }, Math.max(50, ttlMs / 3));
+  const timer = setInterval(
+    () => {
+      void store.db
+        .update(auditLeases)
+        .set({ expiresAt: sql`now() + make_interval(secs => ${ttlMs / 1000})` as unknown as string })
+        .where(and(eq(auditLeases.chain, chain), eq(auditLeases.owner, owner)))
+        .returning({ chain: auditLeases.chain })
+        .then(
+          (rows) => {
+            if (rows.length === 0 && held && !released) {
+              held = false;
+              clearInterval(timer);
+              log.error('audit chain lease lost to another writer; appends stop', { chain });
+              o.onLost?.();
+            }
+          },
+          // The store is down: nobody else can take the lease through it either; retry next tick.
+          (e: unknown) => log.warn('audit chain lease renewal failed', { chain, err: errMsg(e) }),
+        );
+    },
+    Math.max(50, ttlMs / 3),
+  );
   timer.unref();
   return {
     chain,

@@ -38,7 +38,16 @@ describe('audit metrics and /readyz detail', () => {
     await chain.proof!.verifyTick(true);
     text = await registry.metrics();
     expect(text).toContain('writ_audit_broken_seq{chain="m"} 3');
-    expect(auditHealth(chain)).toMatchObject({ chain: 'm', durability: 'async', lastSeq: 12, storedSeq: 12, backlog: 0, brokenAtSeq: 3, reason: 'hash', verifiedSeq: 2 });
+    expect(auditHealth(chain)).toMatchObject({
+      chain: 'm',
+      durability: 'async',
+      lastSeq: 12,
+      storedSeq: 12,
+      backlog: 0,
+      brokenAtSeq: 3,
+      reason: 'hash',
+      verifiedSeq: 2,
+    });
     // Registering twice (a second plane on the same registry) replaces, never throws.
     expect(() => registerAuditMetrics(registry, chain)).not.toThrow();
   });

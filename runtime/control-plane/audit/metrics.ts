@@ -67,7 +67,7 @@ export function registerAuditMetrics(registry: Registry, chain: AuditChain): voi
       },
     });
   };
-  gauge('audit_last_seq', 'Newest seq appended to this control plane\'s audit chain.', (h) => h.lastSeq);
+  gauge('audit_last_seq', "Newest seq appended to this control plane's audit chain.", (h) => h.lastSeq);
   gauge('audit_stored_seq', 'Newest seq this process stored (0 before its first write).', (h) => h.storedSeq);
   gauge('audit_backlog_records', 'Audit records waiting to be stored.', (h) => h.backlog);
   gauge('audit_shipping_lag_seconds', 'Age of the oldest audit record waiting to be stored.', (h) => h.lagMs / 1000);

@@ -18,7 +18,14 @@ import { and, asc, eq, gte } from 'drizzle-orm';
 
 setLogLevel('error');
 
-const entry = (i: number): AuditEntry => ({ action: 'authz', subject: `user-${i}`, service: `svc-${i % 7}`, allow: i % 3 !== 0, reason: `r${i}`, rule: 'inline' });
+const entry = (i: number): AuditEntry => ({
+  action: 'authz',
+  subject: `user-${i}`,
+  service: `svc-${i % 7}`,
+  allow: i % 3 !== 0,
+  reason: `r${i}`,
+  rule: 'inline',
+});
 
 const PROOF: AuditChainOptions['proof'] = { checkpointEvery: 250, checkpointIntervalMs: 3_600_000, verifyIntervalMs: 0 };
 
@@ -32,7 +39,10 @@ async function seed(store: Store, chain: string, n: number): Promise<string> {
 }
 
 async function listCps(store: Store, chain: string) {
-  return rowsOf<{ seq: number; jws: string; prune: boolean }>(store.db, sql`select seq::int as seq, jws, prune from audit_checkpoints where chain = ${chain} order by seq`);
+  return rowsOf<{ seq: number; jws: string; prune: boolean }>(
+    store.db,
+    sql`select seq::int as seq, jws, prune from audit_checkpoints where chain = ${chain} order by seq`,
+  );
 }
 
 async function reopen(store: Store, chain: string) {
@@ -50,13 +60,21 @@ async function verifyWhole(store: Store, chain: string, q: { from?: number; to?:
 
 /** Rewrites record `k` and recomputes the hash of it and every later record (an insider with DB access). */
 async function rewriteAndRehash(store: Store, chain: string, k: number): Promise<void> {
-  const rows = (await store.db.select().from(auditLog).where(and(eq(auditLog.chain, chain), gte(auditLog.seq, k))).orderBy(asc(auditLog.seq))).map(fromRow);
+  const rows = (
+    await store.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.chain, chain), gte(auditLog.seq, k)))
+      .orderBy(asc(auditLog.seq))
+  ).map(fromRow);
   let prev = (await rowsOf<{ hash: string }>(store.db, sql`select hash from audit_log where chain = ${chain} and seq = ${k - 1}`))[0]!.hash;
   for (const r of rows) {
     const rec: AuditRecord = { ...r, prevHash: prev };
     if (r.seq === k) rec.allow = !r.allow;
     rec.hash = hashRecord(rec);
-    await store.db.execute(sql`update audit_log set allow = ${rec.allow}, prev_hash = ${rec.prevHash}, hash = ${rec.hash} where chain = ${chain} and seq = ${r.seq}`);
+    await store.db.execute(
+      sql`update audit_log set allow = ${rec.allow}, prev_hash = ${rec.prevHash}, hash = ${rec.hash} where chain = ${chain} and seq = ${r.seq}`,
+    );
     prev = rec.hash;
   }
 }

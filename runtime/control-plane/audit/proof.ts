@@ -12,7 +12,17 @@ import { errMsg, logger } from '../../lib/log.js';
 import type { Store } from '../../store/factory.js';
 import type { AuditRecord } from '../types.js';
 import type { AuditChain } from './chain.js';
-import { latestCheckpoint, listCheckpoints, loadAuditSigner, storeCheckpoint, trustedCheckpoints, verifyCheckpoint, type AuditSigner, type Jwks, type SignedCheckpoint } from './checkpoint.js';
+import {
+  latestCheckpoint,
+  listCheckpoints,
+  loadAuditSigner,
+  storeCheckpoint,
+  trustedCheckpoints,
+  verifyCheckpoint,
+  type AuditSigner,
+  type Jwks,
+  type SignedCheckpoint,
+} from './checkpoint.js';
 import { GENESIS, type ChainAnchor } from './hash.js';
 import { pruneChain, type RetentionOptions } from './retention.js';
 import { verifyRange, type RangeResult } from './verify.js';
@@ -95,7 +105,13 @@ export async function openProof(store: Store, chainId: string, o: ProofOptions, 
     const run = signing.then(async () => {
       const at = opts.at ?? lastStored;
       if (at.seq === 0 || (!opts.prune && latest && latest.seq >= at.seq)) return undefined;
-      const cp = await signer.sign({ chainId, seq: at.seq, hash: at.hash, time: new Date(now()).toISOString(), ...(opts.prune ? { prune: true as const } : {}) });
+      const cp = await signer.sign({
+        chainId,
+        seq: at.seq,
+        hash: at.hash,
+        time: new Date(now()).toISOString(),
+        ...(opts.prune ? { prune: true as const } : {}),
+      });
       await storeCheckpoint(store, cp);
       if (!latest || cp.seq >= latest.seq) latest = cp;
       if (cp.prune) prunedAnchor = cp;
@@ -195,7 +211,9 @@ export async function openProof(store: Store, chainId: string, o: ProofOptions, 
     async consistency(jws) {
       const cp = await verifyCheckpoint(jws, jwks);
       if (prunedAnchor && cp.seq < prunedAnchor.seq && cp.chainId === chainId) {
-        throw new Error(`checkpoint seq ${cp.seq} is in pruned history (retained records start after seq ${prunedAnchor.seq}); verify it against the export of that range`);
+        throw new Error(
+          `checkpoint seq ${cp.seq} is in pruned history (retained records start after seq ${prunedAnchor.seq}); verify it against the export of that range`,
+        );
       }
       const t = await trusted(cp.chainId);
       const hashes = new Map(t.hashes);

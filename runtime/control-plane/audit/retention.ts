@@ -70,7 +70,12 @@ export async function pruneChain(
   const at = rows[0];
   if (!at) return 0;
   // Never prune what does not verify: that would erase the evidence of a tamper.
-  const v = await verifyRange(store, chain, { from: (prev?.seq ?? 0) + 1, to: Number(at.seq), checkpoints: t.hashes, pruned: prev ? { seq: prev.seq, hash: prev.hash } : undefined });
+  const v = await verifyRange(store, chain, {
+    from: (prev?.seq ?? 0) + 1,
+    to: Number(at.seq),
+    checkpoints: t.hashes,
+    pruned: prev ? { seq: prev.seq, hash: prev.hash } : undefined,
+  });
   if (!v.ok || t.forged.length) {
     log.error('audit retention refused: the range to prune does not verify', { chain, brokenAtSeq: v.brokenAtSeq, reason: v.reason });
     return 0;

@@ -72,7 +72,8 @@ describe.each(testBackends())('audit routes on $name', (b) => {
     const cps = (await (await fetch(`${base}/v1/audit/checkpoints`)).json()) as SignedCheckpoint[];
     expect(cps.length).toBeGreaterThanOrEqual(2);
     expect(cps[cps.length - 1]).toMatchObject({ chainId: 'http', seq: 700, kid: jwks.keys[0]!.kid });
-    const post = (body: unknown) => fetch(`${base}/v1/audit/consistency`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const post = (body: unknown) =>
+      fetch(`${base}/v1/audit/consistency`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     expect(await (await post({ checkpoint: cps[0]!.jws })).json()).toMatchObject({ ok: true, checkpoint: { seq: cps[0]!.seq } });
     // A checkpoint with its payload altered does not verify: 400, never a 500.
     const [h, , s] = cps[0]!.jws.split('.');
@@ -83,7 +84,10 @@ describe.each(testBackends())('audit routes on $name', (b) => {
 
   it('export as JSON lines verifies offline; `writ audit verify` proves the live log extends a kept checkpoint', async () => {
     const text = await (await fetch(`${base}/v1/audit/export`)).text();
-    const lines = text.trim().split('\n').map((l) => JSON.parse(l) as { type: string });
+    const lines = text
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { type: string });
     expect(lines[0]).toMatchObject({ type: 'header', chainId: 'http', from: 1 });
     expect(lines.filter((l) => l.type === 'record')).toHaveLength(700);
     expect(await verifyExport(linesOf(text))).toMatchObject({ ok: true, checked: 700, provenThrough: 700 });
@@ -111,11 +115,20 @@ describe.each(testBackends())('audit routes on $name', (b) => {
     expect(bad.code).toBe(1);
     expect(JSON.parse(bad.out)).toMatchObject({ ok: false, brokenAtSeq: 123, reason: 'hash' });
     // Truncated: the kept checkpoint at 700 is never reached.
-    writeFileSync(join(dir, 'short.jsonl'), text.split('\n').filter((l) => !l.includes('"seq":700,')).join('\n'));
+    writeFileSync(
+      join(dir, 'short.jsonl'),
+      text
+        .split('\n')
+        .filter((l) => !l.includes('"seq":700,'))
+        .join('\n'),
+    );
     const short = await cli(['verify', '--export', join(dir, 'short.jsonl'), '--checkpoint', keptFile]);
     expect(JSON.parse(short.out)).toMatchObject({ ok: false, brokenAtSeq: 700, reason: 'truncated' });
     // Another key set pinned: the kept checkpoint does not verify with it.
-    writeFileSync(join(dir, 'other-key.json'), JSON.stringify({ keys: [{ kty: 'OKP', crv: 'Ed25519', x: Buffer.alloc(32, 7).toString('base64url'), kid: 'k' }] }));
+    writeFileSync(
+      join(dir, 'other-key.json'),
+      JSON.stringify({ keys: [{ kty: 'OKP', crv: 'Ed25519', x: Buffer.alloc(32, 7).toString('base64url'), kid: 'k' }] }),
+    );
     const wrongKey = await cli(['verify', '--export', exportFile, '--checkpoint', keptFile, '--key', join(dir, 'other-key.json')]);
     expect(JSON.parse(wrongKey.out)).toMatchObject({ ok: false, reason: 'signature' });
     expect(readFileSync(keptFile, 'utf8')).toContain('"jws"');

@@ -46,7 +46,10 @@ describe('audit shipper', () => {
     const t0 = Date.now();
     await s.flush(5_000);
     expect(Date.now() - t0).toBeLessThan(1_000);
-    expect(batches).toEqual([[1, 2, 3, 4, 5], [6, 7, 8]]);
+    expect(batches).toEqual([
+      [1, 2, 3, 4, 5],
+      [6, 7, 8],
+    ]);
     await s.close(1_000);
   });
 

@@ -74,7 +74,15 @@ export async function insertBatch(store: Store, chain: string, batch: AuditRecor
   const existing = await store.db
     .select({ seq: auditLog.seq, hash: auditLog.hash })
     .from(auditLog)
-    .where(and(eq(auditLog.chain, chain), inArray(auditLog.seq, missing.map((r) => r.seq))));
+    .where(
+      and(
+        eq(auditLog.chain, chain),
+        inArray(
+          auditLog.seq,
+          missing.map((r) => r.seq),
+        ),
+      ),
+    );
   const byseq = new Map(existing.map((e) => [Number(e.seq), e.hash]));
   for (const r of missing) {
     if (byseq.get(r.seq) !== r.hash) {

@@ -51,7 +51,13 @@ export interface RangeResult extends VerifyResult {
 }
 
 /** Pages of records with seq in [from, to], oldest first. */
-export async function* readRange(store: Store, chain: string, from: number, to = Number.MAX_SAFE_INTEGER, pageSize = VERIFY_PAGE): AsyncGenerator<AuditRecord[]> {
+export async function* readRange(
+  store: Store,
+  chain: string,
+  from: number,
+  to = Number.MAX_SAFE_INTEGER,
+  pageSize = VERIFY_PAGE,
+): AsyncGenerator<AuditRecord[]> {
   let next = from;
   while (next <= to) {
     const rows = await store.db

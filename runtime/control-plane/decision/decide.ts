@@ -10,7 +10,17 @@ import type { BudgetUsage } from '../budget.js';
 import type { DelegationAnswer, PresentationAnswer } from '../identity-port.js';
 import { evaluate } from './evaluate.js';
 import { deny } from './outcome.js';
-import { isQuestion, type Answers, type Evaluation, type Facts, type Failure, type HoldAnswer, type OidcAnswer, type PolicySnapshot, type Question } from './types.js';
+import {
+  isQuestion,
+  type Answers,
+  type Evaluation,
+  type Facts,
+  type Failure,
+  type HoldAnswer,
+  type OidcAnswer,
+  type PolicySnapshot,
+  type Question,
+} from './types.js';
 
 export type AnswerOf<Q extends Question> = Q extends { kind: 'oidc' }
   ? OidcAnswer | Failure
@@ -84,7 +94,15 @@ function stuck(snap: PolicySnapshot, facts: Facts, why: string): Evaluation {
   };
 }
 
-function run(facts: Facts, policy: () => PolicySnapshot, gather: Gatherer, now: () => number, answers: Gathered, steps: number, explain: boolean): Evaluation | Promise<Evaluation> {
+function run(
+  facts: Facts,
+  policy: () => PolicySnapshot,
+  gather: Gatherer,
+  now: () => number,
+  answers: Gathered,
+  steps: number,
+  explain: boolean,
+): Evaluation | Promise<Evaluation> {
   for (let i = steps; i < MAX_STEPS; i++) {
     const snap = policy();
     let step;

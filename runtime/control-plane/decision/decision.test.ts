@@ -156,24 +156,100 @@ interface IngressRow {
 
 const OIDC = { oidc: oidcFake };
 const ingressRows: IngressRow[] = [
-  { name: 'public service, no credentials -> 200', facts: { service: 'web' }, expect: { status: 200, rule: 'inline', headers: { [H.subject]: 'anonymous', [H.upstream]: 'web.default.svc:80' }, action: 'authz', audit: { service: 'web', subject: 'anonymous' }, label: 'web' } },
+  {
+    name: 'public service, no credentials -> 200',
+    facts: { service: 'web' },
+    expect: {
+      status: 200,
+      rule: 'inline',
+      headers: { [H.subject]: 'anonymous', [H.upstream]: 'web.default.svc:80' },
+      action: 'authz',
+      audit: { service: 'web', subject: 'anonymous' },
+      label: 'web',
+    },
+  },
   { name: 'public service, OIDC on, no credentials -> 200', facts: { service: 'web' }, deps: OIDC, expect: { status: 200, rule: 'inline' } },
-  { name: 'public service, OIDC on, invalid token -> 401', facts: { service: 'web', authorization: 'Bearer forged' }, deps: OIDC, expect: { status: 401, rule: 'identity', reason: /invalid credential/ } },
-  { name: 'private service, no credentials, OIDC off -> 403', facts: { service: 'orders' }, expect: { status: 403, rule: 'inline', reason: /needs credentials/ } },
+  {
+    name: 'public service, OIDC on, invalid token -> 401',
+    facts: { service: 'web', authorization: 'Bearer forged' },
+    deps: OIDC,
+    expect: { status: 401, rule: 'identity', reason: /invalid credential/ },
+  },
+  {
+    name: 'private service, no credentials, OIDC off -> 403',
+    facts: { service: 'orders' },
+    expect: { status: 403, rule: 'inline', reason: /needs credentials/ },
+  },
   { name: 'private service, no credentials, OIDC on -> 401', facts: { service: 'orders' }, deps: OIDC, expect: { status: 401, rule: 'identity' } },
-  { name: 'private service, bad token, OIDC on -> 401', facts: { service: 'orders', authorization: 'Bearer nope' }, deps: OIDC, expect: { status: 401, rule: 'identity' } },
-  { name: 'private service, non-bearer credential, OIDC on -> 401', facts: { service: 'orders', authorization: 'Basic dTpw' }, deps: OIDC, expect: { status: 401, rule: 'identity', reason: /not a bearer/ } },
-  { name: 'private service, valid token, OIDC on -> 200 with subject', facts: { service: 'orders', authorization: 'Bearer tok-plain' }, deps: OIDC, expect: { status: 200, rule: 'inline', headers: { [H.subject]: 'alice', [H.upstream]: 'orders.default.svc:8080' }, audit: { subject: 'alice' } } },
-  { name: 'private service, any bearer, OIDC off -> 200 anonymous', facts: { service: 'orders', authorization: 'Bearer whatever' }, expect: { status: 200, rule: 'inline', headers: { [H.subject]: 'anonymous' } } },
-  { name: 'private service, Basic credential, OIDC off -> 403', facts: { service: 'orders', authorization: 'Basic dTpw' }, expect: { status: 403, rule: 'inline' } },
-  { name: 'requireScope, OIDC off -> 403 fail closed', facts: { service: 'payroll', authorization: 'Bearer x' }, expect: { status: 403, rule: 'inline', reason: /cannot be verified/ } },
-  { name: 'requireScope missing from token -> 403', facts: { service: 'payroll', authorization: 'Bearer tok-plain' }, deps: OIDC, expect: { status: 403, rule: 'inline', reason: /missing required scope/ } },
-  { name: 'requireScope in `scope` -> 200', facts: { service: 'payroll', authorization: 'Bearer tok-scope' }, deps: OIDC, expect: { status: 200, rule: 'inline', headers: { [H.subject]: 'bob' } } },
-  { name: 'requireScope in `scp` string -> 200', facts: { service: 'payroll', authorization: 'Bearer tok-scp-str' }, deps: OIDC, expect: { status: 200, rule: 'inline' } },
-  { name: 'requireScope in `scp` array -> 200', facts: { service: 'payroll', authorization: 'Bearer tok-scp-arr' }, deps: OIDC, expect: { status: 200, rule: 'inline' } },
-  { name: 'unknown service -> 403 registry', facts: { service: 'nope' }, expect: { status: 403, rule: 'registry', reason: /unknown service "nope"/, label: 'unknown', audit: { service: 'nope' } } },
+  {
+    name: 'private service, bad token, OIDC on -> 401',
+    facts: { service: 'orders', authorization: 'Bearer nope' },
+    deps: OIDC,
+    expect: { status: 401, rule: 'identity' },
+  },
+  {
+    name: 'private service, non-bearer credential, OIDC on -> 401',
+    facts: { service: 'orders', authorization: 'Basic dTpw' },
+    deps: OIDC,
+    expect: { status: 401, rule: 'identity', reason: /not a bearer/ },
+  },
+  {
+    name: 'private service, valid token, OIDC on -> 200 with subject',
+    facts: { service: 'orders', authorization: 'Bearer tok-plain' },
+    deps: OIDC,
+    expect: { status: 200, rule: 'inline', headers: { [H.subject]: 'alice', [H.upstream]: 'orders.default.svc:8080' }, audit: { subject: 'alice' } },
+  },
+  {
+    name: 'private service, any bearer, OIDC off -> 200 anonymous',
+    facts: { service: 'orders', authorization: 'Bearer whatever' },
+    expect: { status: 200, rule: 'inline', headers: { [H.subject]: 'anonymous' } },
+  },
+  {
+    name: 'private service, Basic credential, OIDC off -> 403',
+    facts: { service: 'orders', authorization: 'Basic dTpw' },
+    expect: { status: 403, rule: 'inline' },
+  },
+  {
+    name: 'requireScope, OIDC off -> 403 fail closed',
+    facts: { service: 'payroll', authorization: 'Bearer x' },
+    expect: { status: 403, rule: 'inline', reason: /cannot be verified/ },
+  },
+  {
+    name: 'requireScope missing from token -> 403',
+    facts: { service: 'payroll', authorization: 'Bearer tok-plain' },
+    deps: OIDC,
+    expect: { status: 403, rule: 'inline', reason: /missing required scope/ },
+  },
+  {
+    name: 'requireScope in `scope` -> 200',
+    facts: { service: 'payroll', authorization: 'Bearer tok-scope' },
+    deps: OIDC,
+    expect: { status: 200, rule: 'inline', headers: { [H.subject]: 'bob' } },
+  },
+  {
+    name: 'requireScope in `scp` string -> 200',
+    facts: { service: 'payroll', authorization: 'Bearer tok-scp-str' },
+    deps: OIDC,
+    expect: { status: 200, rule: 'inline' },
+  },
+  {
+    name: 'requireScope in `scp` array -> 200',
+    facts: { service: 'payroll', authorization: 'Bearer tok-scp-arr' },
+    deps: OIDC,
+    expect: { status: 200, rule: 'inline' },
+  },
+  {
+    name: 'unknown service -> 403 registry',
+    facts: { service: 'nope' },
+    expect: { status: 403, rule: 'registry', reason: /unknown service "nope"/, label: 'unknown', audit: { service: 'nope' } },
+  },
   { name: 'no service and no host -> 403 registry', facts: {}, expect: { status: 403, rule: 'registry' } },
-  { name: 'bad token beats unknown service (identity first) -> 401', facts: { service: 'nope', authorization: 'Bearer forged' }, deps: OIDC, expect: { status: 401, rule: 'identity' } },
+  {
+    name: 'bad token beats unknown service (identity first) -> 401',
+    facts: { service: 'nope', authorization: 'Bearer forged' },
+    deps: OIDC,
+    expect: { status: 401, rule: 'identity' },
+  },
   { name: 'host matches a registry name', facts: { host: 'web' }, expect: { status: 200, rule: 'inline', audit: { service: 'web' } } },
   { name: 'host:port matches a registry name', facts: { host: 'web:8080' }, expect: { status: 200, rule: 'inline' } },
   { name: 'host matches an upstream host:port', facts: { host: 'web.default.svc:80' }, expect: { status: 200, rule: 'inline', audit: { service: 'web' } } },
@@ -182,9 +258,19 @@ const ingressRows: IngressRow[] = [
   { name: 'X-Writ-Service wins over host', facts: { service: 'orders', host: 'web' }, expect: { status: 403, rule: 'inline' } },
   { name: 'OPA allows', facts: { service: 'web' }, deps: { opa: opa(true) }, expect: { status: 200, rule: 'inline' } },
   { name: 'OPA vetoes -> 403 opa', facts: { service: 'web' }, deps: { opa: opa(false) }, expect: { status: 403, rule: 'opa', reason: /policy denied/ } },
-  { name: 'OPA throws -> 403 opa (fail closed)', facts: { service: 'web' }, deps: { opa: opa('throw') }, expect: { status: 403, rule: 'opa', reason: /decision error: OPA failed: boom/ } },
+  {
+    name: 'OPA throws -> 403 opa (fail closed)',
+    facts: { service: 'web' },
+    deps: { opa: opa('throw') },
+    expect: { status: 403, rule: 'opa', reason: /decision error: OPA failed: boom/ },
+  },
   { name: 'OPA not consulted when inline denies', facts: { service: 'orders' }, deps: { opa: opa(true) }, expect: { status: 403, rule: 'inline' } },
-  { name: 'OIDC subject that is not a header value -> 401, never an allow without X-Writ-Subject', facts: { service: 'orders', authorization: 'Bearer tok-crlf' }, deps: OIDC, expect: { status: 401, rule: 'identity', reason: /not a valid header value/ } },
+  {
+    name: 'OIDC subject that is not a header value -> 401, never an allow without X-Writ-Subject',
+    facts: { service: 'orders', authorization: 'Bearer tok-crlf' },
+    deps: OIDC,
+    expect: { status: 401, rule: 'identity', reason: /not a valid header value/ },
+  },
 ];
 
 describe('ingress (SPEC 4.1)', () => {
@@ -194,7 +280,10 @@ describe('ingress (SPEC 4.1)', () => {
 
   it('OPA sees the facts, not the credential', async () => {
     let input: Record<string, unknown> = {};
-    await run({ kind: 'ingress', service: 'orders', authorization: 'Bearer tok-plain', method: 'GET', requestPath: '/x' }, { oidc: oidcFake, opa: { evaluate: async (i) => ((input = i), { allow: true, reason: '' }) } });
+    await run(
+      { kind: 'ingress', service: 'orders', authorization: 'Bearer tok-plain', method: 'GET', requestPath: '/x' },
+      { oidc: oidcFake, opa: { evaluate: async (i) => ((input = i), { allow: true, reason: '' }) } },
+    );
     expect(input).toMatchObject({ path: 'ingress', service: 'orders', subject: 'alice', method: 'GET', requestPath: '/x' });
     expect(JSON.stringify(input)).not.toContain('tok-plain');
   });
@@ -210,39 +299,146 @@ interface EgressRow {
 }
 
 const ID = { identity: identityFake() };
-const base: EgressFacts = { kind: 'egress', via: 'authz', actor: 'bot', onBehalfOf: 'alice@example.com', task: 't-1', target: 'search', action: 'search:query', resource: 'index/a' };
-const fakeVpJwt = (claims: Record<string, unknown>) => `${Buffer.from('{"alg":"EdDSA"}').toString('base64url')}.${Buffer.from(JSON.stringify(claims)).toString('base64url')}.c2ln`;
+const base: EgressFacts = {
+  kind: 'egress',
+  via: 'authz',
+  actor: 'bot',
+  onBehalfOf: 'alice@example.com',
+  task: 't-1',
+  target: 'search',
+  action: 'search:query',
+  resource: 'index/a',
+};
+const fakeVpJwt = (claims: Record<string, unknown>) =>
+  `${Buffer.from('{"alg":"EdDSA"}').toString('base64url')}.${Buffer.from(JSON.stringify(claims)).toString('base64url')}.c2ln`;
 const egressRows: EgressRow[] = [
-  { name: 'tool in allowTools -> 200, audit tool.read', facts: {}, expect: { status: 200, rule: 'inline', action: 'tool.read', headers: { [H.subject]: 'alice@example.com', [H.upstream]: 'search.tools.svc:8080', [H.actor]: 'bot', [H.agentDid]: undefined }, audit: { actor: 'bot', subject: 'alice@example.com', task: 't-1', service: 'search' }, label: 'search' } },
+  {
+    name: 'tool in allowTools -> 200, audit tool.read',
+    facts: {},
+    expect: {
+      status: 200,
+      rule: 'inline',
+      action: 'tool.read',
+      headers: { [H.subject]: 'alice@example.com', [H.upstream]: 'search.tools.svc:8080', [H.actor]: 'bot', [H.agentDid]: undefined },
+      audit: { actor: 'bot', subject: 'alice@example.com', task: 't-1', service: 'search' },
+      label: 'search',
+    },
+  },
   { name: 'model in allowModels -> 200, audit model.invoke', facts: { target: 'gpt' }, expect: { status: 200, rule: 'inline', action: 'model.invoke' } },
   { name: 'agent in allowAgents -> 200, audit agent.invoke', facts: { target: 'helper' }, expect: { status: 200, rule: 'inline', action: 'agent.invoke' } },
   { name: 'service in egressAllow -> 200, audit egress', facts: { target: 'orders' }, expect: { status: 200, rule: 'inline', action: 'egress' } },
-  { name: 'tool not in allowTools -> 403 inline', facts: { target: 'notes' }, expect: { status: 403, rule: 'inline', reason: /notes is not in bot.allowTools/, action: 'tool.read' } },
-  { name: 'model not in allowModels -> 403 inline', facts: { actor: 'helper', target: 'gpt' }, expect: { status: 403, rule: 'inline', reason: /allowModels/, action: 'model.invoke' } },
-  { name: 'agent not in allowAgents -> 403 inline', facts: { actor: 'helper', target: 'bot' }, expect: { status: 403, rule: 'inline', reason: /allowAgents/, action: 'agent.invoke' } },
-  { name: 'service not in egressAllow -> 403 inline', facts: { target: 'web' }, expect: { status: 403, rule: 'inline', reason: /egressAllow/, action: 'egress' } },
-  { name: 'header kind used when registry kind is empty', facts: { target: 'kindless', targetKind: 'tool' }, expect: { status: 403, rule: 'inline', reason: /allowTools/, action: 'tool.read' } },
-  { name: 'header kind contradicting the registry -> 403 registry', facts: { target: 'gpt', targetKind: 'tool' }, expect: { status: 403, rule: 'registry', reason: /kind mismatch/ } },
-  { name: 'no X-Writ-On-Behalf-Of: subject is the actor', facts: { onBehalfOf: undefined }, expect: { status: 200, rule: 'inline', headers: { [H.subject]: 'bot' } } },
+  {
+    name: 'tool not in allowTools -> 403 inline',
+    facts: { target: 'notes' },
+    expect: { status: 403, rule: 'inline', reason: /notes is not in bot.allowTools/, action: 'tool.read' },
+  },
+  {
+    name: 'model not in allowModels -> 403 inline',
+    facts: { actor: 'helper', target: 'gpt' },
+    expect: { status: 403, rule: 'inline', reason: /allowModels/, action: 'model.invoke' },
+  },
+  {
+    name: 'agent not in allowAgents -> 403 inline',
+    facts: { actor: 'helper', target: 'bot' },
+    expect: { status: 403, rule: 'inline', reason: /allowAgents/, action: 'agent.invoke' },
+  },
+  {
+    name: 'service not in egressAllow -> 403 inline',
+    facts: { target: 'web' },
+    expect: { status: 403, rule: 'inline', reason: /egressAllow/, action: 'egress' },
+  },
+  {
+    name: 'header kind used when registry kind is empty',
+    facts: { target: 'kindless', targetKind: 'tool' },
+    expect: { status: 403, rule: 'inline', reason: /allowTools/, action: 'tool.read' },
+  },
+  {
+    name: 'header kind contradicting the registry -> 403 registry',
+    facts: { target: 'gpt', targetKind: 'tool' },
+    expect: { status: 403, rule: 'registry', reason: /kind mismatch/ },
+  },
+  {
+    name: 'no X-Writ-On-Behalf-Of: subject is the actor',
+    facts: { onBehalfOf: undefined },
+    expect: { status: 200, rule: 'inline', headers: { [H.subject]: 'bot' } },
+  },
   { name: 'unknown actor -> 403 registry', facts: { actor: 'ghost' }, expect: { status: 403, rule: 'registry', reason: /unknown agent "ghost"/ } },
   { name: 'actor that is not an agent -> 403 registry', facts: { actor: 'orders' }, expect: { status: 403, rule: 'registry', reason: /unknown agent/ } },
   { name: 'empty actor -> 403 identity', facts: { actor: ' ' }, expect: { status: 403, rule: 'identity' } },
-  { name: 'unknown target -> 403 registry', facts: { target: 'nowhere' }, expect: { status: 403, rule: 'registry', reason: /unknown target "nowhere"/, label: 'unknown', action: 'egress' } },
+  {
+    name: 'unknown target -> 403 registry',
+    facts: { target: 'nowhere' },
+    expect: { status: 403, rule: 'registry', reason: /unknown target "nowhere"/, label: 'unknown', action: 'egress' },
+  },
   { name: 'no target -> 403 registry', facts: { target: undefined }, expect: { status: 403, rule: 'registry', reason: /no target/ } },
   // header identity mode
-  { name: 'header mode: valid VP stamps the DID', facts: { vp: 'vp-bot' }, deps: ID, expect: { status: 200, rule: 'inline', headers: { [H.agentDid]: 'did:key:zBot', [H.actor]: 'bot' } } },
-  { name: 'header mode: invalid VP present -> 403 identity', facts: { vp: 'garbage' }, deps: ID, expect: { status: 403, rule: 'identity', reason: /invalid agent VP/ } },
-  { name: 'header mode: VP of another agent -> 403 identity', facts: { vp: 'vp-helper' }, deps: ID, expect: { status: 403, rule: 'identity', reason: /not "bot"/ } },
-  { name: 'header mode: VP present, no identity authority -> 403 identity', facts: { vp: 'vp-bot' }, expect: { status: 403, rule: 'identity', reason: /no identity authority/ } },
+  {
+    name: 'header mode: valid VP stamps the DID',
+    facts: { vp: 'vp-bot' },
+    deps: ID,
+    expect: { status: 200, rule: 'inline', headers: { [H.agentDid]: 'did:key:zBot', [H.actor]: 'bot' } },
+  },
+  {
+    name: 'header mode: invalid VP present -> 403 identity',
+    facts: { vp: 'garbage' },
+    deps: ID,
+    expect: { status: 403, rule: 'identity', reason: /invalid agent VP/ },
+  },
+  {
+    name: 'header mode: VP of another agent -> 403 identity',
+    facts: { vp: 'vp-helper' },
+    deps: ID,
+    expect: { status: 403, rule: 'identity', reason: /not "bot"/ },
+  },
+  {
+    name: 'header mode: VP present, no identity authority -> 403 identity',
+    facts: { vp: 'vp-bot' },
+    expect: { status: 403, rule: 'identity', reason: /no identity authority/ },
+  },
   { name: 'header mode: opaque bearer token is not a VP', facts: { authorization: 'Bearer opaque-token' }, expect: { status: 200, rule: 'inline' } },
   // vc identity mode
-  { name: 'vc mode: no identity authority denies everything', facts: { vp: 'vp-bot' }, deps: { identityMode: 'vc' }, expect: { status: 403, rule: 'identity', reason: /vc identity mode needs/ } },
-  { name: 'vc mode: missing VP -> 403 identity', facts: {}, deps: { identityMode: 'vc', ...ID }, expect: { status: 403, rule: 'identity', reason: /VP required/ } },
-  { name: 'vc mode: opaque bearer does not satisfy the VP requirement', facts: { authorization: 'Bearer opaque' }, deps: { identityMode: 'vc', ...ID }, expect: { status: 403, rule: 'identity' } },
-  { name: 'vc mode: revoked VP -> 403 identity', facts: { vp: 'vp-revoked' }, deps: { identityMode: 'vc', ...ID }, expect: { status: 403, rule: 'identity', reason: /revoked/ } },
-  { name: 'vc mode: actor mismatch -> 403 identity', facts: { vp: 'vp-helper' }, deps: { identityMode: 'vc', ...ID }, expect: { status: 403, rule: 'identity', reason: /helper/ } },
-  { name: 'vc mode: valid VP -> 200 with DID', facts: { vp: 'vp-bot' }, deps: { identityMode: 'vc', ...ID }, expect: { status: 200, rule: 'inline', headers: { [H.agentDid]: 'did:key:zBot', [H.actor]: 'bot' } } },
-  { name: 'vc mode: identity checked before registry (unknown target still 403 identity)', facts: { target: 'nowhere' }, deps: { identityMode: 'vc', ...ID }, expect: { status: 403, rule: 'identity' } },
+  {
+    name: 'vc mode: no identity authority denies everything',
+    facts: { vp: 'vp-bot' },
+    deps: { identityMode: 'vc' },
+    expect: { status: 403, rule: 'identity', reason: /vc identity mode needs/ },
+  },
+  {
+    name: 'vc mode: missing VP -> 403 identity',
+    facts: {},
+    deps: { identityMode: 'vc', ...ID },
+    expect: { status: 403, rule: 'identity', reason: /VP required/ },
+  },
+  {
+    name: 'vc mode: opaque bearer does not satisfy the VP requirement',
+    facts: { authorization: 'Bearer opaque' },
+    deps: { identityMode: 'vc', ...ID },
+    expect: { status: 403, rule: 'identity' },
+  },
+  {
+    name: 'vc mode: revoked VP -> 403 identity',
+    facts: { vp: 'vp-revoked' },
+    deps: { identityMode: 'vc', ...ID },
+    expect: { status: 403, rule: 'identity', reason: /revoked/ },
+  },
+  {
+    name: 'vc mode: actor mismatch -> 403 identity',
+    facts: { vp: 'vp-helper' },
+    deps: { identityMode: 'vc', ...ID },
+    expect: { status: 403, rule: 'identity', reason: /helper/ },
+  },
+  {
+    name: 'vc mode: valid VP -> 200 with DID',
+    facts: { vp: 'vp-bot' },
+    deps: { identityMode: 'vc', ...ID },
+    expect: { status: 200, rule: 'inline', headers: { [H.agentDid]: 'did:key:zBot', [H.actor]: 'bot' } },
+  },
+  {
+    name: 'vc mode: identity checked before registry (unknown target still 403 identity)',
+    facts: { target: 'nowhere' },
+    deps: { identityMode: 'vc', ...ID },
+    expect: { status: 403, rule: 'identity' },
+  },
   {
     name: 'vc mode: VP-shaped bearer agent token is verified as the VP',
     facts: { authorization: `Bearer ${fakeVpJwt({ vp: {} })}` },
@@ -256,22 +452,70 @@ const egressRows: EgressRow[] = [
     expect: { status: 403, rule: 'identity', reason: /timed out/ },
   },
   // regulated targets
-  { name: 'regulated, no identity authority -> 403 delegation (fail closed)', facts: { target: 'ledger' }, expect: { status: 403, rule: 'delegation', reason: /fail closed/, action: 'tool.read' } },
-  { name: 'regulated, delegation ok -> 200 rule delegation', facts: { target: 'ledger' }, deps: ID, expect: { status: 200, rule: 'delegation', audit: { delegationId: 'del-1', delegationExp: NOT_AFTER, action: 'tool.read' } } },
-  { name: 'regulated, no delegation -> 401 needs approval', facts: { target: 'ledger' }, deps: { identity: identityFake('no') }, expect: { status: 401, rule: 'delegation', reason: /needs approval: no approved delegation/, headers: { [H.needsApproval]: 'true' } } },
-  { name: 'regulated, expired delegation -> 401 needs approval', facts: { target: 'ledger' }, deps: { identity: identityFake('expired') }, expect: { status: 401, rule: 'delegation', reason: /expired/, headers: { [H.needsApproval]: 'true' } } },
-  { name: 'regulated, delegation check error -> 403 delegation', facts: { target: 'ledger' }, deps: { identity: identityFake('error') }, expect: { status: 403, rule: 'delegation', reason: /connection refused/ } },
-  { name: 'regulated, delegation check hangs -> 403 delegation', facts: { target: 'ledger' }, deps: { identity: identityFake('hang') }, expect: { status: 403, rule: 'delegation', reason: /timed out/ } },
-  { name: 'regulated, no task -> 403 delegation', facts: { target: 'ledger', task: undefined }, deps: ID, expect: { status: 403, rule: 'delegation', reason: /needs task/ } },
+  {
+    name: 'regulated, no identity authority -> 403 delegation (fail closed)',
+    facts: { target: 'ledger' },
+    expect: { status: 403, rule: 'delegation', reason: /fail closed/, action: 'tool.read' },
+  },
+  {
+    name: 'regulated, delegation ok -> 200 rule delegation',
+    facts: { target: 'ledger' },
+    deps: ID,
+    expect: { status: 200, rule: 'delegation', audit: { delegationId: 'del-1', delegationExp: NOT_AFTER, action: 'tool.read' } },
+  },
+  {
+    name: 'regulated, no delegation -> 401 needs approval',
+    facts: { target: 'ledger' },
+    deps: { identity: identityFake('no') },
+    expect: { status: 401, rule: 'delegation', reason: /needs approval: no approved delegation/, headers: { [H.needsApproval]: 'true' } },
+  },
+  {
+    name: 'regulated, expired delegation -> 401 needs approval',
+    facts: { target: 'ledger' },
+    deps: { identity: identityFake('expired') },
+    expect: { status: 401, rule: 'delegation', reason: /expired/, headers: { [H.needsApproval]: 'true' } },
+  },
+  {
+    name: 'regulated, delegation check error -> 403 delegation',
+    facts: { target: 'ledger' },
+    deps: { identity: identityFake('error') },
+    expect: { status: 403, rule: 'delegation', reason: /connection refused/ },
+  },
+  {
+    name: 'regulated, delegation check hangs -> 403 delegation',
+    facts: { target: 'ledger' },
+    deps: { identity: identityFake('hang') },
+    expect: { status: 403, rule: 'delegation', reason: /timed out/ },
+  },
+  {
+    name: 'regulated, no task -> 403 delegation',
+    facts: { target: 'ledger', task: undefined },
+    deps: ID,
+    expect: { status: 403, rule: 'delegation', reason: /needs task/ },
+  },
   { name: 'regulated, allowlist still applies first', facts: { actor: 'helper', target: 'ledger' }, deps: ID, expect: { status: 403, rule: 'inline' } },
   // OPA veto
   { name: 'OPA allows -> 200', facts: {}, deps: { opa: opa(true) }, expect: { status: 200, rule: 'inline' } },
   { name: 'OPA vetoes -> 403 opa', facts: {}, deps: { opa: opa(false) }, expect: { status: 403, rule: 'opa', reason: /opa: policy denied/ } },
   { name: 'OPA throws -> 403 opa', facts: {}, deps: { opa: opa('throw') }, expect: { status: 403, rule: 'opa' } },
-  { name: 'OPA vetoes a delegated call -> 403 opa, no delegation on the audit row', facts: { target: 'ledger' }, deps: { ...ID, opa: opa(false) }, expect: { status: 403, rule: 'opa', audit: { delegationId: undefined } } },
+  {
+    name: 'OPA vetoes a delegated call -> 403 opa, no delegation on the audit row',
+    facts: { target: 'ledger' },
+    deps: { ...ID, opa: opa(false) },
+    expect: { status: 403, rule: 'opa', audit: { delegationId: undefined } },
+  },
   // proxy reuse
-  { name: 'regulated, identity authority down -> 403 (an outage is not an approval question)', facts: { target: 'ledger' }, deps: { identity: identityFake('down') }, expect: { status: 403, rule: 'delegation', reason: /unreachable/ } },
-  { name: 'ingress-style header injection in on-behalf-of -> 403 identity', facts: { onBehalfOf: 'a\r\nb' }, expect: { status: 403, rule: 'identity', reason: /header value/ } },
+  {
+    name: 'regulated, identity authority down -> 403 (an outage is not an approval question)',
+    facts: { target: 'ledger' },
+    deps: { identity: identityFake('down') },
+    expect: { status: 403, rule: 'delegation', reason: /unreachable/ },
+  },
+  {
+    name: 'ingress-style header injection in on-behalf-of -> 403 identity',
+    facts: { onBehalfOf: 'a\r\nb' },
+    expect: { status: 403, rule: 'identity', reason: /header value/ },
+  },
 ];
 
 describe('egress (SPEC 4.1)', () => {
@@ -368,13 +612,29 @@ describe('commit: audit then metrics', () => {
     const withMeter = { ...e, sinks: { ...e.sinks, meter: { observeDecision: (...a: unknown[]) => observed.push(a.slice(0, 3)) } } };
     await authorize(withMeter, { kind: 'ingress', service: 'web' });
     await authorize(withMeter, { ...base, target: 'nowhere' });
-    expect(e.audit.map((r) => [r.action, r.allow])).toEqual([['authz', true], ['egress', false]]);
-    expect(observed).toEqual([['web', true, 'inline'], ['unknown', false, 'registry']]);
+    expect(e.audit.map((r) => [r.action, r.allow])).toEqual([
+      ['authz', true],
+      ['egress', false],
+    ]);
+    expect(observed).toEqual([
+      ['web', true, 'inline'],
+      ['unknown', false, 'registry'],
+    ]);
   });
 
   it('an audit failure turns an allow into a deny', async () => {
     const e = engineOf(SERVICES);
-    const failing = { ...e, sinks: { ...e.sinks, audit: { append: () => { throw new Error('disk full'); } } } };
+    const failing = {
+      ...e,
+      sinks: {
+        ...e.sinks,
+        audit: {
+          append: () => {
+            throw new Error('disk full');
+          },
+        },
+      },
+    };
     const out = await authorize(failing, { kind: 'ingress', service: 'web' });
     expect(out.decision).toMatchObject({ allow: false, status: 403 });
     expect(out.decision.reason).toMatch(/audit unavailable: disk full/);

@@ -97,7 +97,14 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
   const task = f.task?.trim() || undefined;
   const subjectOf = () => f.onBehalfOf?.trim() || actorName || undefined;
   const end = (d: Decision, extra: Parameters<Run['end']>[4] = {}, out: Partial<Evaluation> = {}): Evaluation =>
-    run.end(d, egressAction(kind ?? target?.kind, f.via), { subject: subjectOf(), actor: actorName || undefined, task, service }, target?.name, extra, agentDid ? { agentDid, ...out } : out);
+    run.end(
+      d,
+      egressAction(kind ?? target?.kind, f.via),
+      { subject: subjectOf(), actor: actorName || undefined, task, service },
+      target?.name,
+      extra,
+      agentDid ? { agentDid, ...out } : out,
+    );
 
   // 1-2. Agent token and VP. The agent token is the agent's Membership VP in VC-JWT form (what
   //      the sidecar mints); a token of any other shape is not a VP and is ignored.
@@ -116,14 +123,15 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     if (!v) return run.ask({ kind: 'vp', vp, audience: s.vpAudience });
     if (isFailure(v)) return end(run.deny(403, 'identity', v.failed));
     if (!v.ok || !v.agentName) return end(run.deny(403, 'identity', `invalid agent VP: ${v.ok ? 'no agent name' : v.reason}`));
-    if (actorName && v.agentName !== actorName) return end(run.deny(403, 'identity', `VP proves agent ${JSON.stringify(v.agentName)}, not ${JSON.stringify(actorName)}`));
+    if (actorName && v.agentName !== actorName)
+      return end(run.deny(403, 'identity', `VP proves agent ${JSON.stringify(v.agentName)}, not ${JSON.stringify(actorName)}`));
     if (agentDid && v.agentDid !== agentDid) return end(run.deny(403, 'identity', 'agent token and VP prove different DIDs'));
     actorName = v.agentName;
     agentDid = v.agentDid;
   }
   const subject = subjectOf() ?? actorName;
   if (!HEADER_SAFE.test(subject) || !HEADER_SAFE.test(actorName)) return end(run.deny(403, 'identity', 'actor or on-behalf-of is not a valid header value'));
-  run.pass(run.explain ? agentDid ? `agent ${actorName} proved by VP (${agentDid})` : `agent ${actorName} (header identity)` : '', 'governance');
+  run.pass(run.explain ? (agentDid ? `agent ${actorName} proved by VP (${agentDid})` : `agent ${actorName} (header identity)`) : '', 'governance');
 
   // Governance standing (rule identity): a governed agent that is not active acts for no one.
   const gov = governanceDenial(snap, actorName, now);
@@ -131,7 +139,7 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     run.stage = 'governance';
     return end(run.deny(403, 'identity', gov));
   }
-  run.pass(run.explain ? snap.governance?.agents.has(actorName) ? 'governed agent is active' : 'not governed' : '', 'registry');
+  run.pass(run.explain ? (snap.governance?.agents.has(actorName) ? 'governed agent is active' : 'not governed') : '', 'registry');
 
   // 3. Registry: the actor is a registered agent; the target a registered service (or, through
   //    the proxy, an external host).
@@ -158,7 +166,10 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     return end(run.deny(403, 'registry', `target kind mismatch: request says ${kind}, registry says ${target.kind}`));
   }
   if (target) kind = kind ?? target.kind ?? '';
-  run.pass(run.explain ? target ? `target ${target.name}` : external ? `external ${proxy!.hostPort} listed as ${external}` : `external ${proxy!.hostPort}` : '', 'inline');
+  run.pass(
+    run.explain ? (target ? `target ${target.name}` : external ? `external ${proxy!.hostPort} listed as ${external}` : `external ${proxy!.hostPort}`) : '',
+    'inline',
+  );
 
   // 4a. Allowlist (deny by default). An unlisted external host is a human's question (below).
   if (target) {
@@ -166,7 +177,7 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     if (!list.includes(target.name)) return end(run.deny(403, 'inline', `${target.name} is not in ${actor.name}.${field}`));
     run.pass(run.explain ? `${target.name} is in ${actor.name}.${field}` : '', 'budget');
   } else {
-    run.pass(run.explain ? external ? `${external} is in ${actor.name}.egressAllow` : 'unlisted external host' : '', 'budget');
+    run.pass(run.explain ? (external ? `${external} is in ${actor.name}.egressAllow` : 'unlisted external host') : '', 'budget');
   }
 
   // 4b. Budget. A call ticket from a proxy hop means that hop already counted this call.
@@ -192,7 +203,8 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
   let rule: Decision['rule'] = 'inline';
   let reason = external || target ? `allowed by registry allowlist and budget${ticketed ? ' (call counted by the proxy hop)' : ''}` : '';
   let delegation: Evaluation['delegation'];
-  let needsApproval: string | undefined = !target && !external ? `needs approval: external host ${proxy!.hostPort} is not in ${actor.name}.egressAllow` : undefined;
+  let needsApproval: string | undefined =
+    !target && !external ? `needs approval: external host ${proxy!.hostPort} is not in ${actor.name}.egressAllow` : undefined;
   if (target?.dataClass === 'regulated') {
     if (!s.identityAuthority) return end(run.deny(403, 'delegation', 'regulated target and no identity authority configured (fail closed)'));
     const action = f.action?.trim();
@@ -220,7 +232,15 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     if (!h) {
       return run.ask({
         kind: 'hold',
-        request: { actor: actorName, actorDid: agentDid, target: proxy.hostPort, service: service ?? EXTERNAL, action: f.action?.trim() ?? '', resource: f.resource?.trim() ?? '', reason: needsApproval },
+        request: {
+          actor: actorName,
+          actorDid: agentDid,
+          target: proxy.hostPort,
+          service: service ?? EXTERNAL,
+          action: f.action?.trim() ?? '',
+          resource: f.resource?.trim() ?? '',
+          reason: needsApproval,
+        },
       });
     }
     const ref = h.id ? `egress request ${h.id}` : 'egress request';

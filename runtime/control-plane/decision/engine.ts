@@ -20,7 +20,12 @@ export interface DecisionEngine {
   readonly trustedPeer: (addr: string | undefined) => boolean;
 }
 
-export function createDecisionEngine(o: { policy: PolicySource; ports: Ports; sinks: Sinks; trustedPeer?: (addr: string | undefined) => boolean }): DecisionEngine {
+export function createDecisionEngine(o: {
+  policy: PolicySource;
+  ports: Ports;
+  sinks: Sinks;
+  trustedPeer?: (addr: string | undefined) => boolean;
+}): DecisionEngine {
   return { policy: o.policy, ports: o.ports, gather: createGatherer(o.ports), sinks: o.sinks, now: o.ports.now, trustedPeer: o.trustedPeer ?? (() => false) };
 }
 

@@ -14,7 +14,15 @@ import { isQuestion, type Answers, type EgressFacts, type Evaluation, type Facts
 
 const NOW = Date.UTC(2026, 5, 1, 9, 0, 0);
 const SERVICES: Service[] = [
-  { name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: ['gpt', 'gpt-b'], allowTools: ['ledger', 'search'], egressAllow: ['orders', 'api.example.com', 'files.example.com:8443'], budget: { callsPerHour: 10 } },
+  {
+    name: 'bot',
+    upstream: 'bot.agents.svc:8080',
+    kind: 'agent',
+    allowModels: ['gpt', 'gpt-b'],
+    allowTools: ['ledger', 'search'],
+    egressAllow: ['orders', 'api.example.com', 'files.example.com:8443'],
+    budget: { callsPerHour: 10 },
+  },
   { name: 'gpt', upstream: 'broker.writ.svc:8080', kind: 'model' },
   { name: 'gpt-b', upstream: 'broker.writ.svc:8080', kind: 'model' },
   { name: 'orders', upstream: 'orders.svc:8080' },
@@ -23,7 +31,16 @@ const SERVICES: Service[] = [
 ];
 const standing = (agents: Record<string, string>, fetchedAt = NOW): GovernanceStanding => ({ agents: new Map(Object.entries(agents)), fetchedAt });
 const USAGE = { tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 };
-const authz = (over: Partial<EgressFacts> = {}): EgressFacts => ({ kind: 'egress', via: 'authz', actor: 'bot', target: 'search', task: 't', action: 'a', resource: 'r', ...over });
+const authz = (over: Partial<EgressFacts> = {}): EgressFacts => ({
+  kind: 'egress',
+  via: 'authz',
+  actor: 'bot',
+  target: 'search',
+  task: 't',
+  action: 'a',
+  resource: 'r',
+  ...over,
+});
 const proxied = (host: string, port: number, over: Partial<EgressFacts> = {}): EgressFacts => ({
   kind: 'egress',
   via: 'proxy',
@@ -50,7 +67,12 @@ describe('governance standing reaches the decision (rule identity)', () => {
     { name: 'approved but not active -> 403', gov: standing({ bot: 'approved' }), status: 403, reason: /approved/ },
     { name: 'not governed, governance not required -> allowed', gov: standing({ other: 'active' }), status: 200 },
     { name: 'not governed, governance required -> 403', gov: standing({ other: 'active' }), requireGoverned: true, status: 403, reason: /no governed record/ },
-    { name: 'governed, standing stale (authority unreachable) -> 403 fail closed', gov: standing({ bot: 'active' }, NOW - 60_000), status: 403, reason: /unknown: identity authority unreachable/ },
+    {
+      name: 'governed, standing stale (authority unreachable) -> 403 fail closed',
+      gov: standing({ bot: 'active' }, NOW - 60_000),
+      status: 403,
+      reason: /unknown: identity authority unreachable/,
+    },
     { name: 'never fetched, governance required -> 403', requireGoverned: true, status: 403, reason: /unknown/ },
     { name: 'never fetched, not required -> allowed', status: 200 },
   ];
@@ -73,7 +95,13 @@ describe('the forward proxy through the same evaluation', () => {
   const rows: { name: string; facts: EgressFacts; answers?: Answers; status?: number; ask?: string; reason?: RegExp; service?: string }[] = [
     { name: 'no Proxy-Authorization -> challenge', facts: proxied('orders.svc', 8080, { vp: undefined }), status: 403, reason: /missing Proxy-Authorization/ },
     { name: 'asks the VP first', facts: proxied('orders.svc', 8080), answers: {}, ask: 'vp' },
-    { name: 'invalid VP -> 403 identity', facts: proxied('orders.svc', 8080), answers: { vps: new Map([['vp-bot', { ok: false, reason: 'revoked' }]]) }, status: 403, reason: /invalid agent VP: revoked/ },
+    {
+      name: 'invalid VP -> 403 identity',
+      facts: proxied('orders.svc', 8080),
+      answers: { vps: new Map([['vp-bot', { ok: false, reason: 'revoked' }]]) },
+      status: 403,
+      reason: /invalid agent VP: revoked/,
+    },
     { name: 'registry upstream in egressAllow -> allowed', facts: proxied('orders.svc', 8080), status: 200, service: 'orders' },
     { name: 'registry tool upstream in allowTools -> allowed', facts: proxied('search.tools.svc', 8080), status: 200, service: 'search' },
     { name: 'shared upstream resolves to the model the agent may use', facts: proxied('broker.writ.svc', 8080), status: 200, service: 'gpt' },
@@ -82,14 +110,58 @@ describe('the forward proxy through the same evaluation', () => {
     { name: 'registry name used as a bare host name -> held, not allowed', facts: proxied('orders', 80), ask: 'hold' },
     { name: 'external host:port listed exactly -> allowed', facts: proxied('files.example.com', 8443), status: 200 },
     { name: 'unlisted external host -> held for a human', facts: proxied('evil.example', 80), ask: 'hold' },
-    { name: 'CONNECT to an unlisted external host on 443 -> held', facts: proxied('evil.example', 443, { hop: { host: 'evil.example', port: 443, hostPort: 'evil.example:443', connect: true } }), ask: 'hold' },
-    { name: 'CONNECT to a non-TLS port outside the registry -> 403', facts: proxied('evil.example', 25, { hop: { host: 'evil.example', port: 25, hostPort: 'evil.example:25', connect: true } }), status: 403, reason: /CONNECT to port 25/ },
-    { name: 'held, approved -> allowed by a human (rule delegation)', facts: proxied('evil.example', 80), answers: a({ hold: { result: 'approved', id: 'r1', detail: 'ops@x' } }), status: 200, reason: /egress request r1 approved by ops@x/ },
-    { name: 'held, denied -> 403', facts: proxied('evil.example', 80), answers: a({ hold: { result: 'denied', id: 'r1', detail: 'no' } }), status: 403, reason: /r1 denied: no/ },
-    { name: 'held, expired -> 403', facts: proxied('evil.example', 80), answers: a({ hold: { result: 'expired', id: 'r1', detail: '' } }), status: 403, reason: /expired/ },
-    { name: 'held, queue unavailable -> 403', facts: proxied('evil.example', 80), answers: a({ hold: { result: 'unavailable', detail: 'down' } }), status: 403, reason: /queue is unavailable/ },
-    { name: 'regulated registry target without delegation -> held', facts: proxied('ledger.tools.svc', 8080, { task: 't', resource: 'r' }), answers: a({ delegation: { ok: false, reason: 'no approved delegation' } }), ask: 'hold' },
-    { name: 'regulated, identity authority down -> 403, not a hold', facts: proxied('ledger.tools.svc', 8080, { task: 't', resource: 'r' }), answers: a({ delegation: { ok: false, unavailable: true, reason: 'unreachable' } }), status: 403, reason: /unreachable/ },
+    {
+      name: 'CONNECT to an unlisted external host on 443 -> held',
+      facts: proxied('evil.example', 443, { hop: { host: 'evil.example', port: 443, hostPort: 'evil.example:443', connect: true } }),
+      ask: 'hold',
+    },
+    {
+      name: 'CONNECT to a non-TLS port outside the registry -> 403',
+      facts: proxied('evil.example', 25, { hop: { host: 'evil.example', port: 25, hostPort: 'evil.example:25', connect: true } }),
+      status: 403,
+      reason: /CONNECT to port 25/,
+    },
+    {
+      name: 'held, approved -> allowed by a human (rule delegation)',
+      facts: proxied('evil.example', 80),
+      answers: a({ hold: { result: 'approved', id: 'r1', detail: 'ops@x' } }),
+      status: 200,
+      reason: /egress request r1 approved by ops@x/,
+    },
+    {
+      name: 'held, denied -> 403',
+      facts: proxied('evil.example', 80),
+      answers: a({ hold: { result: 'denied', id: 'r1', detail: 'no' } }),
+      status: 403,
+      reason: /r1 denied: no/,
+    },
+    {
+      name: 'held, expired -> 403',
+      facts: proxied('evil.example', 80),
+      answers: a({ hold: { result: 'expired', id: 'r1', detail: '' } }),
+      status: 403,
+      reason: /expired/,
+    },
+    {
+      name: 'held, queue unavailable -> 403',
+      facts: proxied('evil.example', 80),
+      answers: a({ hold: { result: 'unavailable', detail: 'down' } }),
+      status: 403,
+      reason: /queue is unavailable/,
+    },
+    {
+      name: 'regulated registry target without delegation -> held',
+      facts: proxied('ledger.tools.svc', 8080, { task: 't', resource: 'r' }),
+      answers: a({ delegation: { ok: false, reason: 'no approved delegation' } }),
+      ask: 'hold',
+    },
+    {
+      name: 'regulated, identity authority down -> 403, not a hold',
+      facts: proxied('ledger.tools.svc', 8080, { task: 't', resource: 'r' }),
+      answers: a({ delegation: { ok: false, unavailable: true, reason: 'unreachable' } }),
+      status: 403,
+      reason: /unreachable/,
+    },
   ];
   it.each(rows)('$name', (row) => {
     const step = evaluate(row.facts, snap, row.answers ?? a(), NOW);
@@ -134,7 +206,14 @@ describe('one completion is one call (call tickets)', () => {
 
 describe('every answer a live decision gathers, the dry-run gathers too', () => {
   const facts: Facts[] = [];
-  const hosts: [string, number][] = [['orders.svc', 8080], ['broker.writ.svc', 8080], ['api.example.com', 80], ['api.example.com', 81], ['ledger.tools.svc', 8080], ['search.tools.svc', 8080]];
+  const hosts: [string, number][] = [
+    ['orders.svc', 8080],
+    ['broker.writ.svc', 8080],
+    ['api.example.com', 80],
+    ['api.example.com', 81],
+    ['ledger.tools.svc', 8080],
+    ['search.tools.svc', 8080],
+  ];
   for (const target of ['search', 'gpt', 'gpt-b', 'orders', 'ledger', 'nope', '']) {
     for (const actor of ['bot', 'gpt', 'ghost']) {
       for (const kind of [undefined, 'tool', 'model']) facts.push(authz({ actor, target, targetKind: kind }));

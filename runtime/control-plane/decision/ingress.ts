@@ -31,7 +31,7 @@ export function evaluateIngress(f: IngressFacts, snap: PolicySnapshot, a: Answer
     subject = v.subject;
     claims = v.claims;
   }
-  run.pass(run.explain ? claims ? `verified subject ${subject}` : 'anonymous' : '', 'registry');
+  run.pass(run.explain ? (claims ? `verified subject ${subject}` : 'anonymous') : '', 'registry');
 
   // 2. Registry.
   const target: Service | undefined = f.service !== undefined ? snap.registry.get(f.service) : f.host ? resolveHost(snap.registry, f.host) : undefined;
@@ -60,7 +60,15 @@ export function evaluateIngress(f: IngressFacts, snap: PolicySnapshot, a: Answer
     if (!v) {
       return run.ask({
         kind: 'opa',
-        input: { path: 'ingress', service: target.name, subject, method: f.method ?? '', requestPath: f.requestPath ?? '', dataClass: target.dataClass ?? '', public: target.public === true },
+        input: {
+          path: 'ingress',
+          service: target.name,
+          subject,
+          method: f.method ?? '',
+          requestPath: f.requestPath ?? '',
+          dataClass: target.dataClass ?? '',
+          public: target.public === true,
+        },
       });
     }
     if (isFailure(v)) return end(run.deny(403, 'opa', `decision error: ${v.failed}`), target);

@@ -22,7 +22,8 @@ export function makePolicySnapshot(registry: RegistrySnapshot, governance: Gover
     get hash() {
       if (hash === undefined) {
         const h = createHash('sha256').update(registry.hash).update('\n');
-        for (const [name, status] of [...(governance?.agents ?? new Map<string, string>())].sort(([a], [b]) => (a < b ? -1 : 1))) h.update(`${name}=${status}\n`);
+        for (const [name, status] of [...(governance?.agents ?? new Map<string, string>())].sort(([a], [b]) => (a < b ? -1 : 1)))
+          h.update(`${name}=${status}\n`);
         h.update(JSON.stringify({ ...settings, connectPorts: [...settings.connectPorts].sort((a, b) => a - b) }));
         hash = h.digest('hex');
       }

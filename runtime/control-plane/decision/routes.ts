@@ -40,7 +40,10 @@ export function decisionRoutes(engine: DecisionEngine): OpenAPIHono {
       path: '/v1/decisions/dry-run',
       request: { body: { content: { 'application/json': { schema: DryRunBody } }, required: true } },
       responses: {
-        200: { content: { 'application/json': { schema: DryRunResult } }, description: 'The decision /authz would make now, every layer in order, and the snapshot version.' },
+        200: {
+          content: { 'application/json': { schema: DryRunResult } },
+          description: 'The decision /authz would make now, every layer in order, and the snapshot version.',
+        },
         400: { content: { 'application/json': { schema: z.object({ error: z.string() }) } }, description: 'Malformed request.' },
       },
     }),
@@ -52,11 +55,24 @@ export function decisionRoutes(engine: DecisionEngine): OpenAPIHono {
       if (b.proxy) {
         const host = b.proxy.host.toLowerCase();
         const hostPort = `${host}:${b.proxy.port}`;
-        facts = proxyFacts(headers, { host, port: b.proxy.port, hostPort, connect: b.proxy.connect }, b.proxy.connect ? 'CONNECT' : (b.method ?? 'GET'), b.proxy.connect ? hostPort : `http://${hostPort}${b.path ?? '/'}`);
+        facts = proxyFacts(
+          headers,
+          { host, port: b.proxy.port, hostPort, connect: b.proxy.connect },
+          b.proxy.connect ? 'CONNECT' : (b.method ?? 'GET'),
+          b.proxy.connect ? hostPort : `http://${hostPort}${b.path ?? '/'}`,
+        );
       }
       const ev = await dryRun(engine, facts);
       const d = ev.decision;
-      return c.json({ decision: { allow: d.allow, status: d.status, rule: d.rule, reason: d.reason, headers: d.headers }, rule: d.rule, layers: ev.layers, version: ev.version }, 200);
+      return c.json(
+        {
+          decision: { allow: d.allow, status: d.status, rule: d.rule, reason: d.reason, headers: d.headers },
+          rule: d.rule,
+          layers: ev.layers,
+          version: ev.version,
+        },
+        200,
+      );
     },
   );
   return app;

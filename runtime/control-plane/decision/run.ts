@@ -30,7 +30,14 @@ export class Run {
   }
 
   /** Ends the evaluation with `d`; `who` names the audit row's parties, `extra` the other effects. */
-  end(d: Decision, action: AuditAction, who: Pick<AuditEntry, 'subject' | 'actor' | 'task' | 'service'>, label: string | undefined, extra: Partial<Omit<Effects, 'audit' | 'serviceLabel'>> = {}, out: Partial<Evaluation> = {}): Evaluation {
+  end(
+    d: Decision,
+    action: AuditAction,
+    who: Pick<AuditEntry, 'subject' | 'actor' | 'task' | 'service'>,
+    label: string | undefined,
+    extra: Partial<Omit<Effects, 'audit' | 'serviceLabel'>> = {},
+    out: Partial<Evaluation> = {},
+  ): Evaluation {
     if (!d.allow && this.explain) this.layers.push({ layer: this.stage, verdict: d.needsApproval ? 'needs-approval' : 'deny', reason: d.reason });
     const effects: Effects = { audit: auditOf(action, d, who), serviceLabel: label ?? UNKNOWN_LABEL };
     if (d.allow) Object.assign(effects, extra);

@@ -34,7 +34,16 @@ export interface TestEngine extends DecisionEngine {
 
 export function engineOf(
   services: readonly Service[],
-  o: { settings?: Partial<DecisionSettings>; identity?: IdentityPort; oidc?: OidcPort; opa?: OpaPort; tickets?: TicketVerifier & { mint(a: string, u: string): string }; now?: () => number; governance?: () => GovernanceStanding | undefined; budget?: BudgetMeter } = {},
+  o: {
+    settings?: Partial<DecisionSettings>;
+    identity?: IdentityPort;
+    oidc?: OidcPort;
+    opa?: OpaPort;
+    tickets?: TicketVerifier & { mint(a: string, u: string): string };
+    now?: () => number;
+    governance?: () => GovernanceStanding | undefined;
+    budget?: BudgetMeter;
+  } = {},
 ): TestEngine {
   const audit: AuditEntry[] = [];
   const budget = o.budget ?? createBudgetMeter();

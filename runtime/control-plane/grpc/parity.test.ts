@@ -56,16 +56,33 @@ const CASES: Case[] = [
   { name: 'public service by X-Writ-Service', headers: { [H.service]: 'web' }, status: 200, rule: 'inline' },
   { name: 'public service by host:port', host: 'web.default.svc:80', headers: {}, status: 200, rule: 'inline' },
   { name: 'public service by registry name as host', host: 'web', headers: {}, status: 200, rule: 'inline' },
-  { name: 'public service, POST with a path and query', method: 'POST', path: '/api/items?page=2', headers: { [H.service]: 'web' }, status: 200, rule: 'inline' },
+  {
+    name: 'public service, POST with a path and query',
+    method: 'POST',
+    path: '/api/items?page=2',
+    headers: { [H.service]: 'web' },
+    status: 200,
+    rule: 'inline',
+  },
   { name: 'private service without credentials', headers: { [H.service]: 'orders' }, status: 403, rule: 'inline' },
   { name: 'private service with a bearer (OIDC off)', headers: { [H.service]: 'orders', authorization: 'Bearer opaque-token' }, status: 200, rule: 'inline' },
-  { name: 'private service with a non-bearer credential', headers: { [H.service]: 'orders', authorization: 'Basic dXNlcjpwdw==' }, status: 403, rule: 'inline' },
+  {
+    name: 'private service with a non-bearer credential',
+    headers: { [H.service]: 'orders', authorization: 'Basic dXNlcjpwdw==' },
+    status: 403,
+    rule: 'inline',
+  },
   { name: 'unknown service', headers: { [H.service]: 'nowhere' }, status: 403, rule: 'registry' },
   { name: 'unknown host', host: 'nowhere.example:443', headers: {}, status: 403, rule: 'registry' },
   { name: 'policy-engine veto', headers: { [H.service]: 'vetoed' }, path: '/admin', status: 403, rule: 'opa' },
   { name: 'x-forwarded-host from an untrusted peer is ignored', host: 'orders', headers: { 'x-forwarded-host': 'web' }, status: 403, rule: 'inline' },
   { name: 'egress to an allowed tool', headers: egress({ [H.service]: 'search' }), status: 200, rule: 'inline' },
-  { name: 'egress on behalf of a human, with a task', headers: egress({ [H.service]: 'search', [H.onBehalfOf]: 'alice@example.com', [H.task]: 't-9' }), status: 200, rule: 'inline' },
+  {
+    name: 'egress on behalf of a human, with a task',
+    headers: egress({ [H.service]: 'search', [H.onBehalfOf]: 'alice@example.com', [H.task]: 't-9' }),
+    status: 200,
+    rule: 'inline',
+  },
   { name: 'egress to an allowed model', method: 'POST', path: '/v1/chat/completions', headers: egress({ [H.service]: 'gpt' }), status: 200, rule: 'inline' },
   { name: 'egress to an allowed agent', headers: egress({ [H.service]: 'planner', [H.targetKind]: 'agent' }), status: 200, rule: 'inline' },
   { name: 'egress to a tool not in the allow list', headers: egress({ [H.service]: 'notes' }), status: 403, rule: 'inline' },
@@ -140,7 +157,9 @@ describe('HTTP /authz and gRPC Check: one control plane, the same answers', () =
     for (const s of services) await cp.plane.registry.upsert(s);
     client = checkClient(cp.grpcPort);
     // Spend tight's one call per hour, so its case is over budget on both transports.
-    expect((await viaHttp(cp.decisionPort, { name: 'spend', headers: { [H.actor]: 'tight', [H.service]: 'search' }, status: 200, rule: 'inline' })).status).toBe(200);
+    expect(
+      (await viaHttp(cp.decisionPort, { name: 'spend', headers: { [H.actor]: 'tight', [H.service]: 'search' }, status: 200, rule: 'inline' })).status,
+    ).toBe(200);
   });
   afterAll(async () => {
     client?.close();

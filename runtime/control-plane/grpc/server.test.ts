@@ -51,8 +51,10 @@ describe('gRPC ext_authz listener', () => {
   beforeAll(async () => {
     engine = engineOf(services, {
       identity: {
-        verifyPresentation: async (vp) => (vp === 'vp-bot' ? { ok: true, agentName: 'bot', agentDid: 'did:key:z6Mkbot', reason: 'ok' } : { ok: false, reason: 'bad signature' }),
-        checkDelegation: async (q) => (q.task === 'approved' ? { ok: true, reason: 'approved delegation', delegationId: 'd1' } : { ok: false, reason: 'no approved delegation' }),
+        verifyPresentation: async (vp) =>
+          vp === 'vp-bot' ? { ok: true, agentName: 'bot', agentDid: 'did:key:z6Mkbot', reason: 'ok' } : { ok: false, reason: 'bad signature' },
+        checkDelegation: async (q) =>
+          q.task === 'approved' ? { ok: true, reason: 'approved delegation', delegationId: 'd1' } : { ok: false, reason: 'no approved delegation' },
       },
     });
     server = createExtAuthzGrpcServer(engine);
@@ -65,7 +67,9 @@ describe('gRPC ext_authz listener', () => {
   });
 
   it('allow: status OK, the decision headers stamped upstream (overwriting), unstamped identity headers removed', async () => {
-    const r = await client.check(checkRequest({ method: 'GET', path: '/api/items?x=1', host: 'web.svc:80', headers: { [H.service]: 'web', [H.subject]: 'forged-admin' } }));
+    const r = await client.check(
+      checkRequest({ method: 'GET', path: '/api/items?x=1', host: 'web.svc:80', headers: { [H.service]: 'web', [H.subject]: 'forged-admin' } }),
+    );
     expect(r.status?.code ?? RPC_OK).toBe(RPC_OK);
     const h = okHeaders(r);
     expect(h).toEqual({ [H.subject]: 'anonymous', [H.upstream]: 'web.svc:80', [H.policyVersion]: '1' });
@@ -76,8 +80,20 @@ describe('gRPC ext_authz listener', () => {
 
   it('egress allow stamps subject, upstream, actor and agent DID; one audit row per Check', async () => {
     const before = engine.audit.length;
-    const r = await client.check(checkRequest({ method: 'POST', path: '/v1/search', headers: { [H.actor]: 'bot', [H.service]: 'search', [H.onBehalfOf]: 'alice', [H.agentVp]: 'vp-bot' } }));
-    expect(okHeaders(r)).toEqual({ [H.subject]: 'alice', [H.upstream]: 'search.svc:80', [H.actor]: 'bot', [H.agentDid]: 'did:key:z6Mkbot', [H.policyVersion]: '1' });
+    const r = await client.check(
+      checkRequest({
+        method: 'POST',
+        path: '/v1/search',
+        headers: { [H.actor]: 'bot', [H.service]: 'search', [H.onBehalfOf]: 'alice', [H.agentVp]: 'vp-bot' },
+      }),
+    );
+    expect(okHeaders(r)).toEqual({
+      [H.subject]: 'alice',
+      [H.upstream]: 'search.svc:80',
+      [H.actor]: 'bot',
+      [H.agentDid]: 'did:key:z6Mkbot',
+      [H.policyVersion]: '1',
+    });
     expect(r.ok_response!.headers_to_remove ?? []).toEqual([]);
     expect(engine.audit.slice(before)).toMatchObject([{ action: 'tool.read', actor: 'bot', subject: 'alice', allow: true }]);
   });
@@ -99,14 +115,18 @@ describe('gRPC ext_authz listener', () => {
   });
 
   it('needs approval: UNAUTHENTICATED, denied_response 401 with X-Writ-Needs-Approval: true', async () => {
-    const r = await client.check(checkRequest({ headers: { [H.actor]: 'bot', [H.service]: 'ledger', [H.task]: 't1', [H.action]: 'ledger:read', [H.resource]: 'acct/1' } }));
+    const r = await client.check(
+      checkRequest({ headers: { [H.actor]: 'bot', [H.service]: 'ledger', [H.task]: 't1', [H.action]: 'ledger:read', [H.resource]: 'acct/1' } }),
+    );
     expect(r.status?.code).toBe(RPC_UNAUTHENTICATED);
     expect(r.denied_response?.status?.code).toBe(401);
     const h = asHttp(r).headers;
     expect(h[H.needsApproval]).toBe('true');
     expect(JSON.parse(r.denied_response!.body!)).toMatchObject({ allow: false, rule: 'delegation' });
     // With the approved delegation the same call is allowed.
-    const ok = await client.check(checkRequest({ headers: { [H.actor]: 'bot', [H.service]: 'ledger', [H.task]: 'approved', [H.action]: 'ledger:read', [H.resource]: 'acct/1' } }));
+    const ok = await client.check(
+      checkRequest({ headers: { [H.actor]: 'bot', [H.service]: 'ledger', [H.task]: 'approved', [H.action]: 'ledger:read', [H.resource]: 'acct/1' } }),
+    );
     expect(okHeaders(ok)[H.actor]).toBe('bot');
   });
 
@@ -152,7 +172,13 @@ describe('gRPC ext_authz listener', () => {
     const bytes = field(1, attrs);
     const decode = (b: Buffer) => b;
     const raw = await new Promise<Buffer>((resolve, reject) => {
-      client.raw.makeUnaryRequest('/envoy.service.auth.v3.Authorization/Check', (b: Buffer) => b, decode, bytes, (e, v) => (e ? reject(e) : resolve(v!)));
+      client.raw.makeUnaryRequest(
+        '/envoy.service.auth.v3.Authorization/Check',
+        (b: Buffer) => b,
+        decode,
+        bytes,
+        (e, v) => (e ? reject(e) : resolve(v!)),
+      );
     });
     // Field 1 of the answer is the google.rpc.Status; field 3 the OkHttpResponse (upstream numbers).
     expect(raw[0]).toBe((1 << 3) | 2);
@@ -163,7 +189,20 @@ describe('gRPC ext_authz listener', () => {
 
   it('header_map (encode_raw_headers) is read like the headers map, raw values included', async () => {
     const r = await client.check({
-      attributes: { request: { http: { method: 'GET', path: '/', header_map: { headers: [{ key: 'X-Writ-Actor', raw_value: Buffer.from('bot') }, { key: H.service, value: 'search' }] } } } },
+      attributes: {
+        request: {
+          http: {
+            method: 'GET',
+            path: '/',
+            header_map: {
+              headers: [
+                { key: 'X-Writ-Actor', raw_value: Buffer.from('bot') },
+                { key: H.service, value: 'search' },
+              ],
+            },
+          },
+        },
+      },
     });
     expect(okHeaders(r)[H.actor]).toBe('bot');
   });

@@ -106,7 +106,9 @@ export function createExtAuthzGrpcServer(engine: DecisionEngine, opts: ExtAuthzG
     return serving ? Serving.SERVING : Serving.NOT_SERVING;
   };
 
-  server.addService(defs.auth, { Check: (call: grpc.ServerUnaryCall<unknown, CheckResponse>, reply: grpc.sendUnaryData<CheckResponse>) => check(engine, call, reply) });
+  server.addService(defs.auth, {
+    Check: (call: grpc.ServerUnaryCall<unknown, CheckResponse>, reply: grpc.sendUnaryData<CheckResponse>) => check(engine, call, reply),
+  });
   server.addService(defs.health, {
     Check(call: grpc.ServerUnaryCall<{ service?: string }, { status: number }>, reply: grpc.sendUnaryData<{ status: number }>) {
       const status = statusOf(call.request.service);

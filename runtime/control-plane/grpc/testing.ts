@@ -27,7 +27,9 @@ export interface HttpRequestAttrs {
 
 /** `CheckRequest{attributes.request.http}` as Envoy's HTTP filter sends it (pseudo-headers included). */
 export function checkRequest(http: HttpRequestAttrs): object {
-  const headers = http.headers ? { ':method': http.method ?? 'GET', ':path': http.path ?? '/', ...(http.host ? { ':authority': http.host } : {}), ...http.headers } : undefined;
+  const headers = http.headers
+    ? { ':method': http.method ?? 'GET', ':path': http.path ?? '/', ...(http.host ? { ':authority': http.host } : {}), ...http.headers }
+    : undefined;
   return { attributes: { request: { http: { ...http, ...(headers ? { headers } : {}) } } } };
 }
 

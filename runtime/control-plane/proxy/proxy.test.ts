@@ -114,7 +114,11 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
     lonely = (await provisionAgent(authority, 'lonely')).vp;
     const g = await provisionAgent(authority, 'gone');
     gone = g.vp;
-    const rv = await authority.app.request('/v1/revoke', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ vcJti: jtiOf(g.identity.membershipVc) }) });
+    const rv = await authority.app.request('/v1/revoke', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ vcJti: jtiOf(g.identity.membershipVc) }),
+    });
     expect(rv.status).toBe(200);
 
     const tlsCert = selfSignedCert();
@@ -200,13 +204,20 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
     const data = randomBytes(1024 * 1024);
     writeFileSync(file, data);
     const r = await via(bot, [
-      '-H', 'Connection: keep-alive, X-Secret-Hop',
-      '-H', 'X-Secret-Hop: 1',
-      '-H', 'Keep-Alive: timeout=5',
-      '-H', 'TE: trailers',
-      '-H', `${H.actor}: admin`,
-      '-H', `${H.onBehalfOf}: alice`,
-      '--data-binary', `@${file}`,
+      '-H',
+      'Connection: keep-alive, X-Secret-Hop',
+      '-H',
+      'X-Secret-Hop: 1',
+      '-H',
+      'Keep-Alive: timeout=5',
+      '-H',
+      'TE: trailers',
+      '-H',
+      `${H.actor}: admin`,
+      '-H',
+      `${H.onBehalfOf}: alice`,
+      '--data-binary',
+      `@${file}`,
       `http://127.0.0.1:${ports.echo}/up?q=1`,
     ]);
     expect(r.status).toBe(200);
@@ -368,7 +379,13 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
       queue: { timeoutMs: 300, replicaId: `short-${b.name}` },
     });
     try {
-      const r = await curl(['-x', `http://127.0.0.1:${short.gateway.port}`, '--proxy-header', `Proxy-Authorization: Bearer ${bot}`, `http://127.0.0.1:${ports.ext}/late`]);
+      const r = await curl([
+        '-x',
+        `http://127.0.0.1:${short.gateway.port}`,
+        '--proxy-header',
+        `Proxy-Authorization: Bearer ${bot}`,
+        `http://127.0.0.1:${ports.ext}/late`,
+      ]);
       expect(r.status).toBe(403);
       expect(r.headers).toMatch(new RegExp(`${DENY}: egress request [0-9a-f-]+ expired: approval timed out`));
       const id = JSON.parse(r.body).egressRequest as string;

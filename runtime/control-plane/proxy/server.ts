@@ -510,4 +510,3 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     },
   };
 }
-

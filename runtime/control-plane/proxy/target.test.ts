@@ -6,7 +6,14 @@ describe('request targets', () => {
   it('parses absolute http URIs with default and explicit ports, IPv6, query', () => {
     expect(parseAbsoluteTarget('http://Example.COM./a?b=1')).toEqual({
       ok: true,
-      target: { host: 'example.com', port: 80, hostPort: 'example.com:80', connectHost: 'example.com', path: '/a?b=1', resource: 'http://example.com:80/a?b=1' },
+      target: {
+        host: 'example.com',
+        port: 80,
+        hostPort: 'example.com:80',
+        connectHost: 'example.com',
+        path: '/a?b=1',
+        resource: 'http://example.com:80/a?b=1',
+      },
     });
     expect(parseAbsoluteTarget('http://h:8080')).toMatchObject({ ok: true, target: { hostPort: 'h:8080', path: '/' } });
     expect(parseAbsoluteTarget('http://[::1]:81/x')).toMatchObject({ ok: true, target: { hostPort: '[::1]:81', connectHost: '::1' } });
@@ -39,22 +46,38 @@ describe('request targets', () => {
 describe('hop-by-hop rewriting', () => {
   it('drops hop-by-hop fields, fields named by Connection, Proxy-* and (on requests) X-Writ-*; appends Via', () => {
     const raw = [
-      'Host', 'h',
-      'Connection', 'keep-alive, X-Hop',
-      'connection', 'Other',
-      'X-Hop', '1',
-      'Other', '2',
-      'Keep-Alive', 'timeout=5',
-      'Proxy-Authorization', 'Bearer secret',
-      'Proxy-Connection', 'keep-alive',
-      'TE', 'trailers',
-      'Trailer', 'X',
-      'Transfer-Encoding', 'chunked',
-      'Upgrade', 'websocket',
-      'X-Writ-Actor', 'admin',
-      'Set-Cookie', 'a=1',
-      'Set-Cookie', 'b=2',
-      'Via', '1.0 fred',
+      'Host',
+      'h',
+      'Connection',
+      'keep-alive, X-Hop',
+      'connection',
+      'Other',
+      'X-Hop',
+      '1',
+      'Other',
+      '2',
+      'Keep-Alive',
+      'timeout=5',
+      'Proxy-Authorization',
+      'Bearer secret',
+      'Proxy-Connection',
+      'keep-alive',
+      'TE',
+      'trailers',
+      'Trailer',
+      'X',
+      'Transfer-Encoding',
+      'chunked',
+      'Upgrade',
+      'websocket',
+      'X-Writ-Actor',
+      'admin',
+      'Set-Cookie',
+      'a=1',
+      'Set-Cookie',
+      'b=2',
+      'Via',
+      '1.0 fred',
     ];
     const out = rewriteHeaders(raw, { dropOwn: true, add: { 'x-writ-actor': 'bot' } });
     expect(out).toEqual(['Host', 'h', 'Set-Cookie', 'a=1', 'Set-Cookie', 'b=2', 'x-writ-actor', 'bot', 'Via', '1.0 fred, 1.1 writ-egress']);

@@ -34,10 +34,26 @@ describe('planApply (pure)', () => {
     { name: 'update', desired: [svc('a', { public: true }), svc('b'), svc('gone')], expect: { updates: ['a'], unchanged: ['b', 'gone'] } },
     { name: 'prune what the owner no longer declares', desired: [svc('a'), svc('b')], expect: { deletes: ['gone'], unchanged: ['a', 'b'] } },
     { name: 'empty desired state prunes everything owned', desired: [], expect: { deletes: ['a', 'b', 'gone'] } },
-    { name: 'another owner holds it: conflict, never taken over', desired: [svc('a'), svc('b'), svc('gone'), svc('c', { public: true })], expect: { conflicts: ['c'], unchanged: ['a', 'b', 'gone'] } },
-    { name: 'invalid entry is reported and keeps its current version', desired: [{ name: 'a', upstream: 'bad' }, svc('b'), svc('gone')], expect: { invalid: ['a'], unchanged: ['b', 'gone'] } },
-    { name: 'duplicate name is invalid', desired: [svc('a'), svc('a', { public: true }), svc('b'), svc('gone')], expect: { invalid: ['a'], unchanged: ['a', 'b', 'gone'] } },
-    { name: 'registeredAt alone is not a change', desired: [svc('a', { registeredAt: '2020-01-01T00:00:00Z' }), svc('b'), svc('gone')], expect: { unchanged: ['a', 'b', 'gone'] } },
+    {
+      name: 'another owner holds it: conflict, never taken over',
+      desired: [svc('a'), svc('b'), svc('gone'), svc('c', { public: true })],
+      expect: { conflicts: ['c'], unchanged: ['a', 'b', 'gone'] },
+    },
+    {
+      name: 'invalid entry is reported and keeps its current version',
+      desired: [{ name: 'a', upstream: 'bad' }, svc('b'), svc('gone')],
+      expect: { invalid: ['a'], unchanged: ['b', 'gone'] },
+    },
+    {
+      name: 'duplicate name is invalid',
+      desired: [svc('a'), svc('a', { public: true }), svc('b'), svc('gone')],
+      expect: { invalid: ['a'], unchanged: ['a', 'b', 'gone'] },
+    },
+    {
+      name: 'registeredAt alone is not a change',
+      desired: [svc('a', { registeredAt: '2020-01-01T00:00:00Z' }), svc('b'), svc('gone')],
+      expect: { unchanged: ['a', 'b', 'gone'] },
+    },
   ];
   it.each(rows)('$name', (row) => {
     const p = planApply(row.desired, 'folder:x', (n) => current.get(n), owned);

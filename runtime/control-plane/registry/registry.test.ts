@@ -58,7 +58,14 @@ describe.each(testBackends())('registry on $name', (b) => {
       registeredAt: new Date(T0).toISOString(),
     });
     await reg.upsert({ name: 'billing', upstream: 'Billing.svc:443', public: true });
-    await reg.upsert({ name: 'agent-x', upstream: 'agent-x.svc:80', kind: 'agent', allowModels: ['gpt'], budget: { tokensPerHour: 1000 }, dataClass: 'regulated' });
+    await reg.upsert({
+      name: 'agent-x',
+      upstream: 'agent-x.svc:80',
+      kind: 'agent',
+      allowModels: ['gpt'],
+      budget: { tokensPerHour: 1000 },
+      dataClass: 'regulated',
+    });
     expect(reg.get('orders')).toEqual(stored);
     expect(reg.get('nope')).toBeUndefined();
     expect(reg.list().map((s) => s.name)).toEqual(['agent-x', 'billing', 'orders']);
@@ -100,7 +107,13 @@ describe.each(testBackends())('registry on $name', (b) => {
     });
     expect(Object.keys(s)).toEqual(['name', 'upstream', 'owner', 'requireScope', 'public', 'registeredAt']);
     expect(Object.keys((await dbDoc(store, 'plain')) as object).sort()).toEqual(Object.keys(s).sort());
-    const full = await reg.upsert({ name: 'plain', upstream: 'plain.svc:80', kind: 'agent', allowTools: ['search'], budget: { callsPerHour: 5, tokensPerHour: 0 } });
+    const full = await reg.upsert({
+      name: 'plain',
+      upstream: 'plain.svc:80',
+      kind: 'agent',
+      allowTools: ['search'],
+      budget: { callsPerHour: 5, tokensPerHour: 0 },
+    });
     expect(full.kind).toBe('agent');
     expect(full.allowTools).toEqual(['search']);
     expect(full.budget).toEqual({ tokensPerHour: 0, callsPerHour: 5 });
@@ -247,9 +260,19 @@ describe.skipIf(!TEST_DATABASE_URL)('registry on postgres: replicas on separate 
       expect(seen).toEqual(r1.get('shared'));
       // Concurrent updates from both replicas: both end on the version with the highest rev.
       await Promise.all([r1.upsert({ name: 'shared', upstream: 'one.svc:1' }), r2.upsert({ name: 'shared', upstream: 'two.svc:2' })]);
-      const final = ((await rowsOf<{ doc: Service }>(s1.db, sql`select doc from registry_services where name = 'shared'`))[0]!.doc).upstream;
-      expect(await eventually(() => r1.get('shared')?.upstream, (v) => v === final)).toBe(final);
-      expect(await eventually(() => r2.get('shared')?.upstream, (v) => v === final)).toBe(final);
+      const final = (await rowsOf<{ doc: Service }>(s1.db, sql`select doc from registry_services where name = 'shared'`))[0]!.doc.upstream;
+      expect(
+        await eventually(
+          () => r1.get('shared')?.upstream,
+          (v) => v === final,
+        ),
+      ).toBe(final);
+      expect(
+        await eventually(
+          () => r2.get('shared')?.upstream,
+          (v) => v === final,
+        ),
+      ).toBe(final);
       expect(r3.get('shared')).toBeUndefined();
     } finally {
       await Promise.all([r1.close(), r2.close(), r3.close()]);

@@ -162,7 +162,9 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
   async function reload(): Promise<void> {
     const { version, rows } = await store.db.transaction(async (tx) => {
       const [st] = await tx.select({ version: registryState.version }).from(registryState).where(eq(registryState.id, 1));
-      const all = await tx.select({ name: registryServices.name, doc: registryServices.doc, rev: registryServices.rev, owner: registryServices.managedBy }).from(registryServices);
+      const all = await tx
+        .select({ name: registryServices.name, doc: registryServices.doc, rev: registryServices.rev, owner: registryServices.managedBy })
+        .from(registryServices);
       return { version: Number(st?.version ?? 0), rows: all };
     });
     const entries = new Map<string, RegistryEntry>();
@@ -200,19 +202,23 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
   };
 
   // Subscribe before the initial load so no change between the two is missed.
-  const unlisten = await store.listen(channel, (payload) => {
-    let msg: { v?: unknown; n?: unknown };
-    try {
-      msg = JSON.parse(payload) as typeof msg;
-    } catch {
-      return;
-    }
-    const v = msg.v;
-    const names = msg.n;
-    if (typeof v !== 'number' || !Array.isArray(names) || !names.every((n) => typeof n === 'string')) return;
-    enqueue(() => reloadNames(v, names as string[]));
-    // Notifications sent while the listen connection was down are lost: resync once on reconnect.
-  }, () => enqueue(reload));
+  const unlisten = await store.listen(
+    channel,
+    (payload) => {
+      let msg: { v?: unknown; n?: unknown };
+      try {
+        msg = JSON.parse(payload) as typeof msg;
+      } catch {
+        return;
+      }
+      const v = msg.v;
+      const names = msg.n;
+      if (typeof v !== 'number' || !Array.isArray(names) || !names.every((n) => typeof n === 'string')) return;
+      enqueue(() => reloadNames(v, names as string[]));
+      // Notifications sent while the listen connection was down are lost: resync once on reconnect.
+    },
+    () => enqueue(reload),
+  );
   try {
     await reload();
   } catch (e) {
@@ -250,7 +256,10 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
         : [];
       const cur = new Map<string, CurrentEntry & { registeredAt: string }>();
       for (const r of rows) cur.set(r.name, { svc: r.doc, owner: r.owner, key: contentKey(r.doc), registeredAt: r.doc.registeredAt ?? r.registeredAt });
-      const plan = replan(cur, rows.filter((r) => r.owner === owner).map((r) => r.name));
+      const plan = replan(
+        cur,
+        rows.filter((r) => r.owner === owner).map((r) => r.name),
+      );
       if (isNoop(plan)) return { plan, version: base, written: new Map<string, RegistryEntry>() };
 
       const version = base + 1;
@@ -264,7 +273,13 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
         const doc = storedShape(svc, registeredAt);
         values.push({ name: doc.name, doc, rev: version, registeredAt, updatedAt: at, managedBy: owner });
         written.set(doc.name, entryOf(doc, owner, version));
-        audits.push({ action: 'registry.upsert', subject: by, service: doc.name, allow: true, reason: `${existing ? 'updated' : 'registered'} by ${owner} (version ${version})` });
+        audits.push({
+          action: 'registry.upsert',
+          subject: by,
+          service: doc.name,
+          allow: true,
+          reason: `${existing ? 'updated' : 'registered'} by ${owner} (version ${version})`,
+        });
       }
       for (let i = 0; i < values.length; i += INSERT_CHUNK) {
         await tx
@@ -278,7 +293,8 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
       for (let i = 0; i < plan.deletes.length; i += INSERT_CHUNK) {
         await tx.delete(registryServices).where(inArray(registryServices.name, plan.deletes.slice(i, i + INSERT_CHUNK)));
       }
-      for (const name of plan.deletes) audits.push({ action: 'registry.upsert', subject: by, service: name, allow: true, reason: `deleted by ${owner} (version ${version})` });
+      for (const name of plan.deletes)
+        audits.push({ action: 'registry.upsert', subject: by, service: name, allow: true, reason: `deleted by ${owner} (version ${version})` });
       for (const p of notifyPayloads(version, [...written.keys(), ...plan.deletes])) await tx.execute(sql`select pg_notify(${channel}, ${p})`);
       // Last step inside the transaction: if the audit sink refuses, nothing is written.
       appendAll(audits);
@@ -363,10 +379,27 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
         const changing = [...plan.creates, ...plan.updates];
         const names = [...changing.map((x) => x.name), ...plan.deletes];
         const w = await committed(by, () =>
-          write(names, undefined, (cur) => planApply(changing, o.owner, (n) => cur.get(n), plan.deletes.filter((n) => cur.get(n)?.owner === o.owner)), o.owner, by),
+          write(
+            names,
+            undefined,
+            (cur) =>
+              planApply(
+                changing,
+                o.owner,
+                (n) => cur.get(n),
+                plan.deletes.filter((n) => cur.get(n)?.owner === o.owner),
+              ),
+            o.owner,
+            by,
+          ),
         );
         publishWrite(w.version, w.written, w.plan.deletes);
-        const merged: ApplyPlan = { ...w.plan, unchanged: [...plan.unchanged, ...w.plan.unchanged], conflicts: [...plan.conflicts, ...w.plan.conflicts], invalid: plan.invalid };
+        const merged: ApplyPlan = {
+          ...w.plan,
+          unchanged: [...plan.unchanged, ...w.plan.unchanged],
+          conflicts: [...plan.conflicts, ...w.plan.conflicts],
+          invalid: plan.invalid,
+        };
         return emptyResult(Math.max(w.version, snap.version), merged);
       });
     },
@@ -393,13 +426,19 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
       const by = o.by ?? o.owner;
       return serial(async () => {
         const w = await committed(by, () =>
-          write([name], undefined, (cur) => {
-            const plan = planApply([], o.owner, () => undefined, [], { prune: false });
-            const e = cur.get(name);
-            if (e && e.owner !== o.owner) plan.conflicts.push({ name, owner: e.owner });
-            else if (e) plan.deletes.push(name);
-            return plan;
-          }, o.owner, by),
+          write(
+            [name],
+            undefined,
+            (cur) => {
+              const plan = planApply([], o.owner, () => undefined, [], { prune: false });
+              const e = cur.get(name);
+              if (e && e.owner !== o.owner) plan.conflicts.push({ name, owner: e.owner });
+              else if (e) plan.deletes.push(name);
+              return plan;
+            },
+            o.owner,
+            by,
+          ),
         );
         const conflict = w.plan.conflicts[0];
         if (conflict) throw new RegistryConflictError(name, conflict.owner);

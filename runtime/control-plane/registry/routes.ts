@@ -16,15 +16,23 @@ const log = logger('registry');
 
 const Err = z.object({ error: z.string(), detail: z.array(z.any()).optional() }).openapi('MgmtError');
 const Service = ServiceSchema.openapi('Service');
-const NameParam = z.object({ name: z.string().min(1).openapi({ param: { name: 'name', in: 'path' } }) });
-const Owner = z.string().min(1).max(300).regex(/^[\x21-\x7e][\x20-\x7e]*$/, 'owner: printable ASCII');
+const NameParam = z.object({
+  name: z
+    .string()
+    .min(1)
+    .openapi({ param: { name: 'name', in: 'path' } }),
+});
+const Owner = z
+  .string()
+  .min(1)
+  .max(300)
+  .regex(/^[\x21-\x7e][\x20-\x7e]*$/, 'owner: printable ASCII');
 const ApplyBody = z
   .object({
     owner: Owner.openapi({ description: 'The producer: `api`, `examples`, `folder:<path>`, `kubernetes:<cluster>`, ...' }),
-    services: z
-      .array(z.record(z.string(), z.unknown()))
-      .max(100_000)
-      .openapi({ description: 'Service objects (SPEC 2.1). Each is validated on its own: an invalid one is reported in `invalid` and never blocks the others.' }),
+    services: z.array(z.record(z.string(), z.unknown())).max(100_000).openapi({
+      description: 'Service objects (SPEC 2.1). Each is validated on its own: an invalid one is reported in `invalid` and never blocks the others.',
+    }),
     dryRun: z.boolean().optional(),
   })
   .strict()

@@ -33,6 +33,5 @@ export function tenantOfGroupKey(key: string): string | undefined {
   return i > 0 ? key.slice(0, i) : undefined;
 }
 
-export const employeeSubject = (idp: string, tenantId: string, externalId: string): string =>
-  `${idp}:${tenantId}:${externalId}`;
+export const employeeSubject = (idp: string, tenantId: string, externalId: string): string => `${idp}:${tenantId}:${externalId}`;
 export const groupKey = (tenantId: string, externalId: string): string => `${tenantId}:${externalId}`;

@@ -22,9 +22,7 @@ export const governedAgents = pgTable(
     businessSponsor: text('business_sponsor'),
     riskTier: text('risk_tier').$type<'low' | 'medium' | 'high' | 'critical'>(),
     approvedRuntime: text('approved_runtime'),
-    status: text('status')
-      .$type<'draft' | 'pending_approval' | 'approved' | 'active' | 'suspended' | 'quarantined' | 'retired'>()
-      .notNull(),
+    status: text('status').$type<'draft' | 'pending_approval' | 'approved' | 'active' | 'suspended' | 'quarantined' | 'retired'>().notNull(),
     createdBy: text('created_by'),
     createdAt: ts('created_at').notNull(),
     updatedAt: ts('updated_at').notNull(),
@@ -49,9 +47,7 @@ export const authorityDelegations = pgTable(
     resource: text('resource').notNull(),
     resourceType: text('resource_type'),
     requiredGroup: text('required_group'),
-    status: text('status')
-      .$type<'pending' | 'approved' | 'active' | 'revoked' | 'expired' | 'superseded' | 'invalidated'>()
-      .notNull(),
+    status: text('status').$type<'pending' | 'approved' | 'active' | 'revoked' | 'expired' | 'superseded' | 'invalidated'>().notNull(),
     vcStatus: text('vc_status').$type<'valid' | 'revoked' | 'expired' | 'superseded'>().notNull(),
     breakGlass: boolean('break_glass').notNull(),
     authorityBasis: text('authority_basis').notNull(),

@@ -72,13 +72,78 @@ export const ENTRA = {
 export function entraSnapshot(): { users: Record<string, unknown>[]; groups: Record<string, unknown>[] } {
   const E = ENTRA;
   const users = [
-    entraUser({ oid: E.cto, upn: 'cto@contoso.com', given: 'Casey', family: 'Tran', title: 'CTO', department: 'Office of the CTO', roles: ['Agent.Approver'], apps: ['github', 'aws-prod'] }),
-    entraUser({ oid: E.engMgr, upn: 'erin@contoso.com', given: 'Erin', family: 'Moss', title: 'Engineering Manager', department: 'Engineering', managerOid: E.cto, roles: ['Agent.Approver'], apps: ['github'] }),
-    entraUser({ oid: E.finMgr, upn: 'frank@contoso.com', given: 'Frank', family: 'Ng', title: 'Finance Manager', department: 'Finance', managerOid: E.cto, apps: ['netsuite'] }),
-    entraUser({ oid: E.alice, upn: 'alice@contoso.com', given: 'Alice', family: 'Adams', title: 'Staff Engineer', department: 'Engineering', managerOid: E.engMgr, apps: ['github', 'aws-dev'] }),
-    entraUser({ oid: E.bob, upn: 'bob@contoso.com', given: 'Bob', family: 'Baker', title: 'Engineer', department: 'Engineering', managerOid: E.engMgr, apps: ['github'] }),
-    entraUser({ oid: E.carol, upn: 'carol@contoso.com', given: 'Carol', family: 'Chen', title: 'Analyst', department: 'Finance', managerOid: E.finMgr, apps: ['netsuite'], active: 'True' }),
-    entraUser({ oid: E.dave, upn: 'dave@contoso.com', given: 'Dave', family: 'Diaz', title: 'Contractor', department: 'Engineering', managerOid: E.engMgr, active: false }),
+    entraUser({
+      oid: E.cto,
+      upn: 'cto@contoso.com',
+      given: 'Casey',
+      family: 'Tran',
+      title: 'CTO',
+      department: 'Office of the CTO',
+      roles: ['Agent.Approver'],
+      apps: ['github', 'aws-prod'],
+    }),
+    entraUser({
+      oid: E.engMgr,
+      upn: 'erin@contoso.com',
+      given: 'Erin',
+      family: 'Moss',
+      title: 'Engineering Manager',
+      department: 'Engineering',
+      managerOid: E.cto,
+      roles: ['Agent.Approver'],
+      apps: ['github'],
+    }),
+    entraUser({
+      oid: E.finMgr,
+      upn: 'frank@contoso.com',
+      given: 'Frank',
+      family: 'Ng',
+      title: 'Finance Manager',
+      department: 'Finance',
+      managerOid: E.cto,
+      apps: ['netsuite'],
+    }),
+    entraUser({
+      oid: E.alice,
+      upn: 'alice@contoso.com',
+      given: 'Alice',
+      family: 'Adams',
+      title: 'Staff Engineer',
+      department: 'Engineering',
+      managerOid: E.engMgr,
+      apps: ['github', 'aws-dev'],
+    }),
+    entraUser({
+      oid: E.bob,
+      upn: 'bob@contoso.com',
+      given: 'Bob',
+      family: 'Baker',
+      title: 'Engineer',
+      department: 'Engineering',
+      managerOid: E.engMgr,
+      apps: ['github'],
+    }),
+    entraUser({
+      oid: E.carol,
+      upn: 'carol@contoso.com',
+      given: 'Carol',
+      family: 'Chen',
+      title: 'Analyst',
+      department: 'Finance',
+      managerOid: E.finMgr,
+      apps: ['netsuite'],
+      active: 'True',
+    }),
+    entraUser({
+      oid: E.dave,
+      upn: 'dave@contoso.com',
+      given: 'Dave',
+      family: 'Diaz',
+      title: 'Contractor',
+      department: 'Engineering',
+      managerOid: E.engMgr,
+      active: false,
+    }),
   ];
   const groups = [
     entraGroup(E.gEng, 'Engineering', [E.engMgr, E.alice, E.bob, E.dave]),
@@ -150,7 +215,13 @@ export function oktaSnapshot(): { users: Record<string, unknown>[]; groups: Reco
     groups: [
       oktaGroup(O.group.scimId, O.group.oktaId, 'TPS Reports', [O.peggy.scimId, O.milton.scimId]),
       // A nested group member is ignored (direct membership only).
-      { ...oktaGroup('scim-g-2', '00g2allEEEEEEEEEEE4x7', 'Everyone', [O.boss.scimId]), members: [{ value: O.boss.scimId, type: 'User' }, { value: 'scim-g-1', type: 'Group' }] },
+      {
+        ...oktaGroup('scim-g-2', '00g2allEEEEEEEEEEE4x7', 'Everyone', [O.boss.scimId]),
+        members: [
+          { value: O.boss.scimId, type: 'User' },
+          { value: 'scim-g-1', type: 'Group' },
+        ],
+      },
     ],
   };
 }
@@ -183,6 +254,12 @@ export function syntheticSnapshot(n: number, seed = 'bench'): { users: Record<st
     );
   }
   const groups = [...teams].map(([team, members]) => entraGroup(`${seed}-team-${team}`, `Team ${team}`, members));
-  groups.push(entraGroup(`${seed}-all`, 'All hands', users.map((u) => u.externalId as string)));
+  groups.push(
+    entraGroup(
+      `${seed}-all`,
+      'All hands',
+      users.map((u) => u.externalId as string),
+    ),
+  );
   return { users, groups };
 }

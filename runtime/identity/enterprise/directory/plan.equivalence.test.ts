@@ -32,7 +32,9 @@ const validUser = fc.record(
     title: opt(fc.constantFrom('Eng', 'Mgr', null)),
     active: opt(fc.constantFrom(true, false, 'True', 'false', null)),
     name: opt(fc.record({ givenName: opt(fc.constantFrom('A', ' B')), familyName: opt(fc.constantFrom('C', '')) })),
-    emails: opt(fc.array(fc.record({ value: opt(fc.constantFrom('p@x.com', 'q@x.com', '')), primary: opt(fc.constantFrom(true, false, 'True')) }), { maxLength: 3 })),
+    emails: opt(
+      fc.array(fc.record({ value: opt(fc.constantFrom('p@x.com', 'q@x.com', '')), primary: opt(fc.constantFrom(true, false, 'True')) }), { maxLength: 3 }),
+    ),
     roles: opt(fc.array(fc.oneof(fc.record({ value: pick(['r1', 'r2', ' r1']) }), pick(['r2', 'r3'])), { maxLength: 4 })),
     entitlements: opt(fc.array(fc.record({ value: pick(['app1', 'app2']) }), { maxLength: 3 })),
     groups: opt(fc.array(fc.record({ value: fc.oneof(pick(GROUPS), pick(['unknown-g'])) }), { maxLength: 3 })),
@@ -68,7 +70,13 @@ const extraRow = fc.record({
   idp: fc.constantFrom<Idp>('idp_a', 'idp_b'),
   ext: pick(EXT),
   status: fc.constantFrom<'active' | 'inactive'>('active', 'inactive'),
-  manager: fc.option(fc.oneof(pick(EXT).map((e) => `idp_a:t:${e}`), fc.constant('idp_b:t:zz')), { nil: null }),
+  manager: fc.option(
+    fc.oneof(
+      pick(EXT).map((e) => `idp_a:t:${e}`),
+      fc.constant('idp_b:t:zz'),
+    ),
+    { nil: null },
+  ),
   hash: fc.option(fc.constant('stale'), { nil: null }),
 });
 
@@ -80,15 +88,48 @@ function priorState(prior: Snap, extra: Extra[], idp: Idp): { cur: CurrentEmploy
   const plan = refPlanSync({ tenantId: 't', idp, users: prior.users, groups: prior.groups, currentEmployees: [], currentGroups: [], now: T0 });
   const rows = new Map<string, CurrentEmployee>();
   for (const w of plan.employeeWrites) {
-    rows.set(w.employeeSubject, { employeeSubject: w.employeeSubject, tenantId: 't', idp: w.idp, externalId: w.externalId, status: w.status, managerSubject: w.managerSubject, groupsJson: JSON.stringify(w.groups), createdAt: w.createdAt, deactivatedAt: w.deactivatedAt, syncHash: w.syncHash });
+    rows.set(w.employeeSubject, {
+      employeeSubject: w.employeeSubject,
+      tenantId: 't',
+      idp: w.idp,
+      externalId: w.externalId,
+      status: w.status,
+      managerSubject: w.managerSubject,
+      groupsJson: JSON.stringify(w.groups),
+      createdAt: w.createdAt,
+      deactivatedAt: w.deactivatedAt,
+      syncHash: w.syncHash,
+    });
   }
   for (const x of extra) {
     const s = `${x.idp}:t:${x.ext}`;
     const prev = rows.get(s);
-    rows.set(s, { employeeSubject: s, tenantId: 't', idp: x.idp, externalId: x.ext, status: x.status, managerSubject: x.manager, groupsJson: prev?.groupsJson ?? '["g1"]', createdAt: T0, deactivatedAt: x.status === 'inactive' ? T0 : null, syncHash: x.hash ?? prev?.syncHash ?? null });
+    rows.set(s, {
+      employeeSubject: s,
+      tenantId: 't',
+      idp: x.idp,
+      externalId: x.ext,
+      status: x.status,
+      managerSubject: x.manager,
+      groupsJson: prev?.groupsJson ?? '["g1"]',
+      createdAt: T0,
+      deactivatedAt: x.status === 'inactive' ? T0 : null,
+      syncHash: x.hash ?? prev?.syncHash ?? null,
+    });
   }
   // A row of another tenant is ignored by both.
-  rows.set('idp_a:other:a', { employeeSubject: 'idp_a:other:a', tenantId: 'other', idp: 'idp_a', externalId: 'a', status: 'active', managerSubject: null, groupsJson: '[]', createdAt: T0, deactivatedAt: null, syncHash: null });
+  rows.set('idp_a:other:a', {
+    employeeSubject: 'idp_a:other:a',
+    tenantId: 'other',
+    idp: 'idp_a',
+    externalId: 'a',
+    status: 'active',
+    managerSubject: null,
+    groupsJson: '[]',
+    createdAt: T0,
+    deactivatedAt: null,
+    syncHash: null,
+  });
   return { cur: [...rows.values()], groups: plan.groupWrites };
 }
 
@@ -153,7 +194,15 @@ describe('optimised planner equals the reference implementation', () => {
     fc.assert(
       fc.property(snapshot, fc.constantFrom<Idp>('idp_a', 'idp_b'), (snap, idp) => {
         const { cur, groups } = priorState(snap, [], idp);
-        const input: Input = { tenantId: 't', idp, users: snap.users, groups: snap.groups, currentEmployees: cur.filter((r) => r.tenantId === 't'), currentGroups: groups, now: T1 };
+        const input: Input = {
+          tenantId: 't',
+          idp,
+          users: snap.users,
+          groups: snap.groups,
+          currentEmployees: cur.filter((r) => r.tenantId === 't'),
+          currentGroups: groups,
+          now: T1,
+        };
         const plan = planSync(input);
         expect(plan).toEqual(refPlanSync(input));
         expect(plan.employeeWrites).toEqual([]);

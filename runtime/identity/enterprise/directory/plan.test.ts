@@ -47,10 +47,23 @@ function first() {
 
 describe('scim parsing', () => {
   it('reads an Entra-style user: primary email, names, enterprise extension, roles, entitlements', () => {
-    const p = parseUser(entraUser({ oid: 'o1', upn: 'a@x.com', given: 'A', family: 'B', department: 'Eng', managerOid: 'm1', roles: ['R2', 'R1', 'R1'], apps: ['z', 'a'] }));
+    const p = parseUser(
+      entraUser({ oid: 'o1', upn: 'a@x.com', given: 'A', family: 'B', department: 'Eng', managerOid: 'm1', roles: ['R2', 'R1', 'R1'], apps: ['z', 'a'] }),
+    );
     expect(p.ok).toBe(true);
     if (!p.ok) return;
-    expect(p.value).toMatchObject({ externalId: 'o1', email: 'a@x.com', givenName: 'A', familyName: 'B', department: 'Eng', managerRef: 'm1', roles: ['R1', 'R2'], appAssignments: ['a', 'z'], active: true, groupRefs: null });
+    expect(p.value).toMatchObject({
+      externalId: 'o1',
+      email: 'a@x.com',
+      givenName: 'A',
+      familyName: 'B',
+      department: 'Eng',
+      managerRef: 'm1',
+      roles: ['R1', 'R2'],
+      appAssignments: ['a', 'z'],
+      active: true,
+      groupRefs: null,
+    });
   });
   it.each([
     [{ userName: 'x@y.com' }, 'externalId is required'],
@@ -128,9 +141,7 @@ describe('planSync', () => {
     const dave = after.find((r) => r.externalId === ENTRA.dave)!;
     expect(dave).toMatchObject({ status: 'active', deactivatedAt: null });
     // alice and dave report to the now-inactive engineering manager
-    expect(p.conflicts.map((c) => [c.type, c.subject])).toEqual(
-      [subj(ENTRA.alice), subj(ENTRA.dave)].sort().map((s) => ['manager_inactive', s]),
-    );
+    expect(p.conflicts.map((c) => [c.type, c.subject])).toEqual([subj(ENTRA.alice), subj(ENTRA.dave)].sort().map((s) => ['manager_inactive', s]));
   });
 
   it('flags a manager that is not in the tenant as manager_missing', () => {
@@ -143,7 +154,15 @@ describe('planSync', () => {
     const { snap, rows, groups } = first();
     const users = snap.users.map((u) => (u.externalId === ENTRA.bob ? { ...u, active: 'maybe' } : u));
     users.push({ userName: 'noid@contoso.com' }, { externalId: ENTRA.alice, displayName: 'dup' });
-    const p = planSync({ tenantId: 'contoso', idp: 'idp_a', users, groups: [...snap.groups, { displayName: 'no id' }], currentEmployees: state(rows), currentGroups: groups, now: T1 });
+    const p = planSync({
+      tenantId: 'contoso',
+      idp: 'idp_a',
+      users,
+      groups: [...snap.groups, { displayName: 'no id' }],
+      currentEmployees: state(rows),
+      currentGroups: groups,
+      now: T1,
+    });
     expect(p.status).toBe('partial');
     expect(p.counts.errors).toBe(4);
     expect(p.errors).toEqual([
@@ -164,7 +183,12 @@ describe('planSync', () => {
     expect(p.status).toBe('ok');
     const s = (o: { oktaId: string }) => `idp_b:initech:${o.oktaId}`;
     const peggy = p.employeeWrites.find((w) => w.externalId === OKTA.peggy.oktaId)!;
-    expect(peggy).toMatchObject({ employeeSubject: s(OKTA.peggy), managerSubject: s(OKTA.boss), externalIdpId: OKTA.peggy.scimId, groups: [OKTA.group.oktaId] });
+    expect(peggy).toMatchObject({
+      employeeSubject: s(OKTA.peggy),
+      managerSubject: s(OKTA.boss),
+      externalIdpId: OKTA.peggy.scimId,
+      groups: [OKTA.group.oktaId],
+    });
     const tps = p.groupWrites.find((g) => g.externalId === OKTA.group.oktaId)!;
     expect(tps.members).toEqual([s(OKTA.peggy), s(OKTA.milton)]);
     const everyone = p.groupWrites.find((g) => g.externalId === '00g2allEEEEEEEEEEE4x7')!;
@@ -173,14 +197,30 @@ describe('planSync', () => {
 
   it('leaves groups alone when the snapshot omits them', () => {
     const { snap, rows, groups } = first();
-    const p = planSync({ tenantId: 'contoso', idp: 'idp_a', users: snap.users, groups: undefined, currentEmployees: state(rows), currentGroups: groups, now: T1 });
+    const p = planSync({
+      tenantId: 'contoso',
+      idp: 'idp_a',
+      users: snap.users,
+      groups: undefined,
+      currentEmployees: state(rows),
+      currentGroups: groups,
+      now: T1,
+    });
     expect(p.employeeWrites).toEqual([]);
     expect(p.groupWrites).toEqual([]);
   });
 
   it('empties the members of a group that left the snapshot', () => {
     const { snap, rows, groups } = first();
-    const p = planSync({ tenantId: 'contoso', idp: 'idp_a', users: snap.users, groups: snap.groups.slice(1), currentEmployees: state(rows), currentGroups: groups, now: T1 });
+    const p = planSync({
+      tenantId: 'contoso',
+      idp: 'idp_a',
+      users: snap.users,
+      groups: snap.groups.slice(1),
+      currentEmployees: state(rows),
+      currentGroups: groups,
+      now: T1,
+    });
     expect(p.groupWrites).toEqual([expect.objectContaining({ externalId: ENTRA.gEng, members: [] })]);
     expect(p.counts.users_updated).toBe(4);
   });
@@ -194,7 +234,19 @@ describe('planSync', () => {
   });
 
   it('managerConflicts ignores inactive employees', () => {
-    const st = new Map<string, 'active' | 'inactive'>([['a', 'inactive'], ['b', 'active']]);
-    expect(managerConflicts('t', st, new Map([['a', 'zz'], ['b', null]]))).toEqual([]);
+    const st = new Map<string, 'active' | 'inactive'>([
+      ['a', 'inactive'],
+      ['b', 'active'],
+    ]);
+    expect(
+      managerConflicts(
+        't',
+        st,
+        new Map([
+          ['a', 'zz'],
+          ['b', null],
+        ]),
+      ),
+    ).toEqual([]);
   });
 });

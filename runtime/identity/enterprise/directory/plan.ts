@@ -115,7 +115,23 @@ const sha256 = (s: string): string => (oneShot ? oneShot('sha256', s, 'base64url
 
 /** Digest of every snapshot-owned column; equal digests mean the row is not rewritten. */
 export function contentHash(c: Content): string {
-  return hashFields(c.idp, c.externalId, c.externalIdpId, c.email, c.displayName, c.givenName, c.familyName, c.title, c.department, c.managerSubject, c.groups, c.roles, c.appAssignments, c.status, c.source);
+  return hashFields(
+    c.idp,
+    c.externalId,
+    c.externalIdpId,
+    c.email,
+    c.displayName,
+    c.givenName,
+    c.familyName,
+    c.title,
+    c.department,
+    c.managerSubject,
+    c.groups,
+    c.roles,
+    c.appAssignments,
+    c.status,
+    c.source,
+  );
 }
 
 /** contentHash from the columns themselves, so an unchanged row never builds its write object. */
@@ -303,8 +319,7 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
   // Same answer, trying index `hint` first: externalIds are unique in uList, so a user whose
   // externalId is `ref` is exactly users.get(ref). Group members are mostly listed in snapshot
   // order, so the next index usually hits without a map lookup.
-  const userIndexFrom = (ref: string, hint: number): number =>
-    hint < uList.length && uList[hint]!.externalId === ref ? hint : userIndex(ref);
+  const userIndexFrom = (ref: string, hint: number): number => (hint < uList.length && uList[hint]!.externalId === ref ? hint : userIndex(ref));
   const skippedRef = (ref: string): string | undefined => {
     if (!skipped.size) return undefined;
     const s = subjectPrefix + ref;
@@ -517,7 +532,16 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
     if (!prev) {
       counts.groups_created++;
       const members = exts.map((x) => subjectPrefix + x);
-      groupWrites.push({ groupKey: key, tenantId, externalId: g.externalId, displayName: g.displayName, members, createdAt: now, updatedAt: now, lastSyncedAt: now });
+      groupWrites.push({
+        groupKey: key,
+        tenantId,
+        externalId: g.externalId,
+        displayName: g.displayName,
+        members,
+        createdAt: now,
+        updatedAt: now,
+        lastSyncedAt: now,
+      });
     } else if (prev.displayName === g.displayName && sameSubjects(prev.members, subjectPrefix, exts)) {
       counts.groups_unchanged++;
     } else {

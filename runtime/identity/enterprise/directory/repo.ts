@@ -234,11 +234,7 @@ export function directoryRepo(db: DbOrTx, tenantId: string): DirectoryRepo {
         const e = await repo.getEmployee(r);
         if (e) return e;
       }
-      for (const where of [
-        eq(employees.externalId, r),
-        eq(sql`lower(${employees.email})`, r.toLowerCase()),
-        eq(employees.displayName, r),
-      ]) {
+      for (const where of [eq(employees.externalId, r), eq(sql`lower(${employees.email})`, r.toLowerCase()), eq(employees.displayName, r)]) {
         const { n, e } = await unique(where);
         if (n > 0) return e;
       }
@@ -286,12 +282,7 @@ export function directoryRepo(db: DbOrTx, tenantId: string): DirectoryRepo {
       return chain;
     },
     async listSyncRuns(limit = 100) {
-      const rows = await db
-        .select()
-        .from(syncRuns)
-        .where(eq(syncRuns.tenantId, tenantId))
-        .orderBy(desc(syncRuns.seq))
-        .limit(limit);
+      const rows = await db.select().from(syncRuns).where(eq(syncRuns.tenantId, tenantId)).orderBy(desc(syncRuns.seq)).limit(limit);
       return rows.map(syncRunOut);
     },
     loadEmployeeRows: () => db.select().from(employees).where(inTenant),
@@ -329,7 +320,7 @@ export function directoryRepo(db: DbOrTx, tenantId: string): DirectoryRepo {
       const out: CurrentEmployee[] = [];
       // Paged by subject, with the event loop let in between pages: on the embedded PGlite one
       // 100k-row statement would hold the whole process for seconds.
-      for (let after = ''; ; ) {
+      for (let after = ''; ;) {
         const rows = await rowsOf<{ s: string; i: string; x: string; st: 'active' | 'inactive'; h: string | null }>(
           db as Db,
           sql`select employee_subject as s, idp as i, external_id as x, status as st, sync_hash as h
@@ -367,7 +358,7 @@ export function directoryRepo(db: DbOrTx, tenantId: string): DirectoryRepo {
       ),
     async loadGroupRows() {
       const out: GroupRow[] = [];
-      for (let after = ''; ; ) {
+      for (let after = ''; ;) {
         const rows = await db
           .select()
           .from(groups)

@@ -60,7 +60,17 @@ describe.each(testBackends())('directory routes on $name', (b) => {
       idp: 'idp_a',
       status: 'ok',
       started_at: '2026-03-01T09:00:00.000Z',
-      counts: { users_created: 7, users_updated: 0, users_deactivated: 0, users_reactivated: 0, users_unchanged: 0, groups_created: 3, groups_updated: 0, groups_unchanged: 0, errors: 0 },
+      counts: {
+        users_created: 7,
+        users_updated: 0,
+        users_deactivated: 0,
+        users_reactivated: 0,
+        users_unchanged: 0,
+        groups_created: 3,
+        groups_updated: 0,
+        groups_unchanged: 0,
+        errors: 0,
+      },
       errors: [],
       conflicts: [],
     });
@@ -128,7 +138,11 @@ describe.each(testBackends())('directory routes on $name', (b) => {
     const snap = entraSnapshot();
     const users = snap.users
       .filter((u) => u.externalId !== ENTRA.bob && u.externalId !== ENTRA.engMgr)
-      .map((u) => (u.externalId === ENTRA.alice ? entraUser({ oid: ENTRA.alice, upn: 'alice.adams@contoso.com', given: 'Alice', family: 'Adams', department: 'Platform', managerOid: ENTRA.engMgr }) : u))
+      .map((u) =>
+        u.externalId === ENTRA.alice
+          ? entraUser({ oid: ENTRA.alice, upn: 'alice.adams@contoso.com', given: 'Alice', family: 'Adams', department: 'Platform', managerOid: ENTRA.engMgr })
+          : u,
+      )
       .map((u) => (u.externalId === ENTRA.dave ? { ...u, active: true } : u));
     users.push(entraUser({ oid: 'new-1', upn: 'nina@contoso.com', given: 'Nina', family: 'Novak', managerOid: 'not-in-tenant' }));
     const run = (await (await sync({ tenantId: 'contoso', users, groups: snap.groups })).json()) as any;
@@ -143,7 +157,12 @@ describe.each(testBackends())('directory routes on $name', (b) => {
     const bob = (await get(`/v1/directory/employees/${enc(subj(ENTRA.bob))}`)).body;
     expect(bob).toMatchObject({ status: 'inactive', active: false, deactivated_at: new Date(clock).toISOString(), session });
     const alice = (await get(`/v1/directory/employees/${enc(subj(ENTRA.alice))}`)).body;
-    expect(alice).toMatchObject({ employee_subject: subj(ENTRA.alice), email: 'alice.adams@contoso.com', department: 'Platform', created_at: '2026-03-01T09:00:00.000Z' });
+    expect(alice).toMatchObject({
+      employee_subject: subj(ENTRA.alice),
+      email: 'alice.adams@contoso.com',
+      department: 'Platform',
+      created_at: '2026-03-01T09:00:00.000Z',
+    });
     const dave = (await get(`/v1/directory/employees/${enc(subj(ENTRA.dave))}`)).body;
     expect(dave).toMatchObject({ status: 'active', deactivated_at: null });
 
@@ -184,7 +203,10 @@ describe.each(testBackends())('directory routes on $name', (b) => {
       const runsBefore = (await get('/v1/directory/syncs?tenant=contoso')).body;
       failAt = stage;
       clock += 60_000;
-      const r = await sync({ tenantId: 'contoso', users: [entraUser({ oid: 'only-one', upn: 'o@contoso.com', given: 'O', family: 'One' })], groups: [] }, crashApp);
+      const r = await sync(
+        { tenantId: 'contoso', users: [entraUser({ oid: 'only-one', upn: 'o@contoso.com', given: 'O', family: 'One' })], groups: [] },
+        crashApp,
+      );
       failAt = undefined;
       expect(r.status).toBe(500);
       expect(await r.json()).toEqual({ error: { code: 'internal_error', message: 'internal error' } });

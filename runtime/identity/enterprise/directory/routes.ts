@@ -33,8 +33,20 @@ export interface DirectoryRouteDeps {
 }
 
 const TenantQuery = z.object({ tenant: TenantId.optional().openapi({ param: { name: 'tenant', in: 'query' } }) });
-const SubjectParam = z.object({ subject: z.string().min(1).max(600).openapi({ param: { name: 'subject', in: 'path' } }) });
-const GroupKeyParam = z.object({ group_key: z.string().min(1).max(400).openapi({ param: { name: 'group_key', in: 'path' } }) });
+const SubjectParam = z.object({
+  subject: z
+    .string()
+    .min(1)
+    .max(600)
+    .openapi({ param: { name: 'subject', in: 'path' } }),
+});
+const GroupKeyParam = z.object({
+  group_key: z
+    .string()
+    .min(1)
+    .max(400)
+    .openapi({ param: { name: 'group_key', in: 'path' } }),
+});
 
 /** Runs `read` for the named tenant, or for every tenant in name order when none is named. */
 async function perTenant<T>(db: Db, tenant: string | undefined, read: (tenantId: string) => Promise<T[]>): Promise<T[]> {
@@ -81,7 +93,12 @@ export function directoryRoutes(deps: DirectoryRouteDeps): OpenAPIHono {
       tags: ['directory'],
       summary: 'Employees, by subject; every tenant when `tenant` is absent',
       request: {
-        query: TenantQuery.extend({ status: z.enum(['active', 'inactive']).optional().openapi({ param: { name: 'status', in: 'query' } }) }),
+        query: TenantQuery.extend({
+          status: z
+            .enum(['active', 'inactive'])
+            .optional()
+            .openapi({ param: { name: 'status', in: 'query' } }),
+        }),
       },
       responses: { 200: json(z.array(EmployeeSchema), 'Employees'), ...invalid },
     }),
@@ -151,7 +168,13 @@ export function directoryRoutes(deps: DirectoryRouteDeps): OpenAPIHono {
       path: '/v1/directory/syncs',
       tags: ['directory'],
       summary: 'Sync-run history, newest first (every tenant when `tenant` is absent)',
-      request: { query: TenantQuery.extend({ limit: Limit(100, 1000).optional().openapi({ param: { name: 'limit', in: 'query' } }) }) },
+      request: {
+        query: TenantQuery.extend({
+          limit: Limit(100, 1000)
+            .optional()
+            .openapi({ param: { name: 'limit', in: 'query' } }),
+        }),
+      },
       responses: { 200: json(z.array(SyncRunSchema), 'Sync runs'), ...invalid },
     }),
     async (c) => {

@@ -26,11 +26,7 @@ const log = logger('directory-sync');
 export type { CascadeCounts };
 
 /** Shape of governance's `runCascade`: it runs inside the sync's transaction. `now` is epoch ms. */
-export type CascadeFn = (
-  tx: DbOrTx,
-  tenantId: string,
-  opts: { now: number; source: 'auto' | 'admin'; by: string },
-) => Promise<CascadeCounts>;
+export type CascadeFn = (tx: DbOrTx, tenantId: string, opts: { now: number; source: 'auto' | 'admin'; by: string }) => Promise<CascadeCounts>;
 
 export type SyncStage = 'planned' | 'employees' | 'groups' | 'run' | 'cascade';
 
@@ -45,7 +41,6 @@ export interface SyncDeps {
   /** Rows per multi-row upsert statement (default 500). */
   batchSize?: number;
 }
-
 
 export interface SyncRequest {
   tenantId: string;
@@ -86,9 +81,7 @@ export async function syncDirectory(deps: SyncDeps, req: SyncRequest): Promise<S
     await breathe();
     await deps.failpoint?.('groups');
     // The cascade sees the new directory state (same transaction) and commits or rolls back with it.
-    const cascade = deps.cascade
-      ? await deps.cascade(tx, req.tenantId, { now: deps.now(), source: 'auto', by: SYNC_ACTOR })
-      : null;
+    const cascade = deps.cascade ? await deps.cascade(tx, req.tenantId, { now: deps.now(), source: 'auto', by: SYNC_ACTOR }) : null;
     await deps.failpoint?.('cascade');
     const finishedAt = new Date(deps.now()).toISOString();
     await tx.insert(syncRuns).values({

@@ -12,16 +12,7 @@ import { agents as identityAgents } from '../../../store/schema/identity.js';
 import { iso } from '../directory/repo.js';
 import { tenantOfSubject, type DbOrTx } from '../tenant.js';
 import { employeeHealth, groupKeyIn, lazyView, ownerHealth, preloadedView, type DirectoryView } from './directory-view.js';
-import {
-  activationBlockers,
-  AGENT_STATUSES,
-  canTransition,
-  INACTIVE_AGENT,
-  TRANSITIONS,
-  type AgentStatus,
-  type OwnerType,
-  type PartyHealth,
-} from './model.js';
+import { activationBlockers, AGENT_STATUSES, canTransition, INACTIVE_AGENT, TRANSITIONS, type AgentStatus, type OwnerType, type PartyHealth } from './model.js';
 import { departmentBucket, ownerBucket, postureOf, type Posture } from './policy.js';
 import { governanceRepo, governanceTenants, tenantOfAgent, type AgentRow, type GovernanceRepo, type LogEntry } from './repo.js';
 
@@ -144,7 +135,11 @@ export async function registerAgent(deps: GovDeps, b: RegisterInput): Promise<Ag
       const view = lazyView(tx, t);
       if (crossTenant(t, b.ownerRef)) throw badRequest('owner_cross_tenant', `owner ${JSON.stringify(b.ownerRef)} belongs to another tenant`);
       const owner = await resolveOwner(view, b.ownerType, b.ownerRef);
-      if (!owner) throw badRequest('owner_unresolved', `owner ${JSON.stringify(b.ownerRef)} is not a ${b.ownerType === 'employee' ? 'unique employee' : 'group'} of tenant ${t}`);
+      if (!owner)
+        throw badRequest(
+          'owner_unresolved',
+          `owner ${JSON.stringify(b.ownerRef)} is not a ${b.ownerType === 'employee' ? 'unique employee' : 'group'} of tenant ${t}`,
+        );
       // A team reference names a group of this tenant; another tenant's group denies (SPEC 7).
       let team: string | null = null;
       if (b.teamRef !== undefined) {
@@ -361,7 +356,10 @@ async function countUngoverned(db: Db, tenant?: string): Promise<number> {
 export async function summary(deps: GovDeps, tenant?: string) {
   const posture = zeroPosture();
   const byStatus: Record<string, number> = Object.fromEntries(AGENT_STATUSES.map((s) => [s, 0]));
-  const owners = new Map<string, { key: string; owner_type: string | null; owner_ref: string | null; display: string | null; agents: number; posture: PostureCounts }>();
+  const owners = new Map<
+    string,
+    { key: string; owner_type: string | null; owner_ref: string | null; display: string | null; agents: number; posture: PostureCounts }
+  >();
   const depts = new Map<string, { key: string; agents: number; posture: PostureCounts }>();
   let governed = 0;
   let retired = 0;
@@ -411,4 +409,3 @@ export async function summary(deps: GovDeps, tenant?: string) {
     by_department: order(depts),
   };
 }
-

@@ -108,7 +108,12 @@ export async function runCascade(tx: DbOrTx, tenantId: string, opts: CascadeOpti
       vcStatus: vcStatusOf(m.to),
       revokedAt: m.to === 'expired' ? null : at,
       reason: m.reason,
-      history: { at, action: `cascade_${m.to === 'revoked' ? 'revoke' : m.to === 'expired' ? 'expire' : 'invalidate'}`, by: opts.by, detail: `${m.reason}: ${m.detail}` },
+      history: {
+        at,
+        action: `cascade_${m.to === 'revoked' ? 'revoke' : m.to === 'expired' ? 'expire' : 'invalidate'}`,
+        by: opts.by,
+        detail: `${m.reason}: ${m.detail}`,
+      },
     })),
   );
   for (const m of plan.delegations) {

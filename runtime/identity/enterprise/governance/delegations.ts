@@ -161,7 +161,12 @@ export async function grantDelegation(deps: GovDeps, b: GrantInput): Promise<Del
     });
     const nowMs = deps.now();
     const at = new Date(nowMs).toISOString();
-    const policy = { decision: decision.allow ? 'allow' : 'deny', evaluated_at: at, checks: decision.checks, ...(decision.allow ? {} : { code: decision.code }) };
+    const policy = {
+      decision: decision.allow ? 'allow' : 'deny',
+      evaluated_at: at,
+      checks: decision.checks,
+      ...(decision.allow ? {} : { code: decision.code }),
+    };
     if (!decision.allow) throw new ApiError(403, decision.code!, `delegation denied: ${decision.message}`, { policy_decision: policy });
 
     const basis = decision.basis!;
@@ -172,7 +177,12 @@ export async function grantDelegation(deps: GovDeps, b: GrantInput): Promise<Del
       basis,
       bases: decision.bases,
       break_glass: b.breakGlass,
-      approver: { subject: approverSubject, display: approver.fact.display ?? null, department: approver.fact.department ?? null, session_seen_at: approver.fact.sessionSeenAt ?? null },
+      approver: {
+        subject: approverSubject,
+        display: approver.fact.display ?? null,
+        department: approver.fact.department ?? null,
+        session_seen_at: approver.fact.sessionSeenAt ?? null,
+      },
       requester: { subject: requester.fact.subject, display: requester.fact.display ?? null, session_seen_at: requester.fact.sessionSeenAt ?? null },
       agent: { name: agent.agentName, status: agent.status, owner_type: agent.ownerType, owner_ref: agent.ownerRef },
       ...(managerLevel ? { manager_chain: chain.slice(0, managerLevel), manager_level: managerLevel } : {}),
@@ -186,7 +196,12 @@ export async function grantDelegation(deps: GovDeps, b: GrantInput): Promise<Del
       { at, action: 'granted', by: approverSubject!, detail: `basis ${basis}` },
     ];
     if (b.breakGlass) {
-      history.push({ at, action: 'break_glass', by: approverSubject!, detail: breakGlass ? `emergency grant without standing authority; expires in ${ttl}s` : 'break-glass requested; standing authority applied' });
+      history.push({
+        at,
+        action: 'break_glass',
+        by: approverSubject!,
+        detail: breakGlass ? `emergency grant without standing authority; expires in ${ttl}s` : 'break-glass requested; standing authority applied',
+      });
     }
     await repo.insertDelegation({
       delegationId: id,
@@ -245,7 +260,8 @@ export async function usable(deps: GovDeps, id: string, tenantHint?: string): Pr
   const repo = governanceRepo(deps.db, t);
   const d = await repo.getDelegation(id);
   if (!d) throw notFound('delegation', id);
-  if (d.status !== 'active') return { usable: false, status: d.status, reason: d.revocationReason ?? (d.status === 'expired' ? 'delegation_expired' : `delegation_${d.status}`) };
+  if (d.status !== 'active')
+    return { usable: false, status: d.status, reason: d.revocationReason ?? (d.status === 'expired' ? 'delegation_expired' : `delegation_${d.status}`) };
   if (d.expiresAt !== null && d.expiresAt <= Math.floor(deps.now() / 1000)) return { usable: false, status: d.status, reason: 'delegation_expired' };
   const agent = await repo.getAgent(d.agentId);
   if (!agent || !GRANTABLE_AGENT.has(agent.status)) return { usable: false, status: d.status, reason: agent ? `agent_${agent.status}` : 'agent_missing' };
@@ -259,17 +275,29 @@ export async function revokeDelegation(deps: GovDeps, id: string, b: { reason?: 
     await repo.lock();
     const d = await repo.getDelegation(id);
     if (!d) throw notFound('delegation', id);
-    if (!LIVE_DELEGATION.has(d.status)) throw conflict('not_live', `delegation ${id} is ${d.status}; only pending, approved or active delegations can be revoked`, { status: d.status });
+    if (!LIVE_DELEGATION.has(d.status))
+      throw conflict('not_live', `delegation ${id} is ${d.status}; only pending, approved or active delegations can be revoked`, { status: d.status });
     const reason = b.reason ?? 'manual_admin_revocation';
     const by = b.by ?? 'admin';
     const at = new Date(deps.now()).toISOString();
-    await repo.updateDelegation(id, { status: 'revoked', vcStatus: 'revoked', revokedAt: at, revocationReason: reason }, [{ at, action: 'revoke', by, detail: reason }]);
-    await repo.appendLog([{ kind: 'delegation_revoke', reasonCode: reason, agentId: d.agentId, delegationId: id, source: 'admin', by, detail: 'manual revocation', at }]);
+    await repo.updateDelegation(id, { status: 'revoked', vcStatus: 'revoked', revokedAt: at, revocationReason: reason }, [
+      { at, action: 'revoke', by, detail: reason },
+    ]);
+    await repo.appendLog([
+      { kind: 'delegation_revoke', reasonCode: reason, agentId: d.agentId, delegationId: id, source: 'admin', by, detail: 'manual revocation', at },
+    ]);
     return delegationOut((await repo.getDelegation(id))!);
   });
 }
 
-const ZERO: CascadeCounts = { agents_suspended: 0, agents_quarantined: 0, delegations_revoked: 0, delegations_invalidated: 0, delegations_expired: 0, by_reason: {} };
+const ZERO: CascadeCounts = {
+  agents_suspended: 0,
+  agents_quarantined: 0,
+  delegations_revoked: 0,
+  delegations_invalidated: 0,
+  delegations_expired: 0,
+  by_reason: {},
+};
 
 /** POST /v1/revocation/cascade: one transaction per tenant; counts summed when no tenant is named. */
 export async function cascadeNow(deps: GovDeps, tenant: string | undefined, by: string): Promise<CascadeCounts> {

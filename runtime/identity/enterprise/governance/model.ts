@@ -11,15 +11,7 @@ export const OWNER_TYPES = ['employee', 'team', 'service_account_owner_group'] a
 export type OwnerType = (typeof OWNER_TYPES)[number];
 
 export const RISK_TIERS = ['low', 'medium', 'high', 'critical'] as const;
-export const RUNTIMES = [
-  'local_dev',
-  'doks_dev',
-  'doks_stage',
-  'doks_prod',
-  'github_actions',
-  'kubernetes_job',
-  'external_mcp_client',
-] as const;
+export const RUNTIMES = ['local_dev', 'doks_dev', 'doks_stage', 'doks_prod', 'github_actions', 'kubernetes_job', 'external_mcp_client'] as const;
 
 /** SPEC 3.1, manual moves. The cascade sets suspended/quarantined directly (not through this table). */
 export const TRANSITIONS: Readonly<Record<AgentStatus, readonly AgentStatus[]>> = {
@@ -188,11 +180,7 @@ export function planAgentMove(a: CascadeAgentFact): AgentMove | undefined {
  * the required group (invalidated). Only live delegations move, so a second run over the same
  * facts (after the first run's writes) yields an empty plan.
  */
-export function planCascade(
-  agentFacts: readonly CascadeAgentFact[],
-  delegationFacts: readonly CascadeDelegationFact[],
-  nowMs: number,
-): CascadePlan {
+export function planCascade(agentFacts: readonly CascadeAgentFact[], delegationFacts: readonly CascadeDelegationFact[], nowMs: number): CascadePlan {
   const agents: AgentMove[] = [];
   const after = new Map<string, CascadeAgentFact>();
   for (const a of agentFacts) {

@@ -59,7 +59,8 @@ export interface GrantDecision {
 
 function personCheck(role: 'approver' | 'requester', p: PersonFact): Check & { code?: string } {
   if (p.crossTenant) return { check: `${role}_in_tenant`, ok: false, detail: `${role} ${p.ref} belongs to another tenant`, code: 'cross_tenant_reference' };
-  if (!p.subject) return { check: `${role}_in_tenant`, ok: false, detail: `${role} ${p.ref} does not resolve to one employee of the tenant`, code: `${role}_unknown` };
+  if (!p.subject)
+    return { check: `${role}_in_tenant`, ok: false, detail: `${role} ${p.ref} does not resolve to one employee of the tenant`, code: `${role}_unknown` };
   if (!p.active) return { check: `${role}_active`, ok: false, detail: `${role} ${p.subject} is inactive`, code: `${role}_inactive` };
   return { check: `${role}_active`, ok: true, detail: `${role} ${p.subject} is an active employee of the tenant` };
 }
@@ -81,14 +82,21 @@ export function decideGrant(f: GrantFacts): GrantDecision {
   checks.push(
     f.agent.owner.ok && f.agent.owner.active
       ? { check: 'agent_owner_active', ok: true, detail: 'agent owner resolves and is active' }
-      : { check: 'agent_owner_active', ok: false, detail: f.agent.owner.ok ? 'agent owner is inactive' : 'agent owner does not resolve', code: f.agent.owner.ok ? 'owner_inactive' : 'owner_missing' },
+      : {
+          check: 'agent_owner_active',
+          ok: false,
+          detail: f.agent.owner.ok ? 'agent owner is inactive' : 'agent owner does not resolve',
+          code: f.agent.owner.ok ? 'owner_inactive' : 'owner_missing',
+        },
   );
   checks.push(personCheck('approver', f.approver));
   checks.push(personCheck('requester', f.requester));
   if (f.requiredGroup) {
     const g = f.requiredGroup;
-    if (!g.key || !g.exists) checks.push({ check: 'required_group', ok: false, detail: `required group ${g.ref} is not a group of the tenant`, code: 'required_group_unknown' });
-    else if (!g.approverMember) checks.push({ check: 'required_group', ok: false, detail: `approver is not a member of ${g.key}`, code: 'approver_not_in_required_group' });
+    if (!g.key || !g.exists)
+      checks.push({ check: 'required_group', ok: false, detail: `required group ${g.ref} is not a group of the tenant`, code: 'required_group_unknown' });
+    else if (!g.approverMember)
+      checks.push({ check: 'required_group', ok: false, detail: `approver is not a member of ${g.key}`, code: 'approver_not_in_required_group' });
     else checks.push({ check: 'required_group', ok: true, detail: `approver is a member of ${g.key}` });
   }
   const bases: AuthorityBasis[] = [];
@@ -105,7 +113,7 @@ export function decideGrant(f: GrantFacts): GrantDecision {
     checks.push({
       check: 'approver_authority',
       ok: false,
-      detail: 'approver is neither the agent owner, a member of the owning team, in the owner\'s manager chain, nor in the required group',
+      detail: "approver is neither the agent owner, a member of the owning team, in the owner's manager chain, nor in the required group",
       code: 'approver_lacks_authority',
     });
   }

@@ -33,7 +33,7 @@ const t01 = fc.integer({ min: 0, max: 1 });
 const agent = fc.integer({ min: 0, max: AGENTS - 1 });
 const emp = fc.integer({ min: 0, max: EMPLOYEES - 1 });
 const mask = fc.array(fc.boolean(), { minLength: EMPLOYEES, maxLength: EMPLOYEES });
-const w = <T,>(weight: number, arbitrary: fc.Arbitrary<T>) => ({ weight, arbitrary });
+const w = <T>(weight: number, arbitrary: fc.Arbitrary<T>) => ({ weight, arbitrary });
 const op: fc.Arbitrary<Op> = fc.oneof(
   w(1, fc.record({ k: fc.constant('sync' as const), t: t01, active: mask, member: mask })),
   w(2, fc.record({ k: fc.constant('register' as const), t: t01, a: agent, owner: emp, stealName: fc.boolean() })),
@@ -75,16 +75,37 @@ describe.each(testBackends())('governance properties on $name', (b) => {
 
   const snapshot = (active: boolean[], member: boolean[]) => ({
     users: Array.from({ length: EMPLOYEES }, (_, i) =>
-      entraUser({ oid: `e${i}`, upn: `e${i}@x.example`, given: `E${i}`, family: 'X', department: i % 2 ? 'Ops' : undefined, managerOid: i ? 'e0' : undefined, active: active[i] }),
+      entraUser({
+        oid: `e${i}`,
+        upn: `e${i}@x.example`,
+        given: `E${i}`,
+        family: 'X',
+        department: i % 2 ? 'Ops' : undefined,
+        managerOid: i ? 'e0' : undefined,
+        active: active[i],
+      }),
     ),
-    groups: [entraGroup('g', 'G', member.flatMap((m, i) => (m ? [`e${i}`] : [])))],
+    groups: [
+      entraGroup(
+        'g',
+        'G',
+        member.flatMap((m, i) => (m ? [`e${i}`] : [])),
+      ),
+    ],
   });
 
   /** Everything the store holds for one tenant (governance and directory), for before/after comparison. */
   const stateOf = async (t: string) => {
     const g = governanceRepo(store.db, t);
     const d = directoryRepo(store.db, t);
-    return JSON.stringify([await g.listAgents(), await g.listDelegations(), await g.listLog(), await d.listEmployees(), await d.listGroups(), await d.listSyncRuns()]);
+    return JSON.stringify([
+      await g.listAgents(),
+      await g.listDelegations(),
+      await g.listLog(),
+      await d.listEmployees(),
+      await d.listGroups(),
+      await d.listSyncRuns(),
+    ]);
   };
 
   it('tenant isolation and no live delegation on an inactive agent', async () => {
@@ -215,7 +236,9 @@ describe.each(testBackends())('governance properties on $name', (b) => {
               { k: 'move', t: 0, a: 0, to: 'suspended', cross: false },
             ],
           ],
-        ], seed: Number(process.env.FC_SEED) || undefined },
+        ],
+        seed: Number(process.env.FC_SEED) || undefined,
+      },
     );
   }, 60_000);
 });

@@ -67,7 +67,11 @@ export interface GovernanceRepo {
   listAgents(filter?: { status?: AgentStatus }): Promise<AgentRow[]>;
   insertAgent(a: NewAgent): Promise<void>;
   /** Sets fields and appends history entries in one statement; false when no such agent here. */
-  updateAgent(name: string, set: Partial<Pick<AgentRow, 'status' | 'ownerType' | 'ownerRef' | 'updatedAt' | 'lastReviewedAt'>>, history: HistoryEntry[]): Promise<boolean>;
+  updateAgent(
+    name: string,
+    set: Partial<Pick<AgentRow, 'status' | 'ownerType' | 'ownerRef' | 'updatedAt' | 'lastReviewedAt'>>,
+    history: HistoryEntry[],
+  ): Promise<boolean>;
   getDelegation(id: string): Promise<DelegationRow | undefined>;
   listDelegations(filter?: { agent?: string; status?: DelegationStatus; live?: boolean }): Promise<DelegationRow[]>;
   insertDelegation(d: NewDelegation): Promise<void>;
@@ -98,7 +102,11 @@ export function governanceRepo(db: DbOrTx, tenantId: string): GovernanceRepo {
       await db.execute(sql`select pg_advisory_xact_lock(hashtext(${`${BRAND}.governance:${tenantId}`}))`);
     },
     async getAgent(name) {
-      const rows = await db.select().from(A).where(and(eq(A.tenantId, tenantId), eq(A.agentName, name))).limit(1);
+      const rows = await db
+        .select()
+        .from(A)
+        .where(and(eq(A.tenantId, tenantId), eq(A.agentName, name)))
+        .limit(1);
       return rows[0];
     },
     listAgents(filter = {}) {
@@ -117,7 +125,11 @@ export function governanceRepo(db: DbOrTx, tenantId: string): GovernanceRepo {
       return r.length > 0;
     },
     async getDelegation(id) {
-      const rows = await db.select().from(D).where(and(eq(D.tenantId, tenantId), eq(D.delegationId, id))).limit(1);
+      const rows = await db
+        .select()
+        .from(D)
+        .where(and(eq(D.tenantId, tenantId), eq(D.delegationId, id)))
+        .limit(1);
       return rows[0];
     },
     listDelegations(filter = {}) {
@@ -125,7 +137,11 @@ export function governanceRepo(db: DbOrTx, tenantId: string): GovernanceRepo {
       if (filter.agent !== undefined) conds.push(eq(D.agentId, filter.agent));
       if (filter.status !== undefined) conds.push(eq(D.status, filter.status));
       if (filter.live) conds.push(inArray(D.status, [...LIVE]));
-      return db.select().from(D).where(and(...conds)).orderBy(desc(D.seq));
+      return db
+        .select()
+        .from(D)
+        .where(and(...conds))
+        .orderBy(desc(D.seq));
     },
     async insertDelegation(d) {
       await db.insert(D).values({ ...d, tenantId });
@@ -172,11 +188,7 @@ export async function tenantOfAgent(db: DbOrTx, name: string): Promise<string | 
 }
 
 export async function tenantOfDelegation(db: DbOrTx, id: string): Promise<string | undefined> {
-  const rows = await db
-    .select({ t: authorityDelegations.tenantId })
-    .from(authorityDelegations)
-    .where(eq(authorityDelegations.delegationId, id))
-    .limit(1);
+  const rows = await db.select({ t: authorityDelegations.tenantId }).from(authorityDelegations).where(eq(authorityDelegations.delegationId, id)).limit(1);
   return rows[0]?.t;
 }
 

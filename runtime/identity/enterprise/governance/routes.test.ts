@@ -91,7 +91,12 @@ describe.each(testBackends())('governance routes on $name', (b) => {
     it('inactive owner: registered but draft with the blocker; unknown or cross-tenant owner: 400', async () => {
       const r = await register({ agentName: 'daves-bot', ownerRef: S(ENTRA.dave), businessSponsor: undefined, riskTier: undefined });
       expect(r.status).toBe(201);
-      expect(r.body).toMatchObject({ status: 'draft', owner_ok: true, owner_active: false, activation_blockers: ['owner_inactive', 'sponsor_missing', 'risk_tier_missing'] });
+      expect(r.body).toMatchObject({
+        status: 'draft',
+        owner_ok: true,
+        owner_active: false,
+        activation_blockers: ['owner_inactive', 'sponsor_missing', 'risk_tier_missing'],
+      });
       expect(r.body).not.toHaveProperty('sponsor_active');
       for (const [ref, code] of [
         [S('nobody'), 'owner_unresolved'],
@@ -120,7 +125,12 @@ describe.each(testBackends())('governance routes on $name', (b) => {
     });
 
     it('validation errors are 422 {detail}, unknown ids are 404 envelopes', async () => {
-      for (const body of [{}, { agentName: 'x y', tenantId: T, ownerType: 'employee', ownerRef: 'a' }, { agentName: 'ok', tenantId: T, ownerType: 'robot', ownerRef: 'a' }, 'not json']) {
+      for (const body of [
+        {},
+        { agentName: 'x y', tenantId: T, ownerType: 'employee', ownerRef: 'a' },
+        { agentName: 'ok', tenantId: T, ownerType: 'robot', ownerRef: 'a' },
+        'not json',
+      ]) {
         const r = await api.post('/v1/governance/agents', body);
         expect(r.status).toBe(422);
         expect(r.body.detail[0]).toMatchObject({ loc: expect.any(Array), msg: expect.any(String), type: expect.any(String) });
@@ -178,7 +188,12 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       const r = await to('employee', 'bob@contoso.com');
       expect(r.status).toBe(200);
       expect(r.body).toMatchObject({ owner_ref: S(ENTRA.bob), owner_display: 'Bob Baker', last_reviewed_at: '2026-03-01T09:00:00.000Z' });
-      expect(r.body.history.at(-1)).toEqual({ at: '2026-03-01T09:00:00.000Z', action: 'ownership_transferred', by: 'erin', detail: `employee:${S(ENTRA.alice)} -> employee:${S(ENTRA.bob)}` });
+      expect(r.body.history.at(-1)).toEqual({
+        at: '2026-03-01T09:00:00.000Z',
+        action: 'ownership_transferred',
+        by: 'erin',
+        detail: `employee:${S(ENTRA.alice)} -> employee:${S(ENTRA.bob)}`,
+      });
       expect(r.body.history).toHaveLength(2);
       expect((await api.post('/v1/governance/agents/nope/transfer-ownership', { ownerType: 'employee', ownerRef: S(ENTRA.bob) })).status).toBe(404);
     });
@@ -223,7 +238,10 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       expect(r.body.authority_evidence).toMatchObject({ basis, break_glass: false });
       expect(r.body.policy_decision).toMatchObject({ decision: 'allow' });
       expect(r.body.history.map((h: { action: string }) => h.action)).toEqual(['requested', 'granted']);
-      expect(await api.get(`/v1/authority/delegations/${r.body.delegation_id}/usable`)).toEqual({ status: 200, body: { usable: true, status: 'active', reason: null } });
+      expect(await api.get(`/v1/authority/delegations/${r.body.delegation_id}/usable`)).toEqual({
+        status: 200,
+        body: { usable: true, status: 'active', reason: null },
+      });
     });
 
     it('records the manager chain as evidence and defaults the lifetime to 24 h', async () => {
@@ -248,10 +266,25 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       { why: 'an unknown approver', o: { approverRef: 'ghost@contoso.com' }, status: 403, code: 'approver_unknown' },
       { why: 'a cross-tenant approver', o: { approverRef: subjectOf('fabrikam', 'fab1'), breakGlass: true }, status: 403, code: 'cross_tenant_reference' },
       { why: 'an inactive requester', o: { approverRef: S(ENTRA.alice), requesterRef: S(ENTRA.dave) }, status: 403, code: 'requester_inactive' },
-      { why: 'a cross-tenant requester', o: { approverRef: S(ENTRA.alice), requesterRef: subjectOf('fabrikam', 'fab1') }, status: 403, code: 'cross_tenant_reference' },
-      { why: 'an approver outside the required group', o: { approverRef: S(ENTRA.alice), requiredGroup: ENTRA.gFin }, status: 403, code: 'approver_not_in_required_group' },
+      {
+        why: 'a cross-tenant requester',
+        o: { approverRef: S(ENTRA.alice), requesterRef: subjectOf('fabrikam', 'fab1') },
+        status: 403,
+        code: 'cross_tenant_reference',
+      },
+      {
+        why: 'an approver outside the required group',
+        o: { approverRef: S(ENTRA.alice), requiredGroup: ENTRA.gFin },
+        status: 403,
+        code: 'approver_not_in_required_group',
+      },
       { why: 'an unknown required group', o: { approverRef: S(ENTRA.alice), requiredGroup: 'fabrikam:fabgrp' }, status: 403, code: 'required_group_unknown' },
-      { why: 'a suspended agent, even break-glass by its owner', o: { agentId: 'susp-agent', approverRef: S(ENTRA.alice), breakGlass: true }, status: 403, code: 'agent_suspended' },
+      {
+        why: 'a suspended agent, even break-glass by its owner',
+        o: { agentId: 'susp-agent', approverRef: S(ENTRA.alice), breakGlass: true },
+        status: 403,
+        code: 'agent_suspended',
+      },
       { why: 'a draft agent', o: { agentId: 'draft-agent', approverRef: S(ENTRA.alice) }, status: 403, code: 'agent_not_grantable' },
       { why: 'an agent of another tenant', o: { tenantId: 'fabrikam', approverRef: subjectOf('fabrikam', 'fab1') }, status: 404, code: 'not_found' },
       { why: 'approverRef and grantedBy disagreeing', o: { approverRef: S(ENTRA.alice), grantedBy: S(ENTRA.cto) }, status: 400, code: 'ambiguous_approver' },
@@ -289,21 +322,40 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       // A tenant guard naming another tenant cannot reach this tenant's records (404, nothing changes).
       expect((await api.post(`/v1/authority/delegations/${first.delegation_id}/revoke?tenant=fabrikam`, {})).status).toBe(404);
       expect((await api.post('/v1/governance/agents/alice-agent/transition?tenant=fabrikam', { status: 'retired' })).status).toBe(404);
-      expect((await api.post('/v1/governance/agents/alice-agent/transfer-ownership?tenant=fabrikam', { ownerType: 'employee', ownerRef: S(ENTRA.bob) })).status).toBe(404);
+      expect(
+        (await api.post('/v1/governance/agents/alice-agent/transfer-ownership?tenant=fabrikam', { ownerType: 'employee', ownerRef: S(ENTRA.bob) })).status,
+      ).toBe(404);
       expect((await api.get('/v1/governance/agents/alice-agent')).body).toMatchObject({ status: 'active', owner_ref: S(ENTRA.alice) });
       const r = await api.post(`/v1/authority/delegations/${first.delegation_id}/revoke`, { reason: 'owner_transferred', by: 'erin' });
       expect(r.status).toBe(200);
       expect(r.body).toMatchObject({ status: 'revoked', vc_status: 'revoked', revocation_reason: 'owner_transferred', revoked_at: expect.any(String) });
       expect(r.body.history.at(-1)).toMatchObject({ action: 'revoke', by: 'erin', detail: 'owner_transferred' });
-      expect((await api.get(`/v1/authority/delegations/${first.delegation_id}/usable`)).body).toEqual({ usable: false, status: 'revoked', reason: 'owner_transferred' });
+      expect((await api.get(`/v1/authority/delegations/${first.delegation_id}/usable`)).body).toEqual({
+        usable: false,
+        status: 'revoked',
+        reason: 'owner_transferred',
+      });
       const again = await api.post(`/v1/authority/delegations/${first.delegation_id}/revoke`);
       expect(again.status).toBe(409);
       expect(again.body.error.code).toBe('not_live');
       // An empty body with a JSON content type is an empty revoke request, not a decode error.
-      const dflt = { body: (await (await fetch(`${api.base}/v1/authority/delegations/${second.delegation_id}/revoke`, { method: 'POST', headers: { 'content-type': 'application/json' } })).json()) as any };
+      const dflt = {
+        body: (await (
+          await fetch(`${api.base}/v1/authority/delegations/${second.delegation_id}/revoke`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+          })
+        ).json()) as any,
+      };
       expect(dflt.body.revocation_reason).toBe('manual_admin_revocation');
       const log = (await api.get(`/v1/revocation/log?tenant=${T}`)).body;
-      expect(log[0]).toMatchObject({ kind: 'delegation_revoke', reason_code: 'manual_admin_revocation', delegation_id: second.delegation_id, source: 'admin', by: 'admin' });
+      expect(log[0]).toMatchObject({
+        kind: 'delegation_revoke',
+        reason_code: 'manual_admin_revocation',
+        delegation_id: second.delegation_id,
+        source: 'admin',
+        by: 'admin',
+      });
       expect(log[1]).toMatchObject({ kind: 'delegation_revoke', reason_code: 'owner_transferred', delegation_id: first.delegation_id, by: 'erin' });
       expect((await api.get(`/v1/authority/delegations?tenant=${T}&status=revoked`)).body.length).toBeGreaterThanOrEqual(2);
     });
@@ -311,7 +363,11 @@ describe.each(testBackends())('governance routes on $name', (b) => {
     it('usable is false once expired, and for a non-active agent', async () => {
       const d = (await grant({ approverRef: S(ENTRA.alice), expiresInSeconds: 60 })).body;
       clock += 61_000;
-      expect((await api.get(`/v1/authority/delegations/${d.delegation_id}/usable`)).body).toEqual({ usable: false, status: 'active', reason: 'delegation_expired' });
+      expect((await api.get(`/v1/authority/delegations/${d.delegation_id}/usable`)).body).toEqual({
+        usable: false,
+        status: 'active',
+        reason: 'delegation_expired',
+      });
       // An approved (not yet active) agent can hold a usable delegation; a suspended one cannot,
       // even if a live row slipped past the cascade (written here straight to the store).
       await register({ agentName: 'approved-only' });
@@ -324,11 +380,15 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       expect((await api.get('/v1/authority/delegations/slipped')).body).toMatchObject({ status: 'invalidated', revocation_reason: 'agent_inactive' });
     });
 
-    it('a manual suspend invalidates the agent\'s live delegations (agent_inactive)', async () => {
+    it("a manual suspend invalidates the agent's live delegations (agent_inactive)", async () => {
       await activeAgent('to-suspend');
       const d = (await grant({ agentId: 'to-suspend', approverRef: S(ENTRA.alice) })).body;
       expect((await move('to-suspend', 'suspended', 'secops')).status).toBe(200);
-      expect((await api.get(`/v1/authority/delegations/${d.delegation_id}`)).body).toMatchObject({ status: 'invalidated', vc_status: 'revoked', revocation_reason: 'agent_inactive' });
+      expect((await api.get(`/v1/authority/delegations/${d.delegation_id}`)).body).toMatchObject({
+        status: 'invalidated',
+        vc_status: 'revoked',
+        revocation_reason: 'agent_inactive',
+      });
       const log = (await api.get(`/v1/revocation/log?tenant=${T}`)).body;
       expect(log[0]).toMatchObject({ kind: 'delegation_invalidate', reason_code: 'agent_inactive', agent_id: 'to-suspend', source: 'admin', by: 'secops' });
     });
@@ -336,13 +396,52 @@ describe.each(testBackends())('governance routes on $name', (b) => {
 
   describe('revocation cascade over HTTP: every reason code', () => {
     const nowSec = () => Math.floor(clock / 1000);
-    const CASES: { reason: string; change: (t: string) => Promise<void>; d?: { expired?: boolean; grantor?: string; group?: string }; agent: string; dstatus: string; kinds: string[] }[] = [
-      { reason: 'owner_inactive', change: (t) => setEmployee(store.db, t, 'own', { active: false }), agent: 'suspended', dstatus: 'revoked', kinds: ['agent_suspend', 'delegation_revoke'] },
-      { reason: 'owner_missing', change: (t) => deleteEmployee(store.db, t, 'own'), agent: 'quarantined', dstatus: 'revoked', kinds: ['agent_quarantine', 'delegation_revoke'] },
-      { reason: 'sponsor_inactive', change: (t) => setEmployee(store.db, t, 'spn', { active: false }), agent: 'suspended', dstatus: 'invalidated', kinds: ['agent_suspend', 'delegation_invalidate'] },
+    const CASES: {
+      reason: string;
+      change: (t: string) => Promise<void>;
+      d?: { expired?: boolean; grantor?: string; group?: string };
+      agent: string;
+      dstatus: string;
+      kinds: string[];
+    }[] = [
+      {
+        reason: 'owner_inactive',
+        change: (t) => setEmployee(store.db, t, 'own', { active: false }),
+        agent: 'suspended',
+        dstatus: 'revoked',
+        kinds: ['agent_suspend', 'delegation_revoke'],
+      },
+      {
+        reason: 'owner_missing',
+        change: (t) => deleteEmployee(store.db, t, 'own'),
+        agent: 'quarantined',
+        dstatus: 'revoked',
+        kinds: ['agent_quarantine', 'delegation_revoke'],
+      },
+      {
+        reason: 'sponsor_inactive',
+        change: (t) => setEmployee(store.db, t, 'spn', { active: false }),
+        agent: 'suspended',
+        dstatus: 'invalidated',
+        kinds: ['agent_suspend', 'delegation_invalidate'],
+      },
       { reason: 'delegation_expired', change: async () => {}, d: { expired: true }, agent: 'active', dstatus: 'expired', kinds: ['delegation_expire'] },
-      { reason: 'delegation_grantor_lost_authority', change: (t) => setEmployee(store.db, t, 'mgr', { active: false }), d: { grantor: 'mgr' }, agent: 'active', dstatus: 'invalidated', kinds: ['delegation_invalidate'] },
-      { reason: 'group_removed', change: (t) => setEmployee(store.db, t, 'own', { groups: [] }), d: { group: 'ops' }, agent: 'active', dstatus: 'invalidated', kinds: ['delegation_invalidate'] },
+      {
+        reason: 'delegation_grantor_lost_authority',
+        change: (t) => setEmployee(store.db, t, 'mgr', { active: false }),
+        d: { grantor: 'mgr' },
+        agent: 'active',
+        dstatus: 'invalidated',
+        kinds: ['delegation_invalidate'],
+      },
+      {
+        reason: 'group_removed',
+        change: (t) => setEmployee(store.db, t, 'own', { groups: [] }),
+        d: { group: 'ops' },
+        agent: 'active',
+        dstatus: 'invalidated',
+        kinds: ['delegation_invalidate'],
+      },
       {
         reason: 'agent_inactive',
         change: async (t) => void (await governanceRepo(store.db, t).updateAgent(`agent-${t}`, { status: 'retired' }, [])),
@@ -377,7 +476,13 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       expect(log.map((x: { kind: string }) => x.kind).sort()).toEqual([...c.kinds].sort());
       expect(log.every((x: { source: string; by: string; tenant_id: string }) => x.source === 'admin' && x.by === 'oncall' && x.tenant_id === t)).toBe(true);
       // Nothing else to do: a second run moves nothing.
-      expect((await api.post(`/v1/revocation/cascade?tenant=${t}`)).body).toMatchObject({ agents_suspended: 0, delegations_revoked: 0, delegations_invalidated: 0, delegations_expired: 0, by_reason: {} });
+      expect((await api.post(`/v1/revocation/cascade?tenant=${t}`)).body).toMatchObject({
+        agents_suspended: 0,
+        delegations_revoked: 0,
+        delegations_invalidated: 0,
+        delegations_expired: 0,
+        by_reason: {},
+      });
     });
   });
 
@@ -389,7 +494,14 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       await seedAgent(store.db, t, { agentName: 'roll-agent', ownerRef: `idp_a:${t}:o1` });
       await seedDelegation(store.db, t, { delegationId: 'roll-del', agentId: 'roll-agent', grantedBy: `idp_a:${t}:o1`, expiresAt: null });
       const off = [entraUser({ oid: 'o1', upn: 'o1@r.example', given: 'O', family: 'One', active: false })];
-      const failing = { db: store.db, now: () => clock, cascade: runCascade, failpoint: (st: string) => { if (st === 'run') throw new Error('disk full'); } };
+      const failing = {
+        db: store.db,
+        now: () => clock,
+        cascade: runCascade,
+        failpoint: (st: string) => {
+          if (st === 'run') throw new Error('disk full');
+        },
+      };
       await expect(syncDirectory(failing, { tenantId: t, idp: 'idp_a', mode: 'snapshot', users: off })).rejects.toThrow('disk full');
       expect((await api.get('/v1/governance/agents/roll-agent')).body).toMatchObject({ status: 'active', owner_active: true });
       expect((await api.get('/v1/authority/delegations/roll-del')).body.status).toBe('active');
@@ -401,10 +513,32 @@ describe.each(testBackends())('governance routes on $name', (b) => {
     it('deactivating an owner suspends their agent, revokes its delegations and invalidates delegations they granted', async () => {
       await activeAgent('bob-agent', { ownerRef: S(ENTRA.bob) });
       await activeAgent('erin-agent', { ownerRef: S(ENTRA.engMgr), businessSponsor: S(ENTRA.cto) });
-      const own = (await api.post('/v1/authority/delegations', { tenantId: T, agentId: 'bob-agent', approverRef: S(ENTRA.bob), action: 'read', resource: 'wiki/*' })).body;
-      const viaMgr = (await api.post('/v1/authority/delegations', { tenantId: T, agentId: 'bob-agent', approverRef: S(ENTRA.engMgr), action: 'read', resource: 'jira/*' })).body;
-      const granted = (await api.post('/v1/authority/delegations', { tenantId: T, agentId: 'erin-agent', approverRef: S(ENTRA.cto), requesterRef: S(ENTRA.bob), action: 'read', resource: 'hr/*' })).body;
-      const underGroup = (await api.post('/v1/authority/delegations', { tenantId: 'contoso', agentId: 'erin-agent', approverRef: S(ENTRA.engMgr), requiredGroup: ENTRA.gEng, action: 'x', resource: 'y' })).body;
+      const own = (
+        await api.post('/v1/authority/delegations', { tenantId: T, agentId: 'bob-agent', approverRef: S(ENTRA.bob), action: 'read', resource: 'wiki/*' })
+      ).body;
+      const viaMgr = (
+        await api.post('/v1/authority/delegations', { tenantId: T, agentId: 'bob-agent', approverRef: S(ENTRA.engMgr), action: 'read', resource: 'jira/*' })
+      ).body;
+      const granted = (
+        await api.post('/v1/authority/delegations', {
+          tenantId: T,
+          agentId: 'erin-agent',
+          approverRef: S(ENTRA.cto),
+          requesterRef: S(ENTRA.bob),
+          action: 'read',
+          resource: 'hr/*',
+        })
+      ).body;
+      const underGroup = (
+        await api.post('/v1/authority/delegations', {
+          tenantId: 'contoso',
+          agentId: 'erin-agent',
+          approverRef: S(ENTRA.engMgr),
+          requiredGroup: ENTRA.gEng,
+          action: 'x',
+          resource: 'y',
+        })
+      ).body;
       expect([own, viaMgr, granted, underGroup].every((d) => d.status === 'active')).toBe(true);
 
       clock += 60_000;
@@ -437,7 +571,10 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       eng.members = (eng.members as { value: string }[]).filter((m) => m.value !== ENTRA.engMgr);
       const r2 = await api.post('/v1/directory/sync', { tenantId: T, ...snap2 });
       expect(r2.body.cascade).toMatchObject({ delegations_invalidated: 1, by_reason: { group_removed: 1 } });
-      expect((await api.get(`/v1/authority/delegations/${underGroup.delegation_id}`)).body).toMatchObject({ status: 'invalidated', revocation_reason: 'group_removed' });
+      expect((await api.get(`/v1/authority/delegations/${underGroup.delegation_id}`)).body).toMatchObject({
+        status: 'invalidated',
+        revocation_reason: 'group_removed',
+      });
     });
   });
 
@@ -459,7 +596,14 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       await seedAgent(store.db, t, { agentName: 's-retired', ownerRef: subjectOf(t, 'ghost'), status: 'retired' });
 
       // Agents known to the identity authority (SPEC 2.5) without a governed record are ungoverned.
-      const idAgent = (name: string) => ({ tenantId: t, name, role: 'worker', capabilities: [], createdAt: '2026-03-01T09:00:00Z', updatedAt: '2026-03-01T09:00:00Z' });
+      const idAgent = (name: string) => ({
+        tenantId: t,
+        name,
+        role: 'worker',
+        capabilities: [],
+        createdAt: '2026-03-01T09:00:00Z',
+        updatedAt: '2026-03-01T09:00:00Z',
+      });
       await store.db.insert(identityAgents).values([idAgent('shadow-1'), idAgent('s-healthy')]);
       const issues = (await api.get(`/v1/governance/issues?tenant=${t}`)).body;
       expect(issues.map((i: { agent_name: string; type: string; status: string }) => `${i.agent_name}:${i.type}:${i.status}`).sort()).toEqual(

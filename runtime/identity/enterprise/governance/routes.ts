@@ -44,7 +44,12 @@ export function governanceRoutes(deps: GovDeps): OpenAPIHono {
       tags,
       summary: 'Register a governed agent (starts draft; 400 for an unknown or cross-tenant owner)',
       request: { body: body(RegisterSchema) },
-      responses: { 201: json(AgentRecordSchema, 'Registered'), 400: errorResponse('Unknown or cross-tenant owner or sponsor'), 409: errorResponse('Name taken'), ...invalid },
+      responses: {
+        201: json(AgentRecordSchema, 'Registered'),
+        400: errorResponse('Unknown or cross-tenant owner or sponsor'),
+        409: errorResponse('Name taken'),
+        ...invalid,
+      },
     }),
     async (c) => c.json((await registerAgent(deps, c.req.valid('json'))) as AgentOut, 201),
   );

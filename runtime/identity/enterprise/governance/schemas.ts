@@ -34,13 +34,9 @@ export const RegisterSchema = z
   })
   .openapi('GovernedAgentRegister');
 
-export const TransitionSchema = z
-  .object({ status: z.string().min(1).max(64), by: text(600).optional() })
-  .openapi('GovernedAgentTransition');
+export const TransitionSchema = z.object({ status: z.string().min(1).max(64), by: text(600).optional() }).openapi('GovernedAgentTransition');
 
-export const TransferSchema = z
-  .object({ ownerType: z.enum(OWNER_TYPES), ownerRef: text(600), by: text(600).optional() })
-  .openapi('GovernedAgentTransfer');
+export const TransferSchema = z.object({ ownerType: z.enum(OWNER_TYPES), ownerRef: text(600), by: text(600).optional() }).openapi('GovernedAgentTransfer');
 
 export const AgentRecordSchema = z
   .object({
@@ -118,7 +114,12 @@ export const GrantSchema = z
     taskDescription: text(4096).optional(),
     resourceType: text(128).optional(),
     requiredGroup: text(400).optional(),
-    expiresInSeconds: z.number().int().min(1).max(90 * 24 * 3600).optional(),
+    expiresInSeconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(90 * 24 * 3600)
+      .optional(),
   })
   .refine((b) => b.approverRef !== undefined || b.grantedBy !== undefined, {
     message: 'approverRef or grantedBy is required (the granting employee)',
@@ -154,13 +155,9 @@ export const DelegationRecordSchema = z
   })
   .openapi('AuthorityDelegation');
 
-export const UsableSchema = z
-  .object({ usable: z.boolean(), status: z.enum(DELEGATION_STATUSES), reason: z.string().nullable() })
-  .openapi('DelegationUsable');
+export const UsableSchema = z.object({ usable: z.boolean(), status: z.enum(DELEGATION_STATUSES), reason: z.string().nullable() }).openapi('DelegationUsable');
 
-export const RevokeSchema = z
-  .object({ reason: z.enum(REVOKE_REASONS).optional(), by: text(600).optional() })
-  .openapi('AuthorityDelegationRevoke');
+export const RevokeSchema = z.object({ reason: z.enum(REVOKE_REASONS).optional(), by: text(600).optional() }).openapi('AuthorityDelegationRevoke');
 
 export const CascadeCountsSchema = z
   .object({
@@ -188,8 +185,13 @@ export const LogRowSchema = z
   })
   .openapi('RevocationLogRow');
 
-export const q = <T extends z.ZodType>(schema: T, name: string, required = false) =>
-  schema.openapi({ param: { name, in: 'query', required } });
+export const q = <T extends z.ZodType>(schema: T, name: string, required = false) => schema.openapi({ param: { name, in: 'query', required } });
 export const TenantQuery = z.object({ tenant: q(TenantId.optional(), 'tenant') });
 export const NameParam = z.object({ name: GovAgentName.openapi({ param: { name: 'name', in: 'path' } }) });
-export const IdParam = z.object({ id: z.string().min(1).max(128).openapi({ param: { name: 'id', in: 'path' } }) });
+export const IdParam = z.object({
+  id: z
+    .string()
+    .min(1)
+    .max(128)
+    .openapi({ param: { name: 'id', in: 'path' } }),
+});

@@ -21,8 +21,25 @@ describe.each(testBackends())('governance standing on $name', (b) => {
     const owner = await seedEmployee(store.db, { tenant: T, ext: 'own' });
     const sponsor = await seedEmployee(store.db, { tenant: T, ext: 'spon' });
     for (const name of ['bot-a', 'bot-b']) {
-      await seedAgent(store.db, T, { agentName: name, ownerRef: owner, businessSponsor: sponsor, status: 'active', riskTier: 'low', approvedRuntime: 'local_dev' });
-      await store.db.insert(identityAgents).values({ name, role: 'r', capabilities: [], did: `did:key:z${name}`, publicKey: 'x', membershipJti: `urn:uuid:m-${name}`, membershipExp: 9e9, createdAt: new Date().toISOString(), updatedAt: new Date().toISOString() } as never);
+      await seedAgent(store.db, T, {
+        agentName: name,
+        ownerRef: owner,
+        businessSponsor: sponsor,
+        status: 'active',
+        riskTier: 'low',
+        approvedRuntime: 'local_dev',
+      });
+      await store.db.insert(identityAgents).values({
+        name,
+        role: 'r',
+        capabilities: [],
+        did: `did:key:z${name}`,
+        publicKey: 'x',
+        membershipJti: `urn:uuid:m-${name}`,
+        membershipExp: 9e9,
+        createdAt: new Date().toISOString(),
+        updatedAt: new Date().toISOString(),
+      } as never);
     }
   });
   afterAll(async () => {
@@ -49,7 +66,10 @@ describe.each(testBackends())('governance standing on $name', (b) => {
     expect(await revoked('urn:uuid:m-bot-a')).toBe(true);
     expect(await revoked('urn:uuid:m-bot-b')).toBe(false);
     const log = await json(`/v1/revocation/log?tenant=${T}`);
-    expect(log.find((l: { kind: string; agent_id: string }) => l.kind === 'vc_revoke' && l.agent_id === 'bot-a')).toMatchObject({ reason_code: 'agent_inactive', source: 'admin' });
+    expect(log.find((l: { kind: string; agent_id: string }) => l.kind === 'vc_revoke' && l.agent_id === 'bot-a')).toMatchObject({
+      reason_code: 'agent_inactive',
+      source: 'admin',
+    });
     const after = await fetch(`${api.base}/v1/governance/standing`, { headers: { 'if-none-match': before } });
     expect(after.status).toBe(200);
     expect(((await after.json()) as any).agents['bot-a']).toBe('suspended');
@@ -61,7 +81,9 @@ describe.each(testBackends())('governance standing on $name', (b) => {
     expect(r.status).toBe(200);
     expect(await revoked('urn:uuid:m-bot-b')).toBe(true);
     const log = await json(`/v1/revocation/log?tenant=${T}`);
-    expect(log.find((l: { kind: string; agent_id: string }) => l.kind === 'vc_revoke' && l.agent_id === 'bot-b')).toMatchObject({ reason_code: 'owner_inactive' });
+    expect(log.find((l: { kind: string; agent_id: string }) => l.kind === 'vc_revoke' && l.agent_id === 'bot-b')).toMatchObject({
+      reason_code: 'owner_inactive',
+    });
     expect((await json('/v1/governance/standing')).agents['bot-b']).toBe('suspended');
     void subjectOf;
   });

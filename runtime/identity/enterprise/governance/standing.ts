@@ -54,7 +54,15 @@ export function standingRoutes(deps: { db: Db }): OpenAPIHono {
  * Revokes the Membership VC of each named agent that has one (not yet revoked) and appends a
  * `vc_revoke` log row per revocation. Runs in the caller's transaction.
  */
-export async function revokeMemberships(tx: DbOrTx, repo: GovernanceRepo, names: string[], at: string, source: 'auto' | 'admin', by: string, reasonCode: string): Promise<number> {
+export async function revokeMemberships(
+  tx: DbOrTx,
+  repo: GovernanceRepo,
+  names: string[],
+  at: string,
+  source: 'auto' | 'admin',
+  by: string,
+  reasonCode: string,
+): Promise<number> {
   if (!names.length) return 0;
   const held = await tx
     .select({ name: identityAgents.name, jti: identityAgents.membershipJti, tenantId: identityAgents.tenantId })

@@ -28,7 +28,16 @@ describe.each(testBackends())('governance tenancy on $name', (b) => {
   });
 
   const register = (tenant: string, agentName: string, extra: Record<string, unknown> = {}) =>
-    api.post('/v1/governance/agents', { agentName, tenantId: tenant, ownerType: 'employee', ownerRef: subjectOf(tenant, 'owner'), riskTier: 'low', approvedRuntime: 'local_dev', createdBy: 'x', ...extra });
+    api.post('/v1/governance/agents', {
+      agentName,
+      tenantId: tenant,
+      ownerType: 'employee',
+      ownerRef: subjectOf(tenant, 'owner'),
+      riskTier: 'low',
+      approvedRuntime: 'local_dev',
+      createdBy: 'x',
+      ...extra,
+    });
 
   it("a teamRef naming another tenant's group, or no group, is 400; this tenant's group is stored as its key", async () => {
     const cross = await register('ta', 'a-cross', { teamRef: 'tb:team' });

@@ -56,7 +56,10 @@ export async function setEmployee(db: DbOrTx, tenant: string, ext: string, set: 
   const patch: Partial<typeof employees.$inferInsert> = {};
   if (set.active !== undefined) patch.status = set.active ? 'active' : 'inactive';
   if (set.groups) patch.groups = [...set.groups].sort();
-  await db.update(employees).set(patch).where(and(eq(employees.tenantId, tenant), eq(employees.externalId, ext)));
+  await db
+    .update(employees)
+    .set(patch)
+    .where(and(eq(employees.tenantId, tenant), eq(employees.externalId, ext)));
 }
 
 export async function deleteEmployee(db: DbOrTx, tenant: string, ext: string): Promise<void> {

@@ -67,7 +67,8 @@ export function routeClaims(map: IssuerMap, claims: Record<string, unknown>, hin
   if (exact) {
     if (exact.idp === 'idp_a' && tid !== undefined) {
       const embedded = guidsIn(normIssuer(iss!));
-      if (embedded.length && !embedded.includes(tid)) return { ok: false, reason: 'tid_mismatch', detail: `token tid ${tid} is not the tenant of issuer ${iss}` };
+      if (embedded.length && !embedded.includes(tid))
+        return { ok: false, reason: 'tid_mismatch', detail: `token tid ${tid} is not the tenant of issuer ${iss}` };
     }
     found = { ...exact, via: 'issuer_map' };
   } else if (tid !== undefined && (hints.idp === undefined || hints.idp === 'idp_a')) {
@@ -83,12 +84,20 @@ export function routeClaims(map: IssuerMap, claims: Record<string, unknown>, hin
   }
   if (found) {
     if ((hints.idp !== undefined && hints.idp !== found.idp) || (hints.tenant !== undefined && hints.tenant !== found.tenant)) {
-      return { ok: false, reason: 'issuer_hint_mismatch', detail: `issuer maps to ${found.idp}:${found.tenant}, hints say ${hints.idp ?? '*'}:${hints.tenant ?? '*'}` };
+      return {
+        ok: false,
+        reason: 'issuer_hint_mismatch',
+        detail: `issuer maps to ${found.idp}:${found.tenant}, hints say ${hints.idp ?? '*'}:${hints.tenant ?? '*'}`,
+      };
     }
     return { ok: true, ...found };
   }
   if (hints.idp !== undefined && hints.tenant !== undefined) return { ok: true, idp: hints.idp, tenant: hints.tenant, via: 'hints' };
-  return { ok: false, reason: 'issuer_unknown', detail: iss === undefined ? 'token has no iss and no idp+tenant hints' : `issuer ${iss} is not in the issuer map` };
+  return {
+    ok: false,
+    reason: 'issuer_unknown',
+    detail: iss === undefined ? 'token has no iss and no idp+tenant hints' : `issuer ${iss} is not in the issuer map`,
+  };
 }
 
 /** Long-form Entra object id claim (SAML-derived and v1 tokens). */
@@ -151,7 +160,10 @@ export function assess(e: EmployeeRecord, claims: Record<string, unknown>, group
   const conflicts: ResolveConflict[] = [];
   const tokenEmail = str(claims.email) ?? null;
   if (tokenEmail !== null && tokenEmail.toLowerCase() !== (e.email ?? '').toLowerCase()) {
-    conflicts.push({ type: 'email_conflict', detail: `token email ${tokenEmail} differs from directory email ${e.email ?? '(none)'}; the directory value is kept` });
+    conflicts.push({
+      type: 'email_conflict',
+      detail: `token email ${tokenEmail} differs from directory email ${e.email ?? '(none)'}; the directory value is kept`,
+    });
   }
   const tokenGroups = strList(claims.groups);
   const known = new Set<string>();

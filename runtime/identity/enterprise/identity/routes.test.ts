@@ -25,9 +25,15 @@ describe.each(testBackends())('identity resolution on $name', (b) => {
   let clock = T0;
   const resolve = (claims: Record<string, unknown>, o: Record<string, unknown> = {}) => api.post('/v1/identity/resolve', { claims, ...o });
   const rowOf = async (subject: string) =>
-    (await rowsOf<{ j: Record<string, unknown> }>(store.db, sql`select to_jsonb(e) - 'session' as j from directory_employees e where employee_subject = ${subject}`))[0]?.j;
+    (
+      await rowsOf<{ j: Record<string, unknown> }>(
+        store.db,
+        sql`select to_jsonb(e) - 'session' as j from directory_employees e where employee_subject = ${subject}`,
+      )
+    )[0]?.j;
   const sessionOf = async (subject: string) =>
-    (await rowsOf<{ s: Record<string, unknown> | null }>(store.db, sql`select session as s from directory_employees where employee_subject = ${subject}`))[0]?.s;
+    (await rowsOf<{ s: Record<string, unknown> | null }>(store.db, sql`select session as s from directory_employees where employee_subject = ${subject}`))[0]
+      ?.s;
 
   beforeAll(async () => {
     store = await b.open();
@@ -107,7 +113,11 @@ describe.each(testBackends())('identity resolution on $name', (b) => {
     expect(r.body.conflicts.map((c: any) => c.type)).toEqual(['email_conflict', 'group_conflict']);
     expect(r.body.conflicts[1].detail).toContain(`${ENTRA.gFin}, not-a-group`);
     expect(r.body.effective).toMatchObject({ email: 'bob@contoso.com', groups: [ENTRA.gEng], active: true });
-    expect(r.body.session).toMatchObject({ token_email: 'bob@evil.example', token_groups: [ENTRA.gEng, ENTRA.gFin, 'not-a-group'].sort(), conflicts: r.body.conflicts });
+    expect(r.body.session).toMatchObject({
+      token_email: 'bob@evil.example',
+      token_groups: [ENTRA.gEng, ENTRA.gFin, 'not-a-group'].sort(),
+      conflicts: r.body.conflicts,
+    });
     expect(await rowOf(A(ENTRA.bob))).toEqual(before);
   });
 
@@ -168,11 +178,22 @@ describe.each(testBackends())('identity resolution on $name', (b) => {
 
   it('property: any claims object answers 200 and never changes a directory column other than session', async () => {
     const truth = async () =>
-      (await rowsOf<{ d: string }>(store.db, sql`select md5(string_agg((to_jsonb(e) - 'session')::text, '|' order by employee_subject)) as d from directory_employees e`))[0]!.d;
+      (
+        await rowsOf<{ d: string }>(
+          store.db,
+          sql`select md5(string_agg((to_jsonb(e) - 'session')::text, '|' order by employee_subject)) as d from directory_employees e`,
+        )
+      )[0]!.d;
     const before = await truth();
     const saved = clock;
     clock = T0 - 86_400_000; // sessions written here must not outrank the later tests' newest-first checks
-    const claim = fc.oneof(fc.constantFrom(V2, OKTA_ISS, ENTRA_TID, ENTRA.alice, ENTRA.dave, OKTA.peggy.oktaId, ENTRA.gFin), fc.string(), fc.integer(), fc.array(fc.string(), { maxLength: 3 }), fc.constant(null));
+    const claim = fc.oneof(
+      fc.constantFrom(V2, OKTA_ISS, ENTRA_TID, ENTRA.alice, ENTRA.dave, OKTA.peggy.oktaId, ENTRA.gFin),
+      fc.string(),
+      fc.integer(),
+      fc.array(fc.string(), { maxLength: 3 }),
+      fc.constant(null),
+    );
     const claims = fc.dictionary(fc.constantFrom('iss', 'tid', 'oid', 'sub', 'email', 'groups', 'roles', 'preferred_username', 'status', 'active'), claim);
     const hints = fc.record({ idp: fc.constantFrom('idp_a', 'idp_b'), tenant: fc.constantFrom('contoso', 'initech', 'fabrikam') }, { requiredKeys: [] });
     await fc.assert(

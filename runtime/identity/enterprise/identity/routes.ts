@@ -176,7 +176,9 @@ export function identityRoutes(deps: IdentityRouteDeps): OpenAPIHono {
       request: {
         query: z.object({
           tenant: TenantId.optional().openapi({ param: { name: 'tenant', in: 'query' } }),
-          limit: Limit(100, 1000).optional().openapi({ param: { name: 'limit', in: 'query' } }),
+          limit: Limit(100, 1000)
+            .optional()
+            .openapi({ param: { name: 'limit', in: 'query' } }),
         }),
       },
       responses: { 200: json(z.array(SessionItem), 'Sessions'), ...invalid },
@@ -188,7 +190,15 @@ export function identityRoutes(deps: IdentityRouteDeps): OpenAPIHono {
       const out: z.infer<typeof SessionItem>[] = [];
       for (const t of tenants) {
         for (const e of await directoryRepo(db, t).listSessions(limit)) {
-          out.push({ employee_subject: e.employee_subject, display_name: e.display_name, tenant_id: e.tenant_id, status: e.status, email: e.email, department: e.department, session: e.session });
+          out.push({
+            employee_subject: e.employee_subject,
+            display_name: e.display_name,
+            tenant_id: e.tenant_id,
+            status: e.status,
+            email: e.email,
+            department: e.department,
+            session: e.session,
+          });
         }
       }
       const seen = (x: (typeof out)[number]) => String(x.session?.last_seen_at ?? '');
@@ -198,4 +208,3 @@ export function identityRoutes(deps: IdentityRouteDeps): OpenAPIHono {
   );
   return app;
 }
-

@@ -70,7 +70,10 @@ describe.each(testBackends())('api keys on $name', (b) => {
     expect(live.body.key).toMatchObject({ env: 'live', prefix: 'writ_live_', scopes: ['a', 'b'], tenantId: null });
 
     // At rest: salt + HMAC-SHA-256(pepper, salt || secret), never the plaintext or the secret.
-    const rows = await rowsOf<{ id: string; salt: string; hash: string; all: string }>(store.db, sql`select id, salt, hash, row_to_json(api_keys)::text as all from api_keys`);
+    const rows = await rowsOf<{ id: string; salt: string; hash: string; all: string }>(
+      store.db,
+      sql`select id, salt, hash, row_to_json(api_keys)::text as all from api_keys`,
+    );
     for (const row of rows) {
       const pt = plaintexts.find((p) => parseKey(p)!.id === row.id)!;
       expect(row.all).not.toContain(parseKey(pt)!.secret);

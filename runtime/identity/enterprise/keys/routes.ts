@@ -39,9 +39,7 @@ const CreateBody = z
     createdBy: Actor.optional(),
   })
   .openapi('ApiKeyCreate');
-const VerifyBody = z
-  .object({ key: z.string().min(1).max(512), scope: Scope.optional(), tenantId: TenantId.optional() })
-  .openapi('ApiKeyVerify');
+const VerifyBody = z.object({ key: z.string().min(1).max(512), scope: Scope.optional(), tenantId: TenantId.optional() }).openapi('ApiKeyVerify');
 const VerifyOut = z
   .object({
     valid: z.boolean(),
@@ -50,7 +48,13 @@ const VerifyOut = z
   })
   .openapi('ApiKeyVerifyResult');
 
-const IdParam = z.object({ key_id: z.string().min(1).max(64).openapi({ param: { name: 'key_id', in: 'path' } }) });
+const IdParam = z.object({
+  key_id: z
+    .string()
+    .min(1)
+    .max(64)
+    .openapi({ param: { name: 'key_id', in: 'path' } }),
+});
 const Guard = z.object({ tenant: TenantId.optional().openapi({ param: { name: 'tenant', in: 'query' } }) });
 
 export function keyRoutes(deps: KeyServiceDeps): OpenAPIHono {

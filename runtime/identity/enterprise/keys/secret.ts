@@ -27,7 +27,10 @@ export interface Minted {
 }
 
 export function hashSecret(pepper: Buffer, salt: string | Buffer, secret: string): Buffer {
-  return createHmac('sha256', pepper).update(typeof salt === 'string' ? Buffer.from(salt, 'base64url') : salt).update(secret).digest();
+  return createHmac('sha256', pepper)
+    .update(typeof salt === 'string' ? Buffer.from(salt, 'base64url') : salt)
+    .update(secret)
+    .digest();
 }
 
 export function mint(env: KeyEnv, pepper: Buffer): Minted {

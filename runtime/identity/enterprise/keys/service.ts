@@ -66,16 +66,29 @@ export function keysRepo(db: DbOrTx, tenantId: string | null) {
   const inTenant = tenantId === null ? isNull(K.tenantId) : eq(K.tenantId, tenantId);
   return {
     async get(id: string, lock = false): Promise<KeyRow | undefined> {
-      const q = db.select().from(K).where(and(inTenant, eq(K.id, id))).limit(1);
+      const q = db
+        .select()
+        .from(K)
+        .where(and(inTenant, eq(K.id, id)))
+        .limit(1);
       return (await (lock ? q.for('update') : q))[0];
     },
     list: (): Promise<KeyRow[]> => db.select().from(K).where(inTenant).orderBy(desc(K.seq)),
     async insert(row: Omit<typeof K.$inferInsert, 'tenantId' | 'seq'>): Promise<KeyRow> {
-      const r = await db.insert(K).values({ ...row, tenantId }).returning();
+      const r = await db
+        .insert(K)
+        .values({ ...row, tenantId })
+        .returning();
       return r[0]!;
     },
     async update(id: string, set: Partial<Pick<KeyRow, 'status' | 'revokedAt' | 'revokedBy' | 'rotatedAt'>>): Promise<KeyRow | undefined> {
-      return (await db.update(K).set(set).where(and(inTenant, eq(K.id, id))).returning())[0];
+      return (
+        await db
+          .update(K)
+          .set(set)
+          .where(and(inTenant, eq(K.id, id)))
+          .returning()
+      )[0];
     },
     /** Moves last_used_at forward, at most once per `minGapMs` (verification stays a read most of the time). */
     async touch(id: string, at: string, minGapMs: number): Promise<void> {
@@ -136,7 +149,13 @@ export function keyService(deps: KeyServiceDeps) {
   const cache = createKeyCache<Verifiable>(deps.changes);
   const verifiable = (row: KeyRow): Verifiable => {
     const rec = keyOut(row);
-    return { row, salt: Buffer.from(row.salt, 'base64url'), hash: Buffer.from(row.hash, 'base64url'), rec, usedAt: rec.lastUsedAt === null ? NaN : Date.parse(rec.lastUsedAt) };
+    return {
+      row,
+      salt: Buffer.from(row.salt, 'base64url'),
+      hash: Buffer.from(row.hash, 'base64url'),
+      rec,
+      usedAt: rec.lastUsedAt === null ? NaN : Date.parse(rec.lastUsedAt),
+    };
   };
   const readKey = async (id: string) => {
     const row = (await db.select().from(apiKeys).where(eq(apiKeys.id, id)).limit(1))[0];
@@ -147,7 +166,10 @@ export function keyService(deps: KeyServiceDeps) {
   const pepper = (): Promise<Buffer> =>
     (pepperP ??= (async () => {
       if (envPepper) return (pepperNow = envPepper);
-      await db.insert(apiKeyPepper).values({ id: 'pepper', pepper: randomBytes(32).toString('base64url') }).onConflictDoNothing();
+      await db
+        .insert(apiKeyPepper)
+        .values({ id: 'pepper', pepper: randomBytes(32).toString('base64url') })
+        .onConflictDoNothing();
       const row = (await db.select().from(apiKeyPepper).where(eq(apiKeyPepper.id, 'pepper')))[0];
       if (!row) throw new Error('api key pepper row missing');
       log.warn('IDP_API_KEY_PEPPER is unset: API-key hashes use a pepper stored in the database; set it in production');

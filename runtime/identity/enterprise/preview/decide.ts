@@ -54,7 +54,11 @@ export function denyAll(actions: readonly Action[], reason: string, note: string
 
 export function decide(actions: readonly Action[], f: PrincipalFacts, auditRoles: readonly string[]): Result[] {
   if (!f.active) {
-    return denyAll(actions, 'employee_inactive', `${f.subject} is inactive in the directory: an inactive employee holds no authority (the cascade suspends what they own and invalidates what they granted).`);
+    return denyAll(
+      actions,
+      'employee_inactive',
+      `${f.subject} is inactive in the directory: an inactive employee holds no authority (the cascade suspends what they own and invalidates what they granted).`,
+    );
   }
   const one = f.scenarioAgent;
   const count = (p: (a: AgentFact) => boolean) => f.agents.filter(p).length;
@@ -64,46 +68,93 @@ export function decide(actions: readonly Action[], f: PrincipalFacts, auditRoles
         if (one) {
           return one.isOwner
             ? r(action, true, 'agent_owner', `${f.subject} is the owner of ${one.name}.`)
-            : r(action, true, 'transfer_target_eligible', `${f.subject} is an active employee of the tenant, so ownership of ${one.name} could be transferred to them.`);
+            : r(
+                action,
+                true,
+                'transfer_target_eligible',
+                `${f.subject} is an active employee of the tenant, so ownership of ${one.name} could be transferred to them.`,
+              );
         }
         return r(action, true, 'active_employee', `An active employee of the tenant can own governed agents; owns ${count((a) => a.isOwner)} now.`);
       case 'sponsor':
         if (one) {
           const same = one.isOwner ? ' They also own it: owner and sponsor would be the same person.' : '';
-          return r(action, true, one.isSponsor ? 'current_sponsor' : 'active_employee', `${one.isSponsor ? 'Is' : 'Can be'} the business sponsor of ${one.name}.${same}`);
+          return r(
+            action,
+            true,
+            one.isSponsor ? 'current_sponsor' : 'active_employee',
+            `${one.isSponsor ? 'Is' : 'Can be'} the business sponsor of ${one.name}.${same}`,
+          );
         }
         return r(action, true, 'active_employee', `An active employee can be a business sponsor; sponsors ${count((a) => a.isSponsor)} agent(s) now.`);
       case 'approve': {
         if (one) {
-          if (!GRANTABLE.has(one.status)) return r(action, false, `agent_${one.status}`, `${one.name} is ${one.status}; only approved or active agents receive delegations.`);
+          if (!GRANTABLE.has(one.status))
+            return r(action, false, `agent_${one.status}`, `${one.name} is ${one.status}; only approved or active agents receive delegations.`);
           const b = bases(one);
           return b.length
             ? r(action, true, b[0]!, `Holds authority over ${one.name}: ${b.join(', ')}.`)
-            : r(action, false, 'no_authority_basis', `Not the owner of ${one.name}, not in its owning team, not in its owner's manager chain; could approve only where a delegation names a requiredGroup they belong to, or by break-glass.`);
+            : r(
+                action,
+                false,
+                'no_authority_basis',
+                `Not the owner of ${one.name}, not in its owning team, not in its owner's manager chain; could approve only where a delegation names a requiredGroup they belong to, or by break-glass.`,
+              );
         }
         const withBasis = f.agents.filter((a) => bases(a).length > 0);
         if (!withBasis.length) {
-          return r(action, false, 'no_authority_basis', 'Holds no standing authority over any governed agent of the tenant (owner, owning team, owner\'s manager chain); could approve only through a delegation\'s requiredGroup or break-glass.');
+          return r(
+            action,
+            false,
+            'no_authority_basis',
+            "Holds no standing authority over any governed agent of the tenant (owner, owning team, owner's manager chain); could approve only through a delegation's requiredGroup or break-glass.",
+          );
         }
         const kinds = [...new Set(withBasis.flatMap(bases))];
         const grantable = withBasis.filter((a) => GRANTABLE.has(a.status)).length;
-        return r(action, true, kinds[0]!, `Holds authority over ${withBasis.length} agent(s) (${kinds.join(', ')}); ${grantable} of them approved or active and able to receive delegations now.`);
+        return r(
+          action,
+          true,
+          kinds[0]!,
+          `Holds authority over ${withBasis.length} agent(s) (${kinds.join(', ')}); ${grantable} of them approved or active and able to receive delegations now.`,
+        );
       }
       case 'operate':
         if (one) {
           return GRANTABLE.has(one.status)
-            ? r(action, true, 'active_employee', `Can request delegations for ${one.name} (requester: an active employee of its tenant); each action still needs a grant.`)
+            ? r(
+                action,
+                true,
+                'active_employee',
+                `Can request delegations for ${one.name} (requester: an active employee of its tenant); each action still needs a grant.`,
+              )
             : r(action, false, `agent_${one.status}`, `${one.name} is ${one.status}; an agent operates only when approved or active.`);
         }
-        return r(action, true, 'active_employee', 'An active employee can be the requester an agent acts for; each action still needs a delegation granted by someone with authority.');
+        return r(
+          action,
+          true,
+          'active_employee',
+          'An active employee can be the requester an agent acts for; each action still needs a delegation granted by someone with authority.',
+        );
       case 'audit': {
         const wanted = new Set(auditRoles.map((x) => x.toLowerCase()));
         const role = [...f.roles, ...f.groups].find((x) => wanted.has(x.toLowerCase()));
         if (role) return r(action, true, 'audit_role', `Holds the directory role or group ${role}.`);
         const pool = one ? [one] : f.agents;
         const acc = pool.filter((a) => a.isOwner || a.inOwningTeam || a.isSponsor || a.managerLevel > 0).length;
-        if (acc) return r(action, true, 'accountable_party', `Accountable for ${acc} agent(s) (owner, owning team, sponsor or manager chain) and may review their audit trail.`);
-        return r(action, false, 'no_audit_basis', `Neither holds an audit role (${auditRoles.join(', ')}) nor is accountable for ${one ? one.name : 'any governed agent'}.`);
+        if (acc)
+          return r(
+            action,
+            true,
+            'accountable_party',
+            `Accountable for ${acc} agent(s) (owner, owning team, sponsor or manager chain) and may review their audit trail.`,
+          );
+        return r(
+          action,
+          false,
+          'no_audit_basis',
+          `Neither holds an audit role (${auditRoles.join(', ')}) nor is accountable for ${one ? one.name : 'any governed agent'}.`,
+        );
       }
     }
   });

@@ -49,7 +49,14 @@ describe.each(testBackends())('authority preview on $name', (b) => {
   it('owner by stable subject: all five eligible, with the response shape', async () => {
     const r = await preview({ subject: A(ENTRA.alice) });
     expect(r.status).toBe(200);
-    expect(r.body).toMatchObject({ mode: 'authority-preview', kind: 'eligibility', subject: A(ENTRA.alice), scenarioKnown: true, principalFound: true, lifecycleState: 'active' });
+    expect(r.body).toMatchObject({
+      mode: 'authority-preview',
+      kind: 'eligibility',
+      subject: A(ENTRA.alice),
+      scenarioKnown: true,
+      principalFound: true,
+      lifecycleState: 'active',
+    });
     expect(r.body.results.map((x: any) => x.action)).toEqual(['own', 'sponsor', 'approve', 'operate', 'audit']);
     const m = byAction(r.body);
     expect(m.own).toMatchObject({ eligible: true, reason: 'active_employee' });
@@ -62,7 +69,10 @@ describe.each(testBackends())('authority preview on $name', (b) => {
   });
 
   it('approve: owning-team member (by email) and manager chain (by employee id) allow; no basis denies', async () => {
-    expect(byAction((await preview({ subject: 'BOB@contoso.com', actions: ['approve'] })).body).approve).toMatchObject({ eligible: true, reason: 'owning_team_member' });
+    expect(byAction((await preview({ subject: 'BOB@contoso.com', actions: ['approve'] })).body).approve).toMatchObject({
+      eligible: true,
+      reason: 'owning_team_member',
+    });
     const erin = await preview({ subject: ENTRA.engMgr, actions: ['approve', 'audit'] });
     expect(erin.body.results).toHaveLength(2);
     expect(byAction(erin.body).approve).toMatchObject({ eligible: true, reason: 'owner_manager_chain' });

@@ -59,11 +59,19 @@ async function findPrincipal(db: Db, ref: string, tenant?: string): Promise<Look
     return e ? { kind: 'found', e } : { kind: 'none' };
   }
   const tenants = tenant !== undefined ? [tenant] : await directoryTenants(db);
-  const kinds: SQL[] = [eq(employees.externalId, ref), eq(sql`lower(${employees.email})`, ref.toLowerCase()), eq(sql`lower(${employees.displayName})`, ref.toLowerCase())];
+  const kinds: SQL[] = [
+    eq(employees.externalId, ref),
+    eq(sql`lower(${employees.email})`, ref.toLowerCase()),
+    eq(sql`lower(${employees.displayName})`, ref.toLowerCase()),
+  ];
   for (const where of kinds) {
     const hits: EmployeeRecord[] = [];
     for (const t of tenants) {
-      const rows = await db.select().from(employees).where(and(eq(employees.tenantId, t), where)).limit(10);
+      const rows = await db
+        .select()
+        .from(employees)
+        .where(and(eq(employees.tenantId, t), where))
+        .limit(10);
       hits.push(...rows.map(employeeOut));
     }
     if (hits.length === 1) return { kind: 'found', e: hits[0]! };
@@ -133,14 +141,23 @@ export function previewRoutes(deps: PreviewRouteDeps): OpenAPIHono {
             scenarioKnown: b.scenario === undefined,
             principalFound: false,
             candidates: found.candidates,
-            results: denyAll(actions, 'principal_ambiguous', `${JSON.stringify(b.subject)} matches ${found.candidates.length} employees; name one by stable subject.`),
+            results: denyAll(
+              actions,
+              'principal_ambiguous',
+              `${JSON.stringify(b.subject)} matches ${found.candidates.length} employees; name one by stable subject.`,
+            ),
           },
           200,
         );
       }
       if (found.kind === 'none') {
         return c.json(
-          { ...base, scenarioKnown: b.scenario === undefined, principalFound: false, results: denyAll(actions, 'principal_not_found', `No directory employee matches ${JSON.stringify(b.subject)}.`) },
+          {
+            ...base,
+            scenarioKnown: b.scenario === undefined,
+            principalFound: false,
+            results: denyAll(actions, 'principal_not_found', `No directory employee matches ${JSON.stringify(b.subject)}.`),
+          },
           200,
         );
       }
@@ -153,12 +170,24 @@ export function previewRoutes(deps: PreviewRouteDeps): OpenAPIHono {
         scenarioAgent = name !== undefined ? agents.find((a) => a.name === name) : undefined;
         if (!scenarioAgent) {
           return c.json(
-            { ...who, scenarioKnown: false, results: denyAll(actions, 'scenario_unknown', `Scenario ${JSON.stringify(b.scenario)} is not known (supported: agent:<governed agent name> of ${e.tenant_id}, not retired).`) },
+            {
+              ...who,
+              scenarioKnown: false,
+              results: denyAll(
+                actions,
+                'scenario_unknown',
+                `Scenario ${JSON.stringify(b.scenario)} is not known (supported: agent:<governed agent name> of ${e.tenant_id}, not retired).`,
+              ),
+            },
             200,
           );
         }
       }
-      const results = decide(actions, { subject: e.employee_subject, active: e.status === 'active', roles: e.roles, groups: e.groups, agents, scenarioAgent }, auditRoles);
+      const results = decide(
+        actions,
+        { subject: e.employee_subject, active: e.status === 'active', roles: e.roles, groups: e.groups, agents, scenarioAgent },
+        auditRoles,
+      );
       return c.json({ ...who, scenarioKnown: true, results }, 200);
     },
   );
