@@ -9,7 +9,11 @@
  * Prints req/s, p50 and p99 latency for each target and the ratio of /authz to the bare server,
  * twice: with the audit chain in memory (the decision path: decide, hash-chain, metrics) and with
  * the chain also shipped to the in-process PGlite store (the default composition).
+ *
+ * Production runs built JavaScript: the servers load it from dist/ when `npm run build` made it
+ * (BENCH_SOURCE=1 runs the TypeScript under tsx, as `npm run bench:compare` does for both trees).
  */
+import { existsSync } from 'node:fs';
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
@@ -27,11 +31,15 @@ interface Ports {
   decisionMem: number;
 }
 
+const DIST = fileURLToPath(new URL('../dist/runtime/', import.meta.url));
+const BUILT = !process.env.BENCH_SOURCE && existsSync(`${DIST}control-plane/server.js`);
+const from = (m: string) => (BUILT ? `${DIST}${m}.js` : `../runtime/${m}.js`);
+
 async function serve(): Promise<void> {
-  const { openStore } = await import('../runtime/store/factory.js');
-  const { startControlPlane } = await import('../runtime/control-plane/server.js');
-  const { listen } = await import('../runtime/lib/http.js');
-  const { setLogLevel } = await import('../runtime/lib/log.js');
+  const { openStore } = (await import(from('store/factory'))) as typeof import('../runtime/store/factory.js');
+  const { startControlPlane } = (await import(from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
+  const { listen } = (await import(from('lib/http'))) as typeof import('../runtime/lib/http.js');
+  const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
   setLogLevel('warn');
   const bare = bareServer();
   const barePort = await listen(bare, '127.0.0.1:0');
@@ -95,7 +103,9 @@ async function drive(): Promise<void> {
     ];
     const line = (r: typeof base) =>
       `${r.name.padEnd(26)} ${r.rps.toFixed(0).padStart(7)} req/s  p50 ${String(r.p50).padStart(4)} ms  p99 ${String(r.p99).padStart(4)} ms  ratio ${(r.rps / base.rps).toFixed(2)}x`;
-    console.log(`authz bench: ${CONNECTIONS} connections, ${SECONDS} s each after ${WARMUP} s warm-up (target >= 0.60x of bare)`);
+    console.log(
+      `authz bench: ${CONNECTIONS} connections, ${SECONDS} s each after ${WARMUP} s warm-up, ${BUILT ? 'built JavaScript (dist/)' : 'TypeScript under tsx'} (target >= 0.60x of bare)`,
+    );
     for (const r of results) console.log(line(r));
   } finally {
     child.send('stop');
