@@ -75,12 +75,14 @@ describe.each(testBackends())('egress gateway on $name', (b) => {
     await run.cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: [] });
     const mgmt = `http://127.0.0.1:${run.cp.mgmtPort}`;
     const res = curl(['-x', `http://127.0.0.1:${run.gateway.port}`, '--proxy-header', 'Proxy-Authorization: Bearer vp-bot', `http://127.0.0.1:${upPort}/x`]);
+    // Held: the proxy counts the hold, then the queue stores its request; wait for both.
     const until = Date.now() + 10_000;
-    while (run.gateway.proxy!.stats().held === 0) {
+    let pending: { id: string } | undefined;
+    while (run.gateway.proxy!.stats().held === 0 || !pending) {
       if (Date.now() > until) throw new Error('request never held');
       await new Promise((r) => setTimeout(r, 20));
+      [pending] = (await (await fetch(`${mgmt}/v1/egress/requests?status=pending`)).json()) as { id: string }[];
     }
-    const [pending] = (await (await fetch(`${mgmt}/v1/egress/requests?status=pending`)).json()) as { id: string }[];
     await run.close();
     const r = await res;
     expect(r.status).toBe(403);
