@@ -31,7 +31,8 @@ interface Ports {
   decisionMem: number;
 }
 
-const DIST = fileURLToPath(new URL('../dist/runtime/', import.meta.url));
+/** BENCH_DIST: another build's dist/runtime/ (e.g. the previous commit's, for a built-against-built comparison). */
+const DIST = process.env.BENCH_DIST ?? fileURLToPath(new URL('../dist/runtime/', import.meta.url));
 const BUILT = !process.env.BENCH_SOURCE && existsSync(`${DIST}control-plane/server.js`);
 const from = (m: string) => (BUILT ? `${DIST}${m}.js` : `../runtime/${m}.js`);
 

@@ -36,8 +36,8 @@ export function mgmtOnError(err: Error, c: Context): Response {
   if (err instanceof HTTPException && err.status < 500) {
     if (c.req.path === USAGE_PATH) return c.json(INVALID_BODY, 400);
     if (err.status === 413) return c.json({ error: `body too large: limit ${MGMT_BODY_LIMIT} bytes` }, 413, { connection: 'close' });
-    const malformed = /malformed json|json/i.test(err.message) || err.status === 400;
-    return c.json({ error: malformed ? `malformed JSON body: ${err.message}` : err.message }, err.status);
+    // A 400 from the JSON validator is a body that does not parse.
+    return c.json({ error: err.status === 400 ? `malformed JSON body: ${err.message}` : err.message }, err.status);
   }
   log.error('unhandled error', { err: errMsg(err), path: c.req.path });
   return c.json({ error: 'internal error' }, 500);

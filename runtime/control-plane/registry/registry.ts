@@ -17,7 +17,7 @@
  * one every 30 s as a fallback.
  */
 import { createHash } from 'node:crypto';
-import { eq, inArray, or, sql } from 'drizzle-orm';
+import { eq, inArray, sql } from 'drizzle-orm';
 import { BRAND } from '../../lib/brand.js';
 import { errMsg, logger } from '../../lib/log.js';
 import { rowsOf, type Store } from '../../store/factory.js';
@@ -230,14 +230,13 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
   const timer = resyncMs > 0 ? setInterval(() => enqueue(reload), resyncMs).unref() : undefined;
 
   /**
-   * The write transaction: lock the version row, read the rows `names` (and, with `owner`, every
-   * row that owner holds), re-plan against them as they stand, then write, notify and audit.
-   * Returns the plan that was written (maybe a no-op) and the new entries.
+   * The write transaction: lock the version row, read the rows `names`, re-plan against them as
+   * they stand, then write (as `owner`), notify and audit. Returns the plan that was written
+   * (maybe a no-op) and the new entries.
    */
   async function write(
     names: string[],
-    scanOwner: string | undefined,
-    replan: (cur: ReadonlyMap<string, CurrentEntry>, owned: string[]) => ApplyPlan,
+    replan: (cur: ReadonlyMap<string, CurrentEntry>) => ApplyPlan,
     owner: string,
     by: string,
   ): Promise<{ plan: ApplyPlan; version: number; written: Map<string, RegistryEntry> }> {
@@ -245,21 +244,15 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
     return store.db.transaction(async (tx) => {
       const [st] = await tx.select({ version: registryState.version }).from(registryState).where(eq(registryState.id, 1)).for('update');
       const base = Number(st?.version ?? 0);
-      const touched = names.length ? inArray(registryServices.name, names) : undefined;
-      const ownedCond = scanOwner !== undefined ? eq(registryServices.managedBy, scanOwner) : undefined;
-      const cond = touched && ownedCond ? or(touched, ownedCond) : (touched ?? ownedCond);
-      const rows = cond
+      const rows = names.length
         ? await tx
             .select({ name: registryServices.name, doc: registryServices.doc, owner: registryServices.managedBy, registeredAt: registryServices.registeredAt })
             .from(registryServices)
-            .where(cond)
+            .where(inArray(registryServices.name, names))
         : [];
       const cur = new Map<string, CurrentEntry & { registeredAt: string }>();
       for (const r of rows) cur.set(r.name, { svc: r.doc, owner: r.owner, key: contentKey(r.doc), registeredAt: r.doc.registeredAt ?? r.registeredAt });
-      const plan = replan(
-        cur,
-        rows.filter((r) => r.owner === owner).map((r) => r.name),
-      );
+      const plan = replan(cur);
       if (isNoop(plan)) return { plan, version: base, written: new Map<string, RegistryEntry>() };
 
       const version = base + 1;
@@ -381,7 +374,6 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
         const w = await committed(by, () =>
           write(
             names,
-            undefined,
             (cur) =>
               planApply(
                 changing,
@@ -408,7 +400,7 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
       const svc = parseService(input);
       const by = o.by ?? 'api';
       return serial(async () => {
-        const w = await committed(by, () => write([svc.name], undefined, (cur) => planApply([svc], 'api', (n) => cur.get(n), [], { prune: false }), 'api', by));
+        const w = await committed(by, () => write([svc.name], (cur) => planApply([svc], 'api', (n) => cur.get(n), [], { prune: false }), 'api', by));
         const conflict = w.plan.conflicts[0];
         if (conflict) throw new RegistryConflictError(svc.name, conflict.owner);
         if (isNoop(w.plan)) {
@@ -428,7 +420,6 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
         const w = await committed(by, () =>
           write(
             [name],
-            undefined,
             (cur) => {
               const plan = planApply([], o.owner, () => undefined, [], { prune: false });
               const e = cur.get(name);
