@@ -4,7 +4,7 @@
  * VPs are checked with the identity authority's own verifier; start-up refusals run the real
  * entry point as a child process.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -18,6 +18,7 @@ import { H, VP_AUDIENCE } from '../runtime/lib/brand.js';
 import { close, listen } from '../runtime/lib/http.js';
 import { checkPresentation, type IssuerKey } from '../runtime/identity/vc.js';
 import { makeAgent, makeIssuer } from '../runtime/identity/testkit.js';
+import { selfSignedCert } from '../runtime/control-plane/proxy/testkit.js';
 import { IDENTITY_FILE_VAR, VP_TTL_SECONDS, isLoopback, startSidecar, type RunningSidecar } from './server.js';
 
 interface ProxyHit {
@@ -63,6 +64,7 @@ describe('sidecar', () => {
   let base: string;
   let proxyUrl: string;
   let cert: string;
+  let tlsDir: string | undefined;
   const proxied: ProxyHit[] = [];
   const tunnels = new Set<net.Socket>();
   const hits: TargetHit[] = [];
@@ -110,31 +112,10 @@ describe('sidecar', () => {
     agentDid = agent.did;
     idFile = join(dir, 'identity.json');
     writeFileSync(idFile, JSON.stringify(agent));
-    execFileSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:prime256v1',
-        '-nodes',
-        '-days',
-        '1',
-        '-subj',
-        '/CN=localhost',
-        '-addext',
-        'subjectAltName=DNS:localhost,IP:127.0.0.1',
-        '-keyout',
-        join(dir, 'key.pem'),
-        '-out',
-        join(dir, 'cert.pem'),
-      ],
-      { stdio: 'ignore' },
-    );
-    cert = (await import('node:fs')).readFileSync(join(dir, 'cert.pem'), 'utf8');
-    const key = (await import('node:fs')).readFileSync(join(dir, 'key.pem'), 'utf8');
+    const tlsPair = selfSignedCert();
+    tlsDir = tlsPair.dir;
+    cert = tlsPair.cert;
+    const key = tlsPair.key;
 
     target = http.createServer(targetHandler);
     const targetPort = await listen(target, '127.0.0.1:0');
@@ -197,6 +178,7 @@ describe('sidecar', () => {
     for (const t of tunnels) t.destroy();
     for (const s of [proxy, target, tlsTarget]) if (s) await close(s);
     if (dir) rmSync(dir, { recursive: true, force: true });
+    if (tlsDir) rmSync(tlsDir, { recursive: true, force: true });
   });
 
   const verify = (vp: string) =>
