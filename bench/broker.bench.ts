@@ -18,6 +18,7 @@ import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { H } from '../runtime/lib/brand.js';
+import { codeUnderTest } from './lib.js';
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 3000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -44,12 +45,14 @@ const STREAM =
   `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [], usage: { prompt_tokens: 12, completion_tokens: 6, total_tokens: 18 } })}\n\ndata: [DONE]\n\n`;
 
 async function serve(): Promise<void> {
-  const { openStore } = await import('../runtime/store/factory.js');
-  const { startControlPlane } = await import('../runtime/control-plane/server.js');
-  const { startBroker } = await import('../runtime/broker/server.js');
-  const { parseConfig } = await import('../runtime/broker/config.js');
-  const { listen } = await import('../runtime/lib/http.js');
-  const { setLogLevel } = await import('../runtime/lib/log.js');
+  // The code under test as production runs it: this tree's build when there is one (bench/lib.ts).
+  const { from } = codeUnderTest();
+  const { openStore } = (await import(from('store/factory'))) as typeof import('../runtime/store/factory.js');
+  const { startControlPlane } = (await import(from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
+  const { startBroker } = (await import(from('broker/server'))) as typeof import('../runtime/broker/server.js');
+  const { parseConfig } = (await import(from('broker/config'))) as typeof import('../runtime/broker/config.js');
+  const { listen } = (await import(from('lib/http'))) as typeof import('../runtime/lib/http.js');
+  const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
   setLogLevel('warn');
   const upstream = http.createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
     let body = '';
@@ -159,7 +162,7 @@ async function drive(durable: boolean): Promise<void> {
   try {
     const f = (n: number) => `${n.toFixed(3)} ms`;
     console.log(
-      `broker bench, control plane audit ${durable ? 'shipped to its in-process PGlite (all-in-one)' : 'in memory (decision path only)'}: one request at a time, ${ROUNDS} interleaved rounds, ${REQUESTS} requests per target per mode (target: p50 overhead <= 1 ms)`,
+      `broker bench, control plane audit ${durable ? 'shipped to its in-process PGlite (all-in-one)' : 'in memory (decision path only)'}: one request at a time, ${ROUNDS} interleaved rounds, ${REQUESTS} requests per target per mode (target: p50 overhead <= 1 ms); ${codeUnderTest().label}`,
     );
     for (const stream of [false, true]) {
       const m = await measure(stream);

@@ -2,6 +2,7 @@
  * Pieces the HTTP benchmarks share: the bare node:http baseline server and the autocannon
  * loader with the part of its result the benches read.
  */
+import { existsSync } from 'node:fs';
 import http from 'node:http';
 
 export interface AutocannonResult {
@@ -32,4 +33,21 @@ export function bareServer(): http.Server {
     if (req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined) answer();
     else req.on('end', answer);
   });
+}
+
+/**
+ * Where a bench loads the code it measures. Production runs built JavaScript, so by default the
+ * servers load this tree's `dist/runtime/` when `npm run build` made it; `BENCH_DIST=<dir>` loads
+ * another build's `dist/runtime/` (`npm run bench:compare` sets it to each tree's build in turn);
+ * `BENCH_SOURCE=1` (or no build) loads the TypeScript under tsx.
+ */
+export function codeUnderTest(dist = process.env.BENCH_DIST): { built: boolean; label: string; from: (module: string) => string } {
+  const own = new URL('../dist/runtime/', import.meta.url).pathname;
+  const dir = dist ? `${dist.replace(/\/$/, '')}/` : own;
+  const built = !process.env.BENCH_SOURCE && existsSync(`${dir}control-plane/server.js`);
+  return {
+    built,
+    label: built ? `built JavaScript (${dir === own ? 'dist/' : dir})` : 'TypeScript under tsx',
+    from: (m) => (built ? `${dir}${m}.js` : `../runtime/${m}.js`),
+  };
 }

@@ -32,7 +32,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
-import { loadAutocannon } from './lib.js';
+import { codeUnderTest, loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
@@ -45,6 +45,14 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const ONLY = process.env.BENCH_ONLY;
 const BODY = Buffer.alloc(256, 'w');
 const self = fileURLToPath(import.meta.url);
+/**
+ * The Writ process runs the code `codeUnderTest` names (this tree's dist/ when built, BENCH_DIST,
+ * or the source under tsx). BENCH_BASE_DIST=<another build's dist/runtime/> adds that build as a
+ * third contender to the plain-HTTP rows, interleaved with this one and squid in the same rounds
+ * (finer than `npm run bench:compare`, which alternates whole bench runs).
+ */
+const code = codeUnderTest();
+const BASE_DIST = process.env.BENCH_BASE_DIST || undefined;
 
 interface UpstreamPorts {
   http: number;
@@ -74,12 +82,15 @@ async function serveWrit(): Promise<void> {
   // memory: audit chain in memory; durable: shipped to the store (in-memory PGlite); postgres:
   // shipped to PostgreSQL (BENCH_DATABASE_URL or TEST_DATABASE_URL, a schema of its own, dropped after).
   const mode = process.argv[4] ?? 'memory';
+  // The build this process runs: a base build to compare with (argv[5]), or the code under test.
+  const { from } = process.argv[5] ? codeUnderTest(process.argv[5]) : code;
   const durable = mode !== 'memory';
   const pgSchema = `bench_proxy_${process.pid}`;
-  const { openStore } = await import('../runtime/store/factory.js');
-  const { setLogLevel } = await import('../runtime/lib/log.js');
-  const { startIdentityAuthority } = await import('../runtime/identity/server.js');
-  const { startControlPlaneWithEgress } = await import('../runtime/control-plane/egress-gateway.js');
+  const { openStore, rowsOf } = (await import(from('store/factory'))) as typeof import('../runtime/store/factory.js');
+  const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
+  const { startIdentityAuthority } = (await import(from('identity/server'))) as typeof import('../runtime/identity/server.js');
+  const { startControlPlaneWithEgress } = (await import(from('control-plane/egress-gateway'))) as typeof import('../runtime/control-plane/egress-gateway.js');
+  // A test helper (not built): it drives the authority through its app, whichever build that is.
   const { provisionAgent } = await import('../runtime/control-plane/proxy/testkit.js');
   setLogLevel('warn');
   const store =
@@ -109,7 +120,6 @@ async function serveWrit(): Promise<void> {
     await idp.close();
     if (mode === 'postgres') {
       const { sql } = await import('drizzle-orm');
-      const { rowsOf } = await import('../runtime/store/factory.js');
       await rowsOf(store.db, sql.raw(`drop schema if exists ${pgSchema} cascade`)).catch(() => {});
     }
     await store.close();
@@ -264,25 +274,22 @@ const median = (xs: number[]): number => {
 };
 
 /**
- * Plain HTTP, squid and Writ interleaved: ROUNDS rounds of SECONDS each, the order alternating
- * (squid first, then Writ first, ...), so load from other processes on the machine and drift hit
- * both alike. The ratio is the median of the per-round ratios; req/s are the medians.
+ * Plain HTTP, squid and Writ (and a base build of Writ, when given) interleaved: ROUNDS rounds of
+ * SECONDS each, the order rotating every round, so load from other processes on the machine and
+ * drift hit all alike. Ratios are medians of the per-round ratios; req/s are the medians.
  */
 async function plainHttp(
   squid: (s: number) => Promise<PlainRun>,
   writ: (s: number) => Promise<PlainRun>,
-): Promise<{ squid: PlainRun; writ: PlainRun; ratio: number; ratios: number[] }> {
-  await squid(WARMUP);
-  await writ(WARMUP);
-  const sr: PlainRun[] = [];
-  const wr: PlainRun[] = [];
+  base?: (s: number) => Promise<PlainRun>,
+): Promise<Contest> {
+  const loads = base ? [squid, writ, base] : [squid, writ];
+  for (const load of loads) await load(WARMUP);
+  const runs: PlainRun[][] = loads.map(() => []);
   for (let i = 0; i < ROUNDS; i++) {
-    if (i % 2 === 0) {
-      sr.push(await squid(SECONDS));
-      wr.push(await writ(SECONDS));
-    } else {
-      wr.push(await writ(SECONDS));
-      sr.push(await squid(SECONDS));
+    for (let k = 0; k < loads.length; k++) {
+      const j = (k + i) % loads.length;
+      runs[j]!.push(await loads[j]!(SECONDS));
     }
   }
   const pick = (rs: PlainRun[]): PlainRun => ({
@@ -291,8 +298,23 @@ async function plainHttp(
     p99: median(rs.map((r) => r.p99)),
     cpuUs: median(rs.map((r) => r.cpuUs)),
   });
+  const [sr, wr, br] = runs as [PlainRun[], PlainRun[], PlainRun[] | undefined];
   const ratios = sr.map((r, i) => wr[i]!.rps / r.rps);
-  return { squid: pick(sr), writ: pick(wr), ratio: median(ratios), ratios };
+  const out: Contest = { squid: pick(sr), writ: pick(wr), ratio: median(ratios), ratios };
+  if (br) {
+    const baseRatios = sr.map((r, i) => br[i]!.rps / r.rps);
+    out.base = { run: pick(br), ratio: median(baseRatios), ratios: baseRatios, thisVsBase: median(wr.map((r, i) => r.rps / br[i]!.rps)) };
+  }
+  return out;
+}
+
+interface Contest {
+  squid: PlainRun;
+  writ: PlainRun;
+  ratio: number;
+  ratios: number[];
+  /** The base build's figures (BENCH_BASE_DIST), and this build's req/s over the base's per round. */
+  base?: { run: PlainRun; ratio: number; ratios: number[]; thisVsBase: number };
 }
 
 /** ROUNDS runs of each, the order alternating; per-round ratios and their median. */
@@ -406,6 +428,14 @@ async function tunnelSetup(proxyPort: number, target: string, auth: string | und
   return { rps: count.n / ((Date.now() - t0) / 1000) };
 }
 
+type WritChild = Awaited<ReturnType<typeof child<{ port: number; vp: string; identity: unknown }>>>;
+
+/** One Writ process per build compared: this one and, with BENCH_BASE_DIST, the base. */
+interface Pair {
+  this: WritChild;
+  base?: WritChild;
+}
+
 async function drive(): Promise<void> {
   const squid = await startSquid().catch((e: unknown) => {
     console.log(`proxy bench: squid failed to start (${String(e)}); skipping`);
@@ -417,98 +447,77 @@ async function drive(): Promise<void> {
   }
   if (squid === null) return;
   const upstream = await child<UpstreamPorts>(['--upstream']);
-  const writ = await child<{ port: number; vp: string; identity: unknown }>(['--writ', JSON.stringify(upstream.msg), 'memory']);
-  const auth = `Bearer ${writ.msg.vp}`;
-  let durable: Awaited<ReturnType<typeof child<{ port: number; vp: string; identity: unknown }>>> | undefined;
-  try {
-    const up = upstream.msg;
-    const rows: { name: string; squid: number; writ: number; target: number; ratio?: number; extra?: string }[] = [];
-    const squidLoad = plainHttpLoad(squid.port, up.http, {}, squid.pid);
-    const plain = await plainHttp(squidLoad, plainHttpLoad(writ.msg.port, up.http, { 'proxy-authorization': auth }, writ.proc.pid));
-    rows.push({
-      name: 'plain HTTP req/s',
-      squid: plain.squid.rps,
-      writ: plain.writ.rps,
-      ratio: plain.ratio,
-      target: 1.0,
-      extra: `${roundsNote(plain.ratios)}; p99 squid ${plain.squid.p99} ms, writ ${plain.writ.p99} ms; ${cpuNote(plain)}`,
-    });
-    // Fresh VP per request (the sidecar's way): pre-minted, each used once while the pool lasts.
-    const { presentationFor } = await import('../runtime/identity/client.js');
-    const pool = async (identity: unknown) => {
-      const n = Math.ceil(SECONDS * (ROUNDS + 1) * 1500);
-      const out: string[] = [];
-      for (let i = 0; i < n; i++) out.push(await presentationFor(identity as never, { ttlSeconds: 3600 }));
-      return out;
-    };
-    if (ONLY !== 'plain') {
-      const fresh = await plainHttp(squidLoad, plainHttpLoad(writ.msg.port, up.http, {}, writ.proc.pid, await pool(writ.msg.identity)));
-      rows.push({
-        name: 'plain, fresh VP',
-        squid: fresh.squid.rps,
-        writ: fresh.writ.rps,
-        ratio: fresh.ratio,
-        target: 0.5,
-        extra: `${roundsNote(fresh.ratios)}; p99 writ ${fresh.writ.p99} ms; ${cpuNote(fresh)}`,
-      });
+  const up = upstream.msg;
+  const start = async (mode: string): Promise<Pair> => ({
+    this: await child(['--writ', JSON.stringify(up), mode]),
+    base: BASE_DIST ? await child(['--writ', JSON.stringify(up), mode, BASE_DIST]) : undefined,
+  });
+  const stopPair = async (p: Pair | undefined) => {
+    if (p) await Promise.all([stop(p.this.proc), p.base && stop(p.base.proc)]);
+  };
+  const rows: { name: string; squid: number; writ: number; target: number; ratio?: number; extra?: string }[] = [];
+  const squidLoad = plainHttpLoad(squid.port, up.http, {}, squid.pid);
+  // Fresh VP per request (the sidecar's way): pre-minted, each used once while the pool lasts.
+  const { presentationFor } = await import('../runtime/identity/client.js');
+  const pool = async (identity: unknown) => {
+    const n = Math.ceil(SECONDS * (ROUNDS + 1) * 1500);
+    const out: string[] = [];
+    for (let i = 0; i < n; i++) out.push(await presentationFor(identity as never, { ttlSeconds: 3600 }));
+    return out;
+  };
+  const cached = (w: WritChild) => plainHttpLoad(w.msg.port, up.http, { 'proxy-authorization': `Bearer ${w.msg.vp}` }, w.proc.pid);
+  const fresh = async (w: WritChild) => plainHttpLoad(w.msg.port, up.http, {}, w.proc.pid, await pool(w.msg.identity));
+  /** A plain-HTTP row (and its base row): squid, this build and the base interleaved. */
+  const contest = async (
+    name: string,
+    target: number,
+    pair: Pair,
+    load: (w: WritChild) => Promise<(s: number) => Promise<PlainRun>> | ((s: number) => Promise<PlainRun>),
+  ) => {
+    const c = await plainHttp(squidLoad, await load(pair.this), pair.base && (await load(pair.base)));
+    const extra = `${roundsNote(c.ratios)}; p99 squid ${c.squid.p99} ms, writ ${c.writ.p99} ms; ${cpuNote(c)}`;
+    rows.push({ name, squid: c.squid.rps, writ: c.writ.rps, ratio: c.ratio, target, extra });
+    if (c.base) {
+      const b = c.base;
+      const cpu = `CPU/request base ${b.run.cpuUs.toFixed(0)} us vs this ${c.writ.cpuUs.toFixed(0)} us`;
+      const extraB = `${roundsNote(b.ratios)}; this/base ${b.thisVsBase.toFixed(2)}x req/s; ${cpu}`;
+      rows.push({ name: `  base build`, squid: c.squid.rps, writ: b.run.rps, ratio: b.ratio, target: 0, extra: extraB });
     }
+  };
+  let pair: Pair | undefined = await start('memory');
+  try {
+    await contest('plain HTTP req/s', 1.0, pair, cached);
     if (ONLY !== 'plain') {
+      await contest('plain, fresh VP', 0.5, pair, fresh);
+      const w = pair.this;
+      const auth = `Bearer ${w.msg.vp}`;
       const conn = await interleaved(
         () => connectRequests(squid.port, up, undefined),
-        () => connectRequests(writ.msg.port, up, auth),
+        () => connectRequests(w.msg.port, up, auth),
       );
       rows.push({ name: 'CONNECT TLS req/s', squid: conn.squid, writ: conn.writ, ratio: conn.ratio, target: 0.8, extra: roundsNote(conn.ratios) });
       const setup = await interleaved(
         () => tunnelSetup(squid.port, `127.0.0.1:${up.tls}`, undefined),
-        () => tunnelSetup(writ.msg.port, `127.0.0.1:${up.tls}`, auth),
+        () => tunnelSetup(w.msg.port, `127.0.0.1:${up.tls}`, auth),
       );
       rows.push({ name: 'tunnel setups/s', squid: setup.squid, writ: setup.writ, ratio: setup.ratio, target: 0, extra: roundsNote(setup.ratios) });
-      // The default composition ships every audit record to the store; with in-process PGlite
-      // (WASM, same event loop) that shipping is the dominant cost, so it is shown separately.
-      await stop(writ.proc);
-      durable = await child<{ port: number; vp: string; identity: unknown }>(['--writ', JSON.stringify(upstream.msg), 'durable']);
-      const dPlain = await plainHttp(
-        squidLoad,
-        plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }, durable.proc.pid),
-      );
-      rows.push({
-        name: 'plain, audit->PGlite',
-        squid: dPlain.squid.rps,
-        writ: dPlain.writ.rps,
-        ratio: dPlain.ratio,
-        target: 0,
-        extra: `${roundsNote(dPlain.ratios)}; ${cpuNote(dPlain)}`,
-      });
-      // What npm start runs for a sidecar's traffic: a fresh VP per request and durable audit.
-      const dFresh = await plainHttp(squidLoad, plainHttpLoad(durable.msg.port, up.http, {}, durable.proc.pid, await pool(durable.msg.identity)));
-      rows.push({
-        name: 'fresh VP, audit->PGlite',
-        squid: dFresh.squid.rps,
-        writ: dFresh.writ.rps,
-        ratio: dFresh.ratio,
-        target: 0,
-        extra: `${roundsNote(dFresh.ratios)}; ${cpuNote(dFresh)}`,
-      });
-      await stop(durable.proc);
+      // The default composition ships every audit record to the store (in-process PGlite for
+      // npm start): shown separately, and with a fresh VP per request as a sidecar sends.
+      await stopPair(pair);
+      pair = await start('durable');
+      await contest('plain, audit->PGlite', 0, pair, cached);
+      await contest('fresh VP, audit->PGlite', 0, pair, fresh);
       if (PG_URL) {
         // Production's sink: the audit chain shipped to PostgreSQL (another process).
-        durable = await child<{ port: number; vp: string; identity: unknown }>(['--writ', JSON.stringify(upstream.msg), 'postgres']);
-        const pPlain = await plainHttp(
-          squidLoad,
-          plainHttpLoad(durable.msg.port, up.http, { 'proxy-authorization': `Bearer ${durable.msg.vp}` }, durable.proc.pid),
-        );
-        rows.push({
-          name: 'plain, audit->PG',
-          squid: pPlain.squid.rps,
-          writ: pPlain.writ.rps,
-          ratio: pPlain.ratio,
-          target: 0,
-          extra: `${roundsNote(pPlain.ratios)}; ${cpuNote(pPlain)}`,
-        });
+        await stopPair(pair);
+        pair = await start('postgres');
+        await contest('plain, audit->PG', 0, pair, cached);
       }
     }
     console.log(
-      `proxy bench: ${CONNECTIONS} connections, ${SECONDS} s per run after ${WARMUP} s warm-up; writ runs the full decision on every request and tunnel ` +
+      `proxy bench: ${CONNECTIONS} connections, ${SECONDS} s per run after ${WARMUP} s warm-up, ${code.label}` +
+        (BASE_DIST ? `, base build ${BASE_DIST} interleaved` : '') +
+        '; writ runs the full decision on every request and tunnel ' +
         '(VP verify through the HTTP identity client and its VP cache, registry, egressAllow, budget, hash-chained audit, metrics); audit in memory unless noted' +
         (PG_URL ? '' : '; set TEST_DATABASE_URL for the audit->PostgreSQL row'),
     );
@@ -516,12 +525,11 @@ async function drive(): Promise<void> {
       const ratio = r.ratio ?? r.writ / r.squid;
       const verdict = r.target ? (ratio >= r.target ? `target >= ${r.target.toFixed(1)}x met` : `target >= ${r.target.toFixed(1)}x MISSED`) : 'no target';
       console.log(
-        `${r.name.padEnd(20)} squid ${r.squid.toFixed(0).padStart(7)}  writ ${r.writ.toFixed(0).padStart(7)}  ratio ${ratio.toFixed(2)}x  (${verdict})${r.extra ? `  ${r.extra}` : ''}`,
+        `${r.name.padEnd(24)} squid ${r.squid.toFixed(0).padStart(7)}  writ ${r.writ.toFixed(0).padStart(7)}  ratio ${ratio.toFixed(2)}x  (${verdict})${r.extra ? `  ${r.extra}` : ''}`,
       );
     }
   } finally {
-    await stop(writ.proc);
-    if (durable) await stop(durable.proc);
+    await stopPair(pair);
     await stop(upstream.proc);
     await squid.stop();
   }

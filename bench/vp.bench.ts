@@ -29,8 +29,7 @@ import { fileURLToPath } from 'node:url';
 import { H, VP_AUDIENCE } from '../runtime/lib/brand.js';
 import { loadIdentity, presentationFor, type AgentIdentity, type LoadedIdentity } from '../runtime/identity/client.js';
 import { makeAgent, makeIssuer } from '../runtime/identity/testkit.js';
-import { checkPresentation } from '../runtime/identity/vc.js';
-import { bareServer, loadAutocannon } from './lib.js';
+import { bareServer, codeUnderTest, loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
@@ -41,6 +40,10 @@ const HTTP_AGENTS = 20;
 /** Interleaved header/vc run pairs per audit setting. */
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const PARTS = new Set((process.env.BENCH_PARTS || 'cold,http,authz').split(','));
+/** The code measured: this tree's build when there is one (BENCH_DIST: another build's; BENCH_SOURCE=1: the source). */
+const code = codeUnderTest();
+const from = code.from;
+const { checkPresentation } = (await import(from('identity/vc'))) as typeof import('../runtime/identity/vc.js');
 
 interface Ports {
   bare: number;
@@ -58,11 +61,11 @@ interface Ports {
 // identity mode, audit chain in memory / shipped to PGlite) sharing one in-memory PGlite store.
 
 async function serve(): Promise<void> {
-  const { openStore } = await import('../runtime/store/factory.js');
-  const { startControlPlane } = await import('../runtime/control-plane/server.js');
-  const { startIdentityAuthority } = await import('../runtime/identity/server.js');
-  const { listen } = await import('../runtime/lib/http.js');
-  const { setLogLevel } = await import('../runtime/lib/log.js');
+  const { openStore } = (await import(from('store/factory'))) as typeof import('../runtime/store/factory.js');
+  const { startControlPlane } = (await import(from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
+  const { startIdentityAuthority } = (await import(from('identity/server'))) as typeof import('../runtime/identity/server.js');
+  const { listen } = (await import(from('lib/http'))) as typeof import('../runtime/lib/http.js');
+  const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
   setLogLevel('error');
   const bare = bareServer();
   const barePort = await listen(bare, '127.0.0.1:0');
@@ -326,18 +329,28 @@ async function drive(): Promise<void> {
         child.send('drain');
       });
     const path = '/authz/v1/chat/completions';
-    const series = async (label: string, h: number, v: number, durable: boolean) => {
+    const series = async (label: string, h: number, v: number, durable: boolean, vOpts: Record<string, unknown> = { headers: vcH }, vLabel = 'vc mode') => {
       const hs: Awaited<ReturnType<typeof run>>[] = [];
       const vs: Awaited<ReturnType<typeof run>>[] = [];
       for (let i = 0; i < ROUNDS; i++) {
         const order = i % 2 === 0 ? (['h', 'v'] as const) : (['v', 'h'] as const);
         for (const which of order) {
           if (which === 'h') hs.push(await run(`egress, header mode, ${label}`, h, path, { headers: egressH }));
-          else vs.push(await run(`egress, vc mode, ${label}`, v, path, { headers: vcH }));
+          else vs.push(await run(`egress, ${vLabel}, ${label}`, v, path, vOpts));
           if (durable) await drain();
         }
       }
       return [mean(hs), mean(vs)] as const;
+    };
+    // A fresh VP per request, as the sidecar mints them: every one a VP-cache miss, verified at the
+    // identity authority over HTTP. Pre-minted; `used` tells whether the pool ever wrapped.
+    const pool = await mint([loadIdentity(ports.bot)], Math.ceil((SECONDS + WARMUP) * ROUNDS * 2 * 2500));
+    let used = 0;
+    const freshVp = {
+      headers: egressH,
+      requests: [
+        { setupRequest: (req: { headers?: Record<string, string> }) => ({ ...req, headers: { ...req.headers, [H.agentVp]: pool[used++ % pool.length] } }) },
+      ],
     };
     const bare = mean([await run('bare node:http', ports.bare, '/', { headers: egressH }), await run('bare node:http', ports.bare, '/', { headers: egressH })]);
     const bareVp = mean([
@@ -346,8 +359,10 @@ async function drive(): Promise<void> {
     ]);
     const [hMem, vMem] = await series('audit in memory', ports.headerMem, ports.vcMem, false);
     const [hPg, vPg] = await series('audit to PGlite', ports.header, ports.vc, true);
+    const [hFm, vFm] = await series('audit in memory', ports.headerMem, ports.vcMem, false, freshVp, 'vc, fresh VP');
+    const [hFp, vFp] = await series('audit to PGlite', ports.header, ports.vc, true, freshVp, 'vc, fresh VP');
     console.log(
-      `vp bench (b): /authz egress, vc mode (HTTP identity client, VP cache, ${vp.length}-byte VP reused) vs header mode; ${CONNECTIONS} connections, ${SECONDS} s each after ${WARMUP} s warm-up, mean of ${ROUNDS} interleaved runs`,
+      `vp bench (b): /authz egress, vc mode (HTTP identity client, VP cache, ${vp.length}-byte VP reused) vs header mode; ${CONNECTIONS} connections, ${SECONDS} s each after ${WARMUP} s warm-up, mean of ${ROUNDS} interleaved runs; ${code.label}`,
     );
     console.log(line(bare, bare.rps, 'of bare'));
     console.log(line(bareVp, bare.rps, 'of bare (the cost of carrying the VP header alone)'));
@@ -355,6 +370,13 @@ async function drive(): Promise<void> {
     console.log(line(vMem, bare.rps, `of bare, ${(vMem.rps / hMem.rps).toFixed(2)}x of header mode (target >= 0.80x)`));
     console.log(line(hPg, bare.rps, 'of bare'));
     console.log(line(vPg, bare.rps, `of bare, ${(vPg.rps / hPg.rps).toFixed(2)}x of header mode (target >= 0.80x)`));
+    console.log(
+      `  a fresh VP per request (${f(used)} sent from a pool of ${f(pool.length)}${used > pool.length ? ': WRAPPED, later ones were cache hits' : ', none reused'}):`,
+    );
+    console.log(line(hFm, bare.rps, 'of bare'));
+    console.log(line(vFm, bare.rps, `of bare, ${(vFm.rps / hFm.rps).toFixed(2)}x of header mode (no target; the sidecar's shape)`));
+    console.log(line(hFp, bare.rps, 'of bare'));
+    console.log(line(vFp, bare.rps, `of bare, ${(vFp.rps / hFp.rps).toFixed(2)}x of header mode (no target; what npm start runs for a sidecar)`));
   };
 
   try {

@@ -29,6 +29,8 @@ const SA_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
 export interface OperatorConfig {
   mgmtUrl: string;
   idpUrl?: string;
+  /** WRIT_API_KEY, presented to both listeners. */
+  apiKey?: string;
   cluster: string;
   kubernetes: boolean;
   policyDir?: string;
@@ -58,6 +60,7 @@ export function operatorConfig(env: Env): OperatorConfig {
   return {
     mgmtUrl,
     idpUrl: optional(env, 'AGENT_IDP_URL'),
+    apiKey: optional(env, envName('API_KEY')),
     cluster,
     kubernetes: bool(env, envName('KUBERNETES'), true),
     policyDir: folder?.dir,
@@ -71,8 +74,8 @@ export async function startOperator(
   kubeConfig?: KubeConfig,
 ): Promise<Closable & { kubernetes?: KubernetesSource; folder?: FolderSource }> {
   const cfg = operatorConfig(env);
-  const registry = httpRegistry(cfg.mgmtUrl);
-  const identity = cfg.idpUrl ? httpIdentity(cfg.idpUrl) : undefined;
+  const registry = httpRegistry(cfg.mgmtUrl, fetch, cfg.apiKey);
+  const identity = cfg.idpUrl ? httpIdentity(cfg.idpUrl, fetch, cfg.apiKey) : undefined;
   const applier = (owner: string) => createApplier({ owner, registry, identity });
   let kubernetes: KubernetesSource | undefined;
   let folder: FolderSource | undefined;

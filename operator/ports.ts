@@ -24,29 +24,43 @@ export function inProcessRegistry(registry: {
   return { apply: (services, opts) => registry.apply(services, opts), version: async () => registry.version };
 }
 
+/** `init` with `Authorization: Bearer <apiKey>` added (WRIT_API_KEY, for WRIT_API_AUTH=keys listeners). */
+export function withCredential(init: RequestInit | undefined, apiKey: string | undefined): RequestInit | undefined {
+  if (!apiKey) return init;
+  const headers = new Headers(init?.headers);
+  headers.set('authorization', `Bearer ${apiKey}`);
+  return { ...init, headers };
+}
+
 async function failure(res: Response): Promise<Error> {
   const text = await res.text().catch(() => '');
   return new Error(`${res.status} ${text.slice(0, 500)}`);
 }
 
 /** `POST <mgmt>/v1/registry/apply`: the apply route of the management API. */
-export function httpRegistry(mgmtUrl: string, fetchImpl: typeof fetch = fetch): RegistryPort {
+export function httpRegistry(mgmtUrl: string, fetchImpl: typeof fetch = fetch, apiKey?: string): RegistryPort {
   const url = new URL('/v1/registry/apply', mgmtUrl).toString();
   const versionUrl = new URL('/v1/registry/version', mgmtUrl).toString();
   return {
     async version() {
-      const res = await fetchImpl(versionUrl, { signal: AbortSignal.timeout(15_000) });
+      const res = await fetchImpl(versionUrl, withCredential({ signal: AbortSignal.timeout(15_000) }, apiKey));
       if (res.status !== 200) throw await failure(res);
       return ((await res.json()) as { version: number }).version;
     },
     async apply(services, opts) {
-      const res = await fetchImpl(url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        // The route names the caller in its audit records itself (`by` is for in-process callers).
-        body: JSON.stringify({ owner: opts.owner, services, ...(opts.dryRun ? { dryRun: true } : {}) }),
-        signal: AbortSignal.timeout(30_000),
-      });
+      const res = await fetchImpl(
+        url,
+        withCredential(
+          {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            // The route names the caller in its audit records itself (`by` is for in-process callers).
+            body: JSON.stringify({ owner: opts.owner, services, ...(opts.dryRun ? { dryRun: true } : {}) }),
+            signal: AbortSignal.timeout(30_000),
+          },
+          apiKey,
+        ),
+      );
       if (res.status !== 200) throw await failure(res);
       return (await res.json()) as ApplyResult;
     },
@@ -54,13 +68,13 @@ export function httpRegistry(mgmtUrl: string, fetchImpl: typeof fetch = fetch): 
 }
 
 /** Identity authority over HTTP at `baseUrl`. */
-export function httpIdentity(baseUrl: string, fetchImpl: typeof fetch = fetch): IdentityRequest {
-  return (path, init) => fetchImpl(new URL(path, baseUrl), { ...init, signal: init?.signal ?? AbortSignal.timeout(15_000) });
+export function httpIdentity(baseUrl: string, fetchImpl: typeof fetch = fetch, apiKey?: string): IdentityRequest {
+  return (path, init) => fetchImpl(new URL(path, baseUrl), withCredential({ ...init, signal: init?.signal ?? AbortSignal.timeout(15_000) }, apiKey));
 }
 
 /** Identity authority in process: its Hono app answers without a socket. */
-export function inProcessIdentity(app: { request(path: string, init?: RequestInit): Response | Promise<Response> }): IdentityRequest {
-  return async (path, init) => app.request(path, init);
+export function inProcessIdentity(app: { request(path: string, init?: RequestInit): Response | Promise<Response> }, apiKey?: string): IdentityRequest {
+  return async (path, init) => app.request(path, withCredential(init, apiKey));
 }
 
 /** JSON POST helper: returns status and parsed body (undefined when not JSON). */

@@ -43,7 +43,16 @@ function embeddedDefault(env: Env): boolean {
 }
 
 /** Starts every listener; on any failure closes what already started and rethrows. */
-export async function startWrit(env: Env = process.env): Promise<Writ> {
+export async function startWrit(given: Env = process.env): Promise<Writ> {
+  // With WRIT_API_AUTH=keys the components of this process call each other with WRIT_API_KEY,
+  // the bootstrap key unless another is set.
+  const env: Env = { ...given };
+  const own = envName('API_KEY');
+  if (optional(env, envName('API_AUTH')) === 'keys' && !optional(env, own)) {
+    env[own] = optional(env, envName('BOOTSTRAP_ADMIN_KEY'));
+    // Without it the components of this process could not call each other: refuse to start.
+    if (!env[own]) throw new Error(`${envName('API_AUTH')}=keys needs ${envName('BOOTSTRAP_ADMIN_KEY')} or ${own} in the all-in-one`);
+  }
   const policy = policyFolderConfig(env);
   const closers: Closer[] = [];
   // One tracer provider for every component of this process (closed last: spans flushed).

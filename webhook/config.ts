@@ -4,6 +4,7 @@
  * wins over its variable; everything is validated before any listener opens.
  */
 import { bool, int, optional, parseAddr, str, type Env } from '../runtime/lib/config.js';
+import { envName } from '../runtime/lib/brand.js';
 
 /** flag -> the env variable it overrides. */
 export const FLAGS = {
@@ -32,6 +33,8 @@ export interface WebhookSettings {
   proxyEnv: { HTTPS_PROXY: string; HTTP_PROXY: string; NO_PROXY: string };
   idpTimeoutMs: number;
   certReloadMs: number;
+  /** WRIT_API_KEY, presented to the identity authority (its WRIT_API_AUTH=keys; scope identity:read). */
+  apiKey?: string;
 }
 
 /**
@@ -113,5 +116,6 @@ export function webhookSettings(argv: readonly string[], env: Env): WebhookSetti
     proxyEnv: { HTTPS_PROXY: proxyUrl, HTTP_PROXY: proxyUrl, NO_PROXY: noProxy },
     idpTimeoutMs: positive(e, FLAGS['idp-timeout-ms'], 2000),
     certReloadMs: positive(e, FLAGS['cert-reload-ms'], 10_000),
+    apiKey: optional(e, envName('API_KEY')),
   };
 }

@@ -42,10 +42,11 @@ export interface RunningWebhook {
 }
 
 /** GET {idp}/v1/agents/{name}: found (with `provisioned`), not found, unreachable or unusable. */
-export async function lookupAgent(idpUrl: string, name: string, timeoutMs: number): Promise<AgentLookup> {
+export async function lookupAgent(idpUrl: string, name: string, timeoutMs: number, apiKey?: string): Promise<AgentLookup> {
   let res: Response;
+  const headers: Record<string, string> = { accept: 'application/json', ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}) };
   try {
-    res = await fetch(`${idpUrl}/v1/agents/${encodeURIComponent(name)}`, { signal: AbortSignal.timeout(timeoutMs), headers: { accept: 'application/json' } });
+    res = await fetch(`${idpUrl}/v1/agents/${encodeURIComponent(name)}`, { signal: AbortSignal.timeout(timeoutMs), headers });
   } catch (e) {
     const why = (e as Error).name === 'TimeoutError' ? `no answer in ${timeoutMs} ms` : errMsg((e as { cause?: unknown }).cause ?? e);
     return { kind: 'unreachable', why };
@@ -80,7 +81,7 @@ async function validate(req: AdmissionRequest, s: WebhookSettings): Promise<Admi
   if (!isAgentPod(pod)) return { uid: req.uid, allowed: true };
   const named = agentNameOf(pod);
   if ('error' in named) return { uid: req.uid, allowed: false, status: { code: 403, message: named.error } };
-  const lookup = await lookupAgent(s.idpUrl, named.name, s.idpTimeoutMs);
+  const lookup = await lookupAgent(s.idpUrl, named.name, s.idpTimeoutMs, s.apiKey);
   const verdict = validateVerdict(named.name, lookup, s.requireProvisioned);
   const where = { agent: named.name, namespace: req.namespace, pod: pod.metadata?.name ?? pod.metadata?.generateName };
   if (!verdict.allowed) log.info('pod refused', { ...where, reason: verdict.status?.message });

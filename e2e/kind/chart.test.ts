@@ -152,17 +152,20 @@ describe('charts/writ without a cluster', () => {
 
   it('secrets reach pods only through secretKeyRef, and values.yaml holds none', () => {
     const all = templates.map((f) => readFileSync(f, 'utf8')).join('\n');
-    for (const name of ['IDP_KEY_ENCRYPTION_KEY', 'IDP_API_KEY_PEPPER', 'BROKER_PROVIDER_KEY']) {
+    for (const name of ['IDP_KEY_ENCRYPTION_KEY', 'IDP_API_KEY_PEPPER', 'BROKER_PROVIDER_KEY', 'WRIT_BOOTSTRAP_ADMIN_KEY', 'WRIT_API_KEY']) {
       const uses = [...all.matchAll(new RegExp(`- name: ${name}\\n(\\s+)(\\S+)`, 'g'))];
       expect(uses.length, name).toBeGreaterThan(0);
       for (const u of uses) expect(u[2], `${name} must come from a Secret`).toBe('valueFrom:');
     }
-    expect(all).not.toMatch(/- name: (IDP_KEY_ENCRYPTION_KEY|IDP_API_KEY_PEPPER|BROKER_PROVIDER_KEY)\n\s+value:/);
+    expect(all).not.toMatch(/- name: (IDP_KEY_ENCRYPTION_KEY|IDP_API_KEY_PEPPER|BROKER_PROVIDER_KEY|WRIT_BOOTSTRAP_ADMIN_KEY|WRIT_API_KEY)\n\s+value:/);
     expect((values as any).secrets.keys).toEqual({
       keyEncryptionKey: 'IDP_KEY_ENCRYPTION_KEY',
       apiKeyPepper: 'IDP_API_KEY_PEPPER',
       providerKey: 'BROKER_PROVIDER_KEY',
+      bootstrapAdminKey: 'WRIT_BOOTSTRAP_ADMIN_KEY',
     });
+    // Management API authentication is on in the chart (issue 15 item 8).
+    expect((values as any).apiAuth).toBe('keys');
   });
 
   it('every component runs from the image with probes, resources and a PodDisruptionBudget', () => {

@@ -23,6 +23,8 @@ export interface PolicyFolderConfig {
   dir: string;
   /** True for the bundled examples (the example directory is seeded). */
   examples: boolean;
+  /** WRIT_API_KEY: presented to the identity authority (its WRIT_API_AUTH=keys). */
+  apiKey?: string;
 }
 
 /** Reads WRIT_POLICY_DIR / WRIT_EXAMPLES at start; throws on a folder that does not exist. */
@@ -31,9 +33,9 @@ export function policyFolderConfig(env: Env): PolicyFolderConfig | undefined {
   const dir = optional(env, name);
   if (dir !== undefined) {
     if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new Error(`${name} must name a folder, got ${JSON.stringify(dir)}`);
-    return { dir, examples: false };
+    return { dir, examples: false, apiKey: optional(env, envName('API_KEY')) };
   }
-  return bool(env, envName('EXAMPLES'), true) ? { dir: EXAMPLES_DIR, examples: true } : undefined;
+  return bool(env, envName('EXAMPLES'), true) ? { dir: EXAMPLES_DIR, examples: true, apiKey: optional(env, envName('API_KEY')) } : undefined;
 }
 
 /** Syncs the example SCIM snapshot when its tenant has no employees yet; true when it did. */
@@ -56,7 +58,7 @@ interface InProcess {
 /** Starts the folder source in process; resolves after its first pass. */
 export async function startPolicyFolder(cfg: PolicyFolderConfig, parts: InProcess, o: { rescanMs?: number } = {}): Promise<FolderSource> {
   await parts.authority.whenReady();
-  const identity = inProcessIdentity(parts.authority.app);
+  const identity = inProcessIdentity(parts.authority.app, cfg.apiKey);
   if (cfg.examples && (await seedExampleDirectory(identity))) log.info('example directory seeded', { file: EXAMPLE_SEED });
   const registry = inProcessRegistry(parts.registry);
   const src = startFolderSource({ dir: cfg.dir, rescanMs: o.rescanMs, applier: (owner) => createApplier({ owner, registry, identity }) });

@@ -25,14 +25,16 @@ export interface BudgetClient {
   reserve(agent: string, body: ReserveBody): Promise<ReserveResult>;
 }
 
-export function createBudgetClient(o: { baseUrl: string; timeoutMs: number; dispatcher: Dispatcher }): BudgetClient {
+export function createBudgetClient(o: { baseUrl: string; timeoutMs: number; dispatcher: Dispatcher; apiKey?: string }): BudgetClient {
   const base = o.baseUrl.replace(/\/+$/, '');
+  // WRIT_API_KEY for a management listener with WRIT_API_AUTH=keys (scope budgets:reserve).
+  const headers: Record<string, string> = { 'content-type': 'application/json', ...(o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {}) };
   return {
     async reserve(agent, body) {
       try {
         const res = await request(`${base}/v1/budgets/${encodeURIComponent(agent)}/reservations`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json' },
+          headers,
           body: JSON.stringify(body),
           dispatcher: o.dispatcher,
           headersTimeout: o.timeoutMs,

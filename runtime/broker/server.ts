@@ -19,7 +19,7 @@
 import http from 'node:http';
 import { pipeline } from 'node:stream';
 import { Agent, type Dispatcher } from 'undici';
-import { H } from '../lib/brand.js';
+import { envName, H } from '../lib/brand.js';
 import { int, optional, str, type Env } from '../lib/config.js';
 import { listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
@@ -523,9 +523,10 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
 
   const upstream = new Agent({ keepAliveTimeout: 30_000, connect: { timeout: Math.min(upstreamTimeoutMs, 10_000) } });
   const control = new Agent({ keepAliveTimeout: 30_000 });
-  const usage = opts.usage ?? createUsageReporter({ url: usageUrl, dispatcher: control });
+  const apiKey = optional(env, envName('API_KEY'));
+  const usage = opts.usage ?? createUsageReporter({ url: usageUrl, dispatcher: control, apiKey });
   const decision = createDecisionClient({ url: authzUrl, timeoutMs: decisionTimeoutMs, dispatcher: control });
-  const budget = createBudgetClient({ baseUrl: budgetUrl, timeoutMs: decisionTimeoutMs, dispatcher: control });
+  const budget = createBudgetClient({ baseUrl: budgetUrl, timeoutMs: decisionTimeoutMs, dispatcher: control, apiKey });
   let closing = false;
   const deps: Deps = {
     routes,

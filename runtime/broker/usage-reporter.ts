@@ -16,6 +16,8 @@ const log = logger('broker.usage');
 export interface UsageReporterOptions {
   url: string;
   dispatcher: Dispatcher;
+  /** WRIT_API_KEY: presented to the management listener. */
+  apiKey?: string;
   /** Largest number of reports waiting (default 10 000). */
   maxQueue?: number;
   /** Posts in flight at once (default 4). */
@@ -55,6 +57,8 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
   const timeoutMs = o.timeoutMs ?? 2000;
   const retryDelayMs = o.retryDelayMs ?? 250;
   const lingerMs = o.lingerMs ?? 10;
+  // WRIT_API_KEY for a management listener with WRIT_API_AUTH=keys (scope usage:write).
+  const headers: Record<string, string> = { 'content-type': 'application/json', ...(o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {}) };
   const pending = new Map<string, UsageReport>();
   let lingerTimer: NodeJS.Timeout | undefined;
   const queue: { r: UsageReport; attempt: number }[] = [];
@@ -100,7 +104,7 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
     try {
       const res = await request(origin + path, {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
+        headers,
         body: JSON.stringify(r),
         dispatcher: o.dispatcher,
         headersTimeout: timeoutMs,

@@ -17,7 +17,13 @@
 import { createReadStream, readFileSync } from 'node:fs';
 import { decodeJwt } from 'jose';
 import { AUDIT_KEY_PATH, verifyExport, type Jwks, type OfflineResult } from '../control-plane/audit/index.js';
+import { withCredential } from '../../operator/ports.js';
+import { envName } from '../lib/brand.js';
+import { optional } from '../lib/config.js';
 import type { Io } from './main.js';
+
+/** WRIT_API_KEY for a management API with WRIT_API_AUTH=keys (scope audit:read). */
+const credential = () => withCredential(undefined, optional(process.env, envName('API_KEY')));
 
 const USAGE = `usage:
   audit checkpoint --server <mgmt url> [--chain <id>]
@@ -63,7 +69,7 @@ async function* lines(stream: AsyncIterable<Uint8Array | string>): AsyncGenerato
 }
 
 async function getJson(url: string): Promise<unknown> {
-  const res = await fetch(url);
+  const res = await fetch(url, credential());
   if (!res.ok) throw new Error(`GET ${url}: ${res.status} ${await res.text()}`);
   return res.json();
 }
@@ -98,7 +104,7 @@ export async function run(args: string[], io: Io): Promise<number> {
   if (!kept || !server) throw new Error(`verify needs --checkpoint and --server (or --export)\n${USAGE}`);
   const chainId = String(decodeJwt(kept).chainId ?? '');
   const jwks = pinned ?? ((await getJson(`${server}${AUDIT_KEY_PATH}`)) as Jwks);
-  const res = await fetch(`${server}/v1/audit/export?chain=${encodeURIComponent(chainId)}&from=1`);
+  const res = await fetch(`${server}/v1/audit/export?chain=${encodeURIComponent(chainId)}&from=1`, credential());
   if (!res.ok || !res.body) throw new Error(`export: ${res.status} ${await res.text()}`);
   return report(io, await verifyExport(lines(res.body), { jwks, checkpoint: kept }));
 }

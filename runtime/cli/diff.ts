@@ -10,7 +10,9 @@
  */
 import { resolve } from 'node:path';
 import { folderOwner } from '../../operator/folder/source.js';
-import { httpRegistry } from '../../operator/ports.js';
+import { httpRegistry, withCredential } from '../../operator/ports.js';
+import { envName } from '../lib/brand.js';
+import { optional } from '../lib/config.js';
 import { reconcile } from '../../operator/reconcile.js';
 import type { Service } from '../control-plane/types.js';
 import type { Io } from './main.js';
@@ -76,10 +78,15 @@ export async function run(args: string[], io: Io): Promise<number> {
   for (const p of problems) io.err(`${p.file}:${p.line}: ${p.message}`);
   const desired = reconcile(resources);
   const owner = a.owner ?? folderOwner(resolve(a.dir));
-  const result = await httpRegistry(a.server).apply(desired.services, { owner, dryRun: true });
+  // WRIT_API_KEY for a management API with WRIT_API_AUTH=keys (scope registry:write for the dry-run).
+  const apiKey = optional(process.env, envName('API_KEY'));
+  const result = await httpRegistry(a.server, fetch, apiKey).apply(desired.services, { owner, dryRun: true });
   const want = new Map(desired.services.map((s) => [s.name, s]));
   const current = async (name: string): Promise<Service | undefined> => {
-    const res = await fetch(new URL(`/v1/registry/services/${encodeURIComponent(name)}`, a.server), { signal: AbortSignal.timeout(15_000) });
+    const res = await fetch(
+      new URL(`/v1/registry/services/${encodeURIComponent(name)}`, a.server),
+      withCredential({ signal: AbortSignal.timeout(15_000) }, apiKey),
+    );
     return res.status === 200 ? ((await res.json()) as Service) : undefined;
   };
   io.out(`owner ${owner}, registry version ${result.version}`);

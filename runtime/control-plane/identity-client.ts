@@ -40,6 +40,8 @@ export interface IdentityClientOptions {
   /** Most cached verifications kept (oldest evicted first). Default 10 000. */
   maxEntries?: number;
   now?: () => number;
+  /** WRIT_API_KEY: presented on every call (the authority's WRIT_API_AUTH=keys; scope identity:verify). */
+  apiKey?: string;
   /** Observes each call (metrics): operation, seconds, outcome. */
   onCall?: (operation: string, seconds: number, outcome: 'ok' | 'error' | 'timeout' | 'http_error') => void;
 }
@@ -48,6 +50,7 @@ export interface IdentityClientOptions {
 const OPERATIONS: Record<string, string> = {
   '/v1/agents/verify-presentation': 'verify_presentation',
   '/v1/delegations/check': 'delegation_check',
+  '/v1/keys/verify': 'key_verify',
   '/v1/revocations': 'revocations',
   '/v1/governance/standing': 'standing',
 };
@@ -82,6 +85,8 @@ export interface IdentityClient extends IdentityPort {
   pollRevocations(): Promise<boolean>;
   /** Runs one governance-standing fetch now; resolves true when the authority answered. */
   pollStanding(): Promise<boolean>;
+  /** POST /v1/keys/verify: the key's id and scopes when it is a valid, active key; undefined otherwise. */
+  verifyApiKey(key: string): Promise<{ id: string; scopes: string[] } | undefined>;
   close(): Promise<void>;
 }
 
@@ -104,6 +109,7 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
   let lastPollOk = Number.NEGATIVE_INFINITY;
   let etag: string | undefined;
   let closed = false;
+  const auth: Record<string, string> = opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {};
 
   async function call(
     method: 'GET' | 'POST',
@@ -112,7 +118,7 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
     extra?: Record<string, string>,
   ): Promise<{ status: number; json: unknown; headers: Record<string, unknown> }> {
     // The active trace context (a decision's span) travels with the call.
-    const headers: Record<string, string> = injectTrace({ accept: 'application/json', ...extra });
+    const headers: Record<string, string> = injectTrace({ accept: 'application/json', ...auth, ...extra });
     if (body !== undefined) headers['content-type'] = 'application/json';
     const op = OPERATIONS[path.split('?')[0] ?? ''] ?? 'other';
     const t0 = performance.now();
@@ -313,8 +319,16 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
   };
   if (pollMs > 0) void loop();
 
+  async function verifyApiKey(key: string): Promise<{ id: string; scopes: string[] } | undefined> {
+    const { status, json } = await call('POST', '/v1/keys/verify', JSON.stringify({ key }));
+    const out = json as { valid?: unknown; key?: { id?: unknown; scopes?: unknown } } | undefined;
+    if (status !== 200 || out?.valid !== true || typeof out.key?.id !== 'string' || !Array.isArray(out.key.scopes)) return undefined;
+    return { id: out.key.id, scopes: out.key.scopes.filter((s): s is string => typeof s === 'string') };
+  }
+
   return {
     verifyPresentation,
+    verifyApiKey,
     cachedPresentation: (vp, audience) => (closed ? undefined : cached(keyOf(vp, audience))),
     checkDelegation,
     pollRevocations,

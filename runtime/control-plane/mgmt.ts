@@ -12,7 +12,7 @@
  * - unknown route -> 404 `{error: 'not found'}`; store unreachable -> 503; never a 500 for bad input.
  */
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
-import type { Context, Hono } from 'hono';
+import type { Context, Hono, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { rejectBadInput } from '../lib/api.js';
 import { BRAND_TITLE } from '../lib/brand.js';
@@ -42,6 +42,8 @@ export interface MgmtDeps {
   extraRoutes?: (app: Hono) => void;
   /** Who registry writes are attributed to in the audit log (default `mgmt-api`). */
   actor?: (c: Context) => string;
+  /** Authentication and scopes of every route (lib/api-auth.ts `apiAuth`), mounted first. */
+  guard?: MiddlewareHandler;
 }
 
 const json = <T extends z.ZodType>(schema: T, description: string) => ({ content: { 'application/json': { schema } }, description });
@@ -69,6 +71,8 @@ function usageRoutes(usage: MgmtDeps['usage']): OpenAPIHono {
 
 export function createMgmtApp(deps: MgmtDeps): OpenAPIHono {
   const app = new OpenAPIHono({ defaultHook: mgmtHook });
+  // WRIT_API_AUTH (lib/api-auth.ts): before anything reads the request.
+  if (deps.guard) app.use('*', deps.guard);
 
   app.use(
     '*',

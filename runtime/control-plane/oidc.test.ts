@@ -4,6 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SignJWT, exportJWK, generateKeyPair, type CryptoKey, type JWK } from 'jose';
 import { close, listen } from '../lib/http.js';
 import { createOidcVerifier, oidcFromEnv } from './oidc.js';
+import { openStore } from '../store/factory.js';
+import { createControlPlane } from './server.js';
 
 const ISS = 'https://idp.example.test/';
 const AUD = 'writ-gateway';
@@ -110,5 +112,36 @@ describe('OIDC verifier', () => {
     expect(oidcFromEnv({})).toBeUndefined();
     expect(oidcFromEnv({ OIDC_ISSUER: ISS, OIDC_JWKS_URL: jwksUrl, OIDC_AUDIENCE: AUD })).toBeDefined();
     expect(() => oidcFromEnv({ OIDC_ISSUER: ISS })).toThrow(/needs all of/);
+  });
+
+  it('WRIT_API_AUTH=keys: a workforce token is a management credential, its scope claim mapped to route scopes', async () => {
+    // The key set as the rotation test above left it: k2 published.
+    keys = [(server as unknown as { k2pub: JWK }).k2pub];
+    const store = await openStore({ backend: 'memory' });
+    const plane = await createControlPlane({ store, env: { WRIT_API_AUTH: 'keys' }, oidc: { issuer: ISS, jwksUrl, audience: AUD } });
+    try {
+      const get = async (token?: string) =>
+        (await plane.mgmtApp.request('/v1/registry/services', { headers: token ? { authorization: `Bearer ${token}` } : {} })).status;
+      expect(await get()).toBe(401);
+      const t1 = await sign(k2, 'k2', { scope: 'openid registry:read' });
+      expect(await get(t1)).toBe(200);
+      expect(await get(await sign(k2, 'k2', { scope: undefined, scp: ['registry:read'] }))).toBe(200);
+      expect(await get(await sign(k2, 'k2', { scope: 'openid audit:read' }))).toBe(403);
+      // Not ours: another signer, another audience, expired.
+      expect(await get(await sign(other, 'k1', { scope: 'registry:read' }))).toBe(401);
+      expect(await get(await sign(k2, 'k2', { scope: 'registry:read' }, { aud: 'someone-else' }))).toBe(401);
+      expect(await get(await sign(k2, 'k2', { scope: 'registry:read' }, { exp: Math.floor(Date.now() / 1000) - 3600 }))).toBe(401);
+      // A registry write is attributed to the token's subject.
+      const w = await plane.mgmtApp.request('/v1/registry/services', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${await sign(k2, 'k2', { scope: 'registry:write' })}` },
+        body: JSON.stringify({ name: 'web', upstream: 'web.svc:80', public: true }),
+      });
+      expect(w.status).toBeLessThan(300);
+      expect(plane.audit.recent(5).some((r) => r.subject === 'oidc:alice' || r.actor === 'oidc:alice')).toBe(true);
+    } finally {
+      await plane.close();
+      await store.close();
+    }
   });
 });

@@ -13,7 +13,8 @@ import { createAdaptorServer } from '@hono/node-server';
 import type { Hono } from 'hono';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import { bool, int, oneOf, optional, parseAddr, str, type Env } from '../lib/config.js';
-import { envName, VP_AUDIENCE } from '../lib/brand.js';
+import { apiAuth, authFromEnv, cachedCheck, oidcScopes, principalOf, type Principal } from '../lib/api-auth.js';
+import { BRAND, envName, VP_AUDIENCE } from '../lib/brand.js';
 import { connectPortsFromEnv } from './proxy/target.js';
 import { close as closeServer, listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
@@ -32,7 +33,7 @@ import type { DecisionSettings, IdentityMode } from './decision/types.js';
 import { callTicketKey, createCallTickets } from './tickets.js';
 import { trustedPeers } from '../lib/net.js';
 import type { IdentityPort } from './identity-port.js';
-import { createIdentityClient, type IdentityClientOptions } from './identity-client.js';
+import { createIdentityClient, type IdentityClient, type IdentityClientOptions } from './identity-client.js';
 import { createMetrics, type ControlPlaneMetrics } from './metrics.js';
 import { createMgmtApp } from './mgmt.js';
 import { createOidcVerifier, oidcFromEnv } from './oidc.js';
@@ -110,6 +111,7 @@ function identityFromEnv(env: Env, onCall?: IdentityClientOptions['onCall']): Id
     timeoutMs: int(env, 'AGENT_IDP_TIMEOUT_MS', 2000),
     revalidateMs: int(env, 'AGENT_IDP_VP_CACHE_MS', 30_000),
     pollMs: int(env, 'AGENT_IDP_REVOCATION_POLL_MS', 500),
+    apiKey: optional(env, envName('API_KEY')),
   });
 }
 
@@ -178,7 +180,21 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
 
   const parts: ControlPlaneParts = { registry, audit, budget, reservations, metrics, engine, identity, now };
   let closed = false;
+  // WRIT_API_AUTH=keys: API keys are checked at the identity authority (POST /v1/keys/verify),
+  // workforce OIDC tokens by the OIDC verifier; each answer is trusted for CREDENTIAL_CACHE_MS.
+  const verifyKey = (identity as Partial<IdentityClient> | undefined)?.verifyApiKey;
+  const check = cachedCheck(async (token): Promise<Principal | undefined> => {
+    if (oidc && token.split('.').length === 3 && !token.startsWith(`${BRAND}_`)) {
+      const a = await oidc.verify(token);
+      return a.ok ? { kind: 'oidc', id: `oidc:${a.subject}`, scopes: oidcScopes(a.claims) } : undefined;
+    }
+    const k = verifyKey ? await verifyKey(token).catch(() => undefined) : undefined;
+    return k ? { kind: 'key', id: `key:${k.id}`, scopes: new Set(k.scopes) } : undefined;
+  }, now);
+  const guard = apiAuth({ ...authFromEnv(env), check, deny: (c, status, message) => c.json({ error: message }, status) });
   const mgmtApp = createMgmtApp({
+    guard,
+    actor: (c) => principalOf(c)?.id ?? 'mgmt-api',
     registry,
     audit,
     usage: recordUsage,

@@ -234,7 +234,7 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
       consumers.push(c);
       if (started) void reload(c);
     },
-    async settled(timeoutMs = 1500) {
+    async settled(timeoutMs = 5000) {
       if (!pg || !started || closed) return;
       const end = Date.now() + timeoutMs;
       const n = ++pingSeq;

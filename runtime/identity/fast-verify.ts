@@ -87,12 +87,18 @@ export function withFastVerify(authority: IdentityAuthority, fallback: http.Requ
       const body = Buffer.concat(chunks);
       const plain = body.length === len ? plainVerifyRequest(body) : undefined;
       if (!plain) return replay(req, res, body);
-      withSpan('vp.verify', SPAN_ATTRS, () => verifyPresentation(ctx, plain.vp, plain.audience, plain.nonce)).then(
-        (answer) => {
-          const out = JSON.stringify(answer);
-          res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
-          res.end(out);
-        },
+      const answer = () =>
+        withSpan('vp.verify', SPAN_ATTRS, () => verifyPresentation(ctx, plain.vp, plain.audience, plain.nonce)).then(
+          (a) => {
+            const out = JSON.stringify(a);
+            res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
+            res.end(out);
+          },
+          () => replay(req, res, body),
+        );
+      // With WRIT_API_AUTH=keys the caller needs identity:verify; otherwise the app answers the 401/403.
+      authority.authorized(h.authorization, 'identity:verify').then(
+        (ok) => (ok ? answer() : replay(req, res, body)),
         () => replay(req, res, body),
       );
     });

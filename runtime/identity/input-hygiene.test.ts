@@ -124,6 +124,31 @@ describe.each(testBackends())('identity authority input hygiene on $name', (b) =
     expect(rr.status).toBeLessThan(500);
   });
 
+  it('a SCIM sync body too big to parse in one block (parsed in slices): the same 422 and 200 answers as a small one', async () => {
+    const users = Array.from({ length: 5000 }, (_, i) => ({
+      schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
+      externalId: `big-${i}`,
+      userName: `big${i}@example.com`,
+      active: true,
+    }));
+    const body = { tenantId: 'hyg', idp: 'idp_a', users, groups: [] };
+    expect(JSON.stringify(body).length).toBeGreaterThan(512 * 1024);
+    const bad = structuredClone(body);
+    bad.users[2999]!.userName = 'x\u0000y';
+    const r = await call('POST', '/v1/directory/sync', bad);
+    expectDetail(r.status, r.json, 'big sync with a NUL');
+    expect(r.json.detail[0].loc).toEqual(['body', 'users', 2999, 'userName']);
+    const deep = await call('POST', '/v1/directory/sync', JSON.stringify(body).replace('"groups":[]', `"groups":[${'['.repeat(40)}${']'.repeat(40)}]`));
+    expectDetail(deep.status, deep.json, 'big sync nested too deep');
+    expect(deep.json.detail[0].type).toBe('too_deep');
+    const malformed = await call('POST', '/v1/directory/sync', JSON.stringify(body).replace('"big-3000"', '"big-3000",,'));
+    expectDetail(malformed.status, malformed.json, 'big sync, malformed JSON');
+    expect(malformed.json.detail[0].type).toBe('json_invalid');
+    const ok = await call('POST', '/v1/directory/sync', body);
+    expect(ok.status, ok.text.slice(0, 300)).toBe(200);
+    expect(ok.json.counts.users_created).toBe(5000);
+  });
+
   it('every route of /openapi.json: NUL or lone surrogate in each path parameter, query parameter and body string is a 422', async () => {
     const seen: string[] = [];
     for (const [path, ops] of Object.entries(doc.paths as Record<string, Json>)) {

@@ -2,7 +2,8 @@
 import { subApi } from '../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { generateKeyPairSync, createPublicKey } from 'node:crypto';
-import { notFound } from '../lib/errors.js';
+import { ApiError, notFound } from '../lib/errors.js';
+import { grants, principalOf } from '../lib/api-auth.js';
 import type { Capability } from '../store/schema/identity.js';
 import type { IdentityContext } from './context.js';
 import { didKeyFromPublicKey, rawPrivateSeed, rawPublicKey } from './did.js';
@@ -128,13 +129,27 @@ export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
       tags: ['agents'],
       summary: 'Issue a did:key, a Membership VC and capability VCs. Re-provisioning rotates the key and revokes the previous credentials.',
       request: { params: NameParam },
-      responses: { 200: json(ProvisionSchema), 404: err('Unknown agent'), ...errors },
+      responses: {
+        200: json(ProvisionSchema),
+        403: err('Already provisioned, and the caller lacks identity:admin (WRIT_API_AUTH=keys)'),
+        404: err('Unknown agent'),
+        ...errors,
+      },
     }),
     async (c) => {
       const { name } = c.req.valid('param');
       const repo = identityRepo(ctx.store);
       const agent = await repo.getAgent(name);
       if (!agent) throw notFound('agent', name);
+      // Re-provisioning replaces a live identity (its credentials are revoked): with
+      // WRIT_API_AUTH=keys it needs identity:admin, not only the identity:write of a first one.
+      const caller = principalOf(c);
+      if (caller && agent.did !== null && !grants(caller, 'identity:admin'))
+        throw new ApiError(
+          403,
+          'forbidden',
+          `agent ${name} is already provisioned: re-provisioning (which revokes its credentials) needs the identity:admin scope`,
+        );
       const issuer = ctx.issuer();
       const { privateKey } = generateKeyPairSync('ed25519');
       const pub = rawPublicKey(createPublicKey(privateKey));
@@ -183,6 +198,7 @@ export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
           capabilityVcs: caps.map((v) => v.jwt),
           issuerDid: issuer.did,
           membershipJti: membership.jti,
+          ...(agent.membershipJti ? { revokedMembershipJti: agent.membershipJti } : {}),
         },
         200,
       );

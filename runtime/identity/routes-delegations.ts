@@ -1,5 +1,6 @@
 /** Task-scoped delegations (SPEC 3.3, 4.4): request, list, get, approve, deny, vc, check. */
 import { subApi } from '../lib/api.js';
+import { principalOf } from '../lib/api-auth.js';
 import { randomUUID } from 'node:crypto';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { ApiError, conflict, notFound } from '../lib/errors.js';
@@ -145,7 +146,8 @@ export function delegationRoutes(ctx: IdentityContext): OpenAPIHono {
     }),
     async (c) => {
       const { id } = c.req.valid('param');
-      const { approver } = c.req.valid('json');
+      // With WRIT_API_AUTH=keys the approver is the authenticated caller, never the body's field.
+      const approver = principalOf(c)?.id ?? c.req.valid('json').approver;
       const repo = identityRepo(ctx.store);
       const issuer = ctx.issuer();
       const nowSec = Math.floor(ctx.now() / 1000);
@@ -189,7 +191,8 @@ export function delegationRoutes(ctx: IdentityContext): OpenAPIHono {
     }),
     async (c) => {
       const { id } = c.req.valid('param');
-      const b = c.req.valid('json');
+      const given = c.req.valid('json');
+      const b = { ...given, approver: principalOf(c)?.id ?? given.approver };
       const repo = identityRepo(ctx.store);
       const row = await repo.denyDelegation(id, b, ctx.now());
       if (!row) {

@@ -39,6 +39,10 @@ export const ProvisionSchema = z
     capabilityVcs: z.array(z.string()),
     issuerDid: z.string(),
     membershipJti: z.string(),
+    revokedMembershipJti: z
+      .string()
+      .optional()
+      .openapi({ description: 'Re-provisioning: the previous Membership VC, revoked by this call (with the previous capability VCs).' }),
   })
   .openapi('Provision');
 

@@ -7,6 +7,7 @@ import { getRequestListener } from '@hono/node-server';
 import { swaggerUI } from '@hono/swagger-ui';
 import http from 'node:http';
 import { createApi } from '../lib/api.js';
+import { apiAuth, authFromEnv, authorizedFor, cachedCheck, type Principal } from '../lib/api-auth.js';
 import { BRAND, BRAND_TITLE, VP_AUDIENCE } from '../lib/brand.js';
 import { int, oneOf, optional, str, type Env } from '../lib/config.js';
 import { envelope } from '../lib/errors.js';
@@ -16,6 +17,7 @@ import { identityTracing, initTracing, shutdownTracing, tracingFromEnv } from '.
 import { openStore, type Store } from '../store/factory.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import { enterpriseBodyLimit, enterpriseRoutes } from './enterprise/index.js';
+import { keyService } from './enterprise/keys/service.js';
 import { createChangeFeed } from './change-feed.js';
 import { notReady, type IdentityContext, type IdentitySettings } from './context.js';
 import { didWeb } from './did.js';
@@ -50,6 +52,8 @@ export function settingsFromEnv(env: Env): IdentitySettings {
 
 export interface IdentityAuthority {
   app: OpenAPIHono;
+  /** The listener's credential check (WRIT_API_AUTH): true when `authorization` may call `scope`. */
+  authorized(authorization: string | undefined, scope: string): Promise<boolean>;
   ready(): boolean;
   /** Resolves once the issuer key is loaded (rejects only if closed first). */
   whenReady(): Promise<void>;
@@ -108,8 +112,16 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   };
   load();
 
+  // API keys are verified by the same service that serves them (its cache follows the change feed).
+  const keys = keyService({ db: o.store.db, now, env, changes });
+  const auth = authFromEnv(env);
+  const check = cachedCheck(async (token): Promise<Principal | undefined> => {
+    const r = await keys.verify(token);
+    return r.valid && r.key ? { kind: 'key', id: `key:${r.key.id}`, scopes: new Set(r.key.scopes) } : undefined;
+  }, now);
   const app = createApi({ bodyLimitFor: enterpriseBodyLimit });
   app.use('*', identityTracing());
+  app.use('*', apiAuth({ ...auth, check, deny: (c, status, message) => c.json(envelope(status === 401 ? 'unauthorized' : 'forbidden', message), status) }));
   app.use('*', async (c, next) => {
     if (!key && !ALWAYS.has(c.req.path)) return c.json(envelope('not_ready', 'identity authority is starting'), 503);
     return next();
@@ -120,12 +132,13 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   );
   app.route('/', agentRoutes(ctx));
   app.route('/', delegationRoutes(ctx));
-  app.route('/', enterpriseRoutes({ store: o.store, now, env, changes }));
+  app.route('/', enterpriseRoutes({ store: o.store, now, env, changes, keys }));
   app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: `${BRAND_TITLE} identity authority`, version: '1.0.0' } });
   app.get('/docs', swaggerUI({ url: '/openapi.json' }));
 
   return {
     app,
+    authorized: (authorization, scope) => authorizedFor(auth, check, authorization, scope),
     ready: () => key !== undefined,
     whenReady: () => readyP,
     issuerDid: settings.issuerDid,

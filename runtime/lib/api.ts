@@ -12,6 +12,7 @@ import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { Context, MiddlewareHandler } from 'hono';
 import { ApiError, envelope, isStoreError, zodDetail, type ValidationDetail } from './errors.js';
+import { parseJsonInSlices } from './json-slices.js';
 import { errMsg, logger, withoutParams } from './log.js';
 
 const log = logger('api');
@@ -27,22 +28,25 @@ const NUL_OR_LONE_SURROGATE = /\0|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800
 const badString = (s: string): boolean => NUL_OR_LONE_SURROGATE.test(s);
 const STRING_DETAIL = { msg: 'string contains a NUL character or an unpaired surrogate', type: 'string_invalid_characters' };
 
+/** Parts of a request body already walked by `inputProblems` as they were parsed (slicedJsonBody). */
+const vetted = new WeakSet<object>();
+
 /**
  * What in a parsed request value no store can hold: strings (values or keys) with a NUL or an
  * unpaired surrogate, and nesting deeper than MAX_INPUT_DEPTH. The recursion never goes deeper
  * than that bound (so a hostile depth cannot overflow the stack), shares one path array (a 100k-
  * user SCIM body is walked without an allocation per node), and stops after a few findings.
  */
-export function inputProblems(value: unknown, where: string): ValidationDetail[] {
+export function inputProblems(value: unknown, where: string | readonly (string | number)[]): ValidationDetail[] {
   const out: ValidationDetail[] = [];
-  const path: (string | number)[] = [where];
+  const path: (string | number)[] = typeof where === 'string' ? [where] : [...where];
   const walk = (v: unknown): void => {
     if (out.length >= 10) return;
     if (typeof v === 'string') {
       if (badString(v)) out.push({ loc: [...path], ...STRING_DETAIL });
       return;
     }
-    if (v === null || typeof v !== 'object') return;
+    if (v === null || typeof v !== 'object' || vetted.has(v)) return;
     if (path.length > MAX_INPUT_DEPTH) {
       out.push({ loc: [...path], msg: `nested deeper than ${MAX_INPUT_DEPTH} levels`, type: 'too_deep', ctx: { max_depth: MAX_INPUT_DEPTH } });
       return;
@@ -109,6 +113,41 @@ export function rejectBadInput(reject: (c: Context, detail: ValidationDetail[]) 
       detail = inputProblems(body, 'body');
     }
     return detail.length ? reject(c, detail) : next();
+  };
+}
+
+const JSON_MEDIA = /^application\/([\w.-]+\+)?json$/i;
+
+/**
+ * For routes whose bodies may be huge (the SCIM sync: ~90 MB for 100k users): the JSON body is
+ * parsed in slices (json-slices.ts) and each element checked for input problems as it is parsed,
+ * so neither holds the event loop; the route's validator then receives the parsed value (the
+ * validation hook skips what was checked here). Answers as the validator would: malformed JSON
+ * is the validator's HTTPException (onApiError's `json_invalid`), input problems a 422.
+ */
+export function slicedJsonBody(): MiddlewareHandler {
+  return async (c, next) => {
+    const media = (c.req.header('content-type') ?? '').split(';')[0]!.trim();
+    if (!JSON_MEDIA.test(media)) return next();
+    const detail: ValidationDetail[] = [];
+    const check = (v: unknown, loc: (string | number)[]) => {
+      if (detail.length < 10) detail.push(...inputProblems(v, loc).slice(0, 10 - detail.length));
+      if (v !== null && typeof v === 'object') vetted.add(v);
+    };
+    let value: unknown;
+    try {
+      value = await parseJsonInSlices(Buffer.from(await c.req.arrayBuffer()), {
+        onElement: (v, k, n) => check(v, ['body', k, n]),
+        onMember: (v, k) => check(v, ['body', k]),
+      });
+    } catch {
+      throw new HTTPException(400, { message: 'Malformed JSON in request body' });
+    }
+    if (value !== null && typeof value === 'object') for (const k of Object.keys(value)) if (badString(k)) detail.push({ loc: ['body', k], ...STRING_DETAIL });
+    if (detail.length) return c.json({ detail: detail.slice(0, 10) }, 422);
+    // The validator reads the body with c.req.json(): hand it the parsed value instead.
+    (c.req as { json: () => Promise<unknown> }).json = () => Promise.resolve(value);
+    return next();
   };
 }
 

@@ -23,7 +23,7 @@ type Kind =
 export interface Setting {
   name: string;
   /** Who reads it (the README table it is documented in). */
-  component: 'all-in-one' | 'control-plane' | 'proxy' | 'identity' | 'broker' | 'sidecar' | 'tracing' | 'webhook' | 'operator' | 'audit' | 'logging';
+  component: 'all-in-one' | 'control-plane' | 'proxy' | 'identity' | 'broker' | 'sidecar' | 'tracing' | 'webhook' | 'operator' | 'audit' | 'logging' | 'auth';
   kind: Kind;
 }
 
@@ -44,6 +44,10 @@ export const SETTINGS: readonly Setting[] = [
   s('BROKER_ENABLED', 'all-in-one', bool),
   // An unknown level means info (README): any value is accepted.
   s('LOG_LEVEL', 'logging', str),
+  // management API authentication (both listeners; runtime/lib/api-auth.ts)
+  s(envName('API_AUTH'), 'auth', { type: 'enum', values: ['off', 'keys'] }),
+  s(envName('BOOTSTRAP_ADMIN_KEY'), 'auth', str),
+  s(envName('API_KEY'), 'auth', str),
   // control plane
   s('DECISION_ADDR', 'control-plane', addr),
   s('DECISION_GRPC_ADDR', 'control-plane', addr),

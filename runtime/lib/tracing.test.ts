@@ -296,7 +296,7 @@ describe('one trace across three processes: gateway -> control plane /authz -> i
 });
 
 describe('stdout fallback (no OTEL_EXPORTER_OTLP_ENDPOINT)', () => {
-  it('a real identity authority process writes one JSON line per operation, nothing for polls or decisions', async () => {
+  it('a real identity authority process writes one JSON line per operation, nothing for polls, decisions or per-request checks', async () => {
     expect(tracingMode()).toBe('off');
     const script = `
       import { startIdentityAuthority } from ${JSON.stringify(join(ROOT, 'runtime/identity/server.ts'))};
@@ -307,6 +307,9 @@ describe('stdout fallback (no OTEL_EXPORTER_OTLP_ENDPOINT)', () => {
       const post = (p, b) => fetch(base + p, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b) });
       await post('/v1/agents', { name: 'out-bot', role: 'w', capabilities: [] });
       await post('/v1/agents/out-bot/provision', {});
+      // Once per agent request (a fresh VP each time): no line without a traceparent.
+      await post('/v1/agents/verify-presentation', { vp: 'not-a-vp' });
+      await fetch(base + '/v1/delegations/check?actor=out-bot&task=t&action=a&resource=r');
       for (let i = 0; i < 5; i++) await fetch(base + '/v1/revocations');
       startDecisionSpan('authz', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01').end({ rule: 'registry', allow: true });
       await idp.close();

@@ -4,11 +4,15 @@
  * - `OTEL_EXPORTER_OTLP_ENDPOINT` set: every span (identity-authority operations and decisions)
  *   goes to `<endpoint>/v1/traces` over OTLP/HTTP (protobuf), batched.
  * - unset: the SPEC's stdout fallback, at a level that does not flood: only the identity
- *   authority's identity and credential operations (provision, VC issue, verify-presentation,
- *   delegation approve/deny, revoke, resolve, and requests that arrive with a `traceparent`),
- *   one JSON line per span on stdout. Decision spans are not recorded (one per request would
- *   flood), and cost nothing.
+ *   authority's identity and credential operations (register, provision, VC issue, delegation
+ *   request/approve/deny, revoke, resolve, and requests that arrive with a `traceparent`), one
+ *   JSON line per span on stdout. What runs once per agent request is not recorded there (one
+ *   line per request would flood): decision spans, and verify-presentation and the delegation
+ *   check unless their request carries a `traceparent` (a sidecar sends a fresh VP per request).
  * - `OTEL_SDK_DISABLED=true`: no tracing at all.
+ *
+ * Only OTLP installs the async context manager (AsyncLocalStorage); the stdout fallback does not
+ * need it (its spans take their parent from the request's `traceparent`) and does not pay for it.
  *
  * A caller's `traceparent` is continued; outgoing calls (control plane -> identity authority)
  * send the active context on (`injectTrace`), so one trace runs gateway -> /authz -> identity
@@ -111,7 +115,10 @@ export function initTracing(cfg: TracingConfig, serviceName = BRAND): boolean {
   const provider = new BasicTracerProvider({ resource: resourceFromAttributes({ 'service.name': serviceName }), spanProcessors: [processor] });
   trace.setGlobalTracerProvider(provider);
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  // The async context (AsyncLocalStorage: a hook on every promise, ~8 % of the proxy's CPU per
+  // request on Node 20, bench/proxy.bench.ts) only where spans nest across processes: OTLP. The
+  // stdout fallback records only identity-authority operations, parented explicitly.
+  if (cfg.mode === 'otlp') context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   state.mode = cfg.mode;
   state.provider = provider;
   state.tracer = provider.getTracer(BRAND);
@@ -246,6 +253,10 @@ export const IDENTITY_OPERATIONS: Record<string, string> = {
   'POST /v1/keys': 'key.create',
 };
 
+/** Identity-authority operations that run once per agent request (see the stdout fallback above). */
+const PER_REQUEST_OPERATIONS = new Set(['vp.verify', 'delegation.check']);
+const PER_REQUEST_PATHS = new Set(['/v1/agents/verify-presentation', '/v1/delegations/check']);
+
 /**
  * Hono middleware of the identity authority: a server span per identity/credential operation
  * (and per request that arrives with a `traceparent`), continuing the caller's trace; polls and
@@ -258,6 +269,7 @@ export function identityTracing(): MiddlewareHandler {
     const traceparent = c.req.header('traceparent');
     // The route is known only after routing: decide from the method and raw path first, cheaply.
     if (!traceparent && !/^\/v1\/(agents|delegations|revoke|identity\/resolve|authority\/delegations|keys)/.test(c.req.path)) return next();
+    if (!traceparent && state.mode === 'stdout' && PER_REQUEST_PATHS.has(c.req.path)) return next();
     const parent = traceparent ? propagation.extract(context.active(), { traceparent, tracestate: c.req.header('tracestate') }, getter) : context.active();
     const span: Span = tracer.startSpan(`${c.req.method} ${c.req.path}`, { kind: SpanKind.SERVER }, parent);
     try {
@@ -284,7 +296,7 @@ export function identityTracing(): MiddlewareHandler {
 /** An explicit child span around `fn` (a no-op wrapper when tracing is off). */
 export async function withSpan<T>(name: string, attrs: Attributes, fn: () => Promise<T>): Promise<T> {
   const tracer = state.tracer;
-  if (!tracer) return fn();
+  if (!tracer || (state.mode === 'stdout' && PER_REQUEST_OPERATIONS.has(name))) return fn();
   return tracer.startActiveSpan(name, { attributes: attrs }, async (span) => {
     try {
       return await fn();

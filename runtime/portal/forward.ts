@@ -48,7 +48,8 @@ function match(method: string, path: string): Allowed | undefined {
 export function registerIdentityForwarder(app: Hono, prefix: string, opts: ForwardOptions): void {
   const base = opts.identityUrl?.replace(/\/+$/, '');
   const timeoutMs = opts.timeoutMs ?? DEFAULT_FORWARD_TIMEOUT_MS;
-  const pass = opts.passHeaders ?? ['traceparent', 'tracestate'];
+  // The operator's own credential travels on: the identity authority checks its scope (WRIT_API_AUTH).
+  const pass = opts.passHeaders ?? ['traceparent', 'tracestate', 'authorization'];
 
   const handler = async (c: Context) => {
     const url = new URL(c.req.url);

@@ -13,7 +13,10 @@
  *   setImmediate with a null socket and throws an uncaught TypeError (`nextWrite`) that kills the
  *   process. A body that failed for a lost connection is therefore left unsettled: postgres.js never
  *   sends that ROLLBACK (the server rolls back on its own when the connection goes), and `begin`
- *   still rejects, through its own connection-close handler.
+ *   still rejects, through its own connection-close handler. Once `begin` has rejected, a body
+ *   still running (between statements when the connection went) gets a CONNECTION_CLOSED error for
+ *   every further statement, and neither COMMIT nor ROLLBACK is sent for it: postgres.js would write
+ *   them to the dead socket, or to the pool's next socket for that connection, outside any transaction.
  * - LISTEN that survives restarts (`createListener`): one dedicated connection; when it closes,
  *   LISTEN is re-issued for every channel every `retryMs` until it succeeds, then every
  *   subscriber's `onReconnect` runs once (notifications sent meanwhile are lost: resync then).
@@ -65,12 +68,21 @@ export interface Deadlines {
   txMs: number;
 }
 
-/** A transaction-scoped client whose statements throw once its transaction is past its deadline. */
-function expiring(tx: postgres.TransactionSql, expired: () => boolean, ms: number): postgres.TransactionSql {
+/** The error a statement of a transaction whose connection has closed gets (never sent to postgres.js). */
+function connectionClosed(): Error {
+  return Object.assign(new Error('store connection closed during the transaction'), { code: 'CONNECTION_CLOSED' });
+}
+
+/**
+ * A transaction-scoped client whose statements throw once its transaction is past its deadline,
+ * or once its connection has closed: postgres.js would write them to the dead socket (the crash).
+ */
+function expiring(tx: postgres.TransactionSql, expired: () => boolean, dead: () => boolean, ms: number): postgres.TransactionSql {
   return new Proxy(tx, {
     get(t, p, r) {
       if (p !== 'unsafe') return Reflect.get(t, p, r);
       return (...a: Parameters<Sql['unsafe']>) => {
+        if (dead()) throw connectionClosed();
         if (expired()) throw new StoreTimeoutError(`store transaction exceeded its ${ms} ms deadline`);
         return t.unsafe(...a);
       };
@@ -82,6 +94,8 @@ function guardedBegin(sql: Sql, d: Deadlines) {
   return <T>(fn: (tx: postgres.TransactionSql) => T | Promise<T>): Promise<T> => {
     let expired = false;
     let bodyDone = false;
+    // `begin` rejected (its connection closed, or BEGIN failed): nothing more may be written for it.
+    let dead = false;
     let timer: NodeJS.Timeout | undefined;
     const timeout = () => new StoreTimeoutError(`store transaction exceeded its ${d.txMs} ms deadline`);
     const work = sql.begin(
@@ -89,9 +103,20 @@ function guardedBegin(sql: Sql, d: Deadlines) {
         new Promise<T>((resolve, reject) => {
           if (expired) return reject(timeout());
           Promise.resolve()
-            .then(() => fn(expiring(tx, () => expired, d.txMs)))
+            .then(() =>
+              fn(
+                expiring(
+                  tx,
+                  () => expired,
+                  () => dead,
+                  d.txMs,
+                ),
+              ),
+            )
             .then(
               (v) => {
+                // The connection is gone: no COMMIT (the server rolled back); `begin` has rejected.
+                if (dead) return;
                 // Past the deadline the body may not commit: the caller already has its error.
                 if (expired) return reject(timeout());
                 bodyDone = true;
@@ -100,7 +125,8 @@ function guardedBegin(sql: Sql, d: Deadlines) {
               (e: unknown) => {
                 // Lost connection: stay unsettled so postgres.js sends no ROLLBACK on the dead socket
                 // (see the file comment); `begin` rejects through its connection-close handler.
-                if (!lostConnection(e)) reject(e);
+                // The same once it is known closed: a ROLLBACK would be written to the dead socket.
+                if (!lostConnection(e) && !dead) reject(e);
               },
             );
         }),
@@ -113,7 +139,9 @@ function guardedBegin(sql: Sql, d: Deadlines) {
         reject(timeout());
       }, d.txMs);
     });
-    work.catch(() => {});
+    work.catch(() => {
+      dead = true;
+    });
     return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
   };
 }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
+import postgres from 'postgres';
 import { migrate } from './migrate.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -26,10 +27,13 @@ describe.each(testBackends())('store on $name', (b) => {
   it('delivers NOTIFY to a listener', async () => {
     const store = await b.open();
     try {
-      const got = new Promise<string>((resolve) => void store.listen('writ_test', resolve));
-      await new Promise((r) => setTimeout(r, 50));
-      await store.notify('writ_test', 'hello');
+      // listen() resolves once LISTEN is in force; a fixed sleep raced the connection under CI load.
+      let deliver!: (payload: string) => void;
+      const got = new Promise<string>((resolve) => (deliver = resolve));
+      const stop = await store.listen(`writ_test_${process.pid}`, deliver);
+      await store.notify(`writ_test_${process.pid}`, 'hello');
       expect(await got).toBe('hello');
+      await stop();
     } finally {
       await store.close();
     }
@@ -48,6 +52,29 @@ describe.skipIf(!TEST_DATABASE_URL)('store on postgres: concurrent start', () =>
       await b.close();
       await a.db.execute(sql.raw(`drop schema "${schema}" cascade`));
       await a.close();
+    }
+  });
+
+  it('a transaction whose connection is killed between statements fails with CONNECTION_CLOSED; nothing is written after', async () => {
+    // postgres.js would write the next statement to the dead socket from a setImmediate (an
+    // uncaught TypeError that ends the process) or to the pool's next socket, outside the transaction.
+    const store = await openTestPostgres();
+    const admin = postgres(TEST_DATABASE_URL!, { max: 1, onnotice: () => {} });
+    try {
+      await store.db.execute(sql`create table killed_tx (n int)`);
+      const tx = store.db.transaction(async (t) => {
+        await t.execute(sql`insert into killed_tx values (1)`);
+        const [row] = await rowsOf<{ pid: number }>(t, sql`select pg_backend_pid() as pid`);
+        await admin`select pg_terminate_backend(${row!.pid})`;
+        await new Promise((r) => setTimeout(r, 300)); // the body is between statements when the connection goes
+        await t.execute(sql`insert into killed_tx values (2)`);
+      });
+      await expect(tx).rejects.toMatchObject({ code: 'CONNECTION_CLOSED' });
+      await new Promise((r) => setTimeout(r, 600)); // past the body's next statement: a write from a setImmediate would have thrown
+      expect(await rowsOf(store.db, sql`select n from killed_tx`)).toEqual([]);
+    } finally {
+      await admin.end();
+      await store.close();
     }
   });
 });

@@ -78,6 +78,20 @@ http://{{ include "writ.fullname" . }}-proxy.{{ .Release.Namespace }}.svc:{{ .Va
 {{- define "writ.commonEnv" -}}
 - name: LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
+- name: WRIT_API_AUTH
+  value: {{ .Values.apiAuth | quote }}
+{{- if eq .Values.apiAuth "keys" }}
+- name: WRIT_BOOTSTRAP_ADMIN_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "writ.secretName" . }}
+      key: {{ .Values.secrets.keys.bootstrapAdminKey }}
+- name: WRIT_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "writ.secretName" . }}
+      key: {{ .Values.secrets.keys.bootstrapAdminKey }}
+{{- end }}
 - name: POD_NAME
   valueFrom:
     fieldRef:

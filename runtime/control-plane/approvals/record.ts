@@ -1,4 +1,5 @@
 /** The egress approval request as served (SPEC 2.4) and the pure helpers around it. */
+import { createHash } from 'node:crypto';
 import { hostname } from 'node:os';
 import { optional, type Env } from '../../lib/config.js';
 import { envName } from '../../lib/brand.js';
@@ -24,6 +25,17 @@ export interface EgressRequest {
   approver: string | null;
   decidedAt: string | null;
   denyReason: string | null;
+  /**
+   * SHA-256 (base64url) of exactly what is held: id, actor, actor DID, target, service, action,
+   * resource and when it was asked. An approval that names it can only release this request.
+   */
+  digest: string;
+}
+
+/** The digest of a held request (see EgressRequest.digest). */
+export function requestDigest(r: Pick<EgressRequest, 'id' | 'actor' | 'actorDid' | 'target' | 'service' | 'action' | 'resource' | 'requestedAt'>): string {
+  const canonical = JSON.stringify([r.id, r.actor, r.actorDid, r.target, r.service, r.action, r.resource, r.requestedAt]);
+  return createHash('sha256').update(canonical).digest('base64url');
 }
 
 /** What the proxy hands to `create`. */
@@ -76,7 +88,7 @@ export function iso(v: string | null): string | null {
 }
 
 export function toRecord(row: typeof egressRequests.$inferSelect): EgressRequest {
-  return {
+  const rec: Omit<EgressRequest, 'digest'> = {
     id: row.id,
     status: row.status,
     actor: row.actor,
@@ -92,6 +104,7 @@ export function toRecord(row: typeof egressRequests.$inferSelect): EgressRequest
     decidedAt: iso(row.decidedAt),
     denyReason: row.denyReason,
   };
+  return { ...rec, digest: requestDigest(rec) };
 }
 
 /** Long free-text fields (URLs) are informational: cap them instead of refusing the request. */

@@ -5,6 +5,7 @@ import { testBackends } from '../../store/testing.js';
 import type { AuditEntry } from '../types.js';
 import { createApprovalQueue, type ApprovalQueue } from './queue.js';
 import { registerEgressRoutes } from './routes.js';
+import { apiAuth, type Principal } from '../../lib/api-auth.js';
 
 const post = (app: Hono, path: string, body: unknown) =>
   app.request(path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
@@ -87,5 +88,71 @@ describe.each(testBackends())('egress routes on $name', (b) => {
     expect((await queue.get(r.id))?.status).toBe('pending');
     expect((await post(app, '/v1/egress/requests/00000000-0000-4000-8000-000000000000/approve', { approver: 'a' })).status).toBe(404);
     expect((await post(app, '/v1/egress/requests/nope/deny', { approver: 'a', reason: 'r' })).status).toBe(404);
+  });
+});
+
+describe.each(testBackends())('egress routes with WRIT_API_AUTH=keys on $name', (b) => {
+  let store: Store;
+  let queue: ApprovalQueue;
+  const app = new Hono();
+  // Two principals: the key behind each bearer token (what the identity authority would answer).
+  const principals: Record<string, Principal> = {
+    'alice-token': { kind: 'key', id: 'key:alice', scopes: new Set(['approvals:decide', 'approvals:read']) },
+    'viewer-token': { kind: 'key', id: 'key:viewer', scopes: new Set(['approvals:read']) },
+  };
+  beforeAll(async () => {
+    store = await b.open();
+    queue = await createApprovalQueue({ store, audit: { append: () => {} }, replicaId: 'auth', timeoutMs: 60_000 });
+    app.use('*', apiAuth({ mode: 'keys', check: async (t) => principals[t], deny: (c, status, message) => c.json({ error: message }, status) }));
+    registerEgressRoutes(app, { queue });
+  });
+  afterAll(async () => {
+    await queue.close();
+    await store.close();
+  });
+  const as = (token: string, path: string, body: unknown) =>
+    app.request(path, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify(body) });
+  const create = () => queue.create({ actor: 'bot', target: 'x.example:443', service: 'external', reason: 'external host' });
+
+  it('the approver is the authenticated caller, never the body; the approval names the digest of exactly that request, once', async () => {
+    const r = await create();
+    const other = await create();
+    const listed = (await (await app.request('/v1/egress/requests', { headers: { authorization: 'Bearer viewer-token' } })).json()) as {
+      id: string;
+      digest: string;
+    }[];
+    const digest = listed.find((x) => x.id === r.id)!.digest;
+    expect(digest).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(listed.find((x) => x.id === other.id)!.digest).not.toBe(digest);
+    // Without the scope, or without a credential: refused before the queue is touched.
+    expect((await as('viewer-token', `/v1/egress/requests/${r.id}/approve`, { digest })).status).toBe(403);
+    expect((await post(app, `/v1/egress/requests/${r.id}/approve`, { approver: 'alice', digest })).status).toBe(401);
+    // No digest, or another request's digest: not approved.
+    expect((await as('alice-token', `/v1/egress/requests/${r.id}/approve`, {})).status).toBe(400);
+    expect((await as('alice-token', `/v1/egress/requests/${other.id}/approve`, { digest })).status).toBe(409);
+    expect((await queue.get(other.id))!.status).toBe('pending');
+    const held = queue.hold(r.id);
+    const ok = await as('alice-token', `/v1/egress/requests/${r.id}/approve`, { approver: 'mallory', digest });
+    expect(ok.status).toBe(200);
+    expect(await ok.json()).toMatchObject({ id: r.id, status: 'approved', approver: 'key:alice' });
+    expect(await held).toBe('approved');
+    // Used once: a second approval (or a deny) of the same request is a conflict.
+    expect((await as('alice-token', `/v1/egress/requests/${r.id}/approve`, { digest })).status).toBe(409);
+    const denied = await as('alice-token', `/v1/egress/requests/${other.id}/deny`, { approver: 'mallory', reason: 'no' });
+    expect(await denied.json()).toMatchObject({ status: 'denied', approver: 'key:alice' });
+  });
+
+  it('an expired request cannot be approved', async () => {
+    const short = await createApprovalQueue({ store, audit: { append: () => {} }, replicaId: 'auth-short', timeoutMs: 50 });
+    try {
+      const r = await short.create({ actor: 'bot', target: 'y.example:443', service: 'external', reason: 'external host' });
+      expect(await short.hold(r.id)).toBe('expired');
+      const digest = (await short.get(r.id))!.digest;
+      const late = await as('alice-token', `/v1/egress/requests/${r.id}/approve`, { digest });
+      expect(late.status).toBe(409);
+      expect((await queue.get(r.id))!.status).toBe('expired');
+    } finally {
+      await short.close();
+    }
   });
 });

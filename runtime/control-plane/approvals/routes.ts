@@ -1,8 +1,12 @@
 /**
  * Egress approval routes on the control-plane management app (SPEC 4.3):
  *   GET  /v1/egress/requests?status=&limit=      newest first
- *   POST /v1/egress/requests/{id}/approve        {approver}
+ *   POST /v1/egress/requests/{id}/approve        {approver, digest?}
  *   POST /v1/egress/requests/{id}/deny           {approver, reason}
+ * With WRIT_API_AUTH=keys the approver is the authenticated caller (lib/api-auth.ts), never the
+ * body's `approver` (then optional and ignored), and an approval must name the request's `digest`
+ * (as listed): it releases exactly the request the human saw. A request is decided once; an
+ * expired one cannot be approved (409).
  * Errors follow the management app's shape `{error: string}` (validation adds `detail`):
  * 400 bad body or query, 404 unknown id, 409 not pending, 503 queue disabled (no forward proxy)
  * or store/audit unavailable.
@@ -10,6 +14,7 @@
 import type { Context, Hono } from 'hono';
 import { z } from 'zod';
 import { ApiError, zodDetail } from '../../lib/errors.js';
+import { principalOf } from '../../lib/api-auth.js';
 import { errMsg, logger } from '../../lib/log.js';
 import type { ApprovalQueue } from './queue.js';
 import { EGRESS_STATUSES, type EgressStatus } from './record.js';
@@ -17,8 +22,16 @@ import { EGRESS_STATUSES, type EgressStatus } from './record.js';
 const log = logger('approvals');
 
 const Approver = z.string().trim().min(1, 'approver must not be empty').max(253);
-export const ApproveBody = z.object({ approver: Approver }).strict();
-export const DenyBody = z.object({ approver: Approver, reason: z.string().trim().min(1, 'reason must not be empty').max(4096) }).strict();
+const Digest = z.string().regex(/^[A-Za-z0-9_-]{43}$/, 'digest must be the request digest as listed');
+export const ApproveBody = z.object({ approver: Approver.optional(), digest: Digest.optional() }).strict();
+export const DenyBody = z.object({ approver: Approver.optional(), reason: z.string().trim().min(1, 'reason must not be empty').max(4096) }).strict();
+
+/** The approver: the authenticated caller when auth is on, else the body's (required then, as SPEC 4.3 has it). */
+function approverOf(c: Context, given: string | undefined): string | Response {
+  const p = principalOf(c);
+  if (p) return p.id;
+  return given ?? c.json({ error: 'invalid body: approver: Required' }, 400);
+}
 
 export interface EgressRoutesDeps {
   /**
@@ -89,8 +102,18 @@ export function registerEgressRoutes(app: Hono, deps: EgressRoutesDeps): void {
     if (!queue) return c.json({ error: DISABLED }, 503);
     const b = await body(c, ApproveBody);
     if (!b.ok) return b.res;
+    const approver = approverOf(c, b.value.approver);
+    if (typeof approver !== 'string') return approver;
+    const id = c.req.param('id');
     try {
-      return c.json(await queue.approve(c.req.param('id'), b.value.approver));
+      // Bound to exactly the held request: its fields never change, so checking before the decision is exact.
+      if (principalOf(c) && !b.value.digest) return c.json({ error: 'invalid body: digest: Required (the digest of the request being approved)' }, 400);
+      if (b.value.digest) {
+        const cur = await queue.get(id);
+        if (cur && cur.digest !== b.value.digest)
+          return c.json({ error: `digest does not match egress request ${id}: it is not the request that was shown` }, 409);
+      }
+      return c.json(await queue.approve(id, approver));
     } catch (e) {
       return fail(c, e);
     }
@@ -101,8 +124,10 @@ export function registerEgressRoutes(app: Hono, deps: EgressRoutesDeps): void {
     if (!queue) return c.json({ error: DISABLED }, 503);
     const b = await body(c, DenyBody);
     if (!b.ok) return b.res;
+    const approver = approverOf(c, b.value.approver);
+    if (typeof approver !== 'string') return approver;
     try {
-      return c.json(await queue.deny(c.req.param('id'), b.value.approver, b.value.reason));
+      return c.json(await queue.deny(c.req.param('id'), approver, b.value.reason));
     } catch (e) {
       return fail(c, e);
     }

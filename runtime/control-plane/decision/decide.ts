@@ -46,7 +46,7 @@ const MAX_STEPS = 12;
 
 /** Mutable answers of one decision. */
 interface Gathered extends Answers {
-  vps?: Map<string, PresentationAnswer | Failure>;
+  vps?: [string, PresentationAnswer | Failure][];
 }
 
 function record(a: Gathered, q: Question, v: unknown): void {
@@ -55,7 +55,7 @@ function record(a: Gathered, q: Question, v: unknown): void {
       a.oidc = v as Gathered['oidc'];
       break;
     case 'vp':
-      (a.vps ??= new Map()).set(q.vp, v as PresentationAnswer | Failure);
+      (a.vps ??= []).push([q.vp, v as PresentationAnswer | Failure]);
       break;
     case 'usage':
       a.usage = v as BudgetUsage;

@@ -33,6 +33,8 @@ export function allowListFor(actor: Service, kind: string): { list: readonly str
   return { list: actor.egressAllow ?? [], field: 'egressAllow' };
 }
 
+/** Some registry model is served at `upstream` (a broker): only there does a call ticket mean anything. */
+const servesModel = (reg: RegistryView, upstream: string) => reg.byUpstream(upstream).some((s) => s.kind === 'model');
 const allowedFor = (actor: Service, svc: Service) => allowListFor(actor, svc.kind ?? '').list.includes(svc.name);
 
 /**
@@ -119,7 +121,7 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
   if (vps.length === 0 && s.identityMode === 'vc') return end(run.deny(403, 'identity', 'agent VP required (vc identity mode)'));
   for (const vp of vps) {
     if (!s.identityAuthority) return end(run.deny(403, 'identity', 'agent VP presented but no identity authority is configured to verify it (fail closed)'));
-    const v = a.vps?.get(vp);
+    const v = a.vps?.find((p) => p[0] === vp)?.[1];
     if (!v) return run.ask({ kind: 'vp', vp, audience: s.vpAudience });
     if (isFailure(v)) return end(run.deny(403, 'identity', v.failed));
     if (!v.ok || !v.agentName) return end(run.deny(403, 'identity', `invalid agent VP: ${v.ok ? 'no agent name' : v.reason}`));
@@ -282,7 +284,9 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
 
   const headers: Record<string, string> = { [H.subject]: subject, [H.upstream]: target?.upstream ?? proxy!.hostPort, [H.actor]: actorName };
   if (agentDid) headers[H.agentDid] = agentDid;
-  const extra = { ...reserve, ...(proxy && target ? { ticket: { actor: actorName, upstream: target.upstream } } : {}) };
+  // A call ticket only where a next hop can present it: an upstream that also serves a model (a
+  // broker asking /authz for the same agent's completion).
+  const extra = { ...reserve, ...(proxy && target && servesModel(reg, target.upstream) ? { ticket: { actor: actorName, upstream: target.upstream } } : {}) };
   const ev = end(run.allow(rule, overAudit ? `${overAudit}; ${reason}` : reason, headers), extra, delegation ? { delegation } : {});
   if (delegation) {
     ev.effects.audit.delegationId = delegation.id;

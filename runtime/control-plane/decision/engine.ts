@@ -5,10 +5,10 @@
  * committed and no human asked.
  */
 import { commit, type Committed, type Sinks } from './commit.js';
-import { decide, type Gatherer } from './decide.js';
+import { decide, type AnswerOf, type Gatherer } from './decide.js';
 import { createGatherer, type Ports } from './gather.js';
 import type { PolicySource } from './policy.js';
-import type { Evaluation, Facts, HoldAnswer, HoldRequest } from './types.js';
+import type { Evaluation, Facts, HoldAnswer, HoldRequest, Question } from './types.js';
 
 export interface DecisionEngine {
   readonly policy: PolicySource;
@@ -36,9 +36,14 @@ export function authorize(engine: DecisionEngine, facts: Facts, gather: Gatherer
   return ev instanceof Promise ? ev.then((e) => commit(e, engine.sinks, t0)) : commit(ev, engine.sinks, t0);
 }
 
-/** The proxy's gatherer: the engine's, plus a hold that waits for a human. */
+/** The proxy's gatherer: the engine's, plus a hold that waits for a human (one small object per request). */
 export function withHold(engine: DecisionEngine, hold: (req: HoldRequest) => Promise<HoldAnswer>): Gatherer {
-  return createGatherer({ ...engine.ports, hold });
+  const inner = engine.gather;
+  return {
+    ask<Q extends Question>(q: Q): AnswerOf<Q> | Promise<AnswerOf<Q>> {
+      return q.kind === 'hold' ? (hold(q.request) as Promise<AnswerOf<Q>>) : inner.ask(q);
+    },
+  };
 }
 
 /** The same decision as live, with no audit record, no budget consumed and no human asked. */

@@ -50,7 +50,7 @@ const proxied = (host: string, port: number, over: Partial<EgressFacts> = {}): E
   hop: { host, port, hostPort: `${host}:${port}`, connect: false },
   ...over,
 });
-const VP_BOT: Answers['vps'] = new Map([['vp-bot', { ok: true, agentName: 'bot', agentDid: 'did:key:zBot', reason: 'ok' }]]);
+const VP_BOT: Answers['vps'] = [['vp-bot', { ok: true, agentName: 'bot', agentDid: 'did:key:zBot', reason: 'ok' }]];
 
 function done(step: Step): Evaluation {
   if (isQuestion(step)) throw new Error(`evaluation asked ${JSON.stringify(step.question)}`);
@@ -98,7 +98,7 @@ describe('the forward proxy through the same evaluation', () => {
     {
       name: 'invalid VP -> 403 identity',
       facts: proxied('orders.svc', 8080),
-      answers: { vps: new Map([['vp-bot', { ok: false, reason: 'revoked' }]]) },
+      answers: { vps: [['vp-bot', { ok: false, reason: 'revoked' }]] },
       status: 403,
       reason: /invalid agent VP: revoked/,
     },
@@ -176,8 +176,11 @@ describe('the forward proxy through the same evaluation', () => {
     if (row.service) expect(ev.effects.audit.service).toBe(row.service);
     if (row.facts.vp === undefined) expect(ev.decision.challenge).toBe(true);
   });
-  it('an allowed registry target gets a call ticket effect; an external one does not', () => {
+  it('a registry target served with a model (a broker) gets a call ticket effect; another or an external one does not', () => {
     expect(done(evaluate(proxied('broker.writ.svc', 8080), snap, a(), NOW)).effects.ticket).toEqual({ actor: 'bot', upstream: 'broker.writ.svc:8080' });
+    const orders = done(evaluate(proxied('orders.svc', 8080), snap, a(), NOW));
+    expect(orders.decision.allow).toBe(true);
+    expect(orders.effects.ticket).toBeUndefined();
     expect(done(evaluate(proxied('api.example.com', 80), snap, a(), NOW)).effects.ticket).toBeUndefined();
   });
 });

@@ -7,7 +7,7 @@
  * proxied request gets exactly one audit row, written when its decision (or its hold) ends.
  *
  *   no usable Proxy-Authorization -> challenge (407); deny -> 403; allow -> forward (with the
- *   call ticket for the upstream hop, when the target is a registry service).
+ *   call ticket for the upstream hop, when the upstream serves a registry model: a broker).
  */
 import { startDecisionSpan } from '../../lib/tracing.js';
 import { commit, type Committed } from '../decision/commit.js';

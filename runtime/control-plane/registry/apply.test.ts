@@ -118,6 +118,27 @@ describe.each(testBackends())('apply on $name', (b) => {
     expect(recs.find((r) => r.service === 'f1')!.reason).toMatch(/^deleted by folder:\/p/);
   });
 
+  it('a notification that arrives after a newer local write still loads the entries it names', async () => {
+    // `late` hears only its own channel, so the other writer's notification is delivered by hand,
+    // after `late` has written a newer version itself (the order two replicas can see under load).
+    const late = await createRegistry(store, { channel: `late_${process.pid}`, resyncMs: 0 });
+    try {
+      const other = await reg.apply([svc('race-a'), svc('race-b')], { owner: 'folder:/race' });
+      await late.apply([svc('race-own')], { owner: 'folder:/late' });
+      expect(late.version).toBeGreaterThan(other.version);
+      expect(late.get('race-a')).toBeUndefined();
+      await store.db.execute(sql`select pg_notify(${late.channel}, ${JSON.stringify({ v: other.version, n: ['race-a', 'race-b'] })})`);
+      const until = Date.now() + 5000;
+      while (!late.get('race-b') && Date.now() < until) await new Promise((r) => setTimeout(r, 5));
+      expect(late.get('race-a')?.upstream).toBe('race-a.svc:80');
+      expect(late.get('race-b')?.upstream).toBe('race-b.svc:80');
+      await late.apply([], { owner: 'folder:/late' });
+      await reg.apply([], { owner: 'folder:/race' });
+    } finally {
+      await late.close();
+    }
+  });
+
   it('never takes over another owner: apply reports the conflict, upsert and delete answer conflict errors', async () => {
     await reg.upsert({ name: 'api-owned', upstream: 'x.svc:1' });
     const r = await reg.apply([svc('api-owned'), svc('mine')], { owner: 'kubernetes:c1' });

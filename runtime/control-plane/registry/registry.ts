@@ -160,21 +160,33 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
   }
 
   async function reload(): Promise<void> {
-    const { version, rows } = await store.db.transaction(async (tx) => {
-      const [st] = await tx.select({ version: registryState.version }).from(registryState).where(eq(registryState.id, 1));
-      const all = await tx
-        .select({ name: registryServices.name, doc: registryServices.doc, rev: registryServices.rev, owner: registryServices.managedBy })
-        .from(registryServices);
-      return { version: Number(st?.version ?? 0), rows: all };
-    });
+    const read = () =>
+      store.db.transaction(
+        async (tx) => {
+          const [st] = await tx.select({ version: registryState.version }).from(registryState).where(eq(registryState.id, 1));
+          const all = await tx
+            .select({ name: registryServices.name, doc: registryServices.doc, rev: registryServices.rev, owner: registryServices.managedBy })
+            .from(registryServices);
+          return { version: Number(st?.version ?? 0), rows: all };
+        },
+        { isolationLevel: 'repeatable read' }, // the version and the rows from one snapshot
+      );
+    let { version, rows } = await read();
+    // A local write committed meanwhile is already served: a read from before it would go back.
+    for (let i = 0; version < snap.version && i < 5; i++) ({ version, rows } = await read());
+    if (version < snap.version) return;
     const entries = new Map<string, RegistryEntry>();
     for (const r of rows) entries.set(r.name, entryOf(r.doc, r.owner, Number(r.rev)));
     publish(createSnapshot(version, entries));
   }
 
-  /** Reloads the named rows after a notification of `version` from a writer (maybe ourselves). */
+  /**
+   * Reloads the named rows after a notification of `version` from a writer (maybe ourselves).
+   * Skipped only when every name is held at that revision or newer: an absent name is read, since
+   * the snapshot's version may have passed `version` by a local write that never saw this change.
+   */
   async function reloadNames(version: number, names: string[]): Promise<void> {
-    if (version <= snap.version && names.every((n) => (snap.entry(n)?.rev ?? -1) >= version || (!snap.entry(n) && snap.version >= version))) return;
+    if (names.every((n) => (snap.entry(n)?.rev ?? -1) >= version)) return;
     const rows = names.length
       ? await store.db
           .select({ name: registryServices.name, doc: registryServices.doc, rev: registryServices.rev, owner: registryServices.managedBy })

@@ -14,6 +14,7 @@ import { standingRoutes } from './governance/standing.js';
 import { identityRoutes } from './identity/routes.js';
 import { keyRoutes } from './keys/routes.js';
 import { previewRoutes } from './preview/routes.js';
+import type { KeyService } from './keys/service.js';
 
 export { SYNC_BODY_LIMIT };
 
@@ -24,6 +25,8 @@ export interface EnterpriseContext {
   env: Record<string, string | undefined>;
   /** Committed identity changes (API-key cache currency); absent: every key verify reads the store. */
   changes?: ChangeFeed;
+  /** The authority's key service (shared with its API authentication); absent: the routes make one. */
+  keys?: KeyService;
 }
 
 /**
@@ -41,7 +44,7 @@ export function enterpriseRoutes(ctx: EnterpriseContext): OpenAPIHono {
   app.route('/', governanceRoutes({ db: ctx.store.db, now: ctx.now }));
   app.route('/', standingRoutes({ db: ctx.store.db }));
   app.route('/', identityRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env }));
-  app.route('/', keyRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env, changes: ctx.changes }));
+  app.route('/', keyRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env, changes: ctx.changes }, ctx.keys));
   app.route('/', previewRoutes({ db: ctx.store.db, env: ctx.env }));
   return app;
 }

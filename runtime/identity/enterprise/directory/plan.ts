@@ -202,7 +202,7 @@ const parseGroupsJson = (s: string): string[] => {
  * and never builds its write object.
  */
 export function planSync(input: PlanInput): SyncPlan {
-  return stagePlan(input, false)!.finish();
+  return drain(stagePlan(input, false))!.finish();
 }
 
 /**
@@ -225,10 +225,37 @@ export interface StagedPlan {
  * every row's `groupsJson` is read).
  */
 export function planSyncLight(input: PlanInput): StagedPlan | null {
+  return drain(stagePlan(input, true));
+}
+
+/**
+ * The planner as steps: it yields every PACE users (or rows, or groups), so an async caller can
+ * give the event loop a turn between steps (`planSyncLightPaced`); the pure callers drain it at
+ * once. The result is the same either way.
+ */
+export type PlanSteps<T> = Generator<void, T, void>;
+const PACE = 2048;
+const step = (i: number): boolean => (i & (PACE - 1)) === PACE - 1;
+
+/** Runs planner steps to the end. */
+export function drain<T>(steps: PlanSteps<T>): T {
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+  }
+}
+
+/** planSyncLight as steps (see drain). */
+export function planSyncLightSteps(input: PlanInput): PlanSteps<StagedPlan | null> {
   return stagePlan(input, true);
 }
 
-function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
+/** planSync as steps; the plan is finished in the last one. */
+export function* planSyncSteps(input: PlanInput): PlanSteps<SyncPlan> {
+  return (yield* stagePlan(input, false))!.finish();
+}
+
+function* stagePlan(input: PlanInput, light: boolean): PlanSteps<StagedPlan | null> {
   const { tenantId, idp, now } = input;
   if (light && input.groups === undefined) return null;
   const subjectPrefix = `${idp}:${tenantId}:`;
@@ -246,6 +273,7 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
   // the externalId was already there (then its first index is restored, once, by a scan).
   let dupSeen = false;
   for (let i = 0; i < rawUsers.length; i++) {
+    if (step(i)) yield;
     const p = input.parsedUsers?.[i] ?? parseUser(rawUsers[i]);
     if (!p.ok) {
       errors.push({ resource_type: 'User', external_id: p.externalId ?? p.id ?? `users[${i}]`, error: p.error });
@@ -288,7 +316,9 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
   const unmatchedRows: CurrentEmployee[] = []; // rows that are no snapshot user's
   const prefixLen = subjectPrefix.length;
   let next = 0; // stored rows usually come back in the order they were written: try the next user first
+  let rowNo = 0;
   for (const r of input.currentEmployees) {
+    if (step(rowNo++)) yield;
     if (r.tenantId !== tenantId) continue;
     tenantRows.push(r);
     const s = r.employeeSubject;
@@ -334,6 +364,7 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
   const reconcileGroups = input.groups !== undefined;
   const rawGroups = input.groups ?? [];
   for (let i = 0; i < rawGroups.length; i++) {
+    if (step(i)) yield;
     const p = parseGroupRefs(rawGroups[i], false);
     if (!p.ok) {
       errors.push({ resource_type: 'Group', external_id: p.externalId ?? p.id ?? `groups[${i}]`, error: p.error });
@@ -368,6 +399,8 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
   };
   let hint = 0;
   for (let gi = 0; gi < gList.length; gi++) {
+    // Groups can be large (thousands of members each): a turn every 64 groups.
+    if ((gi & 63) === 63) yield;
     const g = gList[gi]!;
     const members = membersOf[gi]!;
     for (const ref of g.memberRefs) {
@@ -383,6 +416,7 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
     }
   }
   for (let idx = 0; idx < uList.length; idx++) {
+    if (step(idx)) yield;
     // User.groups[].value is the group's SCIM id per RFC 7643; accept an externalId too, and keep
     // an unknown value as-is (the IdP asserts the membership even if it did not send the group).
     const refs = uList[idx]!.groupRefs;
@@ -412,6 +446,7 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
   const keepsDeactivatedAt: boolean[] = [];
 
   for (let idx = 0; idx < uList.length; idx++) {
+    if (step(idx)) yield;
     const u = uList[idx]!;
     const subject = uSubject[idx]!;
     const prev = prevOf[idx];
@@ -525,6 +560,7 @@ function stagePlan(input: PlanInput, light: boolean): StagedPlan | null {
   const currentGroups = new Map<string, GroupRow>();
   for (const g of input.currentGroups) if (g.tenantId === tenantId) currentGroups.set(g.groupKey, g);
   for (let gi = 0; gi < gList.length; gi++) {
+    if (step(gi)) yield;
     const g = gList[gi]!;
     const key = groupKey(tenantId, g.externalId);
     const prev = currentGroups.get(key);

@@ -6,7 +6,7 @@
  * tenants. Reads by key derive the tenant from the key (subject `<idp>:<tenant>:<ext>`, group key
  * `<tenant>:<ext>`); an optional `tenant` that disagrees with the key is a 404.
  */
-import { subApi } from '../../../lib/api.js';
+import { slicedJsonBody, subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { envelope, notFound } from '../../../lib/errors.js';
@@ -66,6 +66,8 @@ export function directoryRoutes(deps: DirectoryRouteDeps): OpenAPIHono {
       maxSize: SYNC_BODY_LIMIT,
       onError: (c) => c.json(envelope('payload_too_large', `request body exceeds ${SYNC_BODY_LIMIT} bytes`), 413),
     }),
+    // A 100k-user snapshot is ~90 MB: parsed and checked in slices, never in one block of the loop.
+    slicedJsonBody(),
   );
   app.openapi(
     createRoute({

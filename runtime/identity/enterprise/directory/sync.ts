@@ -13,12 +13,27 @@ import { logger } from '../../../lib/log.js';
 import type { DbOrTx } from '../tenant.js';
 import type { CascadeCounts } from '../governance/model.js';
 import { breathe, directoryRepo, iso, type DirectoryRepo, type SyncRunRecord } from './repo.js';
-import { planSync, planSyncLight, type EmployeeWrite, type Idp, type SyncPlan } from './plan.js';
+import { planSyncLightSteps, planSyncSteps, type EmployeeWrite, type Idp, type PlanSteps, type SyncPlan } from './plan.js';
 import type { GroupRow } from './repo.js';
 import { parseUser, type Parsed, type ScimUser } from './scim.js';
 
 /** Users parsed between two turns of the event loop. */
 const PARSE_SLICE = 2000;
+/** Planner work between two turns of the event loop (ms): a 100k-user plan is ~400 ms of CPU. */
+const PLAN_SLICE_MS = 8;
+
+/** Runs the planner's steps, giving the event loop a turn every PLAN_SLICE_MS. */
+async function paced<T>(steps: PlanSteps<T>): Promise<T> {
+  let t = performance.now();
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+    if (performance.now() - t >= PLAN_SLICE_MS) {
+      await breathe();
+      t = performance.now();
+    }
+  }
+}
 
 const log = logger('directory-sync');
 
@@ -130,7 +145,7 @@ async function planWithState(repo: DirectoryRepo, req: SyncRequest, now: string)
   const currentGroups = await repo.loadGroupRows();
   if (req.groups !== undefined) {
     const light = await repo.loadSyncLight();
-    const staged = planSyncLight({ ...input, currentEmployees: light, currentGroups });
+    const staged = await paced(planSyncLightSteps({ ...input, currentEmployees: light, currentGroups }));
     if (staged) {
       if (staged.need.length) {
         const rows = new Map(staged.need.map((r) => [r.employeeSubject, r]));
@@ -150,7 +165,7 @@ async function planWithState(repo: DirectoryRepo, req: SyncRequest, now: string)
       } else return staged.finish();
     }
   }
-  return planSync({ ...input, currentEmployees: await repo.loadSyncState(), currentGroups });
+  return paced(planSyncSteps({ ...input, currentEmployees: await repo.loadSyncState(), currentGroups }));
 }
 
 /*

@@ -3,7 +3,7 @@ import { subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { body, errorResponse, invalid, json, TenantId } from '../directory/http.js';
 import { KEY_ENVS } from './secret.js';
-import { keyService, type KeyServiceDeps } from './service.js';
+import { keyService, type KeyService, type KeyServiceDeps } from './service.js';
 
 const Scope = z.string().min(1).max(200).regex(/^\S+$/, 'no whitespace');
 const Actor = z.string().min(1).max(320);
@@ -57,9 +57,9 @@ const IdParam = z.object({
 });
 const Guard = z.object({ tenant: TenantId.optional().openapi({ param: { name: 'tenant', in: 'query' } }) });
 
-export function keyRoutes(deps: KeyServiceDeps): OpenAPIHono {
+/** `svc`: the authority's one key service (shared with its API authentication), else a new one. */
+export function keyRoutes(deps: KeyServiceDeps, svc: KeyService = keyService(deps)): OpenAPIHono {
   const app = subApi();
-  const svc = keyService(deps);
 
   app.openapi(
     createRoute({

@@ -1,0 +1,157 @@
+/**
+ * Memory over a long run (issue 14): the all-in-one as `npm start` runs it (PGlite data folder,
+ * durable audit, the examples loaded, every listener) in a child process, then BENCH_SOAK_DECISIONS
+ * (default 1M) decisions at `/authz`, ingress and egress alternating (the egress of the example
+ * agent runs into its hourly call budget and is denied from then on: a denial is a decision and an
+ * audit record too). RSS of the child is read from /proc every 250 ms:
+ *
+ *   start   right after the listeners answer
+ *   idle    settled: BENCH_SOAK_SETTLE seconds (default 15) later, before any load
+ *   peak    the highest sample under load
+ *   end     settled again after the load (the same wait)
+ *
+ * Baseline: a bare node:http process started and settled the same way, in the same run (what any
+ * Node process costs); Writ's idle RSS is printed as a multiple of it. Targets: end - idle <= 20 MB;
+ * idle <= 400 MB.
+ *
+ *   npx tsx bench/soak.bench.ts     (BENCH_SOAK_DECISIONS=1000000 BENCH_CONNECTIONS=32 BENCH_SOAK_SETTLE=15)
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { H } from '../runtime/lib/brand.js';
+import { bareServer, codeUnderTest, loadAutocannon } from './lib.js';
+
+const DECISIONS = Number(process.env.BENCH_SOAK_DECISIONS ?? 1_000_000);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
+const SETTLE_S = Number(process.env.BENCH_SOAK_SETTLE ?? 15);
+const code = codeUnderTest();
+const self = fileURLToPath(import.meta.url);
+const MB = 1024 * 1024;
+
+/** Resident set size of a process, bytes (Linux /proc; NaN elsewhere). */
+function rss(pid: number): number {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : NaN;
+  } catch {
+    return NaN;
+  }
+}
+
+async function serveWrit(): Promise<void> {
+  const { startWrit } = (await import(code.from('main'))) as typeof import('../runtime/main.js');
+  const { setLogLevel } = (await import(code.from('lib/log'))) as typeof import('../runtime/lib/log.js');
+  setLogLevel('warn');
+  const dir = mkdtempSync(join(tmpdir(), 'writ-soak-'));
+  const writ = await startWrit({
+    ...process.env,
+    WRIT_DATA_DIR: join(dir, 'data'),
+    PORT: '0',
+    DECISION_ADDR: '127.0.0.1:0',
+    DECISION_GRPC_ADDR: '127.0.0.1:0',
+    MGMT_ADDR: '127.0.0.1:0',
+    EGRESS_PROXY_ADDR: '127.0.0.1:0',
+    BROKER_ADDR: '127.0.0.1:0',
+    TEST_DATABASE_URL: '',
+  });
+  process.send?.({ decision: writ.ports.decision });
+  process.on('message', async () => {
+    await writ.close();
+    rmSync(dir, { recursive: true, force: true });
+    process.exit(0);
+  });
+}
+
+function serveBare(): void {
+  const s = bareServer().listen(0, '127.0.0.1', () => process.send?.({ decision: (s.address() as { port: number }).port }));
+  process.on('message', () => process.exit(0));
+}
+
+async function start(kind: '--writ' | '--bare'): Promise<{ proc: ChildProcess; port: number }> {
+  const proc = fork(self, [kind], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  const port = await new Promise<number>((resolve, reject) => {
+    proc.once('message', (m: { decision: number }) => resolve(m.decision));
+    proc.once('exit', (c) => reject(new Error(`${kind} exited with ${c}`)));
+  });
+  return { proc, port };
+}
+
+async function stop(proc: ChildProcess): Promise<void> {
+  const done = new Promise((r) => proc.once('exit', r));
+  proc.send('stop');
+  const t = setTimeout(() => proc.kill('SIGKILL'), 30_000);
+  await done;
+  clearTimeout(t);
+}
+
+const sleep = (s: number) => new Promise((r) => setTimeout(r, s * 1000));
+const mb = (b: number) => `${(b / MB).toFixed(0)} MB`;
+
+async function drive(): Promise<void> {
+  if (!readFileSyncSafe('/proc/self/status')) {
+    console.log('soak bench: SKIPPED, RSS is read from /proc (Linux only)');
+    return;
+  }
+  const bare = await start('--bare');
+  await sleep(SETTLE_S);
+  const bareRss = rss(bare.proc.pid!);
+  await stop(bare.proc);
+
+  const w = await start('--writ');
+  const pid = w.proc.pid!;
+  const startRss = rss(pid);
+  await sleep(SETTLE_S);
+  const idle = rss(pid);
+  let peak = idle;
+  const sampler = setInterval(() => (peak = Math.max(peak, rss(pid))), 250);
+  const autocannon = await loadAutocannon();
+  const t0 = Date.now();
+  const r = await autocannon({
+    url: `http://127.0.0.1:${w.port}`,
+    connections: CONNECTIONS,
+    amount: DECISIONS,
+    requests: [
+      { method: 'GET', path: '/authz/index.html', headers: { [H.service]: 'web' } },
+      {
+        method: 'POST',
+        path: '/authz/v1/chat/completions',
+        headers: { [H.actor]: 'research-agent', [H.service]: 'gpt-4o-mini', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'soak' },
+      },
+    ],
+  });
+  const secs = (Date.now() - t0) / 1000;
+  clearInterval(sampler);
+  await sleep(SETTLE_S);
+  const end = rss(pid);
+  await stop(w.proc);
+
+  const answered = r.requests.total;
+  console.log(
+    `soak bench: the all-in-one as npm start runs it (PGlite, durable audit, examples), ${code.label}; ${answered.toLocaleString('en-US')} decisions ` +
+      `at /authz in ${secs.toFixed(0)} s (${(answered / secs).toFixed(0)}/s, ${r.errors} errors, ${r.non2xx} denials), ${CONNECTIONS} connections; RSS settled ${SETTLE_S} s`,
+  );
+  console.log(`  bare node:http process (baseline)  idle ${mb(bareRss)}`);
+  console.log(`  writ right after start             ${mb(startRss)}`);
+  console.log(
+    `  writ idle, before load             ${mb(idle)}  ${(idle / bareRss).toFixed(1)}x of bare  (target <= 400 MB ${idle <= 400 * MB ? 'met' : 'MISSED'})`,
+  );
+  console.log(`  writ peak under load               ${mb(peak)}`);
+  console.log(
+    `  writ idle, after load              ${mb(end)}  end - idle ${((end - idle) / MB).toFixed(1)} MB  (target <= 20 MB ${end - idle <= 20 * MB ? 'met' : 'MISSED'})`,
+  );
+}
+
+function readFileSyncSafe(p: string): string | undefined {
+  try {
+    return readFileSync(p, 'utf8');
+  } catch {
+    return undefined;
+  }
+}
+
+if (process.argv[2] === '--writ') await serveWrit();
+else if (process.argv[2] === '--bare') serveBare();
+else await drive();

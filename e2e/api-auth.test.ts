@@ -1,0 +1,223 @@
+/**
+ * Authenticated management (issue 15 item 8): the all-in-one as `npm start` runs it, with
+ * `WRIT_API_AUTH=keys` and a bootstrap key, over real sockets. Every route of both management
+ * listeners' `/openapi.json` (and the routes they do not document: egress approvals, the portal)
+ * answers 401 without a credential, 403 with a key that lacks the route's scope, and neither with a
+ * key holding exactly that scope; the public routes answer without one; a revoked key stops working
+ * within a second on both listeners; and the stack still works end to end with auth on (the
+ * examples were applied and their directory seeded through the bootstrap credential, and a
+ * decision at /authz is unaffected: it is not a management route).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ADMIN, PUBLIC, requiredScope } from '../runtime/lib/api-auth.js';
+import { H } from '../runtime/lib/brand.js';
+import { setLogLevel } from '../runtime/lib/log.js';
+import { startWrit, type Writ } from '../runtime/main.js';
+
+setLogLevel('error');
+const BOOT = 'bootstrap-secret-for-the-auth-test-0123456789';
+type Json = any;
+
+describe('WRIT_API_AUTH=keys on the all-in-one', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'writ-auth-'));
+  let writ: Writ;
+  let cp: string;
+  let idp: string;
+  const keys = new Map<string, { id: string; plaintext: string }>();
+
+  const call = async (base: string, method: string, path: string, key?: string, body?: unknown) => {
+    const headers: Record<string, string> = {};
+    if (key) headers.authorization = `Bearer ${key}`;
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    const res = await fetch(base + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), redirect: 'manual' });
+    const text = await res.text();
+    return { status: res.status, text, header: (n: string) => res.headers.get(n) };
+  };
+  /** A key holding exactly `scopes` (minted once with the bootstrap key). */
+  const keyFor = async (...scopes: string[]) => {
+    const name = scopes.join(' ') || '(none)';
+    let k = keys.get(name);
+    if (!k) {
+      const r = await call(idp, 'POST', '/v1/keys', BOOT, { name: `k-${keys.size}`, scopes });
+      expect(r.status, r.text).toBe(201);
+      const j = JSON.parse(r.text) as Json;
+      k = { id: j.key.id, plaintext: j.plaintext };
+      keys.set(name, k);
+    }
+    return k;
+  };
+
+  beforeAll(async () => {
+    writ = await startWrit({
+      PATH: process.env.PATH,
+      WRIT_DATA_DIR: join(dir, 'data'),
+      WRIT_API_AUTH: 'keys',
+      WRIT_BOOTSTRAP_ADMIN_KEY: BOOT,
+      PORT: '0',
+      DECISION_ADDR: '127.0.0.1:0',
+      DECISION_GRPC_ADDR: '127.0.0.1:0',
+      MGMT_ADDR: '127.0.0.1:0',
+      EGRESS_PROXY_ADDR: '127.0.0.1:0',
+      BROKER_ADDR: '127.0.0.1:0',
+      LOG_LEVEL: 'error',
+    });
+    cp = `http://127.0.0.1:${writ.ports.mgmt}`;
+    idp = `http://127.0.0.1:${writ.ports.identity}`;
+  }, 120_000);
+  afterAll(async () => {
+    await writ?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('the all-in-one refuses keys mode with no credential for its own components', async () => {
+    await expect(startWrit({ PATH: process.env.PATH, WRIT_API_AUTH: 'keys', WRIT_DATA_DIR: join(dir, 'other') })).rejects.toThrow(
+      /WRIT_BOOTSTRAP_ADMIN_KEY or WRIT_API_KEY/,
+    );
+  });
+
+  it('the scope table: public routes, named scopes, and admin for anything it does not name', () => {
+    expect(requiredScope('GET', '/healthz')).toBe(PUBLIC);
+    expect(requiredScope('GET', '/.well-known/did.json')).toBe(PUBLIC);
+    expect(requiredScope('GET', '/status/revocation')).toBe(PUBLIC);
+    expect(requiredScope('POST', '/v1/registry/apply')).toBe('registry:write');
+    expect(requiredScope('DELETE', '/v1/registry/services/web')).toBe('registry:write');
+    expect(requiredScope('GET', '/v1/audit/verify')).toBe('audit:read');
+    expect(requiredScope('POST', '/v1/delegations/d1/approve')).toBe('approvals:decide');
+    expect(requiredScope('POST', '/v1/egress/requests/r1/approve')).toBe('approvals:decide');
+    expect(requiredScope('POST', '/v1/agents/a/provision')).toBe('identity:write');
+    expect(requiredScope('POST', '/v1/revoke')).toBe('identity:admin');
+    expect(requiredScope('POST', '/v1/keys')).toBe('keys:admin');
+    expect(requiredScope('POST', '/v1/directory/sync')).toBe('directory:sync');
+    expect(requiredScope('GET', '/v1/nothing-here')).toBe(ADMIN);
+    expect(requiredScope('POST', '/healthz')).toBe(ADMIN);
+  });
+
+  it('public routes answer without a credential on both listeners', async () => {
+    for (const [base, path] of [
+      [cp, '/healthz'],
+      [cp, '/readyz'],
+      [cp, '/openapi.json'],
+      [cp, '/metrics'],
+      [idp, '/healthz'],
+      [idp, '/readyz'],
+      [idp, '/.well-known/did.json'],
+      [idp, '/v1/issuer'],
+      [idp, '/openapi.json'],
+      [idp, '/docs'],
+    ] as const) {
+      const r = await call(base, 'GET', path);
+      expect(r.status, `${base}${path}: ${r.text.slice(0, 200)}`).toBe(200);
+    }
+  });
+
+  it('every documented route of both listeners: 401 without a key, 403 with the wrong scope, through with the right one', async () => {
+    const wrong = await keyFor('unrelated:scope');
+    const routes: [string, string, string][] = [];
+    for (const base of [cp, idp]) {
+      const doc = JSON.parse((await call(base, 'GET', '/openapi.json')).text) as Json;
+      for (const [path, ops] of Object.entries(doc.paths as Record<string, Json>)) {
+        for (const method of Object.keys(ops)) routes.push([base, method.toUpperCase(), path.replace(/\{[^}]+\}/g, 'p1')]);
+      }
+    }
+    // Mounted outside the documented apps.
+    routes.push([cp, 'GET', '/v1/egress/requests'], [cp, 'POST', '/v1/egress/requests/p1/approve'], [cp, 'GET', '/portal/api/identity/v1/delegations']);
+    const checked: string[] = [];
+    for (const [base, method, path] of routes) {
+      const scope = requiredScope(method, path);
+      const where = `${method} ${base === cp ? ':8181' : ':8090'}${path} (${scope})`;
+      // Every route is classified: none falls through to the admin-only default.
+      expect(scope, where).not.toBe(ADMIN);
+      if (scope === PUBLIC) continue;
+      const none = await call(base, method, path, undefined, method === 'GET' ? undefined : {});
+      expect(none.status, `${where} without a key: ${none.text.slice(0, 200)}`).toBe(401);
+      expect(none.header('www-authenticate')).toMatch(/^Bearer/);
+      const bad = await call(base, method, path, 'writ_test_notakey', method === 'GET' ? undefined : {});
+      expect(bad.status, `${where} with a made-up key`).toBe(401);
+      if (scope !== 'authenticated') {
+        const w = await call(base, method, path, wrong.plaintext, method === 'GET' ? undefined : {});
+        expect(w.status, `${where} with the wrong scope: ${w.text.slice(0, 200)}`).toBe(403);
+      }
+      // The portal's forwarder passes the credential on: the identity authority checks its own route's scope.
+      const right = await keyFor(scope === 'authenticated' ? requiredScope(method, path.replace('/portal/api/identity', '')) : scope);
+      const ok = await call(base, method, path, right.plaintext, method === 'GET' ? undefined : {});
+      expect([401, 403], `${where} with its scope: ${ok.status} ${ok.text.slice(0, 200)}`).not.toContain(ok.status);
+      checked.push(where);
+    }
+    expect(checked.length).toBeGreaterThan(50);
+  }, 120_000);
+
+  it('verify-presentation, answered outside the app on its fast path, is guarded the same way', async () => {
+    const body = { vp: 'not.a.vp' };
+    expect((await call(idp, 'POST', '/v1/agents/verify-presentation', undefined, body)).status).toBe(401);
+    expect((await call(idp, 'POST', '/v1/agents/verify-presentation', (await keyFor('identity:read')).plaintext, body)).status).toBe(403);
+    const ok = await call(idp, 'POST', '/v1/agents/verify-presentation', (await keyFor('identity:verify')).plaintext, body);
+    expect(ok.status).toBe(200);
+    expect(JSON.parse(ok.text).ok).toBe(false);
+  });
+
+  it('the bootstrap key holds every scope; a revoked key is refused within a second on both listeners', async () => {
+    expect((await call(cp, 'GET', '/v1/registry/services', BOOT)).status).toBe(200);
+    expect((await call(idp, 'GET', '/v1/agents', BOOT)).status).toBe(200);
+    const k = await keyFor('registry:read', 'identity:read');
+    expect((await call(cp, 'GET', '/v1/registry/services', k.plaintext)).status).toBe(200);
+    expect((await call(idp, 'GET', '/v1/agents', k.plaintext)).status).toBe(200);
+    expect((await call(idp, 'POST', `/v1/keys/${k.id}/revoke`, BOOT, { by: 'test' })).status).toBe(200);
+    const t0 = Date.now();
+    for (;;) {
+      const [a, b] = await Promise.all([call(cp, 'GET', '/v1/registry/services', k.plaintext), call(idp, 'GET', '/v1/agents', k.plaintext)]);
+      if (a.status === 401 && b.status === 401) break;
+      expect(Date.now() - t0, 'revocation took effect').toBeLessThan(1500);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  });
+
+  it('a delegation approval names the authenticated caller, never the body field', async () => {
+    const writer = await keyFor('identity:write');
+    const approverKey = await keyFor('approvals:decide');
+    const agent = await call(idp, 'POST', '/v1/agents', writer.plaintext, { name: 'auth-bot', role: 'worker', capabilities: [] });
+    expect(agent.status, agent.text).toBe(201);
+    expect((await call(idp, 'POST', '/v1/agents/auth-bot/provision', writer.plaintext, {})).status).toBe(200);
+    const req = await call(idp, 'POST', '/v1/delegations/request', writer.plaintext, {
+      actorName: 'auth-bot',
+      task: 't',
+      action: 'read',
+      resource: 'r',
+      reason: 'why',
+    });
+    expect(req.status, req.text).toBe(201);
+    const id = (JSON.parse(req.text) as { id: string }).id;
+    // The writer may ask, not decide.
+    expect((await call(idp, 'POST', `/v1/delegations/${id}/approve`, writer.plaintext, { approver: 'alice' })).status).toBe(403);
+    const ok = await call(idp, 'POST', `/v1/delegations/${id}/approve`, approverKey.plaintext, { approver: 'mallory' });
+    expect(ok.status, ok.text).toBe(200);
+    const d = JSON.parse((await call(idp, 'GET', `/v1/delegations/${id}`, (await keyFor('identity:read')).plaintext)).text) as { approver: string };
+    expect(d.approver).toBe(`key:${approverKey.id}`);
+  });
+
+  it('re-provisioning an agent needs identity:admin and says which Membership VC it revoked', async () => {
+    const writer = await keyFor('identity:write');
+    expect((await call(idp, 'POST', '/v1/agents', writer.plaintext, { name: 'again-bot', role: 'worker', capabilities: [] })).status).toBe(201);
+    const first = JSON.parse((await call(idp, 'POST', '/v1/agents/again-bot/provision', writer.plaintext, {})).text) as Json;
+    expect(first.revokedMembershipJti).toBeUndefined();
+    const refused = await call(idp, 'POST', '/v1/agents/again-bot/provision', writer.plaintext, {});
+    expect(refused.status, refused.text).toBe(403);
+    expect(refused.text).toMatch(/identity:admin/);
+    const second = await call(idp, 'POST', '/v1/agents/again-bot/provision', (await keyFor('identity:write', 'identity:admin')).plaintext, {});
+    expect(second.status, second.text).toBe(200);
+    expect(JSON.parse(second.text).revokedMembershipJti).toBe(first.membershipJti);
+    const log = await call(idp, 'GET', '/v1/revocations', BOOT);
+    expect(log.text).toContain(first.membershipJti);
+  });
+
+  it('the stack works with auth on: examples applied through the bootstrap credential, /authz unaffected', async () => {
+    const reg = await call(cp, 'GET', '/v1/registry/services', BOOT);
+    expect(reg.text).toContain('research-agent');
+    const emp = await call(idp, 'GET', '/v1/directory/employees?tenant=example', BOOT);
+    expect(JSON.parse(emp.text).length).toBeGreaterThan(0);
+    const d = await fetch(`http://127.0.0.1:${writ.ports.decision}/authz/index.html`, { headers: { [H.service]: 'web' } });
+    expect(d.status).toBe(200);
+  });
+});

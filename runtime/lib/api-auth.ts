@@ -1,0 +1,203 @@
+/**
+ * Authenticated management (issue 15 item 8). With `WRIT_API_AUTH=keys` every route of the
+ * control plane's management listener (:8181) and of the identity authority (:8090) needs
+ * `Authorization: Bearer <credential>`, except the public routes of ROUTE_SCOPES; the credential
+ * must hold the scope ROUTE_SCOPES names for the route. Missing or bad credential: 401 (with
+ * `WWW-Authenticate: Bearer`); a credential without the scope: 403. A route the table does not name
+ * needs the `admin` scope (deny by default).
+ *
+ * Credentials, tried in this order:
+ *   - `WRIT_BOOTSTRAP_ADMIN_KEY`: every scope (a first start, before any key exists); compared in
+ *     constant time, never logged;
+ *   - a Writ API key (SPEC 4.5, `<brand>_live_` / `<brand>_test_`): its `scopes` list;
+ *   - a workforce OIDC bearer token (when the listener has an OIDC verifier): the scopes in its
+ *     `scope` (space-separated) or `scp` (list) claim.
+ * Verified credentials are remembered for at most CREDENTIAL_CACHE_MS, so a revoked or rotated key
+ * stops working within that bound on every replica.
+ *
+ * The scope table (one place; runtime/README.md documents it):
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { Context, MiddlewareHandler } from 'hono';
+import { envName } from './brand.js';
+import { oneOf, optional, type Env } from './config.js';
+
+export type AuthMode = 'off' | 'keys';
+
+/** Who called: what the audit and approvals name as the actor. */
+export interface Principal {
+  kind: 'bootstrap' | 'key' | 'oidc';
+  /** `bootstrap`, `key:<key id>` or `oidc:<subject>`. */
+  id: string;
+  /** Granted scopes; `admin` grants every scope. */
+  scopes: ReadonlySet<string>;
+}
+
+export const PUBLIC = 'public';
+export const ADMIN = 'admin';
+
+interface RouteScope {
+  methods: readonly string[] | '*';
+  path: RegExp;
+  scope: string;
+}
+const r = (methods: RouteScope['methods'], path: RegExp, scope: string): RouteScope => ({ methods, path, scope });
+const GET = ['GET', 'HEAD'];
+const WRITE = ['POST', 'PUT', 'PATCH', 'DELETE'];
+
+/** First match wins. */
+export const ROUTE_SCOPES: readonly RouteScope[] = [
+  // Public on both listeners.
+  r(GET, /^\/(healthz|readyz|livez)$/, PUBLIC),
+  r(GET, /^\/\.well-known\/[^/]+$/, PUBLIC),
+  r(GET, /^\/v1\/issuer$/, PUBLIC),
+  r(GET, /^\/status(\/[^/]+)?$/, PUBLIC),
+  r(GET, /^\/(openapi\.json|docs|metrics)$/, PUBLIC),
+  // Proves possession of the very key it checks, and says nothing to anyone else.
+  r(['POST'], /^\/v1\/keys\/verify$/, PUBLIC),
+  // The portal's page and assets (its data calls carry the operator's own credential).
+  r(GET, /^\/portal(\/(?!api\/).*)?$/, PUBLIC),
+  // Identity authority: what the data plane asks on every request or poll.
+  r(['POST'], /^\/v1\/agents\/verify-presentation$/, 'identity:verify'),
+  r(GET, /^\/v1\/(delegations\/check|revocations|governance\/standing|authority\/delegations\/[^/]+\/usable)$/, 'identity:verify'),
+  // Identity authority: people and credentials.
+  r(['POST'], /^\/v1\/delegations\/[^/]+\/(approve|deny)$/, 'approvals:decide'),
+  r(['POST'], /^\/v1\/(revoke|revocation\/cascade|authority\/delegations\/[^/]+\/revoke)$/, 'identity:admin'),
+  r(GET, /^\/v1\/(agents|delegations|revocation|identity|authority)(\/|$)/, 'identity:read'),
+  r(['POST'], /^\/v1\/(agents|delegations|identity|authority)(\/|$)/, 'identity:write'),
+  r(['POST'], /^\/v1\/directory\/sync$/, 'directory:sync'),
+  r(GET, /^\/v1\/directory(\/|$)/, 'directory:read'),
+  r(GET, /^\/v1\/governance(\/|$)/, 'governance:read'),
+  r(['POST'], /^\/v1\/governance(\/|$)/, 'governance:write'),
+  r('*', /^\/v1\/keys(\/|$)/, 'keys:admin'),
+  // Control plane.
+  r(GET, /^\/v1\/registry(\/|$)/, 'registry:read'),
+  r(WRITE, /^\/v1\/registry(\/|$)/, 'registry:write'),
+  r(GET, /^\/v1\/audit(\/|$)/, 'audit:read'),
+  r(['POST'], /^\/v1\/usage$/, 'usage:write'),
+  r(GET, /^\/v1\/budgets(\/|$)/, 'budgets:read'),
+  r(WRITE, /^\/v1\/budgets\/[^/]+\/reservations(\/|$)/, 'budgets:reserve'),
+  r(['POST'], /^\/v1\/decisions\/dry-run$/, 'decisions:dry-run'),
+  r(GET, /^\/v1\/egress(\/|$)/, 'approvals:read'),
+  r(['POST'], /^\/v1\/egress\/requests\/[^/]+\/(approve|deny)$/, 'approvals:decide'),
+  // The portal's forwarder: the identity authority checks the forwarded credential's scope.
+  r('*', /^\/portal\/api\//, 'authenticated'),
+];
+
+/** The scope a request needs (`public`, `authenticated`, a scope name, or `admin` when no rule names the route). */
+export function requiredScope(method: string, path: string): string {
+  const m = method.toUpperCase();
+  for (const rule of ROUTE_SCOPES) if ((rule.methods === '*' || rule.methods.includes(m)) && rule.path.test(path)) return rule.scope;
+  return ADMIN;
+}
+
+export function grants(p: Principal, scope: string): boolean {
+  return scope === 'authenticated' || p.scopes.has(ADMIN) || p.scopes.has(scope);
+}
+
+/** Checks a bearer credential that is not the bootstrap key: a principal, or undefined when invalid. */
+export type CredentialCheck = (token: string) => Promise<Principal | undefined>;
+
+/** How long a verified credential is trusted without asking again (ms): revoke and rotate take effect within it. */
+export const CREDENTIAL_CACHE_MS = 1000;
+
+/** Remembers `check`'s answers for CREDENTIAL_CACHE_MS (bounded; keyed by a digest, not the secret). */
+export function cachedCheck(check: CredentialCheck, now: () => number = Date.now, max = 10_000): CredentialCheck {
+  const seen = new Map<string, { at: number; p: Principal | undefined }>();
+  return async (token) => {
+    const k = createHash('sha256').update(token).digest('base64url');
+    const hit = seen.get(k);
+    const t = now();
+    if (hit && t - hit.at < CREDENTIAL_CACHE_MS) return hit.p;
+    const p = await check(token);
+    if (seen.size >= max) seen.clear();
+    seen.set(k, { at: t, p });
+    return p;
+  };
+}
+
+const digest = (s: string) => createHash('sha256').update(s).digest();
+
+/** `Bearer <token>` of an Authorization header, or undefined. */
+export function bearer(header: string | undefined): string | undefined {
+  const m = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header ?? '');
+  return m?.[1];
+}
+
+/** Scopes from an OIDC access token's claims: `scope` (space-separated) or `scp` (list or string). */
+export function oidcScopes(claims: Record<string, unknown>): Set<string> {
+  const out = new Set<string>();
+  const add = (v: unknown) => {
+    const list = typeof v === 'string' ? v.split(/\s+/) : Array.isArray(v) ? (v as unknown[]) : [];
+    for (const s of list) if (typeof s === 'string' && s) out.add(s);
+  };
+  add(claims.scope);
+  add(claims.scp);
+  return out;
+}
+
+/** WRIT_API_AUTH and WRIT_BOOTSTRAP_ADMIN_KEY. */
+export function authFromEnv(env: Env): { mode: AuthMode; bootstrapKey?: string } {
+  return { mode: oneOf(env, envName('API_AUTH'), ['off', 'keys'] as const, 'off'), bootstrapKey: optional(env, envName('BOOTSTRAP_ADMIN_KEY')) };
+}
+
+/** The bootstrap key (constant time: digests of equal length), else `check`. */
+async function authenticate(boot: Buffer | undefined, check: CredentialCheck, token: string): Promise<Principal | undefined> {
+  if (boot && timingSafeEqual(digest(token), boot)) return { kind: 'bootstrap', id: 'bootstrap', scopes: new Set([ADMIN]) };
+  return check(token);
+}
+
+/** For paths answered outside the middleware (the identity authority's fast verify-presentation). */
+export async function authorizedFor(
+  o: { mode: AuthMode; bootstrapKey?: string },
+  check: CredentialCheck,
+  authorization: string | undefined,
+  scope: string,
+): Promise<boolean> {
+  if (o.mode === 'off') return true;
+  const token = bearer(authorization);
+  const p = token ? await authenticate(o.bootstrapKey ? digest(o.bootstrapKey) : undefined, check, token) : undefined;
+  return p !== undefined && grants(p, scope);
+}
+
+export interface ApiAuthOptions {
+  mode: AuthMode;
+  /** WRIT_BOOTSTRAP_ADMIN_KEY: accepted with every scope. */
+  bootstrapKey?: string;
+  /** API keys and OIDC tokens (already cached: see cachedCheck). */
+  check: CredentialCheck;
+  /** The listener's error shape. */
+  deny: (c: Context, status: 401 | 403, message: string) => Response;
+}
+
+/**
+ * The middleware both listeners mount first. With auth off it does nothing (the development
+ * posture); with `keys` it authenticates, checks the route's scope and leaves the principal in
+ * `c.get('principal')`.
+ */
+export function apiAuth(o: ApiAuthOptions): MiddlewareHandler {
+  const boot = o.bootstrapKey ? digest(o.bootstrapKey) : undefined;
+  return async (c, next) => {
+    if (o.mode === 'off') return next();
+    const scope = requiredScope(c.req.method, c.req.path);
+    if (scope === PUBLIC) return next();
+    const token = bearer(c.req.header('authorization'));
+    if (!token) {
+      c.header('WWW-Authenticate', 'Bearer');
+      return o.deny(c, 401, 'authentication required: Authorization: Bearer <API key>');
+    }
+    const p = await authenticate(boot, o.check, token);
+    if (!p) {
+      c.header('WWW-Authenticate', 'Bearer error="invalid_token"');
+      return o.deny(c, 401, 'invalid, revoked or expired credential');
+    }
+    if (!grants(p, scope)) return o.deny(c, 403, `credential lacks the scope ${scope} for ${c.req.method} ${c.req.path}`);
+    c.set('principal' as never, p as never);
+    return next();
+  };
+}
+
+/** The authenticated caller of this request, when auth is on. */
+export function principalOf(c: Context): Principal | undefined {
+  return c.get('principal' as never) as Principal | undefined;
+}
