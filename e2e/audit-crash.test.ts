@@ -21,7 +21,9 @@ import { openStore, rowsOf } from '../runtime/store/factory.js';
 import { TEST_DATABASE_URL } from '../runtime/store/testing.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const TSX = join(ROOT, 'node_modules', '.bin', 'tsx');
+// As `npm start` runs it (exec node --import tsx): signals go to the server itself. The tsx CLI's
+// relay SIGKILLs its child when it does not confirm a signal within 60 ms, which a loaded machine misses.
+const NODE_ARGS = ['--import', 'tsx'];
 const dirs: string[] = [];
 afterAll(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
@@ -35,7 +37,7 @@ interface Up {
 }
 
 function startMain(env: Record<string, string>): Promise<Up> {
-  const child = spawn(TSX, [join(ROOT, 'runtime/main.ts')], {
+  const child = spawn(process.execPath, [...NODE_ARGS, join(ROOT, 'runtime/main.ts')], {
     cwd: ROOT,
     env: {
       ...process.env,

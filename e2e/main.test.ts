@@ -15,7 +15,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { H } from '../runtime/lib/brand.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const TSX = join(ROOT, 'node_modules', '.bin', 'tsx');
+// As `npm start` runs it (exec node --import tsx): signals go to the server itself. The tsx CLI's
+// relay SIGKILLs its child when it does not confirm a signal within 60 ms, which a loaded machine misses.
+const NODE_ARGS = ['--import', 'tsx'];
 
 interface Up {
   child: ChildProcess;
@@ -25,7 +27,7 @@ interface Up {
 
 /** Starts runtime/main.ts and resolves with the ports of its "writ is up" log line. */
 function startMain(dataDir: string): Promise<Up> {
-  const child = spawn(TSX, [join(ROOT, 'runtime/main.ts')], {
+  const child = spawn(process.execPath, [...NODE_ARGS, join(ROOT, 'runtime/main.ts')], {
     cwd: ROOT,
     env: {
       ...process.env,

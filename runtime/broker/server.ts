@@ -21,7 +21,7 @@ import { pipeline } from 'node:stream';
 import { Agent, type Dispatcher } from 'undici';
 import { envName, H } from '../lib/brand.js';
 import { int, optional, str, type Env } from '../lib/config.js';
-import { listen } from '../lib/http.js';
+import { BodyTooLarge, listen, readBody } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import { startDecisionSpan } from '../lib/tracing.js';
 import { DEFAULT_CONFIG_PATH, loadConfigFile, modelTable, type BrokerConfig, type ModelEntry } from './config.js';
@@ -134,32 +134,6 @@ function sendError(res: http.ServerResponse, e: OpenAIError): void {
 function sendJsonText(res: http.ServerResponse, status: number, data: string, head = false): void {
   res.writeHead(status, { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(data) });
   res.end(head ? undefined : data);
-}
-
-class TooLarge extends Error {}
-
-/** Reads the request body up to `limit`; TooLarge past it (checked on Content-Length first). */
-function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const declared = Number(req.headers['content-length'] ?? 0);
-    if (declared > limit) return reject(new TooLarge());
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const onData = (c: Buffer) => {
-      size += c.length;
-      if (size > limit) {
-        req.off('data', onData);
-        reject(new TooLarge());
-        return;
-      }
-      chunks.push(c);
-    };
-    req.on('data', onData);
-    req.on('end', () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
-    req.on('error', reject);
-    // A client gone mid-upload settles the read (no-op once it has ended).
-    req.on('close', () => reject(new Error('client closed the request')));
-  });
 }
 
 /** Reads at most `limit` bytes of an upstream body; undefined when it was longer. */
@@ -308,7 +282,7 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
   try {
     raw = await readBody(req, d.maxBodyBytes);
   } catch (e) {
-    if (e instanceof TooLarge) {
+    if (e instanceof BodyTooLarge) {
       // Answer now and close: the rest of an oversize upload is not read.
       return sendError(res, bodyTooLarge(d.maxBodyBytes));
     }

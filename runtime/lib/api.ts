@@ -11,8 +11,10 @@ import { OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { Context, MiddlewareHandler } from 'hono';
+import type { IncomingMessage } from 'node:http';
 import { ApiError, envelope, isStoreError, zodDetail, type ValidationDetail } from './errors.js';
 import { parseJsonInSlices } from './json-slices.js';
+import { readBody } from './http.js';
 import { errMsg, logger, withoutParams } from './log.js';
 
 const log = logger('api');
@@ -119,6 +121,44 @@ export function rejectBadInput(reject: (c: Context, detail: ValidationDetail[]) 
 const JSON_MEDIA = /^application\/([\w.-]+\+)?json$/i;
 
 /**
+ * A request body of at most `max` bytes, else 413. A Content-Length (without Transfer-Encoding) is
+ * checked from the header alone, leaving the body untouched, so a route reads it straight from the
+ * socket (@hono/node-server's direct read); hono's bodyLimit materializes a web Request for every
+ * body, and reading 90 MB through its stream held the event loop for over a second. A chunked
+ * body is counted as it is read (hono's bodyLimit).
+ */
+export function limitBody(max: number): MiddlewareHandler {
+  const tooLarge = (c: Context) => c.json(envelope('payload_too_large', `request body exceeds ${max} bytes`), 413);
+  const counted = bodyLimit({ maxSize: max, onError: tooLarge });
+  return (c, next) => {
+    const length = c.req.header('content-length');
+    if (length !== undefined && c.req.header('transfer-encoding') === undefined) return Number(length) > max ? Promise.resolve(tooLarge(c)) : next();
+    if (c.req.method === 'GET' || c.req.method === 'HEAD') return next();
+    return counted(c, next);
+  };
+}
+
+/** The Node request under @hono/node-server (absent under `app.request()` in tests). */
+const incomingOf = (c: Context): IncomingMessage | undefined => (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+
+/**
+ * The whole request body as one Buffer: with a Content-Length, straight from the socket (readBody
+ * copies each chunk into place as it arrives; reading 90 MB through a web stream, then
+ * concatenating and copying it to an ArrayBuffer, held the loop for over a second), otherwise
+ * through the web Request (a chunked body, counted by limitBody).
+ */
+async function bodyBuffer(c: Context): Promise<Buffer> {
+  const incoming = incomingOf(c);
+  const length = Number(c.req.header('content-length') ?? NaN);
+  if (incoming && !incoming.readableDidRead && c.req.header('transfer-encoding') === undefined && Number.isSafeInteger(length))
+    return readBody(incoming, length);
+  return Buffer.from(await c.req.arrayBuffer());
+}
+
+/** Was the request body read to its end (so the connection can be kept alive)? */
+const bodyRead = (c: Context): boolean => incomingOf(c)?.readableEnded === true || c.req.raw.bodyUsed;
+
+/**
  * For routes whose bodies may be huge (the SCIM sync: ~90 MB for 100k users): the JSON body is
  * parsed in slices (json-slices.ts) and each element checked for input problems as it is parsed,
  * so neither holds the event loop; the route's validator then receives the parsed value (the
@@ -136,7 +176,7 @@ export function slicedJsonBody(): MiddlewareHandler {
     };
     let value: unknown;
     try {
-      value = await parseJsonInSlices(Buffer.from(await c.req.arrayBuffer()), {
+      value = await parseJsonInSlices(await bodyBuffer(c), {
         onElement: (v, k, n) => check(v, ['body', k, n]),
         onMember: (v, k) => check(v, ['body', k]),
       });
@@ -194,7 +234,7 @@ export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: stri
   const limiter = (n: number): MiddlewareHandler => {
     let m = limiters.get(n);
     if (!m) {
-      m = bodyLimit({ maxSize: n, onError: (c) => c.json(envelope('payload_too_large', `request body exceeds ${n} bytes`), 413) });
+      m = limitBody(n);
       limiters.set(n, m);
     }
     return m;
@@ -205,7 +245,7 @@ export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: stri
   app.use('*', async (c, next) => {
     await next();
     const hasBody = c.req.header('transfer-encoding') !== undefined || Number(c.req.header('content-length') ?? 0) > 0;
-    if (hasBody && (c.res.status === 413 || !c.req.raw.bodyUsed)) c.res.headers.set('connection', 'close');
+    if (hasBody && (c.res.status === 413 || !bodyRead(c))) c.res.headers.set('connection', 'close');
   });
   const fixed = limiter(max);
   const pick = opts.bodyLimitFor;

@@ -27,29 +27,35 @@ export function close(server: http.Server): Promise<void> {
 
 export class BodyTooLarge extends Error {}
 
-/** Reads a request body up to `limit` bytes; rejects with BodyTooLarge past it. */
+/**
+ * Reads a request body up to `limit` bytes; rejects with BodyTooLarge past it, and with an error
+ * when the client goes away first. With a Content-Length each chunk is copied into place as it
+ * arrives, so no single turn of the event loop copies the whole body (a 90 MB SCIM sync).
+ */
 export function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
-    const declared = Number(req.headers['content-length'] ?? 0);
-    if (declared > limit) {
-      req.resume();
-      reject(new BodyTooLarge(`body exceeds ${limit} bytes`));
-      return;
-    }
+    const declared = req.headers['transfer-encoding'] === undefined ? Number(req.headers['content-length'] ?? 0) : NaN;
+    // Past the limit nothing more is read: the caller answers and closes the connection.
+    if (declared > limit) return reject(new BodyTooLarge(`body exceeds ${limit} bytes`));
+    const into = Number.isSafeInteger(declared) && declared > 0 ? Buffer.allocUnsafe(declared) : undefined;
     const chunks: Buffer[] = [];
     let size = 0;
-    req.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size > limit) {
-        req.removeAllListeners('data');
-        req.resume();
-        reject(new BodyTooLarge(`body exceeds ${limit} bytes`));
-        return;
+    const finish = (e?: Error) => {
+      req.off('data', onData).off('end', onEnd).off('error', finish).off('close', onClose);
+      if (e) return reject(e);
+      resolve(into ? into.subarray(0, size) : Buffer.concat(chunks));
+    };
+    const onData = (c: Buffer) => {
+      if (size + c.length > (into ? into.length : limit)) {
+        return finish(new BodyTooLarge(`body exceeds ${into ? 'its Content-Length' : `${limit} bytes`}`));
       }
-      chunks.push(c);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
+      if (into) c.copy(into, size);
+      else chunks.push(c);
+      size += c.length;
+    };
+    const onEnd = () => finish();
+    const onClose = () => finish(new Error('the client went away before the whole body arrived'));
+    req.on('data', onData).on('end', onEnd).on('error', finish).on('close', onClose);
   });
 }
 

@@ -398,12 +398,14 @@ function* stagePlan(input: PlanInput, light: boolean): PlanSteps<StagedPlan | nu
     else a.push(gExt);
   };
   let hint = 0;
+  let refNo = 0;
   for (let gi = 0; gi < gList.length; gi++) {
-    // Groups can be large (thousands of members each): a turn every 64 groups.
+    // A turn every 64 groups, and every PACE members within a group (an all-hands group has them all).
     if ((gi & 63) === 63) yield;
     const g = gList[gi]!;
     const members = membersOf[gi]!;
     for (const ref of g.memberRefs) {
+      if (step(refNo++)) yield;
       const idx = userIndexFrom(ref, hint);
       hint = idx + 1;
       if (idx >= 0) {

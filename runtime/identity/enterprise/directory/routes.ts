@@ -6,10 +6,9 @@
  * tenants. Reads by key derive the tenant from the key (subject `<idp>:<tenant>:<ext>`, group key
  * `<tenant>:<ext>`); an optional `tenant` that disagrees with the key is a 404.
  */
-import { slicedJsonBody, subApi } from '../../../lib/api.js';
+import { limitBody, slicedJsonBody, subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
-import { bodyLimit } from 'hono/body-limit';
-import { envelope, notFound } from '../../../lib/errors.js';
+import { notFound } from '../../../lib/errors.js';
 import type { Db } from '../../../store/factory.js';
 import { tenantOfGroupKey, tenantOfSubject } from '../tenant.js';
 import { body, errorResponse, invalid, json, Limit, TenantId } from './http.js';
@@ -30,6 +29,8 @@ export interface DirectoryRouteDeps {
   now: () => number;
   cascade?: CascadeFn;
   failpoint?: (stage: SyncStage) => void | Promise<void>;
+  /** Rows per upsert statement of a sync (syncBatchFor the store). */
+  batchSize?: number;
 }
 
 const TenantQuery = z.object({ tenant: TenantId.optional().openapi({ param: { name: 'tenant', in: 'query' } }) });
@@ -62,10 +63,7 @@ export function directoryRoutes(deps: DirectoryRouteDeps): OpenAPIHono {
 
   app.use(
     '/v1/directory/sync',
-    bodyLimit({
-      maxSize: SYNC_BODY_LIMIT,
-      onError: (c) => c.json(envelope('payload_too_large', `request body exceeds ${SYNC_BODY_LIMIT} bytes`), 413),
-    }),
+    limitBody(SYNC_BODY_LIMIT),
     // A 100k-user snapshot is ~90 MB: parsed and checked in slices, never in one block of the loop.
     slicedJsonBody(),
   );
@@ -81,7 +79,7 @@ export function directoryRoutes(deps: DirectoryRouteDeps): OpenAPIHono {
     async (c) => {
       const b = c.req.valid('json');
       const run = await syncDirectory(
-        { db, now: deps.now, cascade: deps.cascade, failpoint: deps.failpoint },
+        { db, now: deps.now, cascade: deps.cascade, failpoint: deps.failpoint, batchSize: deps.batchSize },
         { tenantId: b.tenantId, idp: b.idp, mode: b.mode, users: b.users, groups: b.groups },
       );
       return c.json(run as z.infer<typeof SyncRunSchema>, 200);
