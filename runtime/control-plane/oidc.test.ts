@@ -6,6 +6,7 @@ import { close, listen } from '../lib/http.js';
 import { createOidcVerifier, oidcFromEnv } from './oidc.js';
 import { openStore } from '../store/factory.js';
 import { createControlPlane } from './server.js';
+import { createIdentityAuthority } from '../identity/server.js';
 
 const ISS = 'https://idp.example.test/';
 const AUD = 'writ-gateway';
@@ -141,6 +142,24 @@ describe('OIDC verifier', () => {
       expect(plane.audit.recent(5).some((r) => r.subject === 'oidc:alice' || r.actor === 'oidc:alice')).toBe(true);
     } finally {
       await plane.close();
+      await store.close();
+    }
+  });
+
+  it('WRIT_API_AUTH=keys on the identity authority: a workforce token is a credential there too', async () => {
+    keys = [(server as unknown as { k2pub: JWK }).k2pub];
+    const store = await openStore({ backend: 'memory' });
+    const idp = createIdentityAuthority({ store, env: { WRIT_API_AUTH: 'keys', OIDC_ISSUER: ISS, OIDC_JWKS_URL: jwksUrl, OIDC_AUDIENCE: AUD } });
+    try {
+      await idp.whenReady();
+      const get = async (token?: string) => (await idp.app.request('/v1/agents', { headers: token ? { authorization: `Bearer ${token}` } : {} })).status;
+      expect(await get()).toBe(401);
+      expect(await get(await sign(k2, 'k2', { scope: 'openid identity:read' }))).toBe(200);
+      expect(await get(await sign(k2, 'k2', { scope: 'openid directory:read' }))).toBe(403);
+      expect(await get(await sign(other, 'k1', { scope: 'identity:read' }))).toBe(401);
+      expect(await get(await sign(k2, 'k2', { scope: 'identity:read' }, { aud: 'someone-else' }))).toBe(401);
+    } finally {
+      await idp.close();
       await store.close();
     }
   });

@@ -13,8 +13,8 @@ import { createAdaptorServer } from '@hono/node-server';
 import type { Hono } from 'hono';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import { bool, int, oneOf, optional, parseAddr, str, type Env } from '../lib/config.js';
-import { apiAuth, authFromEnv, cachedCheck, oidcScopes, principalOf, type Principal } from '../lib/api-auth.js';
-import { BRAND, envName, VP_AUDIENCE } from '../lib/brand.js';
+import { apiAuth, authFromEnv, credentialCheck, principalOf } from '../lib/api-auth.js';
+import { envName, VP_AUDIENCE } from '../lib/brand.js';
 import { connectPortsFromEnv } from './proxy/target.js';
 import { close as closeServer, listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
@@ -183,14 +183,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   // WRIT_API_AUTH=keys: API keys are checked at the identity authority (POST /v1/keys/verify),
   // workforce OIDC tokens by the OIDC verifier; each answer is trusted for CREDENTIAL_CACHE_MS.
   const verifyKey = (identity as Partial<IdentityClient> | undefined)?.verifyApiKey;
-  const check = cachedCheck(async (token): Promise<Principal | undefined> => {
-    if (oidc && token.split('.').length === 3 && !token.startsWith(`${BRAND}_`)) {
-      const a = await oidc.verify(token);
-      return a.ok ? { kind: 'oidc', id: `oidc:${a.subject}`, scopes: oidcScopes(a.claims) } : undefined;
-    }
-    const k = verifyKey ? await verifyKey(token).catch(() => undefined) : undefined;
-    return k ? { kind: 'key', id: `key:${k.id}`, scopes: new Set(k.scopes) } : undefined;
-  }, now);
+  const check = credentialCheck({ oidc, verifyKey }, now);
   const guard = apiAuth({ ...authFromEnv(env), check, deny: (c, status, message) => c.json({ error: message }, status) });
   const mgmtApp = createMgmtApp({
     guard,

@@ -7,7 +7,8 @@ import { getRequestListener } from '@hono/node-server';
 import { swaggerUI } from '@hono/swagger-ui';
 import http from 'node:http';
 import { createApi } from '../lib/api.js';
-import { apiAuth, authFromEnv, authorizedFor, cachedCheck, type Principal } from '../lib/api-auth.js';
+import { apiAuth, authFromEnv, authorizedFor, credentialCheck } from '../lib/api-auth.js';
+import { oidcFromEnv } from '../control-plane/oidc.js';
 import { BRAND, BRAND_TITLE, VP_AUDIENCE } from '../lib/brand.js';
 import { int, oneOf, optional, str, type Env } from '../lib/config.js';
 import { envelope } from '../lib/errors.js';
@@ -115,10 +116,17 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   // API keys are verified by the same service that serves them (its cache follows the change feed).
   const keys = keyService({ db: o.store.db, now, env, changes });
   const auth = authFromEnv(env);
-  const check = cachedCheck(async (token): Promise<Principal | undefined> => {
-    const r = await keys.verify(token);
-    return r.valid && r.key ? { kind: 'key', id: `key:${r.key.id}`, scopes: new Set(r.key.scopes) } : undefined;
-  }, now);
+  // Workforce OIDC tokens too (the OIDC_* settings), as on the control plane's management API.
+  const check = credentialCheck(
+    {
+      oidc: oidcFromEnv(env),
+      verifyKey: async (token) => {
+        const r = await keys.verify(token);
+        return r.valid && r.key ? { id: r.key.id, scopes: r.key.scopes } : undefined;
+      },
+    },
+    now,
+  );
   const app = createApi({ bodyLimitFor: enterpriseBodyLimit });
   app.use('*', identityTracing());
   app.use('*', apiAuth({ ...auth, check, deny: (c, status, message) => c.json(envelope(status === 401 ? 'unauthorized' : 'forbidden', message), status) }));

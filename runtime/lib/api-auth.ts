@@ -19,7 +19,7 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Context, MiddlewareHandler } from 'hono';
-import { envName } from './brand.js';
+import { BRAND, envName } from './brand.js';
 import { oneOf, optional, type Env } from './config.js';
 
 export type AuthMode = 'off' | 'keys';
@@ -110,10 +110,35 @@ export function cachedCheck(check: CredentialCheck, now: () => number = Date.now
     const t = now();
     if (hit && t - hit.at < CREDENTIAL_CACHE_MS) return hit.p;
     const p = await check(token);
-    if (seen.size >= max) seen.clear();
+    // Oldest first out (a spray of bad tokens ages out the cache, never empties it at once).
+    seen.delete(k);
+    if (seen.size >= max) seen.delete(seen.keys().next().value!);
     seen.set(k, { at: t, p });
     return p;
   };
+}
+
+/** A workforce OIDC verifier (control-plane/oidc.ts): resolves, never rejects. */
+export interface OidcVerifier {
+  verify(token: string): Promise<{ ok: true; subject: string; claims: Record<string, unknown> } | { ok: false; reason: string }>;
+}
+
+/**
+ * The credential check of a listener: a JWT goes to the workforce OIDC verifier when there is one
+ * (its scopes from `scope`/`scp`), anything else to the API-key verifier; each answer cached.
+ */
+export function credentialCheck(
+  o: { oidc?: OidcVerifier; verifyKey?: (token: string) => Promise<{ id: string; scopes: readonly string[] } | undefined> },
+  now: () => number = Date.now,
+): CredentialCheck {
+  return cachedCheck(async (token) => {
+    if (o.oidc && token.split('.').length === 3 && !token.startsWith(`${BRAND}_`)) {
+      const a = await o.oidc.verify(token);
+      return a.ok ? { kind: 'oidc', id: `oidc:${a.subject}`, scopes: oidcScopes(a.claims) } : undefined;
+    }
+    const k = o.verifyKey ? await o.verifyKey(token).catch(() => undefined) : undefined;
+    return k ? { kind: 'key', id: `key:${k.id}`, scopes: new Set(k.scopes) } : undefined;
+  }, now);
 }
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
