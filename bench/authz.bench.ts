@@ -8,7 +8,7 @@
  *
  * Prints req/s, p50 and p99 latency for each target and the ratio of /authz to the bare server,
  * twice: with the audit chain in memory (the decision path: decide, hash-chain, metrics) and with
- * the chain also shipped to the in-process PGlite store (the default composition).
+ * the chain also shipped to the PGlite store (on its engine thread: the default composition).
  *
  * Production runs built JavaScript: the servers load it from dist/ when `npm run build` made it
  * (BENCH_SOURCE=1 runs the TypeScript under tsx, as `npm run bench:compare` does for both trees).

@@ -1,20 +1,22 @@
 /**
  * One store, two engines. Real PostgreSQL (postgres.js) when a URL is given, embedded PGlite
  * otherwise (a data folder, or memory). Both are wrapped in drizzle with the same schema, and
- * both expose raw SQL, LISTEN/NOTIFY and close. Migrations run on open.
+ * both expose raw SQL, LISTEN/NOTIFY and close. Migrations run on open. PGlite runs on a worker
+ * thread (pglite-remote.ts), off the event loop that answers requests.
  *
  * On PostgreSQL every query and transaction has a deadline, a lost connection is an error and
  * never a crash, reconnects back off at most 1 s, and LISTEN is re-established after a restart
  * with a reconnect callback for the resync (pg-guard.ts).
  */
 import { mkdirSync } from 'node:fs';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
 import postgres from 'postgres';
 import { drizzle as drizzlePg } from 'drizzle-orm/postgres-js';
 import { drizzle as drizzleLite } from 'drizzle-orm/pglite';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { migrate } from './migrate.js';
 import { createListener, guardedClient } from './pg-guard.js';
+import { RemotePglite } from './pglite-remote.js';
 
 export type Db = PgDatabase<PgQueryResultHKT>;
 export type Backend = 'postgres' | 'pglite' | 'memory';
@@ -132,27 +134,19 @@ async function openPglite(backend: Backend, opts: StoreOptions): Promise<Store> 
   const dataDir = backend === 'memory' ? undefined : opts.dataDir;
   // A folder (not a `scheme://` location) is created with its parents: a fresh checkout has no `.data/`.
   if (dataDir && !dataDir.includes('://')) mkdirSync(dataDir, { recursive: true });
-  const pg = new PGlite(dataDir, opts.loadDataDir ? { loadDataDir: opts.loadDataDir } : {});
-  await pg.waitReady;
-  if (opts.schema) {
-    await pg.exec(`create schema if not exists "${opts.schema}"; set search_path to "${opts.schema}"`);
-  }
-  const db = drizzleLite(pg) as unknown as Db;
+  // The engine runs on its own thread (pglite-remote.ts): its work never stalls this event loop.
+  const pg = await RemotePglite.open({ dataDir, schema: opts.schema, loadDataDir: opts.loadDataDir && (await opts.loadDataDir.arrayBuffer()) });
+  const db = drizzleLite({ client: pg as unknown as PGlite }) as unknown as Db;
   return {
     kind: 'pglite',
     db,
-    dump: () => pg.dumpDataDir('none'),
-    exec: async (text, o) => {
-      if (o?.transaction) await pg.transaction((tx) => tx.exec(text));
-      else await pg.exec(text);
-    },
-    listen: async (channel, onPayload) => pg.listen(channel, onPayload),
+    dump: () => pg.dumpDataDir(),
+    exec: (text, o) => pg.exec(text, o),
+    listen: (channel, onPayload) => pg.listen(channel, onPayload),
     notify: async (channel, payload) => {
       await pg.query('select pg_notify($1, $2)', [channel, payload]);
     },
-    close: async () => {
-      if (!pg.closed) await pg.close();
-    },
+    close: () => pg.close(),
   };
 }
 

@@ -40,7 +40,7 @@ export interface ShipperOptions<T> {
   /**
    * How long the worker lets records gather before a write that would carry fewer than
    * `maxBatch` (ms, default 10; flush and close cut it short). Each write has a fixed cost
-   * (on in-process PGlite ~2 ms of this event loop's CPU), so writing every record as it comes
+   * (building and sending it, and the store's own work), so writing every record as it comes
    * would spend the process on tiny batches under load.
    */
   lingerMs?: number;
@@ -153,8 +153,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
   /**
    * Waits up to lingerMs for a fuller batch, unless one is full or someone waits on a flush.
    * Records someone waits on (sync durability) wait one event-loop turn only: every request
-   * already readable on a socket appends first, so they share the write (group commit; an
-   * in-process PGlite write never yields to I/O, so without it each would get its own write).
+   * already readable on a socket appends first, so they share the write (group commit).
    */
   function linger(): Promise<void> | undefined {
     if (pending() >= maxBatch || waiters.length > 0) return undefined;

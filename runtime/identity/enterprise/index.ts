@@ -8,7 +8,6 @@ import { subApi } from '../../lib/api.js';
 import type { Store } from '../../store/factory.js';
 import type { ChangeFeed } from '../change-feed.js';
 import { directoryRoutes, SYNC_BODY_LIMIT } from './directory/routes.js';
-import { syncBatchFor } from './directory/sync.js';
 import { runCascade } from './governance/cascade.js';
 import { governanceRoutes } from './governance/routes.js';
 import { standingRoutes } from './governance/standing.js';
@@ -41,7 +40,7 @@ export function enterpriseBodyLimit(path: string): number | undefined {
 /** The enterprise routes as one sub-app, composed into the identity authority with `app.route('/', ...)`. */
 export function enterpriseRoutes(ctx: EnterpriseContext): OpenAPIHono {
   const app = subApi();
-  app.route('/', directoryRoutes({ db: ctx.store.db, now: ctx.now, cascade: runCascade, batchSize: syncBatchFor(ctx.store.kind) }));
+  app.route('/', directoryRoutes({ db: ctx.store.db, now: ctx.now, cascade: runCascade }));
   app.route('/', governanceRoutes({ db: ctx.store.db, now: ctx.now }));
   app.route('/', standingRoutes({ db: ctx.store.db }));
   app.route('/', identityRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env }));

@@ -14,9 +14,9 @@ import type { CurrentEmployee } from './plan.js';
 import { groupKey as makeGroupKey, tenantOfGroupKey, tenantOfSubject, type DbOrTx } from '../tenant.js';
 
 /**
- * Lets the event loop run (timers, sockets) between the statements of a long read or sync. The
- * embedded PGlite runs each statement synchronously on this thread and resolves in microtasks, so
- * without it one 100k-user sync held every listener of the process for its whole 7-8 s.
+ * Lets the event loop run (timers, sockets) between the steps of a long read or sync: the rows
+ * each statement returns are mapped and planned on this thread, and a step that resolves in
+ * microtasks alone would hold every listener of the process until the sync ends.
  */
 export const breathe = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 /** Rows per page of the bulk reads of a sync (employees, groups). */

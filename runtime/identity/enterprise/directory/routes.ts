@@ -29,8 +29,6 @@ export interface DirectoryRouteDeps {
   now: () => number;
   cascade?: CascadeFn;
   failpoint?: (stage: SyncStage) => void | Promise<void>;
-  /** Rows per upsert statement of a sync (syncBatchFor the store). */
-  batchSize?: number;
 }
 
 const TenantQuery = z.object({ tenant: TenantId.optional().openapi({ param: { name: 'tenant', in: 'query' } }) });
@@ -79,7 +77,7 @@ export function directoryRoutes(deps: DirectoryRouteDeps): OpenAPIHono {
     async (c) => {
       const b = c.req.valid('json');
       const run = await syncDirectory(
-        { db, now: deps.now, cascade: deps.cascade, failpoint: deps.failpoint, batchSize: deps.batchSize },
+        { db, now: deps.now, cascade: deps.cascade, failpoint: deps.failpoint },
         { tenantId: b.tenantId, idp: b.idp, mode: b.mode, users: b.users, groups: b.groups },
       );
       return c.json(run as z.infer<typeof SyncRunSchema>, 200);

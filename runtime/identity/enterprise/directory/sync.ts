@@ -37,15 +37,6 @@ async function paced<T>(steps: PlanSteps<T>): Promise<T> {
 
 const log = logger('directory-sync');
 
-/**
- * Rows per multi-row upsert. PGlite runs each statement on the thread that answers decisions, in
- * one block: 500 employee rows held it ~60 ms, 100 hold it ~12 ms (issue 15 item 1's 50 ms p99).
- * On PostgreSQL a statement blocks nothing here, and fewer round trips are faster.
- */
-export function syncBatchFor(kind: 'postgres' | 'pglite'): number {
-  return kind === 'pglite' ? 100 : 500;
-}
-
 /** Counts returned by the governance revocation cascade (SPEC 2.7 `cascade`, 4.4), declared once in its pure core. */
 export type { CascadeCounts };
 

@@ -1,0 +1,124 @@
+/**
+ * The embedded store's engine thread: the PGlite databases of this process (usually one; tests
+ * open many), answering the requests of pglite-remote.ts over the worker port. Queries and
+ * transactions run exactly as they would in-process (PGlite's own locks order them);
+ * notifications are posted as PGlite delivers them, before the answer of the statement that
+ * delivered them, so the order the caller sees is PGlite's.
+ */
+import { parentPort } from 'node:worker_threads';
+import { PGlite, type Transaction } from '@electric-sql/pglite';
+import { toWire, type Init, type Request } from './pglite-remote.js';
+
+const port = parentPort!;
+const ROLLBACK = Symbol('rollback');
+
+/** One database: its PGlite, its open transactions and its subscribed channels. */
+class Database {
+  private readonly txs = new Map<number, { tx: Transaction; end: (commit: boolean) => void; done: Promise<unknown> }>();
+  private readonly listening = new Map<string, () => Promise<void>>();
+  private nextTx = 1;
+
+  constructor(
+    readonly id: number,
+    private readonly pg: PGlite,
+  ) {}
+
+  static async open(id: number, init: Init): Promise<Database> {
+    const pg = new PGlite(init.dataDir, init.loadDataDir ? { loadDataDir: new Blob([init.loadDataDir]) } : {});
+    await pg.waitReady;
+    if (init.schema) await pg.exec(`create schema if not exists "${init.schema}"; set search_path to "${init.schema}"`);
+    return new Database(id, pg);
+  }
+
+  /** Opens a transaction held until `end`: resolves with its number once BEGIN ran. */
+  private begin(): Promise<number> {
+    return new Promise<number>((started, failed) => {
+      const n = this.nextTx++;
+      const done = this.pg.transaction(
+        (tx) =>
+          new Promise<void>((commit, rollback) => {
+            this.txs.set(n, { tx, end: (c) => (c ? commit() : rollback(ROLLBACK)), done });
+            started(n);
+          }),
+      );
+      done.catch((e: unknown) => {
+        if (!this.txs.has(n)) failed(e); // BEGIN itself failed (after `end`, `started` already ran)
+      });
+    });
+  }
+
+  private async end(n: number, commit: boolean): Promise<void> {
+    const t = this.txs.get(n);
+    if (!t) throw new Error(`transaction ${n} is not open`);
+    this.txs.delete(n);
+    t.end(commit);
+    try {
+      await t.done;
+    } catch (e) {
+      if (e !== ROLLBACK) throw e;
+    }
+  }
+
+  private on(tx: number | undefined): PGlite | Transaction {
+    if (tx === undefined) return this.pg;
+    const t = this.txs.get(tx);
+    if (!t) throw new Error(`transaction ${tx} is not open`);
+    return t.tx;
+  }
+
+  async handle(r: Request): Promise<unknown> {
+    switch (r.op) {
+      case 'query': {
+        const parsers = Object.fromEntries(r.rawTypes.map((t) => [t, (v: string) => v]));
+        return this.on(r.tx).query(r.sql, r.params, { rowMode: r.rowMode, parsers });
+      }
+      case 'exec':
+        if (r.transaction) await this.pg.transaction((tx) => tx.exec(r.sql));
+        else await this.on(r.tx).exec(r.sql);
+        return undefined;
+      case 'begin':
+        return this.begin();
+      case 'end':
+        return this.end(r.tx, r.commit);
+      case 'listen':
+        if (!this.listening.has(r.channel)) {
+          const unsubscribe = await this.pg.listen(r.channel, (payload) => port.postMessage({ db: this.id, notify: r.channel, payload }));
+          this.listening.set(r.channel, unsubscribe);
+        }
+        return undefined;
+      case 'unlisten':
+        await this.listening.get(r.channel)?.();
+        this.listening.delete(r.channel);
+        return undefined;
+      case 'dump':
+        return (await this.pg.dumpDataDir('none')).arrayBuffer();
+      case 'close':
+        if (!this.pg.closed) await this.pg.close();
+        return undefined;
+      case 'open':
+        throw new Error('already open');
+    }
+  }
+}
+
+const databases = new Map<number, Database>();
+let nextDb = 1;
+
+async function handle(r: Request): Promise<unknown> {
+  if (r.op === 'open') {
+    const db = await Database.open(nextDb++, r.init);
+    databases.set(db.id, db);
+    return db.id;
+  }
+  const db = databases.get(r.db);
+  if (!db) throw new Error('PGlite is closed');
+  if (r.op === 'close') databases.delete(r.db);
+  return db.handle(r);
+}
+
+port.on('message', (r: Request) => {
+  handle(r).then(
+    (value) => port.postMessage({ id: r.id, ok: true, value }, value instanceof ArrayBuffer ? [value] : []),
+    (e: unknown) => port.postMessage({ id: r.id, ok: false, error: toWire(e) }),
+  );
+});
