@@ -27,7 +27,7 @@ describe('PGlite on its engine thread', () => {
       const heavy = rowsOf<{ n: string }>(store.db, sql`select count(*)::text as n from generate_series(1, 3000000) g, lateral (select md5(g::text)) m`);
       const started = performance.now();
       const stall = await longestStall(heavy);
-      expect((await heavy)[0].n).toBe('3000000');
+      expect((await heavy)[0]?.n).toBe('3000000');
       expect(performance.now() - started).toBeGreaterThan(400); // the statement was long enough to matter
       expect(stall).toBeLessThan(100);
     } finally {
