@@ -1,6 +1,7 @@
 /**
- * The identity authority's change feed: committed revocations, agent key bindings and API-key
- * state changes, NOTIFYed by the database itself (migration 0014's triggers) on
+ * The identity authority's change feed: committed revocations, agent key bindings, API-key
+ * state changes and governed agents' statuses, NOTIFYed by the database itself (the triggers of
+ * migrations 0014 and 0018) on
  * `identity_changes_<schema>`, fanned out to the in-memory views (verify-index.ts, the key cache).
  *
  * A view may answer from memory only while the feed is `live()`: subscribed, and (on PostgreSQL,
@@ -25,6 +26,8 @@ export type Change =
   | { kind: 'revoked'; jti: string; tenant: string }
   | { kind: 'agent'; name: string; tenant: string; did: string | null; oldDid: string | null }
   | { kind: 'key'; id: string }
+  /** A governed agent's status (null: its record is gone); migration 0018. */
+  | { kind: 'governed'; name: string; status: string | null }
   /** Something changed that the payload could not carry: reload. */
   | { kind: 'resync' };
 
@@ -86,6 +89,7 @@ export function parseChange(payload: string): Numbered | undefined {
   if (typeof m.r === 'string') return { kind: 'revoked', jti: m.r, tenant: s(m.t) ?? 'default', n };
   if (typeof m.a === 'string') return { kind: 'agent', name: m.a, tenant: s(m.t) ?? 'default', did: s(m.d), oldDid: s(m.o), n };
   if (typeof m.k === 'string') return { kind: 'key', id: m.k, n };
+  if (typeof m.g === 'string') return { kind: 'governed', name: m.g, status: s(m.s), n };
   if (m.resync === true) return { kind: 'resync', n };
   return undefined;
 }

@@ -1,14 +1,14 @@
 /**
  * In-memory step 3 of verify-presentation (SPEC 4.4): the revoked jtis and the did:key -> agent
- * map of one tenant, loaded from the store and kept current by the change feed. It answers only
- * while it can be trusted (feed live, reloaded in the feed's current epoch); otherwise `lookup`
- * returns undefined and the caller reads the store. The replica that writes a change notes it
+ * map of one tenant, a feed view (feed-view.ts): it answers only while it can be trusted;
+ * otherwise `lookup` returns undefined and the caller reads the store. The replica that writes a change notes it
  * here at once (`noteRevoked`, `noteProvisioned`); the others learn it from the feed.
  */
 import { and, eq, isNotNull } from 'drizzle-orm';
 import type { Store } from '../store/factory.js';
 import { agents, revocations } from '../store/schema/identity.js';
-import type { Change, ChangeConsumer, ChangeFeed } from './change-feed.js';
+import type { ChangeFeed } from './change-feed.js';
+import { feedView } from './feed-view.js';
 import { DEFAULT_TENANT } from './repo.js';
 
 export interface Step3 {
@@ -47,25 +47,9 @@ function bind(v: View, name: string, did: string | null): void {
 }
 
 export function createVerifyIndex(store: Store, feed: ChangeFeed, tenant = DEFAULT_TENANT): VerifyIndex {
-  let view = emptyView();
-  let loadedEpoch = -1;
-  /** Changes seen while a reload runs, replayed onto its result. */
-  let pending: Change[] | undefined;
-  let running: Promise<void> | undefined;
-  let again = false;
-
-  const applyTo = (v: View, c: Change) => {
-    if (c.kind === 'revoked' && c.tenant === tenant) v.revoked.add(c.jti);
-    else if (c.kind === 'agent' && c.tenant === tenant) {
-      if (c.oldDid !== null && v.byDid.get(c.oldDid) === c.name) v.byDid.delete(c.oldDid);
-      bind(v, c.name, c.did);
-    }
-  };
-
-  async function load(): Promise<void> {
-    const epoch = feed.epoch();
-    pending = [];
-    try {
+  const index = feedView<View>(feed, {
+    empty: emptyView,
+    async load() {
       const [revs, ags] = await Promise.all([
         store.db.select({ jti: revocations.jti }).from(revocations).where(eq(revocations.tenantId, tenant)),
         store.db
@@ -76,51 +60,28 @@ export function createVerifyIndex(store: Store, feed: ChangeFeed, tenant = DEFAU
       const next = emptyView();
       for (const r of revs) next.revoked.add(r.jti);
       for (const a of ags) bind(next, a.name, a.did);
-      for (const c of pending) applyTo(next, c);
-      view = next;
-      loadedEpoch = epoch;
-    } finally {
-      pending = undefined;
-    }
-  }
-
-  const consumer: ChangeConsumer = {
-    apply(c) {
-      applyTo(view, c);
-      pending?.push(c);
+      return next;
     },
-    async resync() {
-      if (running) {
-        again = true;
-        return running;
+    apply(v, c) {
+      if (c.kind === 'revoked' && c.tenant === tenant) v.revoked.add(c.jti);
+      else if (c.kind === 'agent' && c.tenant === tenant) {
+        if (c.oldDid !== null && v.byDid.get(c.oldDid) === c.name) v.byDid.delete(c.oldDid);
+        bind(v, c.name, c.did);
       }
-      running = (async () => {
-        try {
-          do {
-            again = false;
-            await load();
-          } while (again);
-        } finally {
-          running = undefined;
-        }
-      })();
-      return running;
     },
-  };
-  feed.subscribe(consumer);
+  });
 
-  const current = () => feed.live() && loadedEpoch === feed.epoch();
   return {
     lookup(jti, did) {
-      if (!current()) return undefined;
-      return { revoked: view.revoked.has(jti), agent: view.byDid.get(did) };
+      const v = index.get();
+      return v && { revoked: v.revoked.has(jti), agent: v.byDid.get(did) };
     },
     noteRevoked(jti) {
-      consumer.apply({ kind: 'revoked', jti, tenant });
+      index.apply({ kind: 'revoked', jti, tenant });
     },
     noteProvisioned(name, did) {
-      consumer.apply({ kind: 'agent', name, tenant, did, oldDid: null });
+      index.apply({ kind: 'agent', name, tenant, did, oldDid: null });
     },
-    size: () => ({ revoked: view.revoked.size, agents: view.byDid.size, current: current() }),
+    size: () => ({ revoked: index.peek().revoked.size, agents: index.peek().byDid.size, current: index.current() }),
   };
 }

@@ -10,7 +10,7 @@ import type { ChangeFeed } from '../change-feed.js';
 import { directoryRoutes, SYNC_BODY_LIMIT } from './directory/routes.js';
 import { runCascade } from './governance/cascade.js';
 import { governanceRoutes } from './governance/routes.js';
-import { standingRoutes } from './governance/standing.js';
+import { createStandingView, standingRoutes } from './governance/standing.js';
 import { identityRoutes } from './identity/routes.js';
 import { keyRoutes } from './keys/routes.js';
 import { previewRoutes } from './preview/routes.js';
@@ -42,7 +42,7 @@ export function enterpriseRoutes(ctx: EnterpriseContext): OpenAPIHono {
   const app = subApi();
   app.route('/', directoryRoutes({ db: ctx.store.db, now: ctx.now, cascade: runCascade }));
   app.route('/', governanceRoutes({ db: ctx.store.db, now: ctx.now }));
-  app.route('/', standingRoutes({ db: ctx.store.db }));
+  app.route('/', standingRoutes({ db: ctx.store.db, view: ctx.changes && createStandingView(ctx.store.db, ctx.changes) }));
   app.route('/', identityRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env }));
   app.route('/', keyRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env, changes: ctx.changes }, ctx.keys));
   app.route('/', previewRoutes({ db: ctx.store.db, env: ctx.env }));

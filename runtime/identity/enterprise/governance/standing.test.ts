@@ -1,10 +1,14 @@
 /**
  * The decision feed (GET /v1/governance/standing, ETag) and the credential consequence of losing
  * standing: a manual suspension and a cascade suspension each revoke the agent's Membership VC
- * with a `vc_revoke` log row. Real HTTP on PGlite (and PostgreSQL with TEST_DATABASE_URL).
+ * with a `vc_revoke` log row. The standing is served from memory, kept current by the change
+ * feed, so a long transaction never holds the control plane's poll. Real HTTP on PGlite (and
+ * PostgreSQL with TEST_DATABASE_URL).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eq } from 'drizzle-orm';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { eq, sql } from 'drizzle-orm';
+import { createChangeFeed, type ChangeFeed } from '../../change-feed.js';
+import { governedAgents } from '../../../store/schema/governance.js';
 import type { Store } from '../../../store/factory.js';
 import { agents as identityAgents, revocations } from '../../../store/schema/identity.js';
 import { testBackends } from '../../../store/testing.js';
@@ -15,9 +19,11 @@ const T = 'standing-t';
 describe.each(testBackends())('governance standing on $name', (b) => {
   let store: Store;
   let api: Awaited<ReturnType<typeof serveEnterprise>>;
+  let changes: ChangeFeed;
   beforeAll(async () => {
     store = await b.open();
-    api = await serveEnterprise(store, () => Date.now());
+    changes = createChangeFeed(store);
+    api = await serveEnterprise(store, () => Date.now(), { changes });
     const owner = await seedEmployee(store.db, { tenant: T, ext: 'own' });
     const sponsor = await seedEmployee(store.db, { tenant: T, ext: 'spon' });
     for (const name of ['bot-a', 'bot-b']) {
@@ -44,6 +50,7 @@ describe.each(testBackends())('governance standing on $name', (b) => {
   });
   afterAll(async () => {
     await api?.close();
+    await changes?.close();
     await store?.close();
   });
 
@@ -57,6 +64,35 @@ describe.each(testBackends())('governance standing on $name', (b) => {
     const etag = r.headers.get('etag')!;
     expect(etag).toBeTruthy();
     expect((await fetch(`${api.base}/v1/governance/standing`, { headers: { 'if-none-match': etag } })).status).toBe(304);
+  });
+
+  it('answers at once while a long transaction holds the store, and shows its change once it commits', async () => {
+    const owner = await seedEmployee(store.db, { tenant: T, ext: 'own-c' });
+    await seedAgent(store.db, T, { agentName: 'bot-c', ownerRef: owner, status: 'active', riskTier: 'low', approvedRuntime: 'local_dev' });
+    await vi.waitFor(() => expect(changes.live()).toBe(true));
+    await store.db.execute(sql`select 1`); // the view's load, queued before it, has run
+    expect((await json('/v1/governance/standing')).agents['bot-c']).toBe('active');
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let holding!: () => void;
+    const held = new Promise<void>((r) => (holding = r));
+    // A directory sync holds PGlite's only connection like this for seconds.
+    const tx = store.db.transaction(async (t) => {
+      await t.update(governedAgents).set({ status: 'quarantined' }).where(eq(governedAgents.agentName, 'bot-c'));
+      holding();
+      await gate;
+    });
+    try {
+      await held;
+      const t0 = performance.now();
+      const during = await fetch(`${api.base}/v1/governance/standing`, { signal: AbortSignal.timeout(5000) });
+      expect(performance.now() - t0).toBeLessThan(1000);
+      expect(((await during.json()) as any).agents['bot-c']).toBe('active'); // not committed yet
+    } finally {
+      release();
+      await tx;
+    }
+    await vi.waitFor(async () => expect((await json('/v1/governance/standing')).agents['bot-c']).toBe('quarantined'));
   });
 
   it('a manual suspension revokes the Membership VC (vc_revoke) and changes the feed', async () => {

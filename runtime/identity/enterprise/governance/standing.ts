@@ -3,7 +3,7 @@
  *
  * - `GET /v1/governance/standing`: every governed agent's lifecycle status, across tenants
  *   (agent names are unique across tenants), with an ETag so the control plane can poll it a few
- *   times a second for the price of a 304. This is the control plane's feed: a governed agent
+ *   times a second for the price of a 304; answered from memory (the change feed) when it can be. This is the control plane's feed: a governed agent
  *   whose status is not `active` is denied egress (runtime/control-plane/decision).
  * - `revokeMemberships`: suspension, quarantine and retirement revoke the agent's Membership VC
  *   (the jti its provisioning recorded) in the same transaction as the move, each with a
@@ -20,6 +20,8 @@ import { conditional } from '../../routes-discovery.js';
 import { DEFAULT_LIST } from '../../repo.js';
 import type { DbOrTx } from '../tenant.js';
 import type { GovernanceRepo } from './repo.js';
+import type { ChangeFeed } from '../../change-feed.js';
+import { feedView } from '../../feed-view.js';
 
 const Standing = z.object({ agents: z.record(z.string(), z.string()) }).openapi('GovernanceStanding');
 
@@ -31,7 +33,53 @@ export async function standingOf(db: DbOrTx): Promise<Record<string, string>> {
   return out;
 }
 
-export function standingRoutes(deps: { db: Db }): OpenAPIHono {
+/** The standing as the route answers it: name -> status in name order, and its ETag. */
+export interface StandingAnswer {
+  agents: Record<string, string>;
+  etag: string;
+}
+
+/** The answer of name -> status pairs: names in code-point order, whichever collation read them. */
+function answerOf(pairs: Iterable<[string, string]>): StandingAnswer {
+  const sorted = [...pairs].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const etag = `W/"${createHash('sha256').update(JSON.stringify(sorted)).digest('base64url').slice(0, 22)}"`;
+  return { agents: Object.fromEntries(sorted), etag };
+}
+
+/** The standing in memory: every governed agent's status, and the answer built from it (dropped on change). */
+interface StandingMemo {
+  byName: Map<string, string>;
+  answer?: StandingAnswer;
+}
+
+/**
+ * The standing kept in memory by the change feed (migration 0018 notifies every status change),
+ * so the control plane's poll is answered at once even while a long transaction holds the store
+ * (a directory sync holds PGlite's only connection for seconds). Undefined while the view cannot
+ * be trusted: the route then reads the store.
+ */
+export function createStandingView(db: Db, feed: ChangeFeed): { answer(): StandingAnswer | undefined } {
+  const view = feedView<StandingMemo>(feed, {
+    empty: () => ({ byName: new Map() }),
+    load: async () => ({ byName: new Map(Object.entries(await standingOf(db))) }),
+    apply(v, c) {
+      if (c.kind !== 'governed') return;
+      if (c.status === null) v.byName.delete(c.name);
+      else v.byName.set(c.name, c.status);
+      v.answer = undefined;
+    },
+  });
+  return {
+    answer() {
+      const v = view.get();
+      if (!v) return undefined;
+      v.answer ??= answerOf(v.byName);
+      return v.answer;
+    },
+  };
+}
+
+export function standingRoutes(deps: { db: Db; view?: { answer(): StandingAnswer | undefined } }): OpenAPIHono {
   const app = subApi();
   app.openapi(
     createRoute({
@@ -42,8 +90,7 @@ export function standingRoutes(deps: { db: Db }): OpenAPIHono {
       responses: { 200: { content: { 'application/json': { schema: Standing } }, description: 'name -> status' }, 304: { description: 'Unchanged' } },
     }),
     async (c) => {
-      const agents = await standingOf(deps.db);
-      const etag = `W/"${createHash('sha256').update(JSON.stringify(agents)).digest('base64url').slice(0, 22)}"`;
+      const { agents, etag } = deps.view?.answer() ?? answerOf(Object.entries(await standingOf(deps.db)));
       return conditional(c, etag, async () => ({ agents })) as never;
     },
   );

@@ -3,6 +3,7 @@
  * cascade and grant tests can set up any directory shape (including ones a SCIM sync never
  * produces, such as a dangling owner reference).
  */
+import type { ChangeFeed } from '../../change-feed.js';
 import type http from 'node:http';
 import { createAdaptorServer } from '@hono/node-server';
 import { and, eq } from 'drizzle-orm';
@@ -116,9 +117,9 @@ export async function seedDelegation(
 }
 
 /** The enterprise routes (directory + governance, cascade wired) served on 127.0.0.1:<ephemeral>. */
-export async function serveEnterprise(store: Store, now: () => number) {
+export async function serveEnterprise(store: Store, now: () => number, o: { changes?: ChangeFeed } = {}) {
   const app = createApi({ bodyLimit: SYNC_BODY_LIMIT });
-  app.route('/', enterpriseRoutes({ store, now, env: {} }));
+  app.route('/', enterpriseRoutes({ store, now, env: {}, changes: o.changes }));
   app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: 'test', version: '1' } });
   const server = createAdaptorServer({ fetch: app.fetch }) as http.Server;
   const port = await listen(server, '127.0.0.1:0');
