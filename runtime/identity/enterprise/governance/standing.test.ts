@@ -71,7 +71,7 @@ describe.each(testBackends())('governance standing on $name', (b) => {
     await seedAgent(store.db, T, { agentName: 'bot-c', ownerRef: owner, status: 'active', riskTier: 'low', approvedRuntime: 'local_dev' });
     await vi.waitFor(() => expect(changes.live()).toBe(true));
     await store.db.execute(sql`select 1`); // the view's load, queued before it, has run
-    expect((await json('/v1/governance/standing')).agents['bot-c']).toBe('active');
+    expect((await json('/v1/governance/standing')).agents['bot-c']).toBe('active'); // its own write, at once
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
     let holding!: () => void;
@@ -92,7 +92,7 @@ describe.each(testBackends())('governance standing on $name', (b) => {
       release();
       await tx;
     }
-    await vi.waitFor(async () => expect((await json('/v1/governance/standing')).agents['bot-c']).toBe('quarantined'));
+    expect((await json('/v1/governance/standing')).agents['bot-c']).toBe('quarantined');
   });
 
   it('a manual suspension revokes the Membership VC (vc_revoke) and changes the feed', async () => {

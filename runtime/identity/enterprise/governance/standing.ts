@@ -55,10 +55,12 @@ interface StandingMemo {
 /**
  * The standing kept in memory by the change feed (migration 0018 notifies every status change),
  * so the control plane's poll is answered at once even while a long transaction holds the store
- * (a directory sync holds PGlite's only connection for seconds). Undefined while the view cannot
- * be trusted: the route then reads the store.
+ * (a directory sync holds PGlite's only connection for seconds). The answer waits until every
+ * change committed before the request has arrived (`settled`: immediate on PGlite, one NOTIFY
+ * round trip on PostgreSQL), so a client reads its own writes. Undefined while the view cannot be
+ * trusted: the route then reads the store.
  */
-export function createStandingView(db: Db, feed: ChangeFeed): { answer(): StandingAnswer | undefined } {
+export function createStandingView(db: Db, feed: ChangeFeed): StandingSource {
   const view = feedView<StandingMemo>(feed, {
     empty: () => ({ byName: new Map() }),
     load: async () => ({ byName: new Map(Object.entries(await standingOf(db))) }),
@@ -70,7 +72,9 @@ export function createStandingView(db: Db, feed: ChangeFeed): { answer(): Standi
     },
   });
   return {
-    answer() {
+    async answer() {
+      if (!view.current()) return undefined;
+      await feed.settled(1000);
       const v = view.get();
       if (!v) return undefined;
       v.answer ??= answerOf(v.byName);
@@ -79,7 +83,12 @@ export function createStandingView(db: Db, feed: ChangeFeed): { answer(): Standi
   };
 }
 
-export function standingRoutes(deps: { db: Db; view?: { answer(): StandingAnswer | undefined } }): OpenAPIHono {
+/** Where the route's answer comes from when not from the store. */
+export interface StandingSource {
+  answer(): Promise<StandingAnswer | undefined>;
+}
+
+export function standingRoutes(deps: { db: Db; view?: StandingSource }): OpenAPIHono {
   const app = subApi();
   app.openapi(
     createRoute({
@@ -90,7 +99,7 @@ export function standingRoutes(deps: { db: Db; view?: { answer(): StandingAnswer
       responses: { 200: { content: { 'application/json': { schema: Standing } }, description: 'name -> status' }, 304: { description: 'Unchanged' } },
     }),
     async (c) => {
-      const { agents, etag } = deps.view?.answer() ?? answerOf(Object.entries(await standingOf(deps.db)));
+      const { agents, etag } = (await deps.view?.answer()) ?? answerOf(Object.entries(await standingOf(deps.db)));
       return conditional(c, etag, async () => ({ agents })) as never;
     },
   );
