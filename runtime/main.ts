@@ -20,6 +20,7 @@ import { isMain, runUntilSignal } from './lib/process.js';
 import { initTracing, shutdownTracing, tracingFromEnv } from './lib/tracing.js';
 import { openStore, type Store, type StoreOptions } from './store/factory.js';
 import { controlPlaneStoreOptions } from './control-plane/server.js';
+import type { IdentityClient } from './control-plane/identity-client.js';
 import { startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
 import { startBroker } from './broker/server.js';
 import { startIdentityAuthority } from './identity/server.js';
@@ -89,6 +90,9 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
     if (policy) {
       const folder = await startPolicyFolder(policy, { registry: cp.plane.registry, authority: idp.authority });
       closers.push({ name: 'policy folder', close: () => folder.close() });
+      // The folder registered its governed agents (draft) and activated them: decisions see that
+      // standing from the first request, not a poll later.
+      await (cp.plane.identity as Partial<IdentityClient> | undefined)?.pollStanding?.();
     }
 
     // The broker asks this process's decision endpoint and reports usage to its management API.
