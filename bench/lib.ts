@@ -51,3 +51,22 @@ export function codeUnderTest(dist = process.env.BENCH_DIST): { built: boolean; 
     from: (m) => (built ? `${dir}${m}.js` : `../runtime/${m}.js`),
   };
 }
+
+/**
+ * The environment of the all-in-one as `npm start` runs it (PGlite in `dataDir`, the examples),
+ * every listener on an ephemeral port, and no test database leaking in from the caller's shell.
+ */
+export function allInOneEnv(dataDir: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    WRIT_DATA_DIR: dataDir,
+    PORT: '0',
+    DECISION_ADDR: '127.0.0.1:0',
+    DECISION_GRPC_ADDR: '127.0.0.1:0',
+    MGMT_ADDR: '127.0.0.1:0',
+    EGRESS_PROXY_ADDR: '127.0.0.1:0',
+    BROKER_ADDR: '127.0.0.1:0',
+    TEST_DATABASE_URL: '',
+    ...extra,
+  };
+}

@@ -22,7 +22,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
-import { bareServer, codeUnderTest, loadAutocannon } from './lib.js';
+import { allInOneEnv, bareServer, codeUnderTest, loadAutocannon } from './lib.js';
 
 const DECISIONS = Number(process.env.BENCH_SOAK_DECISIONS ?? 1_000_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
@@ -46,17 +46,7 @@ async function serveWrit(): Promise<void> {
   const { setLogLevel } = (await import(code.from('lib/log'))) as typeof import('../runtime/lib/log.js');
   setLogLevel('warn');
   const dir = mkdtempSync(join(tmpdir(), 'writ-soak-'));
-  const writ = await startWrit({
-    ...process.env,
-    WRIT_DATA_DIR: join(dir, 'data'),
-    PORT: '0',
-    DECISION_ADDR: '127.0.0.1:0',
-    DECISION_GRPC_ADDR: '127.0.0.1:0',
-    MGMT_ADDR: '127.0.0.1:0',
-    EGRESS_PROXY_ADDR: '127.0.0.1:0',
-    BROKER_ADDR: '127.0.0.1:0',
-    TEST_DATABASE_URL: '',
-  });
+  const writ = await startWrit(allInOneEnv(join(dir, 'data')));
   process.send?.({ decision: writ.ports.decision });
   process.on('message', async () => {
     await writ.close();

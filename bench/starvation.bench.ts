@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Agent, request } from 'undici';
-import { codeUnderTest } from './lib.js';
+import { allInOneEnv, codeUnderTest } from './lib.js';
 
 const USERS = Number(process.env.BENCH_SYNC_USERS ?? 100_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
@@ -31,17 +31,7 @@ const { syntheticSnapshot } = (await import(
 setLogLevel('error');
 
 const dir = mkdtempSync(join(tmpdir(), 'writ-starve-'));
-const writ = await startWrit({
-  ...process.env,
-  WRIT_DATA_DIR: join(dir, 'data'),
-  PORT: '0',
-  DECISION_ADDR: '127.0.0.1:0',
-  DECISION_GRPC_ADDR: '127.0.0.1:0',
-  MGMT_ADDR: '127.0.0.1:0',
-  EGRESS_PROXY_ADDR: '127.0.0.1:0',
-  BROKER_ENABLED: 'false',
-  TEST_DATABASE_URL: '',
-});
+const writ = await startWrit(allInOneEnv(join(dir, 'data'), { BROKER_ENABLED: 'false' }));
 const agent = new Agent({ connections: 1 });
 
 /** Probes `/authz` (an ingress decision for the example `web` service) until `until` resolves; the latencies. */
