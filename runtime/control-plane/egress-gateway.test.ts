@@ -1,7 +1,8 @@
 /**
  * The egress gateway composition: routes mounted before the queue exists, disabled without an
- * identity authority (503), settings validated, and a close that expires held requests and
- * keeps their audit rows (read back from the store by a restarted plane).
+ * identity authority (503), settings validated, and a restart that a held request survives: the
+ * closing proxy answers its connection (audited durably), the restarted plane still lists it, and
+ * an approval then releases the agent's retry, once.
  */
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -69,32 +70,52 @@ describe.each(testBackends())('egress gateway on $name', (b) => {
     await expect(startControlPlaneWithEgress({ store, env: { EGRESS_CONNECT_PORTS: 'ssh' }, identity, ...addrs })).rejects.toThrow(/EGRESS_CONNECT_PORTS/);
   });
 
-  it('close expires a held request, answers 403, and its audit row reaches the store', async () => {
+  it('a held request survives a restart: close answers 403 and keeps it pending, an approval after the restart releases the agent\'s retry, once', async () => {
     const env = { AUDIT_CHAIN_ID: `gw-${b.name}` };
     const run = await startControlPlaneWithEgress({ store, env, identity, ...addrs, queue: { timeoutMs: 60_000, replicaId: `gw-${b.name}` } });
     await run.cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: [] });
-    const mgmt = `http://127.0.0.1:${run.cp.mgmtPort}`;
-    const res = curl(['-x', `http://127.0.0.1:${run.gateway.port}`, '--proxy-header', 'Proxy-Authorization: Bearer vp-bot', `http://127.0.0.1:${upPort}/x`]);
-    // Held: the proxy counts the hold, then the queue stores its request; wait for both.
-    const until = Date.now() + 10_000;
-    let pending: { id: string } | undefined;
-    while (run.gateway.proxy!.stats().held === 0 || !pending) {
-      if (Date.now() > until) throw new Error('request never held');
-      await new Promise((r) => setTimeout(r, 20));
-      [pending] = (await (await fetch(`${mgmt}/v1/egress/requests?status=pending`)).json()) as { id: string }[];
-    }
+    const viaProxy = (port: number) => curl(['-x', `http://127.0.0.1:${port}`, '--proxy-header', 'Proxy-Authorization: Bearer vp-bot', `http://127.0.0.1:${upPort}/x`]);
+    const pendingOn = async (mgmt: string, gateway: { proxy?: { stats(): { held: number } } }) => {
+      const until = Date.now() + 10_000;
+      for (;;) {
+        const [p] = (await (await fetch(`${mgmt}/v1/egress/requests?status=pending`)).json()) as { id: string; digest: string; held: boolean }[];
+        if (p && gateway.proxy!.stats().held > 0) return p;
+        if (Date.now() > until) throw new Error('request never held');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    const res = viaProxy(run.gateway.port!);
+    const pending = await pendingOn(`http://127.0.0.1:${run.cp.mgmtPort}`, run.gateway);
     await run.close();
     const r = await res;
     expect(r.status).toBe(403);
-    expect(r.headers).toContain('expired: proxy shutting down');
+    expect(r.headers).toContain(`egress request ${pending.id} stays pending`);
     expect(run.gateway.proxy!.stats()).toMatchObject({ clients: 0, upstreams: 0, tunnels: 0, held: 0 });
 
-    // A restarted plane reads the chain back from the store: the expiry was audited durably.
-    const again = await startControlPlaneWithEgress({ store, env, identity, ...addrs, queue: { replicaId: `gw-${b.name}` } });
+    // The restarted plane: the connection's denial was audited durably, the request is still there.
+    const again = await startControlPlaneWithEgress({ store, env, identity, ...addrs, queue: { timeoutMs: 1500, replicaId: `gw-${b.name}` } });
     try {
-      const row = again.cp.plane.audit.recent(1000).find((x) => x.action === 'egress.proxy' && x.reason.includes(pending!.id));
+      const mgmt = `http://127.0.0.1:${again.cp.mgmtPort}`;
+      const row = again.cp.plane.audit.recent(1000).find((x) => x.action === 'egress.proxy' && x.reason.includes(pending.id));
       expect(row).toMatchObject({ allow: false, actor: 'bot', service: 'external', rule: 'delegation' });
-      expect((await again.gateway.queue!.get(pending!.id))?.status).toBe('expired');
+      expect(await again.gateway.queue!.get(pending.id)).toMatchObject({ status: 'pending', held: false });
+      const ok = await fetch(`${mgmt}/v1/egress/requests/${pending.id}/approve`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ approver: 'alice', digest: pending.digest }),
+      });
+      expect(await ok.json()).toMatchObject({ status: 'approved', held: false, usedAt: null });
+      // The agent's retry takes the approval and is forwarded.
+      const retry = await viaProxy(again.gateway.port!);
+      expect([retry.status, retry.body]).toEqual([200, 'ok']);
+      expect(again.cp.plane.audit.recent(10)).toContainEqual(
+        expect.objectContaining({ action: 'egress.proxy', allow: true, reason: expect.stringContaining(`egress request ${pending.id} approved by alice`) }),
+      );
+      // Once: the next retry is a new request, held until its (short) deadline.
+      const third = await viaProxy(again.gateway.port!);
+      expect(third.status).toBe(403);
+      expect(third.headers).not.toContain(pending.id);
+      expect(third.headers).toContain('expired');
     } finally {
       await again.close();
     }

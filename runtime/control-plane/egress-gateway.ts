@@ -129,8 +129,8 @@ export async function startEgressGateway(o: EgressGatewayOptions): Promise<Egres
     async close() {
       if (closed) return;
       closed = true;
-      // 1. No new connections. 2. Held requests expire (fail closed): their handlers answer 403
-      //    and append their audit rows. 3. In-flight exchanges get a grace period, then every
+      // 1. No new connections. 2. Held requests are released: they stay pending for the agent's
+      //    retry, and their handlers answer 403 (saying so) and append their audit rows. 3. In-flight exchanges get a grace period, then every
       //    socket is destroyed. The caller closes the plane afterwards, flushing the audit chain.
       proxy.stopAccepting();
       try {

@@ -109,8 +109,9 @@ describe.each(testBackends())('approval queue on $name', (b) => {
       expect((await apiError(q.approve(r.id, 'bob'))).status).toBe(409);
       expect((await apiError(q.deny(r.id, 'bob', 'late'))).status).toBe(409);
       expect(approvals()).toHaveLength(1);
-      // A hold on an already decided request answers at once.
-      expect(await q.hold(r.id)).toBe('approved');
+      // The decision was used by the connection it released: once.
+      expect(await q.get(r.id)).toMatchObject({ usedAt: expect.any(String), held: true });
+      expect(await q.hold(r.id)).toBe('expired');
     } finally {
       await q.close();
     }
@@ -213,85 +214,100 @@ describe.each(testBackends())('approval queue on $name', (b) => {
     }
   });
 
-  it('on start, expires the pending requests this replica held before a restart and any past deadline', async () => {
-    const id = replica();
-    const other = replica();
-    const first = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: id, timeoutMs: 60_000 });
-    const mine = await first.create(input());
-    // Simulated crash: the process dies without close(), its rows stay pending.
-    await first.close().catch(() => {});
-    await store.db.execute(sql`update egress_requests set status = 'pending', decided_at = null, deny_reason = null where id = ${mine.id}`);
-    const peer = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: other, timeoutMs: 60_000 });
-    const theirs = await peer.create(input());
-    const theirsOld = await peer.create(input());
+  /** A process that dies without close(): its heartbeat stops, its rows stay held by it. */
+  async function crashed(q: ApprovalQueue, id: string) {
+    const [row] = await rowsOf<{ holder_instance: string }>(store.db, sql`select holder_instance from egress_requests where id = ${id}`);
+    await q.close();
+    await store.db.execute(sql`update egress_requests set holder_instance = ${row!.holder_instance} where id = ${id}`);
+  }
+
+  it('on start, releases what a crashed process held (with its egress.proxy record), expires what is past deadline, leaves live holds alone', async () => {
+    const peer = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000, holderTtlMs: 60_000 });
+    const first = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000 });
+    const mine = await first.create(input({ target: 'crash.example:443' }));
+    await crashed(first, mine.id);
+    const theirs = await peer.create(input({ target: 'live.example:443' }));
+    const theirsOld = await peer.create(input({ target: 'old.example:443' }));
     await store.db.execute(sql`update egress_requests set expires_at = now() - interval '1 second' where id = ${theirsOld.id}`);
-    const restarted = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: id, timeoutMs: 60_000 });
+    const audit = memoryAudit();
+    const restarted = await createApprovalQueue({ store, audit, replicaId: replica(), timeoutMs: 60_000 });
     try {
-      expect(await restarted.get(mine.id)).toMatchObject({ status: 'expired', denyReason: 'proxy restarted; the held connection was lost' });
+      expect(await restarted.get(mine.id)).toMatchObject({ status: 'pending', held: false });
+      expect(audit.rows).toContainEqual(
+        expect.objectContaining({ action: 'egress.proxy', actor: 'bot', allow: false, rule: 'delegation', reason: expect.stringContaining(`${mine.id} to crash.example:443: connection lost`) }),
+      );
       expect((await restarted.get(theirsOld.id))?.status).toBe('expired');
-      // Another live replica's in-deadline hold is left alone.
-      expect((await restarted.get(theirs.id))?.status).toBe('pending');
+      expect(await restarted.get(theirs.id)).toMatchObject({ status: 'pending', held: true });
     } finally {
       await restarted.close();
       await peer.close();
     }
   });
 
-  it('a leftover hold of a process that came back under another id is expired on start, with its egress.proxy record', async () => {
+  it('a released request is adopted by the retry of the same request and released by the approval; another request is not', async () => {
     const first = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000 });
-    const orphan = await first.create(input({ target: 'orphan.example:443' }));
-    // The process dies (its heartbeat is gone) and leaves the row pending.
-    await first.close();
-    await store.db.execute(sql`update egress_requests set status = 'pending', decided_at = null, deny_reason = null where id = ${orphan.id}`);
+    const r = await first.create(input({ target: 'adopt.example:443' }));
+    await crashed(first, r.id);
+    const q = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000, pollMs: 60_000 });
+    try {
+      // Another resource, another DID: new requests.
+      expect((await q.create(input({ target: 'adopt.example:443', resource: 'https://adopt.example/other' }))).id).not.toBe(r.id);
+      expect((await q.create(input({ target: 'adopt.example:443', actorDid: 'did:key:z6MkOther' }))).id).not.toBe(r.id);
+      const again = await q.create(input({ target: 'adopt.example:443' }));
+      expect(again).toMatchObject({ id: r.id, status: 'pending', held: true, requestedAt: r.requestedAt, digest: r.digest });
+      const held = q.hold(again.id);
+      await new Promise((res) => setTimeout(res, 20));
+      await q.approve(r.id, 'alice');
+      expect(await held).toBe('approved');
+      expect((await q.get(r.id))?.usedAt).not.toBeNull();
+    } finally {
+      await q.close();
+    }
+  });
+
+  it('a decision made while no connection waits reaches the next identical request once; expiry always denies', async () => {
     const audit = memoryAudit();
+    const q = await createApprovalQueue({ store, audit, replicaId: replica(), timeoutMs: 60_000 });
+    const [ok, no, late] = [
+      (await q.create(input({ target: 'retry-ok.example:443' }))).id,
+      (await q.create(input({ target: 'retry-no.example:443' }))).id,
+      (await q.create(input({ target: 'retry-late.example:443' }))).id,
+    ];
+    await q.close();
     const next = await createApprovalQueue({ store, audit, replicaId: replica(), timeoutMs: 60_000 });
     try {
-      expect(await next.get(orphan.id)).toMatchObject({ status: 'expired', denyReason: 'proxy restarted; the held connection was lost' });
-      expect(audit.rows).toContainEqual(
-        expect.objectContaining({
-          action: 'egress.proxy',
-          actor: 'bot',
-          service: 'external',
-          allow: false,
-          rule: 'delegation',
-          reason: expect.stringContaining(orphan.id),
-        }),
-      );
+      expect(await next.approve(ok, 'alice')).toMatchObject({ status: 'approved', held: false, usedAt: null });
+      await next.deny(no, 'bob', 'not there');
+      await store.db.execute(sql`update egress_requests set expires_at = now() - interval '1 second' where id = ${late}`);
+
+      const a = await next.create(input({ target: 'retry-ok.example:443' }));
+      expect(a).toMatchObject({ id: ok, status: 'approved' });
+      expect(await next.hold(a.id)).toBe('approved');
+      const d = await next.create(input({ target: 'retry-no.example:443' }));
+      expect(d).toMatchObject({ id: no, status: 'denied', denyReason: 'not there' });
+      expect(await next.hold(d.id)).toBe('denied');
+      // Used: the next retry is a new request for a human.
+      expect(await next.create(input({ target: 'retry-ok.example:443' }))).toMatchObject({ status: 'pending' });
+      expect((await next.create(input({ target: 'retry-ok.example:443' }))).id).not.toBe(ok);
+      // Past its deadline: expired, never adopted.
+      const l = await next.create(input({ target: 'retry-late.example:443' }));
+      expect(l.id).not.toBe(late);
+      await next.sweep();
+      expect((await next.get(late))?.status).toBe('expired');
     } finally {
       await next.close();
     }
   });
 
-  it('approving a hold whose process is gone is refused (409 expired), never 200 approved with nothing forwarded', async () => {
-    const audit = memoryAudit();
-    const live = await createApprovalQueue({ store, audit, replicaId: replica(), timeoutMs: 60_000, holderTtlMs: 60_000 });
-    const dead = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000 });
-    try {
-      const r = await dead.create(input({ target: 'gone.example:443' }));
-      await dead.close();
-      await store.db.execute(sql`update egress_requests set status = 'pending', decided_at = null, deny_reason = null where id = ${r.id}`);
-      const e = await apiError(live.approve(r.id, 'alice'));
-      expect(e.status).toBe(409);
-      expect(e.message).toMatch(/process holding its connection is gone/);
-      expect((await live.get(r.id))?.status).toBe('expired');
-      expect(audit.rows.map((x) => x.action)).toEqual(['egress.proxy']);
-      // A live hold of the live queue is still approvable.
-      const ok = await live.create(input());
-      expect((await live.approve(ok.id, 'alice')).status).toBe('approved');
-    } finally {
-      await live.close();
-    }
-  });
-
-  it('close() expires the holds of this process and wakes them', async () => {
+  it('close() releases the holds of this process: they answer released, the requests stay pending', async () => {
     const q = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000 });
     const r = await q.create(input());
     const held = q.hold(r.id);
     await new Promise((res) => setTimeout(res, 20));
     await q.close();
-    expect(await held).toBe('expired');
-    const [row] = await rowsOf<{ status: string }>(store.db, sql`select status from egress_requests where id = ${r.id}`);
-    expect(row?.status).toBe('expired');
+    expect(await held).toBe('released');
+    const [row] = await rowsOf<{ status: string; holder_instance: string | null }>(store.db, sql`select status, holder_instance from egress_requests where id = ${r.id}`);
+    expect(row).toEqual({ status: 'pending', holder_instance: null });
     expect((await apiError(q.create(input()))).status).toBe(503);
   });
 });

@@ -8,16 +8,19 @@
  * `update ... where status = 'pending'`, so exactly one of approve / deny / expire wins even across
  * replicas. A decision wakes the hold in this process directly and in other replicas through
  * NOTIFY; a slow poll of the held ids covers a lost notification (a listener reconnecting).
+ * A decision is used once: the connection that takes it sets `used_at` in a guarded update.
  *
- * Restart: a held connection dies with its process. Each queue renews a heartbeat under a
- * per-process instance id (holders.ts); a pending row whose holding instance is gone (this
- * replica before a restart, or a replica that came back under another id) is expired by any
- * queue, on start and on every heartbeat, with the `egress.proxy` record its proxy would have
- * written, and approving it is refused (409 expired) instead of answering `approved` while
- * nothing can be forwarded. Rows past their deadline are expired whoever held them.
+ * Restart (issue 15, item 9): a held connection dies with its process, its request does not.
+ * Closing releases this process's holds (the client is told the request stays pending); a crashed
+ * process's holds are released by any queue once its heartbeat lapses (holders.ts), with the
+ * `egress.proxy` record its proxy would have written. A released request stays pending until its
+ * deadline and can still be approved or denied; the agent's next identical request (same actor,
+ * DID, target, service, action, resource) adopts it: it is held again if still pending, or gets
+ * the decision at once, once. A decision is good for one retry within ApprovalTimeout of it.
+ * Expiry always denies.
  */
 import { randomUUID } from 'node:crypto';
-import { and, desc, eq, inArray, isNull, lt, or, sql } from 'drizzle-orm';
+import { and, desc, eq, inArray, isNull, lt, sql } from 'drizzle-orm';
 import { BRAND } from '../../lib/brand.js';
 import type { Env } from '../../lib/config.js';
 import { ApiError, conflict, notFound } from '../../lib/errors.js';
@@ -25,7 +28,7 @@ import { errMsg, logger } from '../../lib/log.js';
 import type { Store } from '../../store/factory.js';
 import { egressRequests } from '../../store/schema/egress.js';
 import type { AuditSink } from '../decision/types.js';
-import { DEFAULT_HOLDER_TTL_MS, claim, expireWhere, holderGone, lostHoldRecord, startHeartbeat } from './holders.js';
+import { DEFAULT_HOLDER_TTL_MS, adoptUnheld, holderGone, lostHoldRecord, releaseWhere, startHeartbeat } from './holders.js';
 import {
   EGRESS_STATUSES,
   UUID_RE,
@@ -71,12 +74,16 @@ export interface ListOptions {
 export interface ApprovalQueue {
   readonly timeoutMs: number;
   readonly replicaId: string;
-  /** Inserts a pending request held by this replica. */
+  /**
+   * Holds a request in this process: adopts the newest identical request no connection waits on
+   * (pending, or decided and not yet used, within its deadline), else inserts a pending one.
+   */
   create(input: EgressRequestInput): Promise<EgressRequest>;
   /**
-   * Waits for the decision. Resolves (never rejects once the request exists) with 'approved',
-   * 'denied' or 'expired'; an abort of `signal` (the client went away) or the deadline expires it.
-   * Rejects with a 404 ApiError for an unknown id.
+   * Waits for the decision and takes it (once). Resolves (never rejects once the request exists)
+   * with 'approved' or 'denied', 'expired' (deadline, client gone, or the decision was already
+   * used), or 'released' (this queue closed; the request stays pending for a retry). Rejects with
+   * a 404 ApiError for an unknown id.
    */
   hold(id: string, signal?: AbortSignal): Promise<HoldResult>;
   /** 404 ApiError unknown, 409 not pending, 503 audit unavailable. Appends an `egress.approval` row. */
@@ -88,7 +95,7 @@ export interface ApprovalQueue {
   sweep(): Promise<number>;
   /** Number of holds waiting in this process. */
   holding(): number;
-  /** Expires this process's held requests (their connections close with it) and unsubscribes. */
+  /** Releases this process's held requests (their holds answer 'released'; the requests stay) and unsubscribes. */
   close(): Promise<void>;
 }
 
@@ -112,7 +119,7 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
 
   const stamp = () => new Date(now()).toISOString();
 
-  const wake = (id: string, status: EgressStatus) => {
+  const wake = (id: string, status: EgressStatus | HoldResult) => {
     if (status === 'pending') return;
     const set = waiters.get(id);
     if (set) for (const w of [...set]) w.finish(status);
@@ -199,47 +206,50 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
   };
 
   /**
-   * Expires the pending rows whose holding process is gone (and, on start, the rows this replica
-   * held before the instance ids existed) with the `egress.proxy` record their proxy would have
-   * written; in one transaction, so a refused record leaves them pending for the next pass.
+   * Releases the rows whose holding process is gone, with the `egress.proxy` record their proxy
+   * would have written, in one transaction: a refused record leaves them held for the next pass.
    */
-  const expireGone = async (why: string, legacyReplica?: string): Promise<number> => {
-    const gone = holderGone(store);
-    const where = legacyReplica ? sql`(${gone} or (holder_instance is null and holder = ${legacyReplica}))` : gone;
+  const releaseGone = async (): Promise<number> => {
     const rows = await db.transaction(async (tx) => {
-      const expired = await expireWhere(tx as unknown as Store['db'], where, why, stamp());
-      for (const r of expired) audit.append(lostHoldRecord(r, why));
-      return expired;
+      const lost = await releaseWhere(tx as unknown as Store['db'], holderGone(store));
+      for (const r of lost) audit.append(lostHoldRecord(r, 'its process stopped; the request stays until its deadline for the agent to retry'));
+      return lost;
     });
-    for (const r of rows) await announce(r.id, 'expired');
-    if (rows.length) log.info('expired egress requests whose holding process is gone', { count: rows.length, replicaId });
+    if (rows.length) log.info('released egress requests whose holding process is gone', { count: rows.length, replicaId });
     return rows.length;
   };
   const sweepGone = () => {
-    if (!closed)
-      void expireGone('the process holding the connection is gone').catch((e: unknown) =>
-        log.warn('expiring orphaned egress holds failed', { err: errMsg(e) }),
-      );
+    if (!closed) void releaseGone().catch((e: unknown) => log.warn('releasing orphaned egress holds failed', { err: errMsg(e) }));
   };
 
   let heartbeat: Awaited<ReturnType<typeof startHeartbeat>>;
   try {
     heartbeat = await startHeartbeat(store, replicaId, opts.holderTtlMs ?? DEFAULT_HOLDER_TTL_MS, sweepGone);
-    // Restart: held connections of gone processes are lost; rows past deadline expire whoever held them.
-    // A refused audit record (store down) leaves them pending: the heartbeat's sweep retries.
-    await expireGone('proxy restarted; the held connection was lost', replicaId).catch((e: unknown) =>
-      log.warn('expiring egress holds lost in a restart failed; retried on the next heartbeat', { err: errMsg(e) }),
+    // A refused audit record (store down) leaves them held: the heartbeat's sweep retries.
+    await releaseGone().catch((e: unknown) =>
+      log.warn('releasing egress holds lost in a restart failed; retried on the next heartbeat', { err: errMsg(e) }),
     );
-    const late = await db
-      .update(t)
-      .set({ status: 'expired', decidedAt: stamp(), denyReason: 'approval timed out' })
-      .where(and(eq(t.status, 'pending'), lt(t.expiresAt, stamp())))
-      .returning({ id: t.id });
-    for (const r of late) await announce(r.id, 'expired');
+    await sweep();
   } catch (e) {
     await unlisten();
     throw e;
   }
+
+  /** Takes a decision for the connection waiting on it; a decision already used elsewhere expires this one. */
+  const use = async (id: string, status: HoldResult): Promise<HoldResult> => {
+    if (status !== 'approved' && status !== 'denied') return status;
+    try {
+      const rows = await db
+        .update(t)
+        .set({ usedAt: stamp() })
+        .where(and(eq(t.id, id), eq(t.status, status), isNull(t.usedAt)))
+        .returning({ id: t.id });
+      return rows.length > 0 ? status : 'expired';
+    } catch (e) {
+      log.error('taking an egress decision failed; treating as expired', { id, err: errMsg(e) });
+      return 'expired';
+    }
+  };
 
   const decide = async (id: string, approver: string, to: 'approved' | 'denied', denyReason: string | null): Promise<EgressRequest> => {
     if (closed) throw new ApiError(503, 'unavailable', 'egress approval queue is closed');
@@ -247,14 +257,14 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
     const row = await db.transaction(async (tx) => {
       const rows = await tx
         .update(t)
-        .set({ status: to, approver, decidedAt: stamp(), denyReason })
-        .where(and(eq(t.id, id), eq(t.status, 'pending'), or(isNull(sql`holder_instance`), sql`not ${holderGone(store)}`)))
+        // A connection waiting on it takes it now; a released request's retry has ApprovalTimeout to.
+        .set({ status: to, approver, decidedAt: stamp(), denyReason, expiresAt: new Date(now() + timeoutMs).toISOString() })
+        .where(and(eq(t.id, id), eq(t.status, 'pending')))
         .returning();
       const r = rows[0];
       if (!r) {
         const cur = await tx.select({ status: t.status }).from(t).where(eq(t.id, id)).limit(1);
         if (!cur[0]) throw notFound('egress request', id);
-        if (cur[0].status === 'pending') return undefined; // its holding process is gone
         throw conflict('not_pending', `egress request ${id} is ${cur[0].status}, not pending`, { status: cur[0].status });
       }
       // Inside the transaction: if the audit chain refuses the row, the decision is rolled back.
@@ -275,13 +285,6 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
       }
       return r;
     });
-    if (!row) {
-      // Nothing would be forwarded: expire it (with its proxy record) and say so.
-      await expireGone('the process holding the connection is gone');
-      throw conflict('not_pending', `egress request ${id} expired: the process holding its connection is gone, nothing would be forwarded`, {
-        status: 'expired',
-      });
-    }
     await announce(id, to);
     return toRecord(row);
   };
@@ -292,33 +295,42 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
 
     async create(input) {
       if (closed) throw new ApiError(503, 'unavailable', 'egress approval queue is closed');
-      const at = now();
-      const [row] = await db.transaction(async (tx) => {
-        const inserted = await tx
+      const at = new Date(now()).toISOString();
+      const v = {
+        actor: clip(input.actor),
+        actorDid: clip(input.actorDid),
+        target: clip(input.target),
+        service: clip(input.service),
+        action: clip(input.action),
+        resource: clip(input.resource),
+      };
+      const holderInstance = heartbeat.instance;
+      const row = await db.transaction(async (tx) => {
+        const adopted = await adoptUnheld(tx as unknown as Store['db'], v, holderInstance, at);
+        if (adopted) {
+          log.info('egress request adopted by a retry', { id: adopted.id, status: adopted.status });
+          return adopted;
+        }
+        const [inserted] = await tx
           .insert(t)
           .values({
             id: randomUUID(),
             status: 'pending',
-            actor: clip(input.actor),
-            actorDid: clip(input.actorDid),
-            target: clip(input.target),
-            service: clip(input.service),
-            action: clip(input.action),
-            resource: clip(input.resource),
+            ...v,
             reason: clip(input.reason),
-            requestedAt: new Date(at).toISOString(),
-            expiresAt: new Date(at + timeoutMs).toISOString(),
+            requestedAt: at,
+            expiresAt: new Date(Date.parse(at) + timeoutMs).toISOString(),
             holder: replicaId,
+            holderInstance,
           })
           .returning();
-        await claim(tx as unknown as Store['db'], inserted[0]!.id, heartbeat.instance);
-        return inserted;
+        return inserted!;
       });
-      return toRecord(row!);
+      return toRecord(row);
     },
 
     hold(id, signal) {
-      return new Promise<HoldResult>((resolve, reject) => {
+      const waited = new Promise<HoldResult>((resolve, reject) => {
         let done = false;
         let timer: NodeJS.Timeout | undefined;
         const cleanup = () => {
@@ -356,7 +368,7 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
               return;
             }
             if (row.status !== 'pending') return w.finish(row.status);
-            if (closed) return expire('proxy shutting down');
+            if (closed) return w.finish('released');
             if (signal?.aborted) return onAbort();
             signal?.addEventListener('abort', onAbort, { once: true });
             const left = Math.max(0, Date.parse(row.expiresAt) - now());
@@ -369,6 +381,7 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
           },
         );
       });
+      return waited.then((s) => use(id, s));
     },
 
     approve: (id, approver) => decide(id, approver, 'approved', null),
@@ -397,13 +410,13 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
       closed = true;
       clearInterval(poller);
       poller = undefined;
-      const held = [...waiters.keys()];
-      await Promise.all(
-        held.map(async (id) => {
-          const s = await expireOne(id, 'proxy shutting down');
-          wake(id, s);
-        }),
-      );
+      // The requests stay: their connections are told so, and a retry elsewhere adopts them.
+      try {
+        await releaseWhere(db, sql`holder_instance = ${heartbeat.instance}`);
+      } catch (e) {
+        log.warn('releasing held egress requests failed; they are released once the heartbeat lapses', { err: errMsg(e) });
+      }
+      for (const id of [...waiters.keys()]) wake(id, 'released');
       await heartbeat.stop();
       try {
         await unlisten();

@@ -6,7 +6,8 @@ import { envName } from '../../lib/brand.js';
 import { EGRESS_STATUSES, type EgressStatus, type egressRequests } from '../../store/schema/egress.js';
 
 export { EGRESS_STATUSES, type EgressStatus };
-export type HoldResult = Exclude<EgressStatus, 'pending'>;
+/** How a hold ends; `released`: this process stopped holding it, the request stays pending. */
+export type HoldResult = Exclude<EgressStatus, 'pending'> | 'released';
 
 /** SPEC 2.4, plus `denyReason` (why a human denied, or why it expired) and `expiresAt` (hold deadline). */
 export interface EgressRequest {
@@ -25,6 +26,10 @@ export interface EgressRequest {
   approver: string | null;
   decidedAt: string | null;
   denyReason: string | null;
+  /** A connection is waiting on it (false after its process stopped: the agent's retry picks it up). */
+  held: boolean;
+  /** When the decision reached the agent; null while a decision waits for the agent's retry. */
+  usedAt: string | null;
   /**
    * SHA-256 (base64url) of exactly what is held: id, actor, actor DID, target, service, action,
    * resource and when it was asked. An approval that names it can only release this request.
@@ -103,6 +108,8 @@ export function toRecord(row: typeof egressRequests.$inferSelect): EgressRequest
     approver: row.approver,
     decidedAt: iso(row.decidedAt),
     denyReason: row.denyReason,
+    held: row.holderInstance !== null,
+    usedAt: iso(row.usedAt),
   };
   return { ...rec, digest: requestDigest(rec) };
 }

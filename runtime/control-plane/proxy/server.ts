@@ -232,8 +232,10 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
       if (closing) throw new Error('proxy shutting down');
       const rec = await queue.create(input);
       id = rec.id;
-      log.info('egress request held', { id, actor: rec.actor, target: rec.target, service: rec.service });
+      log.info('egress request held', { id, actor: rec.actor, target: rec.target, service: rec.service, status: rec.status });
       const result = await queue.hold(rec.id, ac.signal);
+      if (result === 'released')
+        return { result: 'unavailable', id, detail: `proxy shutting down; egress request ${id} stays pending until ${rec.expiresAt}, and a retry of the same request gets its decision` };
       let detail = '';
       try {
         const r = await queue.get(rec.id);

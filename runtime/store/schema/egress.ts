@@ -20,9 +20,13 @@ export const egressRequests = pgTable('egress_requests', {
   requestedAt: ts('requested_at').notNull(),
   /** Hold deadline: after it, any replica may expire the row. */
   expiresAt: ts('expires_at').notNull(),
-  /** Replica id of the process holding the client connection. */
+  /** Replica id of the process that first held the client connection. */
   holder: text('holder').notNull(),
+  /** Instance holding the connection now (approvals/holders.ts); NULL: no connection waits on it. */
+  holderInstance: text('holder_instance'),
   approver: text('approver'),
   decidedAt: ts('decided_at'),
   denyReason: text('deny_reason'),
+  /** When the decision reached the agent (its held connection, or its retry after a restart). */
+  usedAt: ts('used_at'),
 });
