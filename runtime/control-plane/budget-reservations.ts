@@ -10,10 +10,17 @@
  *
  * Streams may ask for a partial reservation: at least the prompt and one output token, and as
  * much output as the budget still holds; the broker cuts the stream at that allowance.
+ *
+ * The charge is what holds the ceiling, and it is taken before the answer; the reservation row
+ * is written behind it, batched (group commit through the audit shipper's queue: ordered,
+ * retried, bounded), so a reservation costs the broker no store round trip. A settlement of a
+ * row not yet written waits for it. A crash before the row is written loses only the row: its
+ * worst case stays charged (never forgiven), and a report for it settles nothing.
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { errMsg, logger } from '../lib/log.js';
+import { createShipper } from './audit/shipper.js';
 import { rowsOf, type Store } from '../store/factory.js';
 import { bucketOf } from './budget-store.js';
 import { limitOf, type SharedBudgetMeter } from './budget-shared.js';
@@ -45,7 +52,8 @@ export interface Reservations {
   settle(id: string, agent: string, tokens: number, costUsd: number): Promise<boolean>;
   /** Marks reservations past their deadline expired (their worst case stays charged); how many. */
   expire(): Promise<number>;
-  close(): void;
+  /** Writes the reservations not yet stored (bounded), then stops. */
+  close(): Promise<void>;
 }
 
 const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
@@ -62,8 +70,40 @@ export interface ReservationOptions {
   sweepMs?: number;
 }
 
+/** A reservation row on its way to `budget_reservations` (seq orders the write queue). */
+interface Row {
+  seq: number;
+  id: string;
+  agent: string;
+  tokens: number;
+  cost: number;
+  hour: number;
+  day: number;
+  createdAt: string;
+  expiresAt: string;
+}
+
+/** One statement per batch; a retried batch finds its rows there (ids are unique). */
+function insertRows(db: Pick<Store, 'db'>['db'], batch: Row[]) {
+  return db.execute(sql`insert into budget_reservations (id, agent, tokens, cost_usd, hour_bucket, day_bucket, state, created_at, expires_at)
+    select id, agent, tokens, cost, hour, day, 'open', "createdAt"::timestamptz, "expiresAt"::timestamptz
+    from jsonb_to_recordset(${JSON.stringify(batch)}::jsonb) as x(id text, agent text, tokens double precision, cost double precision,
+      hour bigint, day bigint, "createdAt" text, "expiresAt" text)
+    on conflict (id) do nothing`);
+}
+
 export function createReservations(o: ReservationOptions): Reservations {
   const db = o.store.db;
+  /** id -> seq of the rows not yet stored. */
+  const unwritten = new Map<string, number>();
+  let seq = 0;
+  const writer = createShipper<Row>({
+    write: async (batch) => void (await insertRows(db, batch)),
+    lingerMs: 0,
+    maxPending: 10_000,
+    onStored: (batch) => batch.forEach((r) => unwritten.delete(r.id)),
+    log,
+  });
 
   async function reserve(r: ReserveRequest): Promise<ReserveAnswer> {
     const b = o.budgetOf(r.agent);
@@ -116,18 +156,30 @@ export function createReservations(o: ReservationOptions): Reservations {
     }
     const id = randomUUID();
     try {
-      await db.execute(sql`insert into budget_reservations (id, agent, tokens, cost_usd, hour_bucket, day_bucket, state, created_at, expires_at)
-        values (${id}, ${r.agent}, ${tokens}, ${cost}, ${bucketOf('tokens', now)}, ${bucketOf('cost', now)}, 'open',
-          ${new Date(now).toISOString()}, ${new Date(now + (r.ttlMs ?? o.ttlMs)).toISOString()})`);
+      writer.push({
+        seq: ++seq,
+        id,
+        agent: r.agent,
+        tokens,
+        cost,
+        hour: bucketOf('tokens', now),
+        day: bucketOf('cost', now),
+        createdAt: new Date(now).toISOString(),
+        expiresAt: new Date(now + (r.ttlMs ?? o.ttlMs)).toISOString(),
+      });
     } catch (e) {
+      // Too many rows waiting for a store that is down: refused, and the charge given back.
       if (tokens > 0) o.meter.giveBack(r.agent, 'tokens', tokens, bucketOf('tokens', now));
       if (cost > 0) o.meter.giveBack(r.agent, 'cost', cost, bucketOf('cost', now));
-      throw e;
+      throw new Error(`reservations cannot be recorded: ${errMsg(e)}`);
     }
+    unwritten.set(id, seq);
     return { ok: true, id, outputTokens: out };
   }
 
   async function settle(id: string, agent: string, tokens: number, costUsd: number): Promise<boolean> {
+    const pending = unwritten.get(id);
+    if (pending !== undefined) await writer.whenStored(pending);
     const [row] = await rowsOf<{ tokens: number | string; cost_usd: number | string; hour_bucket: number | string; day_bucket: number | string }>(
       db,
       sql`update budget_reservations set state = 'settled', settled_tokens = ${tokens}, settled_cost_usd = ${costUsd}
@@ -146,6 +198,7 @@ export function createReservations(o: ReservationOptions): Reservations {
   }
 
   async function expire(): Promise<number> {
+    await writer.flush(5000);
     const now = new Date(o.now()).toISOString();
     const rows = await rowsOf<{ id: string; agent: string }>(
       db,
@@ -162,5 +215,13 @@ export function createReservations(o: ReservationOptions): Reservations {
   const timer =
     sweepMs > 0 ? setInterval(() => void expire().catch((e: unknown) => log.warn('reservation sweep failed', { err: errMsg(e) })), sweepMs) : undefined;
   timer?.unref();
-  return { reserve, settle, expire, close: () => clearInterval(timer) };
+  return {
+    reserve,
+    settle,
+    expire,
+    async close() {
+      clearInterval(timer);
+      await writer.close(5000).catch((e: unknown) => log.error('reservations not stored at close: their worst case stays charged', { err: errMsg(e) }));
+    },
+  };
 }

@@ -13,6 +13,12 @@
  * allows at most ceiling + replicas x lease size per window, and a replica that dies loses at most
  * its unwritten debt (again at most one lease size). Lease size: ceil(ceiling x leaseShare),
  * at least 1 (default share 2%: `callsPerHour: 100` -> 2 calls per replica).
+ *
+ * Tokens and dollars are leased the same way by the broker's reservations (`take`): a take that
+ * the lease cannot serve asks the ledger for its shortfall plus a lease, a lease at half or less
+ * is topped up in the background, and a lease unused for a minute goes back. A lease is charged
+ * in the ledger, so it never passes the ceiling; near the ceiling one replica may hold what is
+ * left (others are refused until it is used or given back).
  */
 import { errMsg, logger } from '../lib/log.js';
 import type { LedgerDimension } from '../store/schema/budget.js';
@@ -82,13 +88,18 @@ export interface SharedBudgetMeter extends BudgetMeter {
 export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMeter {
   const clock = o.now ?? Date.now;
   const syncMs = o.syncMs ?? 250;
+  /** A token or dollar lease unused this long goes back to the ledger. */
+  const IDLE_LEASE_MS = 60_000;
   const maxStaleMs = o.maxStaleMs ?? 5000;
   const share = o.leaseShare ?? 0.02;
   const agents = new Map<string, AgentState>();
   let closed = false;
   let lastErrLog = 0;
 
-  const leaseSize = (b: Budget | undefined) => Math.max(1, Math.ceil(limitOf(b, 'calls') * share));
+  /** Lease size per dimension: ceil(ceiling x share), at least 1; dollars as they are. */
+  const leaseOf = (b: Budget | undefined, dim: LedgerDimension) =>
+    dim === 'cost' ? r9(limitOf(b, 'cost') * share) : Math.max(1, Math.ceil(limitOf(b, dim) * share));
+  const leaseSize = (b: Budget | undefined) => leaseOf(b, 'calls');
   const enforcing = (b: Budget | undefined) => !!b && b.mode !== 'audit';
   const newDim = (): DimState => ({
     view: 0,
@@ -136,7 +147,9 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     const giveBack = [...d.returns].map(([bucket, n]) => ({ bucket, n }));
     d.returns.clear();
     let aged: { bucket: number; n: number } | undefined;
-    if (d.lease > 0 && (d.leaseBucket !== b || (dim === 'calls' && limit === 0))) {
+    // Tokens and dollars are leased by reservations: an idle agent's lease goes back to the fleet.
+    const idle = dim !== 'calls' && !ask && now - st.touched > IDLE_LEASE_MS;
+    if (d.lease > 0 && (d.leaseBucket !== b || (dim === 'calls' && limit === 0) || idle)) {
       aged = { bucket: d.leaseBucket, n: d.lease };
       giveBack.push(aged);
       d.lease = 0;
@@ -182,7 +195,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   function due(agent: string, st: AgentState, dim: LedgerDimension, now: number): boolean {
     const d = st[dim];
     if (d.debt !== 0 || d.returns.size > 0) return true;
-    if (d.lease > 0 && d.leaseBucket !== bucketOf(dim, now)) return true;
+    if (d.lease > 0 && (d.leaseBucket !== bucketOf(dim, now) || (dim !== 'calls' && now - st.touched > IDLE_LEASE_MS))) return true;
     const budget = o.budgetOf(agent);
     if (dim === 'calls' && enforcing(budget) && limitOf(budget, 'calls') > 0 && now - st.touched < 60_000 && d.lease * 2 < leaseSize(budget)) return true;
     return limitOf(budget, dim) > 0 && now - st.touched < 60_000 && now - d.syncedAt >= 4 * syncMs;
@@ -277,11 +290,19 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
         d.lease = r9(d.lease - n);
         return { ok: true, granted: n };
       };
-      if (held() >= need) return grab(need);
+      const budget = o.budgetOf(agent);
+      const lease = enforcing(budget) ? leaseOf(budget, dim) : 0;
+      if (held() >= need) {
+        const g = grab(need);
+        // At half a lease or less: refill in the background, so the next reservation finds one.
+        if (held() * 2 <= lease) serial(d, () => (held() * 2 <= lease ? takeNow(agent, dim, { want: r9(lease - held()) }) : Promise.resolve(undefined))).catch(logErr);
+        return g;
+      }
       return serial(d, async () => {
         if (held() >= need) return grab(need);
+        // This call's shortfall and a lease for the ones after it (the ledger grants what fits, at least atLeast).
         const short = r9(need - held());
-        const result = await takeNow(agent, dim, { want: short, atLeast: r9(Math.max(0, min - held())) });
+        const result = await takeNow(agent, dim, { want: r9(short + lease), atLeast: r9(Math.max(0, min - held())) });
         const have = held();
         // Refused: the window's use as the agent sees it (this replica's unused lease is not use).
         if (have < min || have <= 0) return { ok: false, granted: 0, result: { ...result, used: Math.max(0, r9(result.used - have)) } };

@@ -215,7 +215,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     async close() {
       if (closed) return;
       closed = true;
-      reservations.close();
+      await reservations.close();
       await budget.close();
       await registry.close();
       try {

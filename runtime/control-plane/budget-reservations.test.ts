@@ -1,0 +1,87 @@
+/**
+ * Reservations served from a token lease and written behind (issue 14, broker hot path): a
+ * reservation that fits the lease costs no ledger round trip, the lease never passes the ceiling,
+ * a settlement of a row not yet written waits for it, and an idle agent's lease goes back.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'drizzle-orm';
+import { rowsOf, type Store } from '../store/factory.js';
+import { openTestPglite } from '../store/testing.js';
+import { createReservations } from './budget-reservations.js';
+import { createSharedBudgetMeter } from './budget-shared.js';
+import { createBudgetLedger, type BudgetLedger } from './budget-store.js';
+import type { Budget } from './types.js';
+
+const T0 = Date.UTC(2026, 0, 1, 12, 0, 30);
+const ask = { promptTokens: 100, outputTokens: 400, priceInputPer1k: 0, priceOutputPer1k: 0 };
+
+describe('budget reservations (PGlite)', () => {
+  let store: Store;
+  beforeAll(async () => {
+    store = await openTestPglite();
+  }, 120_000);
+  afterAll(async () => store?.close());
+
+  function setup(budget: Budget, agent: string) {
+    const inner = createBudgetLedger(store);
+    let takes = 0;
+    const ledger: BudgetLedger = { ...inner, take: (r) => (takes++, inner.take(r)) };
+    let now = T0;
+    const meter = createSharedBudgetMeter({ ledger, budgetOf: (a) => (a === agent ? budget : undefined), now: () => now, syncMs: 60_000, leaseShare: 0.02 });
+    const res = createReservations({ store, meter, budgetOf: (a) => (a === agent ? budget : undefined), now: () => now, ttlMs: 60_000, sweepMs: 0 });
+    return { ledger: inner, meter, res, takes: () => takes, advance: (ms: number) => (now += ms), now: () => now };
+  }
+
+  it('reservations within the lease take nothing from the ledger per call and never pass the ceiling', async () => {
+    // A lease is 2% of 100k tokens: 2,000, four reservations of 500.
+    const s = setup({ tokensPerHour: 100_000 }, 'leased');
+    const first = await s.res.reserve({ agent: 'leased', ...ask });
+    expect(first).toMatchObject({ ok: true, outputTokens: 400 });
+    const after = s.takes();
+    for (let i = 0; i < 3; i++) expect((await s.res.reserve({ agent: 'leased', ...ask })).ok).toBe(true);
+    // Served from the lease (a background top-up may start at half a lease, not one per call).
+    expect(s.takes() - after).toBeLessThanOrEqual(1);
+    // The ceiling holds whatever the lease: 200 reservations of 500 fit, the 201st does not.
+    let ok = 4;
+    for (;;) {
+      const r = await s.res.reserve({ agent: 'leased', ...ask });
+      if (!r.ok) {
+        expect(r.message).toMatch(/tokensPerHour budget of agent leased/);
+        break;
+      }
+      ok++;
+    }
+    expect(ok).toBe(200);
+    await s.meter.flush();
+    expect(await s.ledger.read('leased', 'tokens', s.now())).toBeLessThanOrEqual(100_000);
+    await s.res.close();
+    await s.meter.close();
+  });
+
+  it('a settlement that comes before its row is written waits for it and applies once', async () => {
+    const s = setup({ tokensPerHour: 1_000_000 }, 'quick');
+    const r = await s.res.reserve({ agent: 'quick', ...ask });
+    if (!r.ok || !r.id) throw new Error('expected a reservation');
+    // Same tick: the row is still on its way to the store.
+    const [settled, again] = [await s.res.settle(r.id, 'quick', 120, 0), await s.res.settle(r.id, 'quick', 120, 0)];
+    expect([settled, again]).toEqual([true, false]);
+    const [row] = await rowsOf<{ state: string; settled_tokens: number }>(store.db, sql`select state, settled_tokens from budget_reservations where id = ${r.id}`);
+    expect(row).toEqual({ state: 'settled', settled_tokens: 120 });
+    expect(s.meter.usage('quick', s.now()).tokensLastHour).toBe(120);
+    await s.res.close();
+    await s.meter.close();
+  });
+
+  it('an idle agent\'s token lease goes back to the ledger', async () => {
+    const s = setup({ tokensPerHour: 100_000 }, 'idler');
+    expect((await s.res.reserve({ agent: 'idler', ...ask })).ok).toBe(true);
+    await s.meter.flush();
+    // Charged: the reservation and a lease held ahead.
+    expect(await s.ledger.read('idler', 'tokens', s.now())).toBeGreaterThan(500);
+    s.advance(61_000);
+    await s.meter.flush();
+    expect(await s.ledger.read('idler', 'tokens', s.now())).toBe(500);
+    await s.res.close();
+    await s.meter.close();
+  });
+});
