@@ -171,7 +171,7 @@ export function createReservations(o: ReservationOptions): Reservations {
       // Too many rows waiting for a store that is down: refused, and the charge given back.
       if (tokens > 0) o.meter.giveBack(r.agent, 'tokens', tokens, bucketOf('tokens', now));
       if (cost > 0) o.meter.giveBack(r.agent, 'cost', cost, bucketOf('cost', now));
-      throw new Error(`reservations cannot be recorded: ${errMsg(e)}`);
+      throw new Error(`reservations cannot be recorded: ${errMsg(e)}`, { cause: e });
     }
     unwritten.set(id, seq);
     return { ok: true, id, outputTokens: out };
