@@ -33,7 +33,7 @@ export function mount(root, ctx) {
     return v;
   };
 
-  const act = async (kind, id, verb, reasonInput, refresh) => {
+  const act = async (kind, id, verb, reasonInput, refresh, extra = {}) => {
     const a = who();
     if (!a) return;
     const reason = reasonInput.value.trim();
@@ -44,7 +44,7 @@ export function mount(root, ctx) {
     }
     const url = kind === 'egress' ? `/v1/egress/requests/${encodeURIComponent(id)}/${verb}` : `api/identity/v1/delegations/${encodeURIComponent(id)}/${verb}`;
     try {
-      await postJson(url, verb === 'deny' ? { approver: a, reason } : { approver: a });
+      await postJson(url, verb === 'deny' ? { approver: a, reason } : { approver: a, ...extra });
       say(msg, `${kind === 'egress' ? 'Egress request' : 'Delegation'} ${short(id)} ${verb === 'deny' ? 'denied' : 'approved'}.`, false);
     } catch (e) {
       say(msg, `Could not ${verb} ${short(id)}: ${e.message}`, true);
@@ -55,7 +55,9 @@ export function mount(root, ctx) {
   const loadEgress = async () => {
     try {
       const list = await getJson('/v1/egress/requests?limit=100');
-      renderEgress(egress, list, (id, verb, input) => act('egress', id, verb, input, loadEgress));
+      // An approval names the digest of exactly the request shown (required with API auth on).
+      const digests = new Map(list.map((r) => [r.id, r.digest]));
+      renderEgress(egress, list, (id, verb, input) => act('egress', id, verb, input, loadEgress, { digest: digests.get(id) }));
     } catch (e) {
       fill(egress, errorBox(e, 'Egress approval queue'));
     }
@@ -123,7 +125,8 @@ function renderEgress(box, list, onAct) {
       h('td', {}, r.service),
       h('td', {}, h('span', { class: 'mono' }, r.action), h('div', { class: 'muted small break' }, r.resource)),
       h('td', { class: 'small' }, r.reason),
-      h('td', { class: 'nowrap' }, countdown(Date.parse(r.expiresAt) / 1000)),
+      h('td', { class: 'nowrap' }, countdown(Date.parse(r.expiresAt) / 1000),
+        r.held === false ? h('div', { class: 'muted small' }, 'connection lost; the agent\'s retry gets the decision') : null),
     ],
     doneCols: ['Requested', 'Agent', 'Target', 'Status', 'By', 'Note'],
     doneRow: (r) => [
@@ -132,7 +135,7 @@ function renderEgress(box, list, onAct) {
       h('td', { class: 'mono' }, r.target),
       status(r),
       h('td', {}, r.approver ?? '–'),
-      h('td', { class: 'small' }, r.denyReason ?? ''),
+      h('td', { class: 'small' }, r.denyReason ?? (r.status === 'approved' && !r.usedAt ? 'waiting for the agent\'s retry' : '')),
     ],
   }, onAct);
 }
