@@ -65,14 +65,17 @@ describe('budget reservations (PGlite)', () => {
     // Same tick: the row is still on its way to the store.
     const [settled, again] = [await s.res.settle(r.id, 'quick', 120, 0), await s.res.settle(r.id, 'quick', 120, 0)];
     expect([settled, again]).toEqual([true, false]);
-    const [row] = await rowsOf<{ state: string; settled_tokens: number }>(store.db, sql`select state, settled_tokens from budget_reservations where id = ${r.id}`);
+    const [row] = await rowsOf<{ state: string; settled_tokens: number }>(
+      store.db,
+      sql`select state, settled_tokens from budget_reservations where id = ${r.id}`,
+    );
     expect(row).toEqual({ state: 'settled', settled_tokens: 120 });
     expect(s.meter.usage('quick', s.now()).tokensLastHour).toBe(120);
     await s.res.close();
     await s.meter.close();
   });
 
-  it('an idle agent\'s token lease goes back to the ledger', async () => {
+  it("an idle agent's token lease goes back to the ledger", async () => {
     const s = setup({ tokensPerHour: 100_000 }, 'idler');
     expect((await s.res.reserve({ agent: 'idler', ...ask })).ok).toBe(true);
     await s.meter.flush();

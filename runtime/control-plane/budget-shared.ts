@@ -295,7 +295,8 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       if (held() >= need) {
         const g = grab(need);
         // At half a lease or less: refill in the background, so the next reservation finds one.
-        if (held() * 2 <= lease) serial(d, () => (held() * 2 <= lease ? takeNow(agent, dim, { want: r9(lease - held()) }) : Promise.resolve(undefined))).catch(logErr);
+        if (held() * 2 <= lease)
+          serial(d, () => (held() * 2 <= lease ? takeNow(agent, dim, { want: r9(lease - held()) }) : Promise.resolve(undefined))).catch(logErr);
         return g;
       }
       return serial(d, async () => {

@@ -70,11 +70,12 @@ describe.each(testBackends())('egress gateway on $name', (b) => {
     await expect(startControlPlaneWithEgress({ store, env: { EGRESS_CONNECT_PORTS: 'ssh' }, identity, ...addrs })).rejects.toThrow(/EGRESS_CONNECT_PORTS/);
   });
 
-  it('a held request survives a restart: close answers 403 and keeps it pending, an approval after the restart releases the agent\'s retry, once', async () => {
+  it("a held request survives a restart: close answers 403 and keeps it pending, an approval after the restart releases the agent's retry, once", async () => {
     const env = { AUDIT_CHAIN_ID: `gw-${b.name}` };
     const run = await startControlPlaneWithEgress({ store, env, identity, ...addrs, queue: { timeoutMs: 60_000, replicaId: `gw-${b.name}` } });
     await run.cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: [] });
-    const viaProxy = (port: number) => curl(['-x', `http://127.0.0.1:${port}`, '--proxy-header', 'Proxy-Authorization: Bearer vp-bot', `http://127.0.0.1:${upPort}/x`]);
+    const viaProxy = (port: number) =>
+      curl(['-x', `http://127.0.0.1:${port}`, '--proxy-header', 'Proxy-Authorization: Bearer vp-bot', `http://127.0.0.1:${upPort}/x`]);
     const pendingOn = async (mgmt: string, gateway: { proxy?: { stats(): { held: number } } }) => {
       const until = Date.now() + 10_000;
       for (;;) {

@@ -234,7 +234,13 @@ describe.each(testBackends())('approval queue on $name', (b) => {
     try {
       expect(await restarted.get(mine.id)).toMatchObject({ status: 'pending', held: false });
       expect(audit.rows).toContainEqual(
-        expect.objectContaining({ action: 'egress.proxy', actor: 'bot', allow: false, rule: 'delegation', reason: expect.stringContaining(`${mine.id} to crash.example:443: connection lost`) }),
+        expect.objectContaining({
+          action: 'egress.proxy',
+          actor: 'bot',
+          allow: false,
+          rule: 'delegation',
+          reason: expect.stringContaining(`${mine.id} to crash.example:443: connection lost`),
+        }),
       );
       expect((await restarted.get(theirsOld.id))?.status).toBe('expired');
       expect(await restarted.get(theirs.id)).toMatchObject({ status: 'pending', held: true });
@@ -306,7 +312,10 @@ describe.each(testBackends())('approval queue on $name', (b) => {
     await new Promise((res) => setTimeout(res, 20));
     await q.close();
     expect(await held).toBe('released');
-    const [row] = await rowsOf<{ status: string; holder_instance: string | null }>(store.db, sql`select status, holder_instance from egress_requests where id = ${r.id}`);
+    const [row] = await rowsOf<{ status: string; holder_instance: string | null }>(
+      store.db,
+      sql`select status, holder_instance from egress_requests where id = ${r.id}`,
+    );
     expect(row).toEqual({ status: 'pending', holder_instance: null });
     expect((await apiError(q.create(input()))).status).toBe(503);
   });

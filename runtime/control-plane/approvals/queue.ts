@@ -226,9 +226,7 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
   try {
     heartbeat = await startHeartbeat(store, replicaId, opts.holderTtlMs ?? DEFAULT_HOLDER_TTL_MS, sweepGone);
     // A refused audit record (store down) leaves them held: the heartbeat's sweep retries.
-    await releaseGone().catch((e: unknown) =>
-      log.warn('releasing egress holds lost in a restart failed; retried on the next heartbeat', { err: errMsg(e) }),
-    );
+    await releaseGone().catch((e: unknown) => log.warn('releasing egress holds lost in a restart failed; retried on the next heartbeat', { err: errMsg(e) }));
     await sweep();
   } catch (e) {
     await unlisten();

@@ -235,7 +235,11 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
       log.info('egress request held', { id, actor: rec.actor, target: rec.target, service: rec.service, status: rec.status });
       const result = await queue.hold(rec.id, ac.signal);
       if (result === 'released')
-        return { result: 'unavailable', id, detail: `proxy shutting down; egress request ${id} stays pending until ${rec.expiresAt}, and a retry of the same request gets its decision` };
+        return {
+          result: 'unavailable',
+          id,
+          detail: `proxy shutting down; egress request ${id} stays pending until ${rec.expiresAt}, and a retry of the same request gets its decision`,
+        };
       let detail = '';
       try {
         const r = await queue.get(rec.id);
