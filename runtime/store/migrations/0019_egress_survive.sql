@@ -12,4 +12,5 @@ update egress_requests set status = 'expired', decided_at = now(), deny_reason =
 -- Decided rows predating used_at were used (or lost) with their connection.
 update egress_requests set used_at = decided_at where status in ('approved', 'denied') and used_at is null;
 -- The retry lookup: decisions and pending requests no connection waits on.
-create index if not exists egress_requests_unheld on egress_requests (actor, target) where holder_instance is null and used_at is null;
+create index if not exists egress_requests_unheld on egress_requests (actor, target)
+  where holder_instance is null and used_at is null and status <> 'expired';
