@@ -88,8 +88,11 @@ export interface SharedBudgetMeter extends BudgetMeter {
 export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMeter {
   const clock = o.now ?? Date.now;
   const syncMs = o.syncMs ?? 250;
-  /** A token or dollar lease unused this long goes back to the ledger. */
-  const IDLE_LEASE_MS = 60_000;
+  /** An agent not seen this long is idle: no refills, and its token and dollar leases go back. */
+  const IDLE_MS = 60_000;
+  const active = (st: AgentState, now: number) => now - st.touched < IDLE_MS;
+  /** Tokens and dollars are leased by reservations: an idle agent's lease goes back to the fleet. */
+  const leaseIdle = (st: AgentState, dim: LedgerDimension, now: number) => dim !== 'calls' && now - st.touched > IDLE_MS;
   const maxStaleMs = o.maxStaleMs ?? 5000;
   const share = o.leaseShare ?? 0.02;
   const agents = new Map<string, AgentState>();
@@ -147,8 +150,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     const giveBack = [...d.returns].map(([bucket, n]) => ({ bucket, n }));
     d.returns.clear();
     let aged: { bucket: number; n: number } | undefined;
-    // Tokens and dollars are leased by reservations: an idle agent's lease goes back to the fleet.
-    const idle = dim !== 'calls' && !ask && now - st.touched > IDLE_LEASE_MS;
+    const idle = !ask && leaseIdle(st, dim, now);
     if (d.lease > 0 && (d.leaseBucket !== b || (dim === 'calls' && limit === 0) || idle)) {
       aged = { bucket: d.leaseBucket, n: d.lease };
       giveBack.push(aged);
@@ -195,10 +197,10 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   function due(agent: string, st: AgentState, dim: LedgerDimension, now: number): boolean {
     const d = st[dim];
     if (d.debt !== 0 || d.returns.size > 0) return true;
-    if (d.lease > 0 && (d.leaseBucket !== bucketOf(dim, now) || (dim !== 'calls' && now - st.touched > IDLE_LEASE_MS))) return true;
+    if (d.lease > 0 && (d.leaseBucket !== bucketOf(dim, now) || leaseIdle(st, dim, now))) return true;
     const budget = o.budgetOf(agent);
-    if (dim === 'calls' && enforcing(budget) && limitOf(budget, 'calls') > 0 && now - st.touched < 60_000 && d.lease * 2 < leaseSize(budget)) return true;
-    return limitOf(budget, dim) > 0 && now - st.touched < 60_000 && now - d.syncedAt >= 4 * syncMs;
+    if (dim === 'calls' && enforcing(budget) && limitOf(budget, 'calls') > 0 && active(st, now) && d.lease * 2 < leaseSize(budget)) return true;
+    return limitOf(budget, dim) > 0 && active(st, now) && now - d.syncedAt >= 4 * syncMs;
   }
 
   let ticking = false;
