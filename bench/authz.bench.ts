@@ -16,11 +16,10 @@
  * Production runs built JavaScript: the servers load it from dist/ when `npm run build` made it
  * (BENCH_SOURCE=1 runs the TypeScript under tsx, as `npm run bench:compare` does for both trees).
  */
-import { existsSync } from 'node:fs';
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
-import { bareServer, loadAutocannon } from './lib.js';
+import { bareServer, codeUnderTest, loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -36,10 +35,9 @@ interface Ports {
   decisionMem: number;
 }
 
-/** BENCH_DIST: another build's dist/runtime/ (e.g. the previous commit's, for a built-against-built comparison). */
-const DIST = process.env.BENCH_DIST ?? fileURLToPath(new URL('../dist/runtime/', import.meta.url));
-const BUILT = !process.env.BENCH_SOURCE && existsSync(`${DIST}control-plane/server.js`);
-const from = (m: string) => (BUILT ? `${DIST}${m}.js` : `../runtime/${m}.js`);
+/** The code under test: this tree's build when made, another build's (BENCH_DIST), or the source. */
+const CODE = codeUnderTest();
+const from = CODE.from;
 
 async function serve(): Promise<void> {
   const { openStore } = (await import(from('store/factory'))) as typeof import('../runtime/store/factory.js');
@@ -129,9 +127,7 @@ async function drive(): Promise<void> {
       }
       rounds.push(round);
     }
-    console.log(
-      `authz bench: ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${SECONDS} s per target after ${WARMUP} s warm-up, ${BUILT ? 'built JavaScript (dist/)' : 'TypeScript under tsx'}`,
-    );
+    console.log(`authz bench: ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${SECONDS} s per target after ${WARMUP} s warm-up, ${CODE.label}`);
     targets.forEach((t, i) => {
       const rps = median(rounds.map((r) => r[i]!.rps));
       const ratio = median(rounds.map((r) => r[i]!.rps / r[0]!.rps));

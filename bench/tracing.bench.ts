@@ -8,7 +8,9 @@
  * the sampled flag (every decision is a recorded, exported span: the worst case) and once with
  * the gateway not sampling (flags 00: the span context is continued but nothing is recorded).
  *
- *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=3, BENCH_CONNECTIONS=50)
+ *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=3, BENCH_CONNECTIONS=50,
+ *                                      BENCH_CASES=egress to run one case, BENCH_VARIANTS=sampled to run one
+ *                                      traced variant beside "off", BENCH_PROFILE=<dir> for CPU profiles)
  *
  * Prints req/s, the server process's CPU time per request (from process.cpuUsage, robust to other
  * load on a shared machine, where req/s is not), p50, p99 per variant and the ratios on/off of
@@ -19,7 +21,7 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
-import { loadAutocannon } from './lib.js';
+import { codeUnderTest, loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -33,11 +35,12 @@ interface Ready {
 }
 
 async function serve(mode: 'on' | 'off', endpoint?: string): Promise<void> {
-  const { openStore } = await import('../runtime/store/factory.js');
-  const { startControlPlane } = await import('../runtime/control-plane/server.js');
-  const { listen } = await import('../runtime/lib/http.js');
-  const { setLogLevel } = await import('../runtime/lib/log.js');
-  const { initTracing, shutdownTracing, tracingFromEnv } = await import('../runtime/lib/tracing.js');
+  const { from } = codeUnderTest();
+  const { openStore } = (await import(from('store/factory'))) as typeof import('../runtime/store/factory.js');
+  const { startControlPlane } = (await import(from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
+  const { listen } = (await import(from('lib/http'))) as typeof import('../runtime/lib/http.js');
+  const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
+  const { initTracing, shutdownTracing, tracingFromEnv } = (await import(from('lib/tracing'))) as typeof import('../runtime/lib/tracing.js');
   setLogLevel('warn');
   if (mode === 'on') initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint }), 'bench');
   let sinkPort: number | undefined;
@@ -91,7 +94,12 @@ function cpuOf(child: ChildProcess): Promise<number> {
 }
 
 function start(args: string[]): { child: ChildProcess; ready: Promise<Ready> } {
-  const child = fork(fileURLToPath(import.meta.url), ['--serve', ...args], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  // BENCH_PROFILE=<dir>: each server process writes a V8 CPU profile there (node --cpu-prof).
+  const prof = process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [];
+  const child = fork(fileURLToPath(import.meta.url), ['--serve', ...args], {
+    execArgv: ['--import', 'tsx', ...prof],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const ready = new Promise<Ready>((resolve, reject) => {
     child.once('message', (m) => resolve(m as Ready));
     child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
@@ -117,12 +125,14 @@ async function drive(): Promise<void> {
       path: '/authz/v1/chat/completions',
       headers: { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' },
     },
-  ];
-  const variants = [
+  ].filter((c) => !process.env.BENCH_CASES || process.env.BENCH_CASES.split(',').includes(c.name));
+  type Variant = { key: 'off' | 'sampled' | 'unsampled'; label: string; port: number; child: ChildProcess; traceparent: string };
+  const all: Variant[] = [
     { key: 'off', label: 'tracing off', port: offReady.decision, child: off.child, traceparent: sampled },
     { key: 'sampled', label: 'on, every request sampled', port: onReady.decision, child: on.child, traceparent: sampled },
     { key: 'unsampled', label: 'on, gateway not sampling', port: onReady.decision, child: on.child, traceparent: unsampled },
-  ] as const;
+  ];
+  const variants = all.filter((v) => v.key === 'off' || !process.env.BENCH_VARIANTS || process.env.BENCH_VARIANTS.split(',').includes(v.key));
   const once = async (port: number, path: string, headers: Record<string, string>, duration: number) => {
     const r = await autocannon({ url: `http://127.0.0.1:${port}${path}`, connections: CONNECTIONS, pipelining: 1, headers, duration });
     if (r.errors || r.non2xx) throw new Error(`${path}: ${r.errors} errors, ${r.non2xx} non-2xx responses`);
@@ -130,7 +140,7 @@ async function drive(): Promise<void> {
   };
   try {
     console.log(
-      `tracing bench: ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${SECONDS} s per variant after ${WARMUP} s warm-up; spans exported over OTLP/HTTP to a local sink (target on/off >= 0.90)`,
+      `tracing bench (${codeUnderTest().label}): ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${SECONDS} s per variant after ${WARMUP} s warm-up; spans exported over OTLP/HTTP to a local sink (target on/off >= 0.90)`,
     );
     const med = (a: number[]) => a.slice().sort((x, y) => x - y)[Math.floor(a.length / 2)];
     for (const c of cases) {
@@ -150,8 +160,8 @@ async function drive(): Promise<void> {
           a.p99.push(r.latency.p99);
         }
       }
-      const rps = (k: (typeof variants)[number]['key']) => acc.get(k)!.total / (ROUNDS * SECONDS);
-      const cpuPer = (k: (typeof variants)[number]['key']) => acc.get(k)!.cpu / acc.get(k)!.total;
+      const rps = (k: Variant['key']) => acc.get(k)!.total / (ROUNDS * SECONDS);
+      const cpuPer = (k: Variant['key']) => acc.get(k)!.cpu / acc.get(k)!.total;
       for (const v of variants) {
         const a = acc.get(v.key)!;
         const ratio = v.key === 'off' ? '' : `  ratio ${(rps(v.key) / rps('off')).toFixed(3)}x req/s, ${(cpuPer('off') / cpuPer(v.key)).toFixed(3)}x CPU`;

@@ -11,6 +11,7 @@ import { startDecisionSpan } from '../lib/tracing.js';
 import { answerHeaders, type Committed } from './decision/commit.js';
 import { authorize, type DecisionEngine } from './decision/engine.js';
 import { factsFromHeaders } from './decision/facts.js';
+import { askingWithin } from './decision/gather.js';
 
 const log = logger('authz');
 
@@ -78,9 +79,8 @@ function decide(req: http.IncomingMessage, res: http.ServerResponse, rest: strin
   const span = startDecisionSpan('authz', req.headers.traceparent, req.headers.tracestate);
   let decided: Committed | Promise<Committed>;
   try {
-    decided = span.run(() =>
-      authorize(engine, factsFromHeaders(req.headers, { method: req.method, path: rest, trustedPeer: engine.trustedPeer(req.socket.remoteAddress) })),
-    );
+    const facts = factsFromHeaders(req.headers, { method: req.method, path: rest, trustedPeer: engine.trustedPeer(req.socket.remoteAddress) });
+    decided = authorize(engine, facts, askingWithin(engine.gather, span));
   } catch (e) {
     span.end({ allow: false, status: 403 });
     return failed(req, res, e);

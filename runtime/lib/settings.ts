@@ -115,6 +115,7 @@ export const SETTINGS: readonly Setting[] = [
   s('SIDECAR_RELOAD_MS', 'sidecar', pos),
   // tracing
   s('OTEL_EXPORTER_OTLP_ENDPOINT', 'tracing', url),
+  s('OTEL_EXPORTER_OTLP_HEADERS', 'tracing', str),
   s('OTEL_SDK_DISABLED', 'tracing', bool),
   // audit log (control plane)
   s('AUDIT_CHAIN_ID', 'audit', str),

@@ -16,7 +16,10 @@ import { close, listen } from './http.js';
 import { openStore, type Store } from '../store/factory.js';
 import { startIdentityAuthority } from '../identity/server.js';
 import { presentationFor, type AgentIdentity } from '../identity/client.js';
-import { flushTracing, initTracing, injectTrace, shutdownTracing, startDecisionSpan, tracingFromEnv, tracingMode } from './tracing.js';
+import { flushTracing, initTracing, injectTrace, otlpHeaders, shutdownTracing, startDecisionSpan, tracingFromEnv, tracingMode } from './tracing.js';
+import type { AnswerOf, Gatherer } from '../control-plane/decision/decide.js';
+import { askingWithin } from '../control-plane/decision/gather.js';
+import type { Question } from '../control-plane/decision/types.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -91,6 +94,19 @@ describe('tracing config', () => {
     expect(() => tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toThrow(/OTEL_EXPORTER_OTLP_ENDPOINT/);
     expect(() => tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'ftp://c' })).toThrow(/OTEL_EXPORTER_OTLP_ENDPOINT/);
     expect(() => tracingFromEnv({ OTEL_SDK_DISABLED: 'maybe' })).toThrow(/OTEL_SDK_DISABLED/);
+  });
+
+  it('reads OTEL_EXPORTER_OTLP_HEADERS as the OTel spec writes it, never echoing a bad entry', () => {
+    expect(
+      tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_EXPORTER_OTLP_HEADERS: 'Authorization=Bearer%20s3cret, x-tenant = a%2Cb' }),
+    ).toEqual({
+      mode: 'otlp',
+      endpoint: 'http://c:4318',
+      headers: { authorization: 'Bearer s3cret', 'x-tenant': 'a,b' },
+    });
+    expect(otlpHeaders('')).toEqual({});
+    for (const bad of ['s3cret-token', '=v', 'bad key=v', 'k=%E0%A4%A', 'k=a%0D%0Ab'])
+      expect(() => otlpHeaders(`ok=1,${bad}`), bad).toThrow(/^OTEL_EXPORTER_OTLP_HEADERS must be .*entry 2 is not$/);
   });
 });
 
@@ -182,6 +198,37 @@ describe('OTLP export of identity-authority and decision spans', () => {
       [`${BRAND}.service`]: 'ledger',
       'http.response.status_code': 403,
     });
+  });
+
+  it('a question a decision asks after an await carries its span (askingWithin); the context is synchronous otherwise', async () => {
+    const gw = newTraceparent();
+    const span = startDecisionSpan('authz-async', gw.traceparent);
+    const sent: (string | undefined)[] = [];
+    const inner: Gatherer = {
+      ask: <Q extends Question>() => {
+        sent.push(injectTrace({}).traceparent);
+        return Promise.resolve(true) as Promise<AnswerOf<Q>>;
+      },
+    };
+    const g = askingWithin(inner, span);
+    const q = { kind: 'ticket', ticket: 't', actor: 'a', upstream: 'u' } as const;
+    await g.ask(q);
+    await new Promise((r) => setImmediate(r));
+    await g.ask(q);
+    // Outside askingWithin, after an await, no context is active: nothing is sent on.
+    await span.run(async () => {
+      await null;
+      sent.push(injectTrace({}).traceparent);
+    });
+    expect(sent[0]).toMatch(new RegExp(`^00-${gw.traceId}-[0-9a-f]{16}-01$`));
+    expect(sent[1]).toBe(sent[0]);
+    expect(sent[2]).toBeUndefined();
+    expect(askingWithin(inner, startDecisionSpan('ignored', `00-${gw.traceId}-${gw.spanId}-00`))).not.toBe(inner);
+    span.end({ rule: 'ticket', allow: true });
+    await flushTracing();
+    const recorded = await until(() => rx.spans.find((x) => x.name === 'authz-async'), 'the decision span');
+    expect(sent[0]).toBe(`00-${gw.traceId}-${recorded.spanId}-01`);
+    expect(recorded.parentSpanId).toBe(gw.spanId);
   });
 
   it('an unsampled gateway trace is continued but not recorded; a malformed traceparent starts a new trace', async () => {

@@ -2,7 +2,9 @@
  * Traces (SPEC 6, 8): OpenTelemetry with W3C trace context, one tracer provider per process.
  *
  * - `OTEL_EXPORTER_OTLP_ENDPOINT` set: every span (identity-authority operations and decisions)
- *   goes to `<endpoint>/v1/traces` over OTLP/HTTP (protobuf), batched.
+ *   goes to `<endpoint>/v1/traces` over OTLP/HTTP (JSON), batched, with the headers of
+ *   `OTEL_EXPORTER_OTLP_HEADERS`. Decision spans are recorded and written by
+ *   `decision-spans.ts` (a tenth of the SDK's cost per span), the rest by the SDK.
  * - unset: the SPEC's stdout fallback, at a level that does not flood: only the identity
  *   authority's identity and credential operations (register, provision, VC issue, delegation
  *   request/approve/deny, revoke, resolve, and requests that arrive with a `traceparent`), one
@@ -11,26 +13,25 @@
  *   check unless their request carries a `traceparent` (a sidecar sends a fresh VP per request).
  * - `OTEL_SDK_DISABLED=true`: no tracing at all.
  *
- * Only OTLP installs the async context manager (AsyncLocalStorage); the stdout fallback does not
- * need it (its spans take their parent from the request's `traceparent`) and does not pay for it.
- *
- * A caller's `traceparent` is continued; outgoing calls (control plane -> identity authority)
- * send the active context on (`injectTrace`), so one trace runs gateway -> /authz -> identity
- * authority. `startDecisionSpan` is the decision paths' API: a shared no-op when decision
- * tracing is off.
+ * A caller's `traceparent` is continued; outgoing calls (control plane -> identity authority,
+ * broker -> `/authz`) send the active context on (`injectTrace`), so one trace runs gateway ->
+ * /authz -> identity authority. The active context is synchronous (`sync-context.ts`: no
+ * AsyncLocalStorage, which costs every request on Node 20). `startDecisionSpan` is the decision
+ * paths' API: a shared no-op when decision tracing is off.
  */
 import {
   context,
+  isSpanContextValid,
   propagation,
   trace,
   SpanKind,
   SpanStatusCode,
+  TraceFlags,
   type Attributes,
   type Context as OtelContext,
   type Span,
   type Tracer,
 } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { ExportResultCode, W3CTraceContextPropagator, hrTimeToMicroseconds, type ExportResult } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -39,6 +40,8 @@ import type { MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
 import { BRAND } from './brand.js';
 import { bool, optional, type Env } from './config.js';
+import { DecisionSpanWriter, nowUs, randomId, type DecisionAttributes } from './decision-spans.js';
+import { SyncContextManager } from './sync-context.js';
 
 export type TracingMode = 'otlp' | 'stdout' | 'off';
 
@@ -46,6 +49,31 @@ export interface TracingConfig {
   mode: TracingMode;
   /** OTLP/HTTP base endpoint (mode otlp), e.g. http://collector:4318. */
   endpoint?: string;
+  /** Headers sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`: `k1=v1,k2=v2`, URL-encoded). */
+  headers?: Record<string, string>;
+}
+
+/** `OTEL_EXPORTER_OTLP_HEADERS` as the OTel spec writes it: `k1=v1,k2=v2`, keys and values URL-encoded. */
+export function otlpHeaders(raw: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [i, pair] of raw.split(',').entries()) {
+    if (!pair.trim()) continue;
+    const eq = pair.indexOf('=');
+    let key = '';
+    let value = '';
+    let malformed = false;
+    try {
+      key = decodeURIComponent(pair.slice(0, eq).trim());
+      value = decodeURIComponent(pair.slice(eq + 1).trim());
+    } catch {
+      malformed = true;
+    }
+    if (malformed || eq <= 0 || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(key) || /[\r\n]/.test(value))
+      // Never echo the entry: a header value is often a credential.
+      throw new Error(`OTEL_EXPORTER_OTLP_HEADERS must be comma-separated key=value pairs; entry ${i + 1} is not`);
+    out[key.toLowerCase()] = value;
+  }
+  return out;
 }
 
 /** Reads and validates OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_SDK_DISABLED (call before listening). */
@@ -61,7 +89,8 @@ export function tracingFromEnv(env: Env): TracingConfig {
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:')
     throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(endpoint)}`);
-  return { mode: 'otlp', endpoint: endpoint.replace(/\/+$/, '') };
+  const headers = otlpHeaders(optional(env, 'OTEL_EXPORTER_OTLP_HEADERS') ?? '');
+  return { mode: 'otlp', endpoint: endpoint.replace(/\/+$/, ''), ...(Object.keys(headers).length ? { headers } : {}) };
 }
 
 /** One JSON line per span on stdout (the fallback exporter). */
@@ -93,6 +122,8 @@ interface State {
   mode: TracingMode;
   provider?: BasicTracerProvider;
   tracer?: Tracer;
+  /** Writes decision spans (mode otlp). */
+  decisions?: DecisionSpanWriter;
 }
 
 const state: State = { mode: 'off' };
@@ -106,22 +137,21 @@ let decisionsOn = false;
  */
 export function initTracing(cfg: TracingConfig, serviceName = BRAND): boolean {
   if (state.provider || cfg.mode === 'off') return false;
-  const exporter: SpanExporter =
-    cfg.mode === 'otlp' ? new OTLPTraceExporter({ url: `${cfg.endpoint}/v1/traces`, timeoutMillis: 5000 }) : new JsonLineSpanExporter();
+  const url = `${cfg.endpoint}/v1/traces`;
+  const exporter: SpanExporter = cfg.mode === 'otlp' ? new OTLPTraceExporter({ url, headers: cfg.headers, timeoutMillis: 5000 }) : new JsonLineSpanExporter();
   const processor =
     cfg.mode === 'otlp'
       ? new BatchSpanProcessor(exporter, { scheduledDelayMillis: 1000, maxQueueSize: 8192, maxExportBatchSize: 512 })
       : new SimpleSpanProcessor(exporter);
-  const provider = new BasicTracerProvider({ resource: resourceFromAttributes({ 'service.name': serviceName }), spanProcessors: [processor] });
+  const resource = { 'service.name': serviceName };
+  const provider = new BasicTracerProvider({ resource: resourceFromAttributes(resource), spanProcessors: [processor] });
   trace.setGlobalTracerProvider(provider);
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-  // The async context (AsyncLocalStorage: a hook on every promise, ~8 % of the proxy's CPU per
-  // request on Node 20, bench/proxy.bench.ts) only where spans nest across processes: OTLP. The
-  // stdout fallback records only identity-authority operations, parented explicitly.
-  if (cfg.mode === 'otlp') context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  context.setGlobalContextManager(new SyncContextManager());
   state.mode = cfg.mode;
   state.provider = provider;
   state.tracer = provider.getTracer(BRAND);
+  if (cfg.mode === 'otlp') state.decisions = new DecisionSpanWriter({ url, headers: cfg.headers, resource, brand: BRAND });
   decisionsOn = cfg.mode === 'otlp';
   return true;
 }
@@ -132,18 +162,20 @@ export function tracingMode(): TracingMode {
 
 /** Exports what is buffered (tests, shutdown). */
 export async function flushTracing(): Promise<void> {
-  await state.provider?.forceFlush();
+  await Promise.all([state.provider?.forceFlush(), state.decisions?.flush()]);
 }
 
 /** Flushes and removes the provider (process shutdown; tests re-init afterwards). */
 export async function shutdownTracing(): Promise<void> {
   const p = state.provider;
   if (!p) return;
+  const decisions = state.decisions;
   state.provider = undefined;
   state.tracer = undefined;
+  state.decisions = undefined;
   state.mode = 'off';
   decisionsOn = false;
-  await p.shutdown();
+  await Promise.all([p.shutdown(), decisions?.close()]);
   trace.disable();
   propagation.disable();
   context.disable();
@@ -167,23 +199,22 @@ export function injectTrace(headers: Record<string, string>): Record<string, str
 
 // --- decision spans ------------------------------------------------------------------------
 
-export interface DecisionAttributes {
-  rule?: string;
-  allow?: boolean;
-  service?: string;
-  actor?: string;
-  action?: string;
-  status?: number;
-  reason?: string;
-}
+export type { DecisionAttributes };
 
 export interface DecisionSpan {
-  /** Runs `fn` with this span as the active context (identity-authority calls inside carry it). */
+  /** False for the shared no-op (tracing off): nothing to carry, `run` just calls. */
+  readonly traced: boolean;
+  /**
+   * Calls `fn` with this span's context active for its synchronous part: a request `fn` starts
+   * before its first await (`injectTrace`) carries it. A decision that awaits asks each question
+   * inside the span (`askingWithin`).
+   */
   run<T>(fn: () => T): T;
   end(attrs: DecisionAttributes): void;
 }
 
 const NOOP: DecisionSpan = {
+  traced: false,
   run: (fn) => fn(),
   end: () => {},
 };
@@ -211,25 +242,27 @@ function parentOf(traceparent: string | string[], tracestate: string | string[] 
 export function startDecisionSpan(name: string, traceparent?: string | string[], tracestate?: string | string[]): DecisionSpan {
   if (!decisionsOn) return NOOP;
   const parent = traceparent ? parentOf(traceparent, tracestate) : context.active();
-  const remote = trace.getSpanContext(parent);
-  // The gateway is not sampling this trace: nothing is recorded, so no SDK span is made; the
-  // context still travels (flags 00) so the identity authority does not start a trace of its own.
-  if (remote?.isRemote && (remote.traceFlags & 1) === 0) return { run: (fn) => context.with(parent, fn), end: () => {} };
-  const span = state.tracer!.startSpan(name, { kind: SpanKind.SERVER }, parent);
-  const ctx = trace.setSpan(parent, span);
+  const sc = trace.getSpanContext(parent);
+  const remote = sc && isSpanContextValid(sc) ? sc : undefined;
+  // The caller is not sampling this trace (a gateway's flags 00): nothing is recorded; the
+  // context still travels so the identity authority does not start a trace of its own.
+  if (remote && (remote.traceFlags & TraceFlags.SAMPLED) === 0) return { traced: true, run: (fn) => context.with(parent, fn), end: () => {} };
+  // A sampled decision: a row for the decision-span writer, its span context the active one
+  // while the decision runs (so what it calls, in process or over HTTP, is its child).
+  const start = nowUs();
+  const traceId = remote ? remote.traceId : randomId(16);
+  const spanId = randomId(8);
+  const parentSpanId = remote?.spanId;
+  const ctx = trace.setSpanContext(parent, { traceId, spanId, traceFlags: TraceFlags.SAMPLED, isRemote: false });
+  const writer = state.decisions!;
+  let ended = false;
   return {
+    traced: true,
     run: (fn) => context.with(ctx, fn),
-    end(a) {
-      const attrs: Attributes = {};
-      if (a.rule !== undefined) attrs[`${BRAND}.rule`] = a.rule;
-      if (a.allow !== undefined) attrs[`${BRAND}.decision`] = a.allow ? 'allow' : 'deny';
-      if (a.service !== undefined) attrs[`${BRAND}.service`] = a.service;
-      if (a.actor !== undefined) attrs[`${BRAND}.actor`] = a.actor;
-      if (a.action !== undefined) attrs[`${BRAND}.action`] = a.action;
-      if (a.status !== undefined) attrs['http.response.status_code'] = a.status;
-      if (a.reason !== undefined) attrs[`${BRAND}.reason`] = a.reason;
-      span.setAttributes(attrs);
-      span.end();
+    end(attrs) {
+      if (ended) return;
+      ended = true;
+      writer.add({ traceId, spanId, parentSpanId, name, start, end: nowUs(), attrs });
     },
   };
 }

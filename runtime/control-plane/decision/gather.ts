@@ -5,6 +5,7 @@
  * OPA are awaited. Every failure, including a timeout, is a `{failed}` answer: fail closed.
  */
 import { errMsg } from '../../lib/log.js';
+import type { DecisionSpan } from '../../lib/tracing.js';
 import type { BudgetUsage } from '../budget.js';
 import type { IdentityPort } from '../identity-port.js';
 import type { AnswerOf, Gatherer } from './decide.js';
@@ -53,6 +54,15 @@ export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T | 
       },
     );
   });
+}
+
+/**
+ * `g` asking every question inside `span`: the identity-authority request a question makes
+ * carries the decision's trace context, also when the decision asks it after an await (the
+ * trace context is synchronous, lib/sync-context.ts). `g` itself when tracing is off.
+ */
+export function askingWithin(g: Gatherer, span: DecisionSpan): Gatherer {
+  return span.traced ? { ask: (q) => span.run(() => g.ask(q)) } : g;
 }
 
 const missing = (what: string): Failure => ({ failed: `${what} is not configured (fail closed)` });

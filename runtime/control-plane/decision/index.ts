@@ -3,7 +3,7 @@ export * from './types.js';
 export { evaluate } from './evaluate.js';
 export { decide, type Gatherer, type AnswerOf } from './decide.js';
 export { commit, type Committed, type Sinks, type TicketMinter } from './commit.js';
-export { createGatherer, within, type Ports, type TicketVerifier } from './gather.js';
+export { askingWithin, createGatherer, within, type Ports, type TicketVerifier } from './gather.js';
 export { createPolicySource, makePolicySnapshot, type PolicySource } from './policy.js';
 export { authorize, createDecisionEngine, dryRun, withHold, type DecisionEngine } from './engine.js';
 export { egressAction, allowListFor, overBudget, resolveUpstream, externalAllowEntry, EXTERNAL } from './egress.js';

@@ -16,6 +16,7 @@ import { startDecisionSpan } from '../../lib/tracing.js';
 import type { Committed } from '../decision/commit.js';
 import { authorize, type DecisionEngine } from '../decision/engine.js';
 import { factsFromHeaders } from '../decision/facts.js';
+import { askingWithin } from '../decision/gather.js';
 import { failedResponse, requestOf, responseOf, type CheckResponse } from './check.js';
 
 const log = logger('authz-grpc');
@@ -84,7 +85,7 @@ function check(engine: DecisionEngine, call: grpc.ServerUnaryCall<unknown, Check
   let decided: Committed | Promise<Committed>;
   try {
     const trustedPeer = engine.trustedPeer(peerAddress(call.getPeer()));
-    decided = span.run(() => authorize(engine, factsFromHeaders(req.headers, { method: req.method, path: req.path, trustedPeer })));
+    decided = authorize(engine, factsFromHeaders(req.headers, { method: req.method, path: req.path, trustedPeer }), askingWithin(engine.gather, span));
   } catch (e) {
     return fail(e);
   }

@@ -13,6 +13,7 @@ import { startDecisionSpan } from '../../lib/tracing.js';
 import { commit, type Committed } from '../decision/commit.js';
 import { decide } from '../decision/decide.js';
 import { withHold, type DecisionEngine } from '../decision/engine.js';
+import { askingWithin } from '../decision/gather.js';
 import { proxyFacts, type HeaderBag } from '../decision/facts.js';
 import type { HoldAnswer, HoldRequest } from '../decision/types.js';
 import type { ProxyTarget } from './target.js';
@@ -49,7 +50,7 @@ export async function decideProxy(req: ProxyRequest, engine: DecisionEngine, hol
     return a;
   });
   const span = startDecisionSpan('proxy', req.headers.traceparent, req.headers.tracestate);
-  const ev = await span.run(() => decide(facts, engine.policy.current, gather, engine.now));
+  const ev = await decide(facts, engine.policy.current, askingWithin(gather, span), engine.now);
   const outcome = await commit(ev, engine.sinks, startedAt);
   const d = outcome.decision;
   span.end({ rule: d.rule, allow: d.allow, status: d.status, service: t.hostPort });
