@@ -1,14 +1,16 @@
 /**
  * What tracing costs the hot path: /authz throughput with decision spans exported over OTLP/HTTP
- * against the same control plane with tracing off, measured in the same run. Tracing is process
- * wide, so each variant is its own child process (same code, same registry, audit chain in
- * memory so the decision path is what is measured); the "off" child also hosts the OTLP sink the
- * "on" child exports to (a real HTTP endpoint reading every batch). autocannon drives both from
- * this process, in interleaved rounds, every request carrying a gateway `traceparent`: once with
- * the sampled flag (every decision is a recorded, exported span: the worst case) and once with
- * the gateway not sampling (flags 00: the span context is continued but nothing is recorded).
+ * against the same control plane with tracing off, measured in the same run and the same
+ * process. Tracing is process wide, so the one server process switches it between rounds
+ * (`initTracing` / `shutdownTracing`): two processes of identical code differ by ±6 % from each
+ * other on these machines (measured A/A), more than the effect measured. Audit is in memory so
+ * the decision path is what is measured. The OTLP sink the spans go to is a process of its own
+ * (a real HTTP endpoint reading every batch). autocannon drives the server from this process,
+ * in interleaved rounds, every request carrying a gateway `traceparent`: once with the sampled
+ * flag (every decision is a recorded, exported span: the worst case) and once with the gateway
+ * not sampling (flags 00: the span context is continued but nothing is recorded).
  *
- *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=3, BENCH_CONNECTIONS=50,
+ *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=4, BENCH_CONNECTIONS=50,
  *                                      BENCH_CASES=egress to run one case, BENCH_VARIANTS=sampled to run one
  *                                      traced variant beside "off", BENCH_PROFILE=<dir> for CPU profiles)
  *
@@ -24,35 +26,39 @@ import { H } from '../runtime/lib/brand.js';
 import { codeUnderTest, loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 
 interface Ready {
-  decision: number;
-  /** OTLP sink port (the "off" child only). */
+  decision?: number;
   sink?: number;
 }
 
-async function serve(mode: 'on' | 'off', endpoint?: string): Promise<void> {
+type Tracing = { tracing: 'on' | 'off' };
+
+/** The OTLP sink: reads every batch, answers 200, counts the bytes. */
+async function sink(): Promise<void> {
+  const { listen } = await import('../runtime/lib/http.js');
+  let bytes = 0;
+  const server = http.createServer((req, res) => {
+    req.on('data', (c: Buffer) => (bytes += c.length));
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+  });
+  process.send?.({ sink: await listen(server, '127.0.0.1:0') } satisfies Ready);
+  process.on('message', () => {
+    console.log(`  (OTLP sink received ${(bytes / 1024).toFixed(0)} KiB of spans)`);
+    process.exit(0);
+  });
+}
+
+async function serve(endpoint: string): Promise<void> {
   const { from } = codeUnderTest();
   const { openStore } = (await import(from('store/factory'))) as typeof import('../runtime/store/factory.js');
   const { startControlPlane } = (await import(from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
-  const { listen } = (await import(from('lib/http'))) as typeof import('../runtime/lib/http.js');
   const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
   const { initTracing, shutdownTracing, tracingFromEnv } = (await import(from('lib/tracing'))) as typeof import('../runtime/lib/tracing.js');
   setLogLevel('warn');
-  if (mode === 'on') initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint }), 'bench');
-  let sinkPort: number | undefined;
-  let spansBytes = 0;
-  let sink: http.Server | undefined;
-  if (mode === 'off') {
-    sink = http.createServer((req, res) => {
-      req.on('data', (c: Buffer) => (spansBytes += c.length));
-      req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
-    });
-    sinkPort = await listen(sink, '127.0.0.1:0');
-  }
   const store = await openStore({ backend: 'memory' });
   const cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
   for (const s of [
@@ -62,19 +68,24 @@ async function serve(mode: 'on' | 'off', endpoint?: string): Promise<void> {
   ]) {
     await cp.plane.registry.upsert(s);
   }
-  process.send?.({ decision: cp.decisionPort, sink: sinkPort } satisfies Ready);
-  process.on('message', async (m) => {
+  process.send?.({ decision: cp.decisionPort } satisfies Ready);
+  process.on('message', async (m: 'cpu' | 'stop' | Tracing) => {
     if (m === 'cpu') {
       // This process's CPU time (µs): robust to other load on the machine, unlike req/s.
       const u = process.cpuUsage();
       process.send?.({ cpu: u.user + u.system });
       return;
     }
+    if (typeof m === 'object') {
+      // Switched between rounds, never during one: the spans of the last round are flushed first.
+      await shutdownTracing();
+      if (m.tracing === 'on') initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint }), 'bench');
+      process.send?.({ switched: m.tracing });
+      return;
+    }
     await shutdownTracing();
     await cp.close();
     await store.close();
-    sink?.close();
-    if (mode === 'off') console.log(`  (OTLP sink received ${(spansBytes / 1024).toFixed(0)} KiB of spans)`);
     process.exit(0);
   });
 }
@@ -93,26 +104,40 @@ function cpuOf(child: ChildProcess): Promise<number> {
   });
 }
 
+/** Switches the server's tracing on or off and waits until it has. */
+function switchTracing(child: ChildProcess, tracing: Tracing['tracing']): Promise<void> {
+  return new Promise((resolve) => {
+    const on = (m: unknown) => {
+      if (m && typeof m === 'object' && 'switched' in m) {
+        child.off('message', on);
+        resolve();
+      }
+    };
+    child.on('message', on);
+    child.send({ tracing } satisfies Tracing);
+  });
+}
+
 function start(args: string[]): { child: ChildProcess; ready: Promise<Ready> } {
   // BENCH_PROFILE=<dir>: each server process writes a V8 CPU profile there (node --cpu-prof).
   const prof = process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [];
-  const child = fork(fileURLToPath(import.meta.url), ['--serve', ...args], {
+  const child = fork(fileURLToPath(import.meta.url), args, {
     execArgv: ['--import', 'tsx', ...prof],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const ready = new Promise<Ready>((resolve, reject) => {
     child.once('message', (m) => resolve(m as Ready));
-    child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
+    child.once('exit', (c) => reject(new Error(`${args[0]} process exited with ${c}`)));
   });
   return { child, ready };
 }
 
 async function drive(): Promise<void> {
   const autocannon = await loadAutocannon();
-  const off = start(['off']);
-  const offReady = await off.ready;
-  const on = start(['on', `http://127.0.0.1:${offReady.sink}`]);
-  const onReady = await on.ready;
+  const otlp = start(['--sink']);
+  const sinkPort = (await otlp.ready).sink!;
+  const server = start(['--serve', `http://127.0.0.1:${sinkPort}`]);
+  const port = (await server.ready).decision!;
   const trace = randomBytes(16).toString('hex');
   const parent = randomBytes(8).toString('hex');
   // The gateway's sampling decision travels in the traceparent flags: 01 sampled, 00 not.
@@ -126,14 +151,14 @@ async function drive(): Promise<void> {
       headers: { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' },
     },
   ].filter((c) => !process.env.BENCH_CASES || process.env.BENCH_CASES.split(',').includes(c.name));
-  type Variant = { key: 'off' | 'sampled' | 'unsampled'; label: string; port: number; child: ChildProcess; traceparent: string };
+  type Variant = { key: 'off' | 'sampled' | 'unsampled'; label: string; tracing: Tracing['tracing']; traceparent: string };
   const all: Variant[] = [
-    { key: 'off', label: 'tracing off', port: offReady.decision, child: off.child, traceparent: sampled },
-    { key: 'sampled', label: 'on, every request sampled', port: onReady.decision, child: on.child, traceparent: sampled },
-    { key: 'unsampled', label: 'on, gateway not sampling', port: onReady.decision, child: on.child, traceparent: unsampled },
+    { key: 'off', label: 'tracing off', tracing: 'off', traceparent: sampled },
+    { key: 'sampled', label: 'on, every request sampled', tracing: 'on', traceparent: sampled },
+    { key: 'unsampled', label: 'on, gateway not sampling', tracing: 'on', traceparent: unsampled },
   ];
   const variants = all.filter((v) => v.key === 'off' || !process.env.BENCH_VARIANTS || process.env.BENCH_VARIANTS.split(',').includes(v.key));
-  const once = async (port: number, path: string, headers: Record<string, string>, duration: number) => {
+  const once = async (path: string, headers: Record<string, string>, duration: number) => {
     const r = await autocannon({ url: `http://127.0.0.1:${port}${path}`, connections: CONNECTIONS, pipelining: 1, headers, duration });
     if (r.errors || r.non2xx) throw new Error(`${path}: ${r.errors} errors, ${r.non2xx} non-2xx responses`);
     return r;
@@ -144,15 +169,21 @@ async function drive(): Promise<void> {
     );
     const med = (a: number[]) => a.slice().sort((x, y) => x - y)[Math.floor(a.length / 2)];
     for (const c of cases) {
-      for (const v of variants) await once(v.port, c.path, { ...c.headers, traceparent: v.traceparent }, WARMUP);
+      for (const v of variants) {
+        await switchTracing(server.child, v.tracing);
+        await once(c.path, { ...c.headers, traceparent: v.traceparent }, WARMUP);
+      }
       const acc = new Map(variants.map((v) => [v.key, { total: 0, cpu: 0, p50: [] as number[], p99: [] as number[] }]));
       for (let i = 0; i < ROUNDS; i++) {
-        // Rotate the order each round so no variant always runs first.
-        const order = variants.map((_, j) => variants[(i + j) % variants.length]!);
+        // Rotate the order each round and reverse it every other round, so no variant always runs
+        // first or always after the same one (both show in the figures on these machines).
+        const rotated = variants.map((_, j) => variants[(i + j) % variants.length]!);
+        const order = i % 2 ? rotated.reverse() : rotated;
         for (const v of order) {
-          const cpu0 = await cpuOf(v.child);
-          const r = await once(v.port, c.path, { ...c.headers, traceparent: v.traceparent }, SECONDS);
-          const cpu1 = await cpuOf(v.child);
+          await switchTracing(server.child, v.tracing);
+          const cpu0 = await cpuOf(server.child);
+          const r = await once(c.path, { ...c.headers, traceparent: v.traceparent }, SECONDS);
+          const cpu1 = await cpuOf(server.child);
           const a = acc.get(v.key)!;
           a.total += r.requests.total;
           a.cpu += cpu1 - cpu0;
@@ -171,13 +202,14 @@ async function drive(): Promise<void> {
       }
     }
   } finally {
-    on.child.send('stop');
-    await new Promise((r) => on.child.once('exit', r));
-    off.child.send('stop');
-    await new Promise((r) => off.child.once('exit', r));
+    server.child.send('stop');
+    await new Promise((r) => server.child.once('exit', r));
+    otlp.child.send('stop');
+    await new Promise((r) => otlp.child.once('exit', r));
   }
 }
 
 const i = process.argv.indexOf('--serve');
-if (i >= 0) await serve(process.argv[i + 1] as 'on' | 'off', process.argv[i + 2]);
+if (i >= 0) await serve(process.argv[i + 1]!);
+else if (process.argv.includes('--sink')) await sink();
 else await drive();

@@ -47,6 +47,8 @@ export interface DecisionRow {
 // --- ids and time ---------------------------------------------------------------------------
 
 const pool = Buffer.allocUnsafe(8192);
+const ZERO_SPAN = '0'.repeat(16);
+const ZERO_TRACE = '0'.repeat(32);
 let at = pool.length;
 
 /** `bytes` random bytes as hex (never all zero: an invalid W3C id), from a pooled CSPRNG buffer. */
@@ -57,7 +59,7 @@ export function randomId(bytes: 8 | 16): string {
       at = 0;
     }
     const id = pool.toString('hex', at, (at += bytes));
-    if (/[^0]/.test(id)) return id;
+    if (id !== ZERO_SPAN && id !== ZERO_TRACE) return id;
   }
 }
 

@@ -22,6 +22,7 @@
 import {
   context,
   isSpanContextValid,
+  ROOT_CONTEXT,
   propagation,
   trace,
   SpanKind,
@@ -30,6 +31,7 @@ import {
   type Attributes,
   type Context as OtelContext,
   type Span,
+  type SpanContext,
   type Tracer,
 } from '@opentelemetry/api';
 import { ExportResultCode, W3CTraceContextPropagator, hrTimeToMicroseconds, type ExportResult } from '@opentelemetry/core';
@@ -224,16 +226,19 @@ const INVALID_TRACE = '00000000000000000000000000000000';
 const INVALID_SPAN = '0000000000000000';
 
 /**
- * The remote parent of a decision: a plain version-00 `traceparent` without `tracestate` (what
- * Envoy sends) is parsed here, a third of the generic propagator's cost on the hot path;
- * anything else goes through the W3C propagator.
+ * The caller's span context, valid or undefined: a plain version-00 `traceparent` without
+ * `tracestate` (what Envoy sends) is parsed here, a third of the generic propagator's cost on
+ * the hot path; anything else goes through the W3C propagator. No header: the active context's.
  */
-function parentOf(traceparent: string | string[], tracestate: string | string[] | undefined): OtelContext {
+function callerOf(traceparent: string | string[] | undefined, tracestate: string | string[] | undefined): SpanContext | undefined {
+  if (!traceparent) return validOrUndefined(trace.getSpanContext(context.active()));
   const m = typeof traceparent === 'string' && tracestate === undefined ? TRACEPARENT.exec(traceparent) : null;
-  if (!m) return propagation.extract(context.active(), { traceparent, tracestate }, getter);
-  if (m[1] === INVALID_TRACE || m[2] === INVALID_SPAN) return context.active();
-  return trace.setSpanContext(context.active(), { traceId: m[1]!, spanId: m[2]!, traceFlags: parseInt(m[3]!, 16) & 1, isRemote: true });
+  if (!m) return validOrUndefined(trace.getSpanContext(propagation.extract(ROOT_CONTEXT, { traceparent, tracestate }, getter)));
+  if (m[1] === INVALID_TRACE || m[2] === INVALID_SPAN) return undefined;
+  return { traceId: m[1]!, spanId: m[2]!, traceFlags: parseInt(m[3]!, 16) & TraceFlags.SAMPLED, isRemote: true };
 }
+
+const validOrUndefined = (sc: SpanContext | undefined) => (sc && isSpanContextValid(sc) ? sc : undefined);
 
 /**
  * A span around one decision (`/authz`, proxy, broker), continuing the caller's `traceparent`.
@@ -241,19 +246,21 @@ function parentOf(traceparent: string | string[], tracestate: string | string[] 
  */
 export function startDecisionSpan(name: string, traceparent?: string | string[], tracestate?: string | string[]): DecisionSpan {
   if (!decisionsOn) return NOOP;
-  const parent = traceparent ? parentOf(traceparent, tracestate) : context.active();
-  const sc = trace.getSpanContext(parent);
-  const remote = sc && isSpanContextValid(sc) ? sc : undefined;
+  const caller = callerOf(traceparent, tracestate);
   // The caller is not sampling this trace (a gateway's flags 00): nothing is recorded; the
   // context still travels so the identity authority does not start a trace of its own.
-  if (remote && (remote.traceFlags & TraceFlags.SAMPLED) === 0) return { traced: true, run: (fn) => context.with(parent, fn), end: () => {} };
+  if (caller && (caller.traceFlags & TraceFlags.SAMPLED) === 0) {
+    const ctx = trace.setSpanContext(context.active(), caller);
+    return { traced: true, run: (fn) => context.with(ctx, fn), end: () => {} };
+  }
   // A sampled decision: a row for the decision-span writer, its span context the active one
   // while the decision runs (so what it calls, in process or over HTTP, is its child).
   const start = nowUs();
-  const traceId = remote ? remote.traceId : randomId(16);
+  const traceId = caller ? caller.traceId : randomId(16);
   const spanId = randomId(8);
-  const parentSpanId = remote?.spanId;
-  const ctx = trace.setSpanContext(parent, { traceId, spanId, traceFlags: TraceFlags.SAMPLED, isRemote: false });
+  const parentSpanId = caller?.spanId;
+  const own: SpanContext = { traceId, spanId, traceFlags: TraceFlags.SAMPLED, isRemote: false, traceState: caller?.traceState };
+  const ctx = trace.setSpanContext(context.active(), own);
   const writer = state.decisions!;
   let ended = false;
   return {
