@@ -137,7 +137,14 @@ async function drive(): Promise<void> {
   const otlp = start(['--sink']);
   const sinkPort = (await otlp.ready).sink!;
   const server = start(['--serve', `http://127.0.0.1:${sinkPort}`]);
-  const port = (await server.ready).decision!;
+  // A server that fails to start must not leave the sink running (and this process waiting).
+  const port = await server.ready.then(
+    (r) => r.decision!,
+    (e: unknown) => {
+      otlp.child.kill();
+      throw e;
+    },
+  );
   const trace = randomBytes(16).toString('hex');
   const parent = randomBytes(8).toString('hex');
   // The gateway's sampling decision travels in the traceparent flags: 01 sampled, 00 not.

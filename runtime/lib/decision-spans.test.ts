@@ -54,7 +54,7 @@ describe('decision span encoding', () => {
       reason: 'line\nbreak \\ "q"',
     });
     const encode = otlpJsonEncoder({ 'service.name': 'writ-cp', 'deployment.replicas': 3, sampled: true }, 'writ');
-    const doc = JSON.parse(encode([r, row(2)])) as {
+    const doc = JSON.parse(encode([r, row(2)]).toString()) as {
       resourceSpans: { resource: { attributes: unknown[] }; scopeSpans: { scope: { name: string }; spans: Record<string, unknown>[] }[] }[];
     };
     const rs = doc.resourceSpans[0]!;
@@ -84,6 +84,11 @@ describe('decision span encoding', () => {
       { key: 'writ.reason', value: { stringValue: 'line\nbreak \\ "q"' } },
     ]);
     expect(b).not.toHaveProperty('parentSpanId');
+    // The buffer is reused and grows: a later, bigger body is whole too.
+    const many = Array.from({ length: 400 }, (_, i) => row(i, { rule: 'r', reason: 'ü'.repeat(200) }));
+    const big = JSON.parse(encode(many).toString()) as typeof doc;
+    expect(big.resourceSpans[0]!.scopeSpans[0]!.spans).toHaveLength(400);
+    expect(JSON.parse(encode([row(1)]).toString())).toMatchObject({ resourceSpans: [{ scopeSpans: [{ spans: [{ name: 'authz' }] }] }] });
   });
 });
 
