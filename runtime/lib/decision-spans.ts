@@ -5,8 +5,9 @@
  *
  * Why not the SDK's span and exporter for these: a general SDK span (sampler, span limits,
  * attribute validation, a processor chain) and the exporter's object-building JSON serializer
- * cost ~20 µs a span in this process, a sixth of a whole `/authz` decision; a row and this
- * writer cost ~2 µs (bench/tracing.bench.ts). The spans are ordinary OTLP spans of the same
+ * cost ~20 µs of CPU a span measured alone (the span ~6, serializing and sending the rest); a
+ * row costs ~1 µs and this writer's encoding ~3 (bench/tracing.bench.ts measures the whole
+ * path in a server). The spans are ordinary OTLP spans of the same
  * trace, resource and endpoint: the row's span context is what `run` makes active, so spans the
  * SDK makes inside a decision (identity-authority operations) and outgoing calls (`injectTrace`)
  * are its children. Everything else is traced by the SDK (`tracing.ts`).

@@ -4,7 +4,7 @@
  *
  * Why not `AsyncLocalStorage` (`@opentelemetry/context-async-hooks`), which carries the context
  * across `await`: on Node 20 it installs an async hook that runs for every promise and every
- * async resource the process makes, traced or not, and measured 12-20 % of `/authz`'s CPU
+ * async resource the process makes, traced or not, and measured 11-17 % of `/authz`'s CPU
  * with no span recorded at all (bench/tracing.bench.ts, "gateway not sampling"). Writ needs the
  * context in few places, each reached synchronously from a `with`: a decision's questions are
  * asked inside its span (`askingWithin`, control-plane/decision/gather.ts), and an
