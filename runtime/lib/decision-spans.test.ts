@@ -144,9 +144,26 @@ describe('DecisionSpanWriter', () => {
     expect(w.dropped).toBe(8);
     await w.close();
 
-    const gone = new DecisionSpanWriter({ url: 'http://127.0.0.1:9/v1/traces', resource: {}, brand: 'writ', timeoutMs: 2000 });
-    gone.add(row(1));
-    await gone.close();
-    expect(gone.dropped).toBe(1);
+    // Closing against an endpoint that never answers: the first timed-out batch drops the rest,
+    // instead of each of the four batches waiting out its own timeout.
+    let requests = 0;
+    const silent = http.createServer(() => void requests++);
+    const port = await listen(silent, '127.0.0.1:0');
+    cleanup.push(async () => {
+      silent.closeAllConnections();
+      await close(silent);
+    });
+    const stuck = new DecisionSpanWriter({
+      url: `http://127.0.0.1:${port}/v1/traces`,
+      resource: {},
+      brand: 'writ',
+      batchSize: 2,
+      delayMs: 60_000,
+      timeoutMs: 300,
+    });
+    for (let i = 0; i < 7; i++) stuck.add(row(i));
+    await stuck.close();
+    expect(stuck.dropped).toBe(7);
+    expect(requests).toBe(1);
   });
 });

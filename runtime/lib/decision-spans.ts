@@ -179,6 +179,7 @@ export class DecisionSpanWriter {
   private readonly o: Required<DecisionSpanWriterOptions>;
   private readonly encode: (rows: DecisionRow[]) => Buffer;
   private lastWarn = 0;
+  private closing = false;
   /** Rows dropped because the queue was full or their export failed. */
   dropped = 0;
 
@@ -216,8 +217,13 @@ export class DecisionSpanWriter {
     }
   }
 
+  /**
+   * Stops the timer and sends what is queued; once an export fails, the rest is dropped (and
+   * counted) rather than each batch waiting out its own timeout: shutdown is bounded by one.
+   */
   async close(): Promise<void> {
     clearInterval(this.timer);
+    this.closing = true;
     await this.flush();
     this.agent.destroy();
   }
@@ -230,6 +236,7 @@ export class DecisionSpanWriter {
       if (status >= 300) throw new Error(`OTLP endpoint answered ${status}`);
     } catch (e) {
       this.dropped += rows.length;
+      if (this.closing) this.dropped += this.queue.splice(0).length;
       if (Date.now() - this.lastWarn >= 60_000) {
         this.lastWarn = Date.now();
         log.warn('decision spans not exported', { spans: rows.length, droppedSoFar: this.dropped, error: errMsg(e) });
