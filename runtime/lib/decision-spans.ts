@@ -125,36 +125,34 @@ function spanJson(r: DecisionRow, k: Keys): string {
   );
 }
 
-/**
- * An encoder of whole request bodies for one resource and instrumentation scope (`brand`). Each
- * body is written into one buffer the encoder keeps and grows: the view it returns is valid until
- * its next call. (A new ~300 KB string and buffer per batch, several a second, was a steady
- * source of garbage and external memory that the collector paid for on the request thread.)
- */
-export function otlpJsonEncoder(resource: Record<string, AttrValue>, brand: string): (rows: DecisionRow[]) => Buffer {
+/** The pieces of an ExportTraceServiceRequest for one resource and instrumentation scope (`brand`). */
+export function otlpJson(resource: Record<string, AttrValue>, brand: string): { head: string; span: (r: DecisionRow) => string; tail: string } {
   const keys = keysOf(brand);
   const res = Object.entries(resource)
     .map(([key, v]) => attr(key, v))
     .join(',');
-  const head = `{"resourceSpans":[{"resource":{"attributes":[${res}]},"scopeSpans":[{"scope":{"name":${str(brand)}},"spans":[`;
-  let buf = Buffer.allocUnsafe(64 * 1024);
-  let at = 0;
-  const put = (text: string) => {
+  return {
+    head: `{"resourceSpans":[{"resource":{"attributes":[${res}]},"scopeSpans":[{"scope":{"name":${str(brand)}},"spans":[`,
+    span: (r) => spanJson(r, keys),
+    tail: ']}]}]}',
+  };
+}
+
+/** A request body being written: `count` spans' JSON after the head, in a buffer that grows. */
+class Body {
+  buf = Buffer.allocUnsafe(64 * 1024);
+  at = 0;
+  count = 0;
+
+  put(text: string): void {
     // A UTF-8 byte per UTF-16 unit, up to three: room for the worst case, or a bigger buffer.
-    if (at + text.length * 3 > buf.length) {
-      const bigger = Buffer.allocUnsafe(Math.max(buf.length * 2, at + text.length * 3));
-      buf.copy(bigger, 0, 0, at);
-      buf = bigger;
+    if (this.at + text.length * 3 > this.buf.length) {
+      const bigger = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.at + text.length * 3));
+      this.buf.copy(bigger, 0, 0, this.at);
+      this.buf = bigger;
     }
-    at += buf.write(text, at);
-  };
-  return (rows) => {
-    at = 0;
-    put(head);
-    for (let i = 0; i < rows.length; i++) put((i ? ',' : '') + spanJson(rows[i]!, keys));
-    put(']}]}]}');
-    return buf.subarray(0, at);
-  };
+    this.at += this.buf.write(text, this.at);
+  }
 }
 
 // --- the writer -----------------------------------------------------------------------------
@@ -171,13 +169,22 @@ export interface DecisionSpanWriterOptions {
   timeoutMs?: number;
 }
 
+/**
+ * Each span is encoded into the body being filled as it ends, so nothing of it outlives the
+ * request: rows kept for the batch's ~50 ms survived young-generation collections and were
+ * promoted, a cost the collector took on the request thread. Bodies are reused once sent.
+ */
 export class DecisionSpanWriter {
-  private queue: DecisionRow[] = [];
+  private filling: Body | undefined;
+  private readonly full: Body[] = [];
+  private readonly spare: Body[] = [];
+  /** Spans in `filling` and `full`. */
+  private queued = 0;
   private sending: Promise<void> | undefined;
   private readonly timer: NodeJS.Timeout;
   private readonly agent: http.Agent;
   private readonly o: Required<DecisionSpanWriterOptions>;
-  private readonly encode: (rows: DecisionRow[]) => Buffer;
+  private readonly json: ReturnType<typeof otlpJson>;
   private lastWarn = 0;
   private closing = false;
   /** Rows dropped because the queue was full or their export failed. */
@@ -187,28 +194,47 @@ export class DecisionSpanWriter {
     this.o = { headers: {}, maxQueue: 8192, batchSize: 512, delayMs: 1000, timeoutMs: 5000, ...opts };
     const url = new URL(this.o.url);
     this.agent = url.protocol === 'https:' ? new https.Agent({ keepAlive: true, maxSockets: 1 }) : new http.Agent({ keepAlive: true, maxSockets: 1 });
-    this.encode = otlpJsonEncoder(this.o.resource, this.o.brand);
+    this.json = otlpJson(this.o.resource, this.o.brand);
     this.timer = setInterval(() => void this.flush(), this.o.delayMs).unref();
   }
 
   add(row: DecisionRow): void {
-    if (this.queue.length >= this.o.maxQueue) {
+    if (this.queued >= this.o.maxQueue) {
       this.dropped++;
       return;
     }
-    this.queue.push(row);
-    if (this.queue.length >= this.o.batchSize && !this.sending) void this.flush(false);
+    let b = this.filling;
+    if (!b) {
+      b = this.filling = this.spare.pop() ?? new Body();
+      b.put(this.json.head);
+    }
+    b.put(b.count ? `,${this.json.span(row)}` : this.json.span(row));
+    b.count++;
+    this.queued++;
+    if (b.count >= this.o.batchSize) {
+      this.seal();
+      if (!this.sending) void this.flush(false);
+    }
+  }
+
+  /** Closes the body being filled and queues it for sending. */
+  private seal(): void {
+    const b = this.filling;
+    if (!b) return;
+    b.put(this.json.tail);
+    this.full.push(b);
+    this.filling = undefined;
   }
 
   /**
-   * Sends what is queued, a batch at a time, after the export already running: everything, or
-   * (`all` false, when a batch fills) only full batches, the rest waiting for the timer.
+   * Sends the full bodies, one at a time, after the export already running; `all` (the timer,
+   * shutdown, tests) first closes the one being filled, else (a batch filled) it waits.
    */
   async flush(all = true): Promise<void> {
     while (this.sending) await this.sending;
-    while (this.queue.length >= (all ? 1 : this.o.batchSize)) {
-      const batch = this.queue.splice(0, this.o.batchSize);
-      this.sending = this.send(batch);
+    if (all) this.seal();
+    for (let b = this.full.shift(); b; b = this.full.shift()) {
+      this.sending = this.send(b);
       try {
         await this.sending;
       } finally {
@@ -228,19 +254,36 @@ export class DecisionSpanWriter {
     this.agent.destroy();
   }
 
-  private async send(rows: DecisionRow[]): Promise<void> {
-    // The encoder's own buffer: free again once this request is answered, before the next send.
-    const body = this.encode(rows);
+  private async send(b: Body): Promise<void> {
     try {
-      const status = await this.post(body);
+      const status = await this.post(b.buf.subarray(0, b.at));
       if (status >= 300) throw new Error(`OTLP endpoint answered ${status}`);
     } catch (e) {
-      this.dropped += rows.length;
-      if (this.closing) this.dropped += this.queue.splice(0).length;
+      this.dropped += b.count;
+      if (this.closing) this.dropWaiting();
       if (Date.now() - this.lastWarn >= 60_000) {
         this.lastWarn = Date.now();
-        log.warn('decision spans not exported', { spans: rows.length, droppedSoFar: this.dropped, error: errMsg(e) });
+        log.warn('decision spans not exported', { spans: b.count, droppedSoFar: this.dropped, error: errMsg(e) });
       }
+    } finally {
+      // Answered (or given up on): the buffer is free again.
+      this.queued -= b.count;
+      b.at = 0;
+      b.count = 0;
+      if (this.spare.length < 2) this.spare.push(b);
+    }
+  }
+
+  /** Drops (and counts) every span not yet sent. */
+  private dropWaiting(): void {
+    for (const w of this.full.splice(0)) {
+      this.dropped += w.count;
+      this.queued -= w.count;
+    }
+    if (this.filling) {
+      this.dropped += this.filling.count;
+      this.queued -= this.filling.count;
+      this.filling = undefined;
     }
   }
 

@@ -39,13 +39,15 @@ const valueOf = (v: AnyValue) => v.stringValue ?? (v.intValue !== undefined ? Nu
 export async function otlpReceiver(): Promise<{ url: string; spans: OtlpSpan[]; server: http.Server }> {
   const spans: OtlpSpan[] = [];
   const server = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (c: Buffer) => (body += c.toString()));
+    // Decoded once whole: a multi-byte character can straddle two chunks.
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       if (req.method !== 'POST' || req.url !== '/v1/traces' || !/json/.test(req.headers['content-type'] ?? '')) {
         res.writeHead(404).end();
         return;
       }
+      const body = Buffer.concat(chunks).toString();
       const doc = JSON.parse(body) as {
         resourceSpans: {
           resource: { attributes: { key: string; value: AnyValue }[] };
