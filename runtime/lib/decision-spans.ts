@@ -6,13 +6,13 @@
  * Why not the SDK's span and exporter for these: a general SDK span (sampler, span limits,
  * attribute validation, a processor chain) and the exporter's object-building JSON serializer
  * cost ~20 µs of CPU a span measured alone (the span ~6, serializing and sending the rest); a
- * row costs ~1 µs and this writer's encoding ~3 (bench/tracing.bench.ts measures the whole
- * path in a server). The spans are ordinary OTLP spans of the same
- * trace, resource and endpoint: the row's span context is what `run` makes active, so spans the
- * SDK makes inside a decision (identity-authority operations) and outgoing calls (`injectTrace`)
- * are its children. Everything else is traced by the SDK (`tracing.ts`).
+ * row costs ~1 µs and its encoding ~3 (bench/tracing.bench.ts measures the whole path in a
+ * server). The spans are ordinary OTLP spans of the same trace, resource and endpoint: the row's
+ * span context is what `run` makes active, so spans the SDK makes inside a decision
+ * (identity-authority operations) and outgoing calls (`injectTrace`) are its children.
+ * Everything else is traced by the SDK (`tracing.ts`).
  *
- * Like the SDK's batch processor: rows are queued (bounded, `maxQueue`; beyond it a row is
+ * Like the SDK's batch processor: spans are queued (bounded, `maxQueue`; beyond it a span is
  * dropped and counted), sent in batches of `batchSize` once that many are queued or every
  * `delayMs`, one request at a time; a failed export is dropped and logged (at most once a
  * minute), never retried into a growing backlog. Telemetry never holds up a decision.
