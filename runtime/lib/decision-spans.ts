@@ -18,8 +18,7 @@
  * minute), never retried into a growing backlog. Telemetry never holds up a decision.
  */
 import { randomFillSync } from 'node:crypto';
-import http from 'node:http';
-import https from 'node:https';
+import { Pool } from 'undici';
 import { errMsg, logger } from './log.js';
 
 const log = logger('tracing');
@@ -182,7 +181,9 @@ export class DecisionSpanWriter {
   private queued = 0;
   private sending: Promise<void> | undefined;
   private readonly timer: NodeJS.Timeout;
-  private readonly agent: http.Agent;
+  /** One keep-alive connection to the endpoint: exports go one at a time. */
+  private readonly pool: Pool;
+  private readonly path: string;
   private readonly o: Required<DecisionSpanWriterOptions>;
   private readonly json: ReturnType<typeof otlpJson>;
   private lastWarn = 0;
@@ -193,7 +194,8 @@ export class DecisionSpanWriter {
   constructor(opts: DecisionSpanWriterOptions) {
     this.o = { headers: {}, maxQueue: 8192, batchSize: 512, delayMs: 1000, timeoutMs: 5000, ...opts };
     const url = new URL(this.o.url);
-    this.agent = url.protocol === 'https:' ? new https.Agent({ keepAlive: true, maxSockets: 1 }) : new http.Agent({ keepAlive: true, maxSockets: 1 });
+    this.pool = new Pool(url.origin, { connections: 1 });
+    this.path = url.pathname + url.search;
     this.json = otlpJson(this.o.resource, this.o.brand);
     this.timer = setInterval(() => void this.flush(), this.o.delayMs).unref();
   }
@@ -251,7 +253,7 @@ export class DecisionSpanWriter {
     clearInterval(this.timer);
     this.closing = true;
     await this.flush();
-    this.agent.destroy();
+    await this.pool.destroy();
   }
 
   private async send(b: Body): Promise<void> {
@@ -287,27 +289,15 @@ export class DecisionSpanWriter {
     }
   }
 
-  private post(body: Buffer): Promise<number> {
-    const url = new URL(this.o.url);
-    const client = url.protocol === 'https:' ? https : http;
-    return new Promise((resolve, reject) => {
-      const req = client.request(
-        url,
-        {
-          method: 'POST',
-          agent: this.agent,
-          timeout: this.o.timeoutMs,
-          headers: { ...this.o.headers, 'content-type': 'application/json', 'content-length': body.length },
-        },
-        (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode ?? 0));
-          res.on('error', reject);
-        },
-      );
-      req.on('timeout', () => req.destroy(new Error(`no answer within ${this.o.timeoutMs} ms`)));
-      req.on('error', reject);
-      req.end(body);
+  private async post(body: Buffer): Promise<number> {
+    const res = await this.pool.request({
+      method: 'POST',
+      path: this.path,
+      headers: { ...this.o.headers, 'content-type': 'application/json' },
+      body,
+      signal: AbortSignal.timeout(this.o.timeoutMs),
     });
+    await res.body.dump();
+    return res.statusCode;
   }
 }
