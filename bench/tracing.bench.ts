@@ -90,33 +90,19 @@ async function serve(endpoint: string): Promise<void> {
   });
 }
 
-/** CPU time (µs) the server process has used so far. */
-function cpuOf(child: ChildProcess): Promise<number> {
+/** Sends the server one request and resolves with its answer (the bench asks one thing at a time). */
+function ask<T>(child: ChildProcess, message: 'cpu' | Tracing): Promise<T> {
   return new Promise((resolve) => {
-    const on = (m: unknown) => {
-      if (m && typeof m === 'object' && 'cpu' in m) {
-        child.off('message', on);
-        resolve((m as { cpu: number }).cpu);
-      }
-    };
-    child.on('message', on);
-    child.send('cpu');
+    child.once('message', (m) => resolve(m as T));
+    child.send(message);
   });
 }
 
+/** CPU time (µs) the server process has used so far. */
+const cpuOf = (child: ChildProcess) => ask<{ cpu: number }>(child, 'cpu').then((m) => m.cpu);
+
 /** Switches the server's tracing on or off and waits until it has. */
-function switchTracing(child: ChildProcess, tracing: Tracing['tracing']): Promise<void> {
-  return new Promise((resolve) => {
-    const on = (m: unknown) => {
-      if (m && typeof m === 'object' && 'switched' in m) {
-        child.off('message', on);
-        resolve();
-      }
-    };
-    child.on('message', on);
-    child.send({ tracing } satisfies Tracing);
-  });
-}
+const switchTracing = (child: ChildProcess, tracing: Tracing['tracing']) => ask(child, { tracing });
 
 function start(args: string[]): { child: ChildProcess; ready: Promise<Ready> } {
   // BENCH_PROFILE=<dir>: each server process writes a V8 CPU profile there (node --cpu-prof).
