@@ -5,7 +5,8 @@
  * interleaved in rounds so drift hits both alike. The servers run in a child process; the
  * client runs here, one request at a time (latency, not throughput).
  *
- *   npx tsx bench/broker.bench.ts     (BENCH_REQUESTS=3000 per target per mode, BENCH_ROUNDS=5)
+ *   npx tsx bench/broker.bench.ts     (BENCH_REQUESTS=3000 per target per mode, BENCH_ROUNDS=5,
+ *                                      BENCH_PROFILE=<dir> for CPU profiles of the server process)
  *
  * Prints p50/p99 for non-streamed and streamed completions and the broker's overhead
  * (broker minus direct) and ratio, twice: with the control plane's audit chain in memory (the
@@ -115,7 +116,8 @@ const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, 
 
 async function drive(durable: boolean): Promise<void> {
   const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], {
-    execArgv: ['--import', 'tsx'],
+    // BENCH_PROFILE=<dir>: the server process writes a V8 CPU profile there (node --cpu-prof).
+    execArgv: ['--import', 'tsx', ...(process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [])],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     env: { ...process.env, BENCH_DURABLE_AUDIT: durable ? '1' : '0' },
   });

@@ -194,4 +194,34 @@ describe('broker budgets: reserve, settle, cut', () => {
       offset = 0;
     }
   });
+  it('an /authz allow without the reservation asked for is refused before the provider (fail closed)', async () => {
+    // A decision endpoint that ignores X-Writ-Reserve (not Writ's, or one that predates it).
+    const bare = http.createServer((req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"allow":true}');
+    });
+    const bp = await listen(bare, '127.0.0.1:0');
+    const b2 = await startBroker({
+      env: {},
+      addr: '127.0.0.1:0',
+      config: parseConfig({ models: [{ name: 'm', model: 'p', apiBase: `http://127.0.0.1:1/v1`, priceInputPer1k: 0, priceOutputPer1k: 0 }] }),
+      authzUrl: `http://127.0.0.1:${bp}/authz`,
+      usageUrl: `${mgmt}/v1/usage`,
+      providerKey: 'sk-broker',
+    });
+    try {
+      const c = new OpenAI({ apiKey: 'sk-agent', baseURL: `http://127.0.0.1:${b2.port}/v1`, maxRetries: 0, defaultHeaders: { [H.actor]: 'anyone' } });
+      const err = await c.chat.completions.create({ model: 'm', messages }).then(
+        () => undefined,
+        (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
+      );
+      expect(err).toBeInstanceOf(OpenAI.APIError);
+      expect(err!.status).toBe(503);
+      expect(err!.code).toBe('budget_unavailable');
+      expect(err!.message).toMatch(/allowed without the reservation asked for/);
+    } finally {
+      await b2.close(0);
+      await close(bare);
+    }
+  });
 });

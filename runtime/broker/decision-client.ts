@@ -1,22 +1,34 @@
 /**
- * Asks the control plane's `/authz` (SPEC 4.1, egress path) whether an agent may invoke a model.
- * Resolves, never rejects: 200 is the only allow; 401 stays 401 (needs-approval header kept);
- * any other 4xx is a 403 deny carrying the engine's reason; a 5xx, a timeout or an unreachable
- * engine is `unavailable`, which the broker also refuses (fail closed).
+ * Asks the control plane's `/authz` (SPEC 4.1, egress path) whether an agent may invoke a model,
+ * and in the same call reserves the completion's worst case against its budget
+ * (lib/reservation-header.ts). Resolves, never rejects: 200 is the only allow, and an allow
+ * without the reservation asked for is `unavailable`; 401 stays 401 (needs-approval header kept);
+ * a deny whose reservation was refused is `refused`; any other 4xx is a 403 deny carrying the
+ * engine's reason; a 5xx, a timeout or an unreachable engine is `unavailable`, which the broker
+ * also refuses (fail closed).
  */
 import { request, type Dispatcher } from 'undici';
 import { H, header } from '../lib/brand.js';
 import { errMsg } from '../lib/log.js';
+import { formatReserve, parseReservation, type ReserveAsk } from '../lib/reservation-header.js';
 import { injectTrace } from '../lib/tracing.js';
 
 export type DecisionResult =
-  { kind: 'allow' } | { kind: 'deny'; status: 401 | 403; reason: string; needsApproval: boolean } | { kind: 'unavailable'; why: string };
+  /** `reservation`: what the plane reserved (always there when the query asked for one). */
+  | { kind: 'allow'; reservation?: { id: string | null; outputTokens: number } }
+  | { kind: 'deny'; status: 401 | 403; reason: string; needsApproval: boolean }
+  /** The call's worst case does not fit the agent's budget: nothing reserved. */
+  | { kind: 'refused'; reason: string; retryAfterSeconds: number }
+  /** `budget`: the decision engine answered, the budget ledger did not. */
+  | { kind: 'unavailable'; why: string; budget?: boolean };
 
 export interface DecisionQuery {
   actor: string;
   model: string;
   /** Client headers forwarded as-is when present (lower-case names). */
   passthrough: Record<string, string>;
+  /** Reserve the call's worst case with the decision (X-Writ-Reserve). */
+  reserve?: ReserveAsk;
 }
 
 /** Client headers that carry identity or task context for the decision. */
@@ -24,6 +36,7 @@ export interface DecisionQuery {
 export const PASSTHROUGH_HEADERS = [H.agentVp, H.task, H.onBehalfOf, H.action, H.resource, H.callTicket, 'authorization'] as const;
 
 const MAX_DECISION_BODY = 64 * 1024;
+const one = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
 const SAFE_REASON = /[^\x20-\x7e]/g;
 
 function reasonOf(status: number, body: string, headers: Dispatcher.ResponseData['headers']): string {
@@ -31,8 +44,7 @@ function reasonOf(status: number, body: string, headers: Dispatcher.ResponseData
     const j = JSON.parse(body) as { reason?: unknown };
     if (typeof j.reason === 'string' && j.reason) return j.reason.slice(0, 500);
   } catch {}
-  const h = headers[H.denyReason];
-  const hv = Array.isArray(h) ? h[0] : h;
+  const hv = one(headers[H.denyReason]);
   if (hv) return hv.replace(SAFE_REASON, '?').slice(0, 500);
   return `decision engine answered ${status}`;
 }
@@ -48,9 +60,11 @@ export function createDecisionClient(o: { url: string; timeoutMs: number; dispat
   const actorH = header('Actor');
   const serviceH = header('Service');
   const kindH = header('Target-Kind');
+  const reserveH = header('Reserve');
   return {
     async decide(q) {
       const headers: Record<string, string> = injectTrace({ ...q.passthrough, [actorH]: q.actor, [serviceH]: q.model, [kindH]: 'model' });
+      if (q.reserve) headers[reserveH] = formatReserve(q.reserve);
       try {
         const res = await request(origin + path, {
           method: 'GET',
@@ -59,9 +73,13 @@ export function createDecisionClient(o: { url: string; timeoutMs: number; dispat
           headersTimeout: o.timeoutMs,
           bodyTimeout: o.timeoutMs,
         });
+        const reservation = parseReservation(one(res.headers[H.reservation]), one(res.headers['retry-after']));
         if (res.statusCode === 200) {
           res.body.resume();
-          return { kind: 'allow' };
+          if (!q.reserve) return { kind: 'allow' };
+          if (reservation?.kind !== 'reserved')
+            return { kind: 'unavailable', why: 'the decision engine allowed without the reservation asked for', budget: true };
+          return { kind: 'allow', reservation: { id: reservation.id, outputTokens: reservation.outputTokens } };
         }
         let text = '';
         for await (const c of res.body) {
@@ -70,6 +88,8 @@ export function createDecisionClient(o: { url: string; timeoutMs: number; dispat
         }
         const reason = reasonOf(res.statusCode, text, res.headers);
         if (res.statusCode >= 500) return { kind: 'unavailable', why: `decision engine answered ${res.statusCode}: ${reason}` };
+        if (q.reserve && reservation?.kind === 'refused') return { kind: 'refused', reason, retryAfterSeconds: reservation.retryAfterSeconds };
+        if (q.reserve && reservation?.kind === 'unavailable') return { kind: 'unavailable', why: reason, budget: true };
         if (res.statusCode === 401) return { kind: 'deny', status: 401, reason, needsApproval: res.headers[H.needsApproval] === 'true' };
         return { kind: 'deny', status: 403, reason, needsApproval: false };
       } catch (e) {

@@ -7,12 +7,12 @@
  * making the agent wait for it. Bare node:http: this sits on every model call.
  *
  * Env: BROKER_ADDR, BROKER_CONFIG, BROKER_PROVIDER_KEY (fallback OPENAI_API_KEY), BROKER_AUTHZ_URL,
- * BROKER_USAGE_URL, BROKER_BUDGET_URL, BROKER_UPSTREAM_TIMEOUT_MS, BROKER_DECISION_TIMEOUT_MS,
+ * BROKER_USAGE_URL, BROKER_UPSTREAM_TIMEOUT_MS, BROKER_DECISION_TIMEOUT_MS,
  * BROKER_MAX_BODY_BYTES.
  *
- * Budgets (issue 14): alongside the decision the broker reserves the call's worst case (the
+ * Budgets (issue 14): the broker's `/authz` call also reserves the call's worst case (the
  * request body's size in bytes bounds its prompt tokens; plus max_tokens, or the model's output
- * cap, priced from the model table) with the control plane; a reservation that does not fit is
+ * cap, priced from the model table; `X-Writ-Reserve`); a reservation that does not fit is
  * refused before the provider sees anything, and the usage report settles it. A stream reserves
  * what the budget still holds (at least one output token) and is cut there with a final SSE error.
  */
@@ -26,7 +26,7 @@ import { errMsg, logger } from '../lib/log.js';
 import { startDecisionSpan } from '../lib/tracing.js';
 import { DEFAULT_CONFIG_PATH, loadConfigFile, modelTable, type BrokerConfig, type ModelEntry } from './config.js';
 import { createDecisionClient, PASSTHROUGH_HEADERS, type DecisionClient } from './decision-client.js';
-import { createBudgetClient, type BudgetClient, type ReserveResult } from './budget-client.js';
+import type { ReserveAsk } from '../lib/reservation-header.js';
 import {
   bodyTooLarge,
   budgetExceeded,
@@ -75,8 +75,6 @@ export interface BrokerOptions {
   authzUrl?: string;
   /** The control plane's usage endpoint; default BROKER_USAGE_URL or http://127.0.0.1:8181/v1/usage. */
   usageUrl?: string;
-  /** The control plane's management base for budget reservations; default BROKER_BUDGET_URL or usageUrl's origin. */
-  budgetUrl?: string;
   /** Provider key; default from BROKER_PROVIDER_KEY / OPENAI_API_KEY, else a placeholder. */
   providerKey?: string;
   /** Time to the provider's first byte, and the longest gap between chunks (default 600 000 ms). */
@@ -109,7 +107,6 @@ interface Deps {
   routes: ReadonlyMap<string, Route>;
   modelList: string;
   decision: DecisionClient;
-  budget: BudgetClient;
   usage: UsageReporter;
   upstream: Dispatcher;
   key: string;
@@ -306,10 +303,15 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
   const span = startDecisionSpan('broker', req.headers.traceparent, req.headers.tracestate);
   const entry = c.route.entry;
   const wanted = outputWanted(c.body, entry.maxOutputTokens);
-  const release = (r: ReserveResult) => {
-    if (r.kind === 'reserved' && r.id) d.usage.report({ agent: actor, model: entry.name, tokens: 0, costUsd: 0, reservation: r.id });
+  // The worst case is reserved by the decision itself, once it allows: one round trip.
+  const reserve: ReserveAsk = {
+    promptTokens: raw.length,
+    outputTokens: wanted,
+    priceInputPer1k: entry.priceInputPer1k,
+    priceOutputPer1k: entry.priceOutputPer1k,
+    ...(c.stream ? { partial: true } : {}),
   };
-  const verdict = await span.run(() => d.decision.decide({ actor, model: c.route.entry.name, passthrough }));
+  const verdict = await span.run(() => d.decision.decide({ actor, model: c.route.entry.name, passthrough, reserve }));
   span.end({
     allow: verdict.kind === 'allow',
     status: verdict.kind === 'allow' ? 200 : verdict.kind === 'deny' ? verdict.status : 503,
@@ -317,28 +319,21 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
     service: c.route.entry.name,
   });
   if (verdict.kind === 'unavailable') {
-    log.warn('decision unavailable; refusing', { actor, model: c.route.entry.name, why: verdict.why });
-    return sendError(res, decisionUnavailable(verdict.why));
+    log.warn(verdict.budget ? 'budget reservation unavailable; refusing' : 'decision unavailable; refusing', { actor, model: entry.name, why: verdict.why });
+    return sendError(res, verdict.budget ? budgetUnavailable(verdict.why) : decisionUnavailable(verdict.why));
   }
   if (verdict.kind === 'deny') {
     return sendError(res, denied(verdict.status, verdict.reason, verdict.needsApproval ? { [H.needsApproval]: 'true' } : {}));
   }
-  // Allowed: the worst case is reserved before the provider sees anything (after the decision,
-  // so the decision's budget layer never counts this call's own reservation).
-  const rsv = await d.budget.reserve(actor, {
-    promptTokens: raw.length,
-    outputTokens: wanted,
-    priceInputPer1k: entry.priceInputPer1k,
-    priceOutputPer1k: entry.priceOutputPer1k,
-    partial: c.stream,
-  });
-  if (rsv.kind === 'unavailable') {
-    log.warn('budget reservation unavailable; refusing', { actor, model: entry.name, why: rsv.why });
-    return sendError(res, budgetUnavailable(rsv.why));
-  }
-  if (rsv.kind === 'refused') return sendError(res, budgetExceeded(rsv.message, rsv.retryAfterSeconds));
-  if (ac.signal.aborted) return release(rsv);
+  if (verdict.kind === 'refused') return sendError(res, budgetExceeded(verdict.reason, verdict.retryAfterSeconds));
+  // Allowed, and the worst case reserved before the provider sees anything.
+  const rsv = verdict.reservation ?? { id: null, outputTokens: wanted };
   const reservation = rsv.id ?? undefined;
+  // Gives an unused reservation back (settled to nothing).
+  const release = () => {
+    if (reservation) d.usage.report({ agent: actor, model: entry.name, tokens: 0, costUsd: 0, reservation });
+  };
+  if (ac.signal.aborted) return release();
 
   const upstreamBody: Record<string, unknown> = { ...c.body, model: c.route.entry.model };
   if (c.stream) upstreamBody.stream_options = { ...((c.body.stream_options as object | null | undefined) ?? {}), include_usage: true };
@@ -374,7 +369,7 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
     }
     const err = upstreamCallError(e, d.upstreamTimeoutMs);
     log.warn('upstream call failed', { model: c.route.entry.name, code: err.code, err: errMsg(e) });
-    release(rsv);
+    release();
     return sendError(res, err);
   }
 
@@ -387,7 +382,7 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
     } catch {}
     const err = mapUpstreamStatus(up.statusCode, text, up.headers, d);
     log.warn('upstream answered an error', { model: c.route.entry.name, status: up.statusCode, mapped: err.status });
-    release(rsv);
+    release();
     return sendError(res, err);
   }
 
@@ -472,7 +467,6 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   const addr = opts.addr ?? str(env, 'BROKER_ADDR', ':8080');
   const authzUrl = opts.authzUrl ?? str(env, 'BROKER_AUTHZ_URL', 'http://127.0.0.1:9191/authz');
   const usageUrl = opts.usageUrl ?? str(env, 'BROKER_USAGE_URL', 'http://127.0.0.1:8181/v1/usage');
-  const budgetUrl = opts.budgetUrl ?? optional(env, 'BROKER_BUDGET_URL') ?? (URL.canParse(usageUrl) ? new URL(usageUrl).origin : usageUrl);
   const upstreamTimeoutMs = opts.upstreamTimeoutMs ?? int(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 600_000);
   const decisionTimeoutMs = opts.decisionTimeoutMs ?? int(env, 'BROKER_DECISION_TIMEOUT_MS', 2000);
   const maxBodyBytes = opts.maxBodyBytes ?? int(env, 'BROKER_MAX_BODY_BYTES', 4 * 1024 * 1024);
@@ -480,7 +474,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   for (const [n, v] of Object.entries({ upstreamTimeoutMs, decisionTimeoutMs, maxBodyBytes, maxResponseBytes })) {
     if (!(v > 0)) throw new Error(`broker: ${n} must be positive`);
   }
-  for (const u of [authzUrl, usageUrl, budgetUrl]) {
+  for (const u of [authzUrl, usageUrl]) {
     if (!URL.canParse(u) || !/^https?:\/\//.test(u)) throw new Error(`broker: ${JSON.stringify(u)} is not an http(s) URL`);
   }
   const pk = opts.providerKey ? { key: opts.providerKey, keyVar: 'providerKey', placeholder: false } : providerKeyFromEnv(env);
@@ -500,13 +494,11 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   const apiKey = optional(env, envName('API_KEY'));
   const usage = opts.usage ?? createUsageReporter({ url: usageUrl, dispatcher: control, apiKey });
   const decision = createDecisionClient({ url: authzUrl, timeoutMs: decisionTimeoutMs, dispatcher: control });
-  const budget = createBudgetClient({ baseUrl: budgetUrl, timeoutMs: decisionTimeoutMs, dispatcher: control, apiKey });
   let closing = false;
   const deps: Deps = {
     routes,
     modelList,
     decision,
-    budget,
     usage,
     upstream,
     ...pk,

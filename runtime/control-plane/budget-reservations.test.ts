@@ -75,6 +75,32 @@ describe('budget reservations (PGlite)', () => {
     await s.meter.close();
   });
 
+  it('settlements asked together go out as one batch: each applies once, a second of the same id gets false, a wrong agent nothing', async () => {
+    const s = setup({ tokensPerHour: 1_000_000 }, 'many');
+    const ids: string[] = [];
+    for (let i = 0; i < 20; i++) {
+      const r = await s.res.reserve({ agent: 'many', ...ask });
+      if (!r.ok || !r.id) throw new Error('expected a reservation');
+      ids.push(r.id);
+    }
+    // All asked in one tick, one id twice and one under another agent's name.
+    const answers = await Promise.all([
+      ...ids.map((id) => s.res.settle(id, 'many', 100, 0)),
+      s.res.settle(ids[0]!, 'many', 100, 0),
+      s.res.settle(ids[1]!, 'someone-else', 1, 0),
+    ]);
+    expect(answers).toEqual([...ids.map(() => true), false, false]);
+    const rows = await rowsOf<{ n: number | string; t: number | string }>(
+      store.db,
+      sql`select count(*) as n, sum(settled_tokens) as t from budget_reservations where agent = 'many' and state = 'settled'`,
+    );
+    expect(rows.map((r) => [Number(r.n), Number(r.t)])).toEqual([[20, 2000]]);
+    // Each worst case (500) settled to 100: 20 x 100 used.
+    expect(s.meter.usage('many', s.now()).tokensLastHour).toBe(2000);
+    await s.res.close();
+    await s.meter.close();
+  });
+
   it("an idle agent's token lease goes back to the ledger", async () => {
     const s = setup({ tokensPerHour: 100_000 }, 'idler');
     expect((await s.res.reserve({ agent: 'idler', ...ask })).ok).toBe(true);

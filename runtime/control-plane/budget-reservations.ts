@@ -56,6 +56,9 @@ export interface Reservations {
   close(): Promise<void>;
 }
 
+/** Seconds until a refused reservation may fit (`freesAt`), at least 1; a minute when unknown. */
+export const retryAfterSeconds = (freesAt: number | undefined, now: number): number => (freesAt ? Math.max(1, Math.ceil((freesAt - now) / 1000)) : 60);
+
 const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
 const price = (prompt: number, out: number, r: ReserveRequest) => r9((prompt * r.priceInputPer1k + out * r.priceOutputPer1k) / 1000);
 
@@ -83,6 +86,16 @@ interface Row {
   expiresAt: string;
 }
 
+/** A usage report settling its reservation, waiting for its batch. */
+interface Settlement {
+  id: string;
+  agent: string;
+  tokens: number;
+  cost: number;
+  resolve(first: boolean): void;
+  reject(e: unknown): void;
+}
+
 /** One statement per batch; a retried batch finds its rows there (ids are unique). */
 function insertRows(db: Pick<Store, 'db'>['db'], batch: Row[]) {
   return db.execute(sql`insert into budget_reservations (id, agent, tokens, cost_usd, hour_bucket, day_bucket, state, created_at, expires_at)
@@ -99,7 +112,8 @@ export function createReservations(o: ReservationOptions): Reservations {
   let seq = 0;
   const writer = createShipper<Row>({
     write: async (batch) => void (await insertRows(db, batch)),
-    lingerMs: 0,
+    // Rows linger to share a write; a settlement waiting on one cuts the linger short.
+    lingerMs: 10,
     maxPending: 10_000,
     onStored: (batch) => batch.forEach((r) => unwritten.delete(r.id)),
     log,
@@ -177,24 +191,66 @@ export function createReservations(o: ReservationOptions): Reservations {
     return { ok: true, id, outputTokens: out };
   }
 
-  async function settle(id: string, agent: string, tokens: number, costUsd: number): Promise<boolean> {
-    const pending = unwritten.get(id);
-    if (pending !== undefined) await writer.whenStored(pending);
-    const [row] = await rowsOf<{ tokens: number | string; cost_usd: number | string; hour_bucket: number | string; day_bucket: number | string }>(
-      db,
-      sql`update budget_reservations set state = 'settled', settled_tokens = ${tokens}, settled_cost_usd = ${costUsd}
-        where id = ${id} and agent = ${agent} and state <> 'settled'
-        returning tokens, cost_usd, hour_bucket, day_bucket`,
-    );
-    if (!row) return false;
-    const now = o.now();
-    const dt = r9(tokens - Number(row.tokens));
-    const dc = r9(costUsd - Number(row.cost_usd));
-    // Past the worst case (an estimate the provider beat): owed. Under it: given back.
-    o.meter.recordUsage(agent, Math.max(0, dt), Math.max(0, dc), now);
-    if (dt < 0) o.meter.giveBack(agent, 'tokens', -dt, Number(row.hour_bucket));
-    if (dc < 0) o.meter.giveBack(agent, 'cost', -dc, Number(row.day_bucket));
-    return true;
+  /** Settlements asked for and not yet sent; they go out together, one statement per batch. */
+  let asked: Settlement[] = [];
+  let scheduled = false;
+  const schedule = () => {
+    if (scheduled || asked.length === 0) return;
+    scheduled = true;
+    setImmediate(() => void settleBatch());
+  };
+
+  function settle(id: string, agent: string, tokens: number, costUsd: number): Promise<boolean> {
+    return new Promise<boolean>((resolve, reject) => {
+      asked.push({ id, agent, tokens, cost: costUsd, resolve, reject });
+      schedule();
+    });
+  }
+
+  /** Settles what was asked this turn in one update; an id asked twice waits for the next batch (the first settles it). */
+  async function settleBatch(): Promise<void> {
+    scheduled = false;
+    const ids = new Set<string>();
+    const batch: Settlement[] = [];
+    const later: Settlement[] = [];
+    for (const s of asked.splice(0, 500)) {
+      (ids.has(s.id) ? later : batch).push(s);
+      ids.add(s.id);
+    }
+    asked = later.concat(asked);
+    schedule();
+    try {
+      // Rows still on their way to the store are written first (writes are ordered: the last one suffices).
+      const seqs = batch.map((s) => unwritten.get(s.id) ?? 0);
+      const last = Math.max(0, ...seqs);
+      if (last > 0) await writer.whenStored(last);
+      const rows = await rowsOf<{ id: string; tokens: number | string; cost_usd: number | string; hour_bucket: number | string; day_bucket: number | string }>(
+        db,
+        sql`update budget_reservations r set state = 'settled', settled_tokens = x.tokens, settled_cost_usd = x.cost
+          from jsonb_to_recordset(${JSON.stringify(batch.map(({ id, agent, tokens, cost }) => ({ id, agent, tokens, cost })))}::jsonb)
+            as x(id text, agent text, tokens double precision, cost double precision)
+          where r.id = x.id and r.agent = x.agent and r.state <> 'settled'
+          returning r.id, r.tokens, r.cost_usd, r.hour_bucket, r.day_bucket`,
+      );
+      const byId = new Map(rows.map((r) => [r.id, r]));
+      const now = o.now();
+      for (const s of batch) {
+        const row = byId.get(s.id);
+        if (!row) {
+          s.resolve(false);
+          continue;
+        }
+        const dt = r9(s.tokens - Number(row.tokens));
+        const dc = r9(s.cost - Number(row.cost_usd));
+        // Past the worst case (an estimate the provider beat): owed. Under it: given back.
+        o.meter.recordUsage(s.agent, Math.max(0, dt), Math.max(0, dc), now);
+        if (dt < 0) o.meter.giveBack(s.agent, 'tokens', -dt, Number(row.hour_bucket));
+        if (dc < 0) o.meter.giveBack(s.agent, 'cost', -dc, Number(row.day_bucket));
+        s.resolve(true);
+      }
+    } catch (e) {
+      for (const s of batch) s.reject(e);
+    }
   }
 
   async function expire(): Promise<number> {

@@ -9,7 +9,7 @@ import { Gauge, type Registry as PromRegistry } from 'prom-client';
 import { metric } from '../lib/brand.js';
 import { errMsg, logger } from '../lib/log.js';
 import { budgetStatus, type BudgetUsage } from './budget.js';
-import type { Reservations } from './budget-reservations.js';
+import { retryAfterSeconds, type Reservations } from './budget-reservations.js';
 import { BUDGET_DIMENSIONS } from './metrics.js';
 import { mgmtHook } from './mgmt-errors.js';
 import { BUDGET_MODES, type Budget } from './types.js';
@@ -125,7 +125,7 @@ export function budgetRoutes(src: BudgetSources): OpenAPIHono {
           return c.json({ error: `budget ledger unavailable: ${errMsg(e)}` }, 503);
         }
         if (a.ok) return c.json({ id: a.id, outputTokens: a.outputTokens }, 200);
-        const retry = a.freesAt ? Math.max(1, Math.ceil((a.freesAt - src.now()) / 1000)) : 60;
+        const retry = retryAfterSeconds(a.freesAt, src.now());
         return c.json(
           {
             error: a.message,

@@ -163,7 +163,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const engine = createDecisionEngine({
     policy: createPolicySource({ registry, standing: identity?.standing ? () => identity.standing!() : undefined, settings }),
     ports: { identity, oidc, opa, budget: { usage: (a, t) => budget.decisionUsage(a, t) }, tickets, identityTimeoutMs, now },
-    sinks: { budget, audit, meter: metrics, tickets, now },
+    sinks: { budget, reservations, audit, meter: metrics, tickets, now },
     trustedPeer: trustedPeers(optional(env, 'TRUSTED_PROXIES') ?? ''),
   });
 

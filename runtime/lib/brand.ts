@@ -27,6 +27,9 @@ export const H = {
   requestId: header('Request-Id').toLowerCase(),
   policyVersion: header('Policy-Version').toLowerCase(),
   callTicket: header('Call-Ticket').toLowerCase(),
+  /** The broker's budget reservation on its /authz call, and the plane's answer (lib/reservation-header.ts). */
+  reserve: header('Reserve').toLowerCase(),
+  reservation: header('Reservation').toLowerCase(),
 } as const;
 
 /** `writ_<name>` Prometheus metric names. */

@@ -103,7 +103,6 @@ export const SETTINGS: readonly Setting[] = [
   s('BROKER_UPSTREAM_TIMEOUT_MS', 'broker', pos),
   s('BROKER_DECISION_TIMEOUT_MS', 'broker', pos),
   s('BROKER_MAX_BODY_BYTES', 'broker', pos),
-  s('BROKER_BUDGET_URL', 'broker', url),
   s('BUDGET_RESERVATION_TTL_MS', 'control-plane', pos),
   // sidecar
   s(envName('IDENTITY_FILE'), 'sidecar', str),

@@ -1,16 +1,19 @@
 /**
  * Commits a decision's effects, in order: the budget call reservation (re-checked now: a
- * concurrent decision may have taken the last call since the usage was read), the audit record
+ * concurrent decision may have taken the last call since the usage was read), the broker's
+ * token and cost reservation when it asked for one (async: the shared ledger), the audit record
  * (hashed synchronously; an append that fails turns the decision into a deny: no unrecorded
  * allow), its durability when the chain asks callers to wait for it, the proxy's call ticket,
  * and the metrics. The dry-run commits nothing.
  */
 import { H } from '../../lib/brand.js';
 import { errMsg, logger } from '../../lib/log.js';
+import { formatReservation } from '../../lib/reservation-header.js';
 import type { BudgetMeter } from '../budget.js';
+import { retryAfterSeconds, type ReserveAnswer, type Reservations } from '../budget-reservations.js';
 import type { AuditEntry } from '../types.js';
 import { deny } from './outcome.js';
-import type { Evaluation } from './types.js';
+import type { Effects, Evaluation } from './types.js';
 
 const log = logger('decision');
 
@@ -33,6 +36,8 @@ export interface TicketMinter {
 
 export interface Sinks {
   budget: Pick<BudgetMeter, 'check' | 'reserveCall'>;
+  /** The broker's token and cost reservations (budget-reservations.ts); absent: an ask for one denies. */
+  reservations?: Pick<Reservations, 'reserve' | 'settle'>;
   audit: AuditSink;
   meter?: DecisionMeter;
   tickets?: TicketMinter;
@@ -44,9 +49,9 @@ export interface Committed extends Evaluation {
   ticket?: string;
 }
 
-/** The same decision turned into a deny (its audit row says so). */
-function denied(ev: Evaluation, reason: string): Evaluation {
-  const d = deny(403, ev.decision.rule, reason);
+/** The same decision turned into a deny (its audit row says so); `headers` ride on the deny. */
+function denied(ev: Evaluation, reason: string, headers?: Record<string, string>): Evaluation {
+  const d = deny(403, ev.decision.rule, reason, headers ? { headers } : {});
   return {
     ...ev,
     decision: d,
@@ -64,7 +69,7 @@ function observe(ev: Evaluation, sinks: Sinks, startedAt: number): void {
   }
 }
 
-/** Commits `ev`'s effects; synchronous unless the audit chain asks to wait for durability. */
+/** Commits `ev`'s effects; synchronous unless a reservation or the audit chain's durability is awaited. */
 export function commit(ev: Evaluation, sinks: Sinks, startedAt: number): Committed | Promise<Committed> {
   let out: Committed = ev;
   let release: (() => void) | undefined;
@@ -75,9 +80,49 @@ export function commit(ev: Evaluation, sinks: Sinks, startedAt: number): Committ
     if (over) out = denied(ev, over);
     else release = sinks.budget.reserveCall(r.agent, now);
   }
-  let record: unknown;
+  const t = out.effects.reserveTokens;
+  if (!t || !out.decision.allow) return record(out, sinks, startedAt, release);
+  const callRelease = release;
+  return reserveTokens(out, t, sinks).then(({ ev: o, undo }) => {
+    // Refused: the call was not made, so it is not counted either.
+    if (!o.decision.allow) callRelease?.();
+    return record(o, sinks, startedAt, o.decision.allow ? () => (callRelease?.(), undo?.()) : undefined);
+  });
+}
+
+/**
+ * The broker's worst case, reserved once the decision allows (so the decision's budget layer
+ * never counts the call's own reservation). Refused or unreachable ledger: the decision becomes a
+ * deny whose `X-Writ-Reservation` says which; reserved: the allow carries the reservation, and
+ * `undo` settles it to nothing should the decision still turn into a deny.
+ */
+async function reserveTokens(ev: Evaluation, t: NonNullable<Effects['reserveTokens']>, sinks: Sinks): Promise<{ ev: Evaluation; undo?: () => void }> {
+  const rs = sinks.reservations;
+  const unavailable = (why: string) => ({ ev: denied(ev, why, { [H.reservation]: formatReservation({ kind: 'unavailable' }) }) });
+  if (!rs) return unavailable('budget reservations are not kept by this decision point (fail closed)');
+  let a: ReserveAnswer;
   try {
-    record = sinks.audit.append(out.effects.audit);
+    a = await rs.reserve(t);
+  } catch (e) {
+    log.error('reservation failed; denying', { agent: t.agent, err: errMsg(e) });
+    return unavailable(`budget ledger unavailable: ${errMsg(e)}`);
+  }
+  if (!a.ok) {
+    const retry = retryAfterSeconds(a.freesAt, sinks.now());
+    return { ev: denied(ev, a.message, { [H.reservation]: formatReservation({ kind: 'refused', retryAfterSeconds: retry }), 'retry-after': String(retry) }) };
+  }
+  const id = a.id;
+  const headers = { ...ev.decision.headers, [H.reservation]: formatReservation({ kind: 'reserved', id, outputTokens: a.outputTokens }) };
+  const undo = id ? () => void rs.settle(id, t.agent, 0, 0).catch((e: unknown) => log.error('reservation not released', { id, err: errMsg(e) })) : undefined;
+  return { ev: { ...ev, decision: { ...ev.decision, headers } }, undo };
+}
+
+/** Appends the audit record (a failed append denies and runs `release`), mints the ticket, waits for durability when asked. */
+function record(ev: Committed, sinks: Sinks, startedAt: number, release: (() => void) | undefined): Committed | Promise<Committed> {
+  let out = ev;
+  let rec: unknown;
+  try {
+    rec = sinks.audit.append(out.effects.audit);
   } catch (e) {
     log.error('audit append failed; denying', { err: errMsg(e) });
     release?.();
@@ -87,7 +132,7 @@ export function commit(ev: Evaluation, sinks: Sinks, startedAt: number): Committ
   }
   const t = out.effects.ticket;
   if (t && out.decision.allow && sinks.tickets) out = { ...out, ticket: sinks.tickets.mint(t.actor, t.upstream) };
-  const wait = sinks.audit.durable?.(record);
+  const wait = sinks.audit.durable?.(rec);
   if (!wait) {
     observe(out, sinks, startedAt);
     return out;

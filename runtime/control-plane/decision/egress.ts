@@ -10,7 +10,17 @@ import type { BudgetUsage } from '../budget.js';
 import type { AuditAction, Budget, Decision, Service } from '../types.js';
 import { bearerToken, isVpJwt } from './credentials.js';
 import { HEADER_SAFE, Run } from './run.js';
-import { isFailure, type Answers, type EgressFacts, type Evaluation, type PolicySnapshot, type ProxyHop, type RegistryView, type Step } from './types.js';
+import {
+  isFailure,
+  type Answers,
+  type EgressFacts,
+  type Effects,
+  type Evaluation,
+  type PolicySnapshot,
+  type ProxyHop,
+  type RegistryView,
+  type Step,
+} from './types.js';
 
 export const EXTERNAL = 'external';
 const ACTIVE = 'active';
@@ -188,6 +198,9 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     if (a.ticket === undefined) return run.ask({ kind: 'ticket', ticket: f.ticket, actor: actorName, upstream: target.upstream });
     ticketed = a.ticket;
   }
+  const ask = f.reserve;
+  if (ask && 'error' in ask) return end(run.deny(403, 'inline', `malformed ${H.reserve}: ${ask.error}`));
+  if (ask && kind !== 'model') return end(run.deny(403, 'inline', `${H.reserve} applies to model calls only`));
   let overAudit = '';
   if (actor.budget) {
     if (!a.usage) return run.ask({ kind: 'usage', agent: actorName });
@@ -197,7 +210,8 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     if (over) overAudit = `over budget (audit mode): ${over}`;
   }
   run.pass(run.explain ? overAudit || (ticketed ? 'within budget (call counted by the proxy hop)' : 'within budget') : '');
-  const reserve = ticketed ? {} : { reserveCall: { agent: actorName, budget: actor.budget } };
+  const reserve: Pick<Effects, 'reserveCall' | 'reserveTokens'> = ticketed ? {} : { reserveCall: { agent: actorName, budget: actor.budget } };
+  if (ask) reserve.reserveTokens = { ...ask, agent: actorName };
 
   // 4c. Delegation (task-based access control) for regulated targets, on every call; an
   //     unlisted external host through the proxy waits for a human instead.

@@ -1,5 +1,6 @@
 /** Request headers -> decision facts. Pure: works on node's lower-cased header record. */
 import { H } from '../../lib/brand.js';
+import { parseReserve } from '../../lib/reservation-header.js';
 import { bearerToken } from './credentials.js';
 import type { EgressFacts, Facts, IngressFacts, ProxyHop } from './types.js';
 
@@ -36,6 +37,8 @@ export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
       authorization: first(h, 'authorization'),
       ticket: first(h, H.callTicket),
     };
+    const reserve = first(h, H.reserve);
+    if (reserve !== undefined) f.reserve = parseReserve(reserve);
     return f;
   }
   const f: IngressFacts = {

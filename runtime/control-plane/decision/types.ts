@@ -8,6 +8,7 @@
  */
 import type { BudgetUsage } from '../budget.js';
 import type { DelegationAnswer, DelegationQuery, GovernanceStanding, PresentationAnswer } from '../identity-port.js';
+import type { ReserveAsk } from '../../lib/reservation-header.js';
 import type { AuditEntry, Budget, Decision, Rule, Service } from '../types.js';
 
 export type IdentityMode = 'header' | 'vc';
@@ -93,6 +94,8 @@ export interface EgressFacts {
   authorization?: string;
   /** `X-Writ-Call-Ticket`: a proxy hop already counted this call (proxy -> broker -> /authz). */
   ticket?: string;
+  /** `X-Writ-Reserve` (the broker): once allowed, reserve the model call's worst case; `error` when malformed. */
+  reserve?: ReserveAsk | { error: string };
   /** Proxy only. */
   hop?: ProxyHop;
   /** Proxy only: why the credential is unusable (missing or not a Bearer token). */
@@ -169,6 +172,8 @@ export interface Effects {
   serviceLabel: string;
   /** Count one call against the agent (an allowed egress no earlier hop counted). */
   reserveCall?: { agent: string; budget?: Budget };
+  /** Reserve a model call's worst case against the agent's token and cost ceilings (the broker asked). */
+  reserveTokens?: ReserveAsk & { agent: string };
   /** Proxy: mint a call ticket for the upstream leg (a registry target). */
   ticket?: { actor: string; upstream: string };
 }
