@@ -21,6 +21,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { H } from '../runtime/lib/brand.js';
 import { allInOneEnv, bareServer, codeUnderTest, loadAutocannon } from './lib.js';
 
@@ -48,7 +50,14 @@ async function serveWrit(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'writ-soak-'));
   const writ = await startWrit(allInOneEnv(join(dir, 'data')));
   process.send?.({ decision: writ.ports.decision });
-  process.on('message', async () => {
+  process.on('message', async (m) => {
+    // Where the memory is: this isolate's heap and buffers (the rest of RSS is the PGlite engine thread and native).
+    if (m === 'mem') return process.send?.({ mem: process.memoryUsage() });
+    if (m === 'gc') {
+      setFlagsFromString('--expose-gc');
+      (runInNewContext('gc') as () => void)();
+      return process.send?.({ mem: process.memoryUsage() });
+    }
     await writ.close();
     rmSync(dir, { recursive: true, force: true });
     process.exit(0);
@@ -68,6 +77,20 @@ async function start(kind: '--writ' | '--bare'): Promise<{ proc: ChildProcess; p
   });
   return { proc, port };
 }
+
+/** The child's own account of its main isolate (heap, external, array buffers). */
+function memOf(proc: ChildProcess, ask: 'mem' | 'gc' = 'mem'): Promise<NodeJS.MemoryUsage> {
+  return new Promise((resolve) => {
+    const on = (m: { mem?: NodeJS.MemoryUsage }) => {
+      if (!m.mem) return;
+      proc.off('message', on);
+      resolve(m.mem);
+    };
+    proc.on('message', on);
+    proc.send(ask);
+  });
+}
+const split = (u: NodeJS.MemoryUsage) => `heap ${mb(u.heapUsed)} of ${mb(u.heapTotal)}, external ${mb(u.external)} (array buffers ${mb(u.arrayBuffers)})`;
 
 async function stop(proc: ChildProcess): Promise<void> {
   const done = new Promise((r) => proc.once('exit', r));
@@ -95,6 +118,7 @@ async function drive(): Promise<void> {
   const startRss = rss(pid);
   await sleep(SETTLE_S);
   const idle = rss(pid);
+  const idleMem = await memOf(w.proc);
   let peak = idle;
   const sampler = setInterval(() => (peak = Math.max(peak, rss(pid))), 250);
   const autocannon = await loadAutocannon();
@@ -116,6 +140,9 @@ async function drive(): Promise<void> {
   clearInterval(sampler);
   await sleep(SETTLE_S);
   const end = rss(pid);
+  const endMem = await memOf(w.proc);
+  const gcMem = await memOf(w.proc, 'gc');
+  const gcRss = rss(pid);
   await stop(w.proc);
 
   const answered = r.requests.total;
@@ -128,10 +155,13 @@ async function drive(): Promise<void> {
   console.log(
     `  writ idle, before load             ${mb(idle)}  ${(idle / bareRss).toFixed(1)}x of bare  (target <= 400 MB ${idle <= 400 * MB ? 'met' : 'MISSED'})`,
   );
+  console.log(`    main isolate                     ${split(idleMem)}`);
   console.log(`  writ peak under load               ${mb(peak)}`);
   console.log(
     `  writ idle, after load              ${mb(end)}  end - idle ${((end - idle) / MB).toFixed(1)} MB  (target <= 20 MB ${end - idle <= 20 * MB ? 'met' : 'MISSED'})`,
   );
+  console.log(`    main isolate                     ${split(endMem)}`);
+  console.log(`  after a full GC (diagnosis)        ${mb(gcRss)}; main isolate ${split(gcMem)}`);
 }
 
 function readFileSyncSafe(p: string): string | undefined {

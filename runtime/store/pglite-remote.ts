@@ -13,6 +13,8 @@
  * One engine thread per process hosts every PGlite the process opens (the WASM engine is compiled
  * once); it keeps the process alive only while an answer is awaited.
  */
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { dirname, extname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
@@ -153,6 +155,23 @@ class Engine {
 
 let engine: Engine | undefined;
 
+/**
+ * Runs PGlite's initdb on `folder` in a short-lived process. The engine that ran initdb keeps
+ * ~100 MB of memory that neither a reopen nor ending its thread gives back to the system; ending
+ * a process does (measured: PGlite opened on a fresh folder 396 MB resident when reopened on one
+ * thread, 361 MB when initdb ran on a thread of its own, 299 MB here: the same as an existing
+ * folder).
+ */
+async function initdb(folder: string): Promise<void> {
+  const pglite = import.meta.resolve('@electric-sql/pglite');
+  const code = `const { PGlite } = await import(process.argv[1]); const pg = new PGlite(process.argv[2]); await pg.waitReady; await pg.close();`;
+  await new Promise<void>((resolve, reject) => {
+    execFile(process.execPath, ['--input-type=module', '-e', code, pglite, folder], { timeout: 120_000 }, (e, _out, err) =>
+      e ? reject(new Error(`PGlite initdb of ${folder} failed: ${err.trim().split('\n').slice(-3).join(' ') || errMsg(e)}`)) : resolve(),
+    );
+  });
+}
+
 /** One database on the engine thread. */
 export class RemotePglite implements RemoteClient {
   private isClosed = false;
@@ -162,8 +181,13 @@ export class RemotePglite implements RemoteClient {
     private readonly db: number,
   ) {}
 
-  /** Opens a database on the engine thread (starting the thread first if needed). */
+  /**
+   * Opens a database on the engine thread (starting the thread first if needed). A data folder
+   * PGlite has not initialised yet is initialised first by a process of its own (`initdb`).
+   */
   static async open(init: Init): Promise<RemotePglite> {
+    const folder = init.dataDir && !init.dataDir.includes('://') && !init.loadDataDir ? init.dataDir : undefined;
+    if (folder && !existsSync(join(folder, 'PG_VERSION'))) await initdb(folder);
     engine ??= new Engine();
     const e = engine;
     const db = await e.call<number>({ op: 'open', init }, init.loadDataDir ? [init.loadDataDir] : []);

@@ -5,8 +5,6 @@
  * notifications are posted as PGlite delivers them, before the answer of the statement that
  * delivered them, so the order the caller sees is PGlite's.
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { parentPort } from 'node:worker_threads';
@@ -24,10 +22,10 @@ const port = parentPort!;
 const ENGINE_CONF = ['shared_buffers=32MB'];
 
 /**
- * A full collection now: the WASM memory of a replaced PGlite instance (see `Database.open`) is
- * garbage V8 has no reason to collect soon, the engine's own JS heap being small. Measured on the
- * all-in-one: first start on a fresh folder 882 MB resident, 555 MB with the reopen and this, 460
- * MB with ENGINE_CONF too; a restart on an existing folder 419 MB, 300 MB with ENGINE_CONF.
+ * A full collection now: what opening left behind is garbage V8 has no reason to collect soon,
+ * the engine's own JS heap being small. Measured on the all-in-one: first start on a fresh folder
+ * 882 MB resident, 555 MB with a reopen and this, 460 MB with ENGINE_CONF too; a restart on an
+ * existing folder 419 MB, 300 MB with ENGINE_CONF.
  */
 function collect(): void {
   setFlagsFromString('--expose-gc');
@@ -49,17 +47,9 @@ class Database {
 
   static async open(id: number, init: Init): Promise<Database> {
     const options = { postgresqlconf: ENGINE_CONF, ...(init.loadDataDir ? { loadDataDir: new Blob([init.loadDataDir]) } : {}) };
-    const folder = init.dataDir && !init.dataDir.includes('://') ? init.dataDir : undefined;
-    const fresh = folder !== undefined && !existsSync(join(folder, 'PG_VERSION'));
-    let pg = new PGlite(init.dataDir, options);
+    // A fresh data folder was initialised on a throwaway thread first (pglite-remote.ts).
+    const pg = new PGlite(init.dataDir, options);
     await pg.waitReady;
-    if (fresh) {
-      // A fresh folder ran initdb, whose engine the open PGlite keeps (~450 MB): start it again
-      // from the folder it wrote, and the first one becomes garbage that `collect` frees.
-      await pg.close();
-      pg = new PGlite(init.dataDir, { postgresqlconf: ENGINE_CONF });
-      await pg.waitReady;
-    }
     if (init.schema) await pg.exec(`create schema if not exists "${init.schema}"; set search_path to "${init.schema}"`);
     collect();
     return new Database(id, pg);
