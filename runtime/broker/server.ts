@@ -314,7 +314,7 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
   const verdict = await span.run(() => d.decision.decide({ actor, model: c.route.entry.name, passthrough, reserve }));
   span.end({
     allow: verdict.kind === 'allow',
-    status: verdict.kind === 'allow' ? 200 : verdict.kind === 'deny' ? verdict.status : 503,
+    status: verdict.kind === 'allow' ? 200 : verdict.kind === 'deny' ? verdict.status : verdict.kind === 'refused' ? 429 : 503,
     actor,
     service: c.route.entry.name,
   });
