@@ -18,6 +18,12 @@ import { parseConfig } from './config.js';
 import { startBroker, type RunningBroker } from './server.js';
 
 const MAX_OUT = 100;
+/** The error a call ends with (undefined when it succeeds). */
+const failure = (p: Promise<unknown>) =>
+  p.then(
+    () => undefined,
+    (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
+  );
 const chunk = (content: string) =>
   `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`;
 
@@ -109,10 +115,7 @@ describe('broker budgets: reserve, settle, cut', () => {
     const c = client('small');
     const n = asked;
     // Worst case 50 output tokens fits; the model's cap (no max_tokens) does not.
-    const err = await c.chat.completions.create({ model: 'm', messages }).then(
-      () => undefined,
-      (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
-    );
+    const err = await failure(c.chat.completions.create({ model: 'm', messages }));
     expect(err).toBeInstanceOf(OpenAI.APIError);
     expect(err!.status).toBe(429);
     expect(err!.code).toBe('budget_exceeded');
@@ -153,11 +156,10 @@ describe('broker budgets: reserve, settle, cut', () => {
     const c = client('streamer');
     const stream = await c.chat.completions.create({ model: 'm', messages, stream: true });
     const got: string[] = [];
-    const err = await (async () => {
-      for await (const ch of stream) got.push(ch.choices[0]?.delta?.content ?? '');
-    })().then(
-      () => undefined,
-      (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
+    const err = await failure(
+      (async () => {
+        for await (const ch of stream) got.push(ch.choices[0]?.delta?.content ?? '');
+      })(),
     );
     expect(err).toBeInstanceOf(OpenAI.APIError);
     expect(err!.message).toMatch(/stream stopped at the agent's budget: its output allowance of 6 tokens is used up/);
@@ -211,10 +213,7 @@ describe('broker budgets: reserve, settle, cut', () => {
     });
     try {
       const c = new OpenAI({ apiKey: 'sk-agent', baseURL: `http://127.0.0.1:${b2.port}/v1`, maxRetries: 0, defaultHeaders: { [H.actor]: 'anyone' } });
-      const err = await c.chat.completions.create({ model: 'm', messages }).then(
-        () => undefined,
-        (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
-      );
+      const err = await failure(c.chat.completions.create({ model: 'm', messages }));
       expect(err).toBeInstanceOf(OpenAI.APIError);
       expect(err!.status).toBe(503);
       expect(err!.code).toBe('budget_unavailable');

@@ -36,7 +36,8 @@ export interface DecisionQuery {
 export const PASSTHROUGH_HEADERS = [H.agentVp, H.task, H.onBehalfOf, H.action, H.resource, H.callTicket, 'authorization'] as const;
 
 const MAX_DECISION_BODY = 64 * 1024;
-const one = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
+/** The first value of a response header undici may hand over as a list. */
+export const firstHeader = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
 const SAFE_REASON = /[^\x20-\x7e]/g;
 
 function reasonOf(status: number, body: string, headers: Dispatcher.ResponseData['headers']): string {
@@ -44,7 +45,7 @@ function reasonOf(status: number, body: string, headers: Dispatcher.ResponseData
     const j = JSON.parse(body) as { reason?: unknown };
     if (typeof j.reason === 'string' && j.reason) return j.reason.slice(0, 500);
   } catch {}
-  const hv = one(headers[H.denyReason]);
+  const hv = firstHeader(headers[H.denyReason]);
   if (hv) return hv.replace(SAFE_REASON, '?').slice(0, 500);
   return `decision engine answered ${status}`;
 }
@@ -73,7 +74,7 @@ export function createDecisionClient(o: { url: string; timeoutMs: number; dispat
           headersTimeout: o.timeoutMs,
           bodyTimeout: o.timeoutMs,
         });
-        const reservation = parseReservation(one(res.headers[H.reservation]), one(res.headers['retry-after']));
+        const reservation = parseReservation(firstHeader(res.headers[H.reservation]), firstHeader(res.headers['retry-after']));
         if (res.statusCode === 200) {
           res.body.resume();
           if (!q.reserve) return { kind: 'allow' };

@@ -25,7 +25,7 @@ import { BodyTooLarge, listen, readBody } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import { startDecisionSpan } from '../lib/tracing.js';
 import { DEFAULT_CONFIG_PATH, loadConfigFile, modelTable, type BrokerConfig, type ModelEntry } from './config.js';
-import { createDecisionClient, PASSTHROUGH_HEADERS, type DecisionClient } from './decision-client.js';
+import { createDecisionClient, firstHeader, PASSTHROUGH_HEADERS, type DecisionClient } from './decision-client.js';
 import type { ReserveAsk } from '../lib/reservation-header.js';
 import {
   bodyTooLarge,
@@ -147,8 +147,6 @@ async function readUpstream(body: Dispatcher.ResponseData['body'], limit: number
   }
   return Buffer.concat(chunks);
 }
-
-const firstHeader = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
 
 function upstreamCallError(e: unknown, timeoutMs: number): OpenAIError {
   const code = (e as { code?: string }).code ?? '';

@@ -23,9 +23,9 @@ const ENGINE_CONF = ['shared_buffers=32MB'];
 
 /**
  * A full collection now: what opening left behind is garbage V8 has no reason to collect soon,
- * the engine's own JS heap being small. Measured on the all-in-one: first start on a fresh folder
- * 882 MB resident, 555 MB with a reopen and this, 460 MB with ENGINE_CONF too; a restart on an
- * existing folder 419 MB, 300 MB with ENGINE_CONF.
+ * the engine's own JS heap being small. Measured on the all-in-one before initdb moved to its own
+ * process: first start on a fresh folder 882 MB resident, 555 MB with this (and a reopen), 460 MB
+ * with ENGINE_CONF too; a restart on an existing folder 419 MB, 300 MB with ENGINE_CONF.
  */
 function collect(): void {
   setFlagsFromString('--expose-gc');
@@ -47,7 +47,7 @@ class Database {
 
   static async open(id: number, init: Init): Promise<Database> {
     const options = { postgresqlconf: ENGINE_CONF, ...(init.loadDataDir ? { loadDataDir: new Blob([init.loadDataDir]) } : {}) };
-    // A fresh data folder was initialised on a throwaway thread first (pglite-remote.ts).
+    // A fresh data folder was initialised by a short-lived process first (pglite-remote.ts).
     const pg = new PGlite(init.dataDir, options);
     await pg.waitReady;
     if (init.schema) await pg.exec(`create schema if not exists "${init.schema}"; set search_path to "${init.schema}"`);
