@@ -7,7 +7,8 @@
  *
  *   start   right after the listeners answer
  *   idle    settled: BENCH_SOAK_SETTLE seconds (default 15) later, before any load
- *   peak    the highest sample under load
+ *   peak    the highest sample under load (and the samples at each quarter of it: a leak climbs
+ *           with the decision count, the collector's heap sizing levels off)
  *   end     settled again after the load (the same wait)
  *
  * Baseline: a bare node:http process started and settled the same way, in the same run (what any
@@ -119,8 +120,9 @@ async function drive(): Promise<void> {
   await sleep(SETTLE_S);
   const idle = rss(pid);
   const idleMem = await memOf(w.proc);
-  let peak = idle;
-  const sampler = setInterval(() => (peak = Math.max(peak, rss(pid))), 250);
+  // Every sample kept, to show the shape of the load phase: a leak climbs with the decision count, heap sizing plateaus.
+  const samples: { at: number; rss: number }[] = [];
+  const sampler = setInterval(() => samples.push({ at: Date.now(), rss: rss(pid) }), 250);
   const autocannon = await loadAutocannon();
   const t0 = Date.now();
   const r = await autocannon({
@@ -138,6 +140,9 @@ async function drive(): Promise<void> {
   });
   const secs = (Date.now() - t0) / 1000;
   clearInterval(sampler);
+  const peak = Math.max(idle, ...samples.map((x) => x.rss));
+  // RSS when a quarter, half, three quarters and all of the load had run (by time: the rate is steady).
+  const quarters = [1, 2, 3, 4].map((q) => samples.findLast((x) => x.at <= t0 + (q * secs * 1000) / 4)?.rss ?? NaN);
   await sleep(SETTLE_S);
   const end = rss(pid);
   const endMem = await memOf(w.proc);
@@ -156,7 +161,7 @@ async function drive(): Promise<void> {
     `  writ idle, before load             ${mb(idle)}  ${(idle / bareRss).toFixed(1)}x of bare  (target <= 400 MB ${idle <= 400 * MB ? 'met' : 'MISSED'})`,
   );
   console.log(`    main isolate                     ${split(idleMem)}`);
-  console.log(`  writ peak under load               ${mb(peak)}`);
+  console.log(`  writ peak under load               ${mb(peak)}; at 1/4, 1/2, 3/4 and all of the load ${quarters.map(mb).join(', ')}`);
   console.log(
     `  writ idle, after load              ${mb(end)}  end - idle ${((end - idle) / MB).toFixed(1)} MB  (target <= 20 MB ${end - idle <= 20 * MB ? 'met' : 'MISSED'})`,
   );
