@@ -117,6 +117,7 @@ export function createReservations(o: ReservationOptions): Reservations {
     maxPending: 10_000,
     onStored: (batch) => batch.forEach((r) => unwritten.delete(r.id)),
     log,
+    label: 'budget reservation',
   });
 
   async function reserve(r: ReserveRequest): Promise<ReserveAnswer> {

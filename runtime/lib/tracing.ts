@@ -29,7 +29,6 @@ import {
   SpanStatusCode,
   TraceFlags,
   type Attributes,
-  type Context as OtelContext,
   type Span,
   type SpanContext,
   type Tracer,
@@ -139,7 +138,8 @@ let decisionsOn = false;
  */
 export function initTracing(cfg: TracingConfig, serviceName = BRAND): boolean {
   if (state.provider || cfg.mode === 'off') return false;
-  const url = `${cfg.endpoint}/v1/traces`;
+  // The OTLP/HTTP traces URL (stdout mode has no endpoint).
+  const url = cfg.mode === 'otlp' ? `${cfg.endpoint}/v1/traces` : '';
   const exporter: SpanExporter = cfg.mode === 'otlp' ? new OTLPTraceExporter({ url, headers: cfg.headers, timeoutMillis: 5000 }) : new JsonLineSpanExporter();
   const processor =
     cfg.mode === 'otlp'
@@ -187,11 +187,6 @@ const getter = {
   get: (carrier: Record<string, string | string[] | undefined>, key: string) => carrier[key],
   keys: (carrier: Record<string, string | string[] | undefined>) => Object.keys(carrier),
 };
-
-/** The context a request's W3C headers (`traceparent`, `tracestate`) carry, or the active one. */
-export function extractTrace(headers: Record<string, string | string[] | undefined>): OtelContext {
-  return propagation.extract(context.active(), headers, getter);
-}
 
 /** Adds `traceparent` (and `tracestate`) of the active context to outgoing request headers. */
 export function injectTrace(headers: Record<string, string>): Record<string, string> {

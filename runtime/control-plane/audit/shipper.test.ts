@@ -108,4 +108,24 @@ describe('audit shipper', () => {
     s.push({ seq: 1 });
     await expect(s.close(20)).rejects.toThrow(/1 records not yet stored/);
   });
+
+  it('names what it ships in its log: a failed write and the recovery say the label', async () => {
+    const said: string[] = [];
+    const log = { ...silent, warn: (m: string) => void said.push(m), info: (m: string) => void said.push(m) };
+    let down = true;
+    const s = createShipper<{ seq: number }>({
+      retryMinMs: 1,
+      retryMaxMs: 2,
+      log,
+      label: 'budget reservation',
+      write: async () => (down ? Promise.reject(new Error('down')) : undefined),
+    });
+    s.push({ seq: 1 });
+    await new Promise((r) => setTimeout(r, 20));
+    down = false;
+    await s.flush();
+    expect(said[0]).toBe('budget reservation batch not stored; retrying');
+    expect(said.at(-1)).toBe('budget reservation store reachable again');
+    await s.close();
+  });
 });

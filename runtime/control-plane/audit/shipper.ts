@@ -54,6 +54,8 @@ export interface ShipperOptions<T> {
   /** Called after each failed write with the batch still pending (the spool). */
   onFailure?: (pending: readonly T[]) => void;
   log?: Logger;
+  /** What the records are, as the log messages name them (default `audit`). */
+  label?: string;
 }
 
 export interface ShipperStats {
@@ -92,6 +94,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
   const retryMin = o.retryMinMs ?? 100;
   const retryMax = o.retryMaxMs ?? 5_000;
   const log = o.log ?? logger('audit-shipper');
+  const label = o.label ?? 'audit';
   const commitTimeout = o.commitTimeoutMs ?? 5000;
 
   let queue: T[] = [];
@@ -183,12 +186,12 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
           failures++;
           lastError = shortError(e);
           const delay = Math.min(retryMax, retryMin * 2 ** Math.min(failures - 1, 16));
-          log.warn('audit batch not stored; retrying', { err: lastError, failures, pending: pending(), retryMs: delay });
+          log.warn(`${label} batch not stored; retrying`, { err: lastError, failures, pending: pending(), retryMs: delay });
           reap();
           try {
             o.onFailure?.(queue.slice(head));
           } catch (e2) {
-            log.error('audit failure hook failed', { err: errMsg(e2) });
+            log.error(`${label} failure hook failed`, { err: errMsg(e2) });
           }
           await new Promise<void>((resolve) => {
             wake = resolve;
@@ -197,7 +200,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
           wake = undefined;
           continue;
         }
-        if (failures > 0) log.info('audit store reachable again', { failures, pending: pending() });
+        if (failures > 0) log.info(`${label} store reachable again`, { failures, pending: pending() });
         failures = 0;
         writes++;
         lastError = undefined;
@@ -213,7 +216,7 @@ export function createShipper<T extends { seq: number }>(o: ShipperOptions<T>): 
         try {
           o.onStored?.(batch);
         } catch (e) {
-          log.error('audit onStored hook failed', { err: errMsg(e) });
+          log.error(`${label} onStored hook failed`, { err: errMsg(e) });
         }
       }
     } finally {
