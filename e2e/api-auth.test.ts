@@ -91,6 +91,8 @@ describe('WRIT_API_AUTH=keys on the all-in-one', () => {
     expect(requiredScope('POST', '/v1/revoke')).toBe('identity:admin');
     expect(requiredScope('POST', '/v1/keys')).toBe('keys:admin');
     expect(requiredScope('POST', '/v1/directory/sync')).toBe('directory:sync');
+    expect(requiredScope('GET', '/portal/api/config')).toBe(PUBLIC);
+    expect(requiredScope('GET', '/portal/api/identity/v1/delegations')).toBe('authenticated');
     expect(requiredScope('GET', '/v1/nothing-here')).toBe(ADMIN);
     expect(requiredScope('POST', '/healthz')).toBe(ADMIN);
   });
@@ -101,6 +103,8 @@ describe('WRIT_API_AUTH=keys on the all-in-one', () => {
       [cp, '/readyz'],
       [cp, '/openapi.json'],
       [cp, '/metrics'],
+      [cp, '/portal/'],
+      [cp, '/portal/api/config'],
       [idp, '/healthz'],
       [idp, '/readyz'],
       [idp, '/.well-known/did.json'],

@@ -55,8 +55,10 @@ export const ROUTE_SCOPES: readonly RouteScope[] = [
   r(GET, /^\/(openapi\.json|docs|metrics)$/, PUBLIC),
   // Proves possession of the very key it checks, and says nothing to anyone else.
   r(['POST'], /^\/v1\/keys\/verify$/, PUBLIC),
-  // The portal's page and assets (its data calls carry the operator's own credential).
+  // The portal's page and assets (its data calls carry the operator's own credential), and its
+  // config (title, metric name, ring size: what the shell needs before it has a credential).
   r(GET, /^\/portal(\/(?!api\/).*)?$/, PUBLIC),
+  r(GET, /^\/portal\/api\/config$/, PUBLIC),
   // Identity authority: what the data plane asks on every request or poll.
   r(['POST'], /^\/v1\/agents\/verify-presentation$/, 'identity:verify'),
   r(GET, /^\/v1\/(delegations\/check|revocations|governance\/standing|authority\/delegations\/[^/]+\/usable)$/, 'identity:verify'),

@@ -1,6 +1,6 @@
-// The portal shell: config, hash router, keyboard shortcuts, the metrics footer and the
-// pending-approvals counter. Each view module exports mount(root, ctx) -> unmount().
-import { getJson, num, every, tickCountdowns } from './lib.js';
+// The portal shell: config, hash router, keyboard shortcuts, the metrics footer, the
+// pending-approvals counter and the credential bar. Each view module exports mount(root, ctx) -> unmount().
+import { credential, getJson, num, every, setCredential, tickCountdowns } from './lib.js';
 import * as overview from './overview.js';
 import * as approvals from './approvals.js';
 import * as agents from './agents.js';
@@ -53,10 +53,10 @@ async function refreshPending() {
   }
 }
 
-function route(ctx) {
+function route(ctx, again = false) {
   const name = (location.hash.replace(/^#\/?/, '').split(/[/?]/)[0] || 'overview').toLowerCase();
   const view = VIEWS[name] ? name : 'overview';
-  if (view === current.name) return;
+  if (view === current.name && !again) return;
   current.unmount();
   main.replaceChildren();
   for (const a of document.querySelectorAll('nav a')) {
@@ -67,15 +67,60 @@ function route(ctx) {
   current = { name: view, unmount: VIEWS[view].mount(main, ctx) ?? (() => {}) };
 }
 
-async function start() {
-  let config;
+async function loadConfig(ctx) {
   try {
-    config = await getJson('api/config');
+    ctx.config = await getJson('api/config');
   } catch {
-    config = { title: 'Authority Command Center', decisionsMetric: 'authz_decisions_total', identityAuthority: false, ringSize: 1000 };
+    // Unknown whether an identity authority is configured: the views ask it anyway, and what
+    // they are told (401, 503 "not configured", unreachable) is what they show.
+    ctx.config ??= { title: 'Authority Command Center', decisionsMetric: 'authz_decisions_total', identityAuthority: true, ringSize: 1000 };
   }
-  document.getElementById('title').textContent = config.title;
-  const ctx = { config };
+  document.getElementById('title').textContent = ctx.config.title;
+}
+
+/**
+ * The credential bar: shown when a data call is answered 401 (the management API asks for a
+ * credential, or refused the one held); a credential entered there is held for this tab and the
+ * view reloads with it. "Forget credential" drops it.
+ */
+function credentialBar(ctx) {
+  const form = document.getElementById('signin');
+  const input = document.getElementById('credential');
+  const status = document.getElementById('signin-status');
+  const forget = document.getElementById('signout');
+  const reload = async () => {
+    forget.hidden = !credential();
+    await loadConfig(ctx);
+    route(ctx, true);
+    void refreshFooter(ctx);
+    void refreshPending();
+  };
+  window.addEventListener('portal:credential', (e) => {
+    status.textContent = e.detail?.refused
+      ? 'The management API refused this credential (401): enter another.'
+      : 'The management API needs a credential (401): an API key or a bearer token with the scopes of the views you use.';
+    if (!form.hidden) return;
+    form.hidden = false;
+    input.focus();
+  });
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    setCredential(input.value.trim());
+    input.value = '';
+    form.hidden = true;
+    void reload();
+  });
+  forget.addEventListener('click', () => {
+    setCredential('');
+    void reload();
+  });
+  forget.hidden = !credential();
+}
+
+async function start() {
+  const ctx = {};
+  credentialBar(ctx);
+  await loadConfig(ctx);
   window.addEventListener('hashchange', () => route(ctx));
   document.addEventListener('keydown', (e) => {
     if (e.altKey || e.ctrlKey || e.metaKey || /^(INPUT|TEXTAREA|SELECT)$/.test(e.target?.tagName ?? '')) return;

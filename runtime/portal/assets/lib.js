@@ -27,14 +27,28 @@ export class HttpError extends Error {
   }
 }
 
-/** fetch + JSON with a timeout; throws HttpError (status 0 when unreachable). */
+// The operator's management credential (an API key or a workforce bearer token) where the
+// management API asks for one (WRIT_API_AUTH=keys): held for this tab only (sessionStorage, gone
+// when the tab closes), sent as `Authorization: Bearer` on the portal's own data calls, never put
+// in a URL. A 401 announces `portal:credential` so the shell can ask for one.
+const CREDENTIAL = 'portal.credential';
+export const credential = () => sessionStorage.getItem(CREDENTIAL) ?? '';
+export function setCredential(value) {
+  if (value) sessionStorage.setItem(CREDENTIAL, value);
+  else sessionStorage.removeItem(CREDENTIAL);
+}
+
+/** fetch + JSON with a timeout and the operator's credential; throws HttpError (status 0 when unreachable). */
 export async function getJson(url, init = {}, timeoutMs = 5000) {
+  const cred = credential();
+  const headers = cred ? { ...init.headers, authorization: `Bearer ${cred}` } : init.headers;
   let res;
   try {
-    res = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs), cache: 'no-store' });
+    res = await fetch(url, { ...init, headers, signal: AbortSignal.timeout(timeoutMs), cache: 'no-store' });
   } catch (e) {
     throw new HttpError(0, e?.name === 'TimeoutError' ? 'timed out' : 'unreachable');
   }
+  if (res.status === 401) window.dispatchEvent(new CustomEvent('portal:credential', { detail: { refused: Boolean(cred) } }));
   const text = await res.text();
   let body;
   try {

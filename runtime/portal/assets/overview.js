@@ -46,7 +46,7 @@ export function mount(root, ctx) {
         if (!feed.childElementCount) feed.append(h('li', { class: 'empty' }, 'No audit records yet.'));
         else feed.querySelector(':scope > li.empty')?.remove();
         lastSeq = Math.max(lastSeq, newest);
-        feedNote.textContent = `Polling the audit log every second · newest record #${num(lastSeq)}`;
+        feedNote.textContent = `Polling the audit log every second${lastSeq > 0 ? ` · newest record #${num(lastSeq)}` : ''}`;
         feedNote.classList.remove('warn-text');
       } catch (e) {
         feedNote.textContent = `Audit log unavailable: ${e.message}`;
