@@ -19,7 +19,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
-import { bareServer, codeUnderTest, loadAutocannon } from './lib.js';
+import { ask, bareServer, codeUnderTest, loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -108,12 +108,11 @@ async function drive(): Promise<void> {
     { name: 'egress, audit to PGlite', port: ports.decision, path: '/authz/v1/chat/completions', headers: egressH, target: TARGET.durable },
   ];
   /** Waits for the durable plane's audit backlog to drain; resolves with how long that took (ms). */
-  const settle = () =>
-    new Promise<number>((resolve) => {
-      const t0 = performance.now();
-      child.once('message', () => resolve(performance.now() - t0));
-      child.send('settle');
-    });
+  const settle = async () => {
+    const t0 = performance.now();
+    await ask(child, 'settle');
+    return performance.now() - t0;
+  };
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
   try {
     for (const t of targets) await run(t.port, t.path, t.headers, WARMUP);

@@ -15,6 +15,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
 import { H } from '../runtime/lib/brand.js';
+import { ask } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
@@ -89,11 +90,10 @@ async function drive(): Promise<void> {
     child.once('message', (m) => resolve(m as Ports));
     child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
   });
-  const cpu = () =>
-    new Promise<number>((resolve) => {
-      child.once('message', (m) => resolve((m as NodeJS.CpuUsage).user + (m as NodeJS.CpuUsage).system));
-      child.send('cpu');
-    });
+  const cpu = async () => {
+    const u = await ask<NodeJS.CpuUsage>(child, 'cpu');
+    return u.user + u.system;
+  };
   const measured = async (call: () => Promise<void>, into: Sample) => {
     const c0 = await cpu();
     await load(call, SECONDS, into);

@@ -1,9 +1,18 @@
 /**
- * Pieces the HTTP benchmarks share: the bare node:http baseline server and the autocannon
- * loader with the part of its result the benches read.
+ * Pieces the benchmarks share: the bare node:http baseline server, the autocannon loader with
+ * the part of its result the benches read, and asking a server process a question over IPC.
  */
+import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import http from 'node:http';
+
+/** Sends a bench's server process one message and resolves with its answer (one question at a time). */
+export function ask<T = unknown>(child: ChildProcess, message: string | object): Promise<T> {
+  return new Promise((resolve) => {
+    child.once('message', (m) => resolve(m as T));
+    child.send(message);
+  });
+}
 
 export interface AutocannonResult {
   requests: { average: number; total: number };

@@ -25,7 +25,7 @@ import { fileURLToPath } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { H } from '../runtime/lib/brand.js';
-import { allInOneEnv, bareServer, codeUnderTest, loadAutocannon } from './lib.js';
+import { allInOneEnv, ask, bareServer, codeUnderTest, loadAutocannon } from './lib.js';
 
 const DECISIONS = Number(process.env.BENCH_SOAK_DECISIONS ?? 1_000_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
@@ -80,17 +80,7 @@ async function start(kind: '--writ' | '--bare'): Promise<{ proc: ChildProcess; p
 }
 
 /** The child's own account of its main isolate (heap, external, array buffers). */
-function memOf(proc: ChildProcess, ask: 'mem' | 'gc' = 'mem'): Promise<NodeJS.MemoryUsage> {
-  return new Promise((resolve) => {
-    const on = (m: { mem?: NodeJS.MemoryUsage }) => {
-      if (!m.mem) return;
-      proc.off('message', on);
-      resolve(m.mem);
-    };
-    proc.on('message', on);
-    proc.send(ask);
-  });
-}
+const memOf = async (proc: ChildProcess, question: 'mem' | 'gc' = 'mem') => (await ask<{ mem: NodeJS.MemoryUsage }>(proc, question)).mem;
 const split = (u: NodeJS.MemoryUsage) => `heap ${mb(u.heapUsed)} of ${mb(u.heapTotal)}, external ${mb(u.external)} (array buffers ${mb(u.arrayBuffers)})`;
 
 async function stop(proc: ChildProcess): Promise<void> {

@@ -23,7 +23,7 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
-import { codeUnderTest, loadAutocannon } from './lib.js';
+import { ask, codeUnderTest, loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
@@ -87,14 +87,6 @@ async function serve(endpoint: string): Promise<void> {
     await cp.close();
     await store.close();
     process.exit(0);
-  });
-}
-
-/** Sends the server one request and resolves with its answer (the bench asks one thing at a time). */
-function ask<T>(child: ChildProcess, message: 'cpu' | Tracing): Promise<T> {
-  return new Promise((resolve) => {
-    child.once('message', (m) => resolve(m as T));
-    child.send(message);
   });
 }
 

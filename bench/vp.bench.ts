@@ -29,7 +29,7 @@ import { fileURLToPath } from 'node:url';
 import { H, VP_AUDIENCE } from '../runtime/lib/brand.js';
 import { loadIdentity, presentationFor, type AgentIdentity, type LoadedIdentity } from '../runtime/identity/client.js';
 import { makeAgent, makeIssuer } from '../runtime/identity/testkit.js';
-import { bareServer, codeUnderTest, loadAutocannon } from './lib.js';
+import { ask, bareServer, codeUnderTest, loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
@@ -323,11 +323,7 @@ async function drive(): Promise<void> {
 
     // The machine is shared and noisy: header and vc runs are interleaved (ABBA over ROUNDS
     // rounds) and each figure is the mean of its runs; the ratio is of those means.
-    const drain = () =>
-      new Promise<void>((resolve) => {
-        child.once('message', () => resolve());
-        child.send('drain');
-      });
+    const drain = () => ask(child, 'drain');
     const path = '/authz/v1/chat/completions';
     const series = async (label: string, h: number, v: number, durable: boolean, vOpts: Record<string, unknown> = { headers: vcH }, vLabel = 'vc mode') => {
       const hs: Awaited<ReturnType<typeof run>>[] = [];
