@@ -19,6 +19,7 @@ import { dirname, extname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { errMsg, logger } from '../lib/log.js';
+import { lockFolder } from './folder-lock.js';
 
 const log = logger('store');
 
@@ -179,19 +180,28 @@ export class RemotePglite implements RemoteClient {
   private constructor(
     private readonly engine: Engine,
     private readonly db: number,
+    /** Releases the data folder's lock (folder-lock.ts) once closed. */
+    private readonly unlock: () => void,
   ) {}
 
   /**
-   * Opens a database on the engine thread (starting the thread first if needed). A data folder
-   * PGlite has not initialised yet is initialised first by a process of its own (`initdb`).
+   * Opens a database on the engine thread (starting the thread first if needed). A data folder is
+   * locked to this process first (a second process on it would corrupt it), and one PGlite has not
+   * initialised yet is initialised by a process of its own (`initdb`).
    */
   static async open(init: Init): Promise<RemotePglite> {
     const folder = init.dataDir && !init.dataDir.includes('://') && !init.loadDataDir ? init.dataDir : undefined;
-    if (folder && !existsSync(join(folder, 'PG_VERSION'))) await initdb(folder);
-    engine ??= new Engine();
-    const e = engine;
-    const db = await e.call<number>({ op: 'open', init }, init.loadDataDir ? [init.loadDataDir] : []);
-    return new RemotePglite(e, db);
+    const unlock = folder ? lockFolder(folder) : () => {};
+    try {
+      if (folder && !existsSync(join(folder, 'PG_VERSION'))) await initdb(folder);
+      engine ??= new Engine();
+      const e = engine;
+      const db = await e.call<number>({ op: 'open', init }, init.loadDataDir ? [init.loadDataDir] : []);
+      return new RemotePglite(e, db, unlock);
+    } catch (err) {
+      unlock();
+      throw err;
+    }
   }
 
   get closed(): boolean {
@@ -269,6 +279,7 @@ export class RemotePglite implements RemoteClient {
       await this.call({ db: this.db, op: 'close' });
     } finally {
       this.isClosed = true;
+      this.unlock();
       for (const key of [...this.engine.listeners.keys()]) if (key.startsWith(`${this.db}:`)) this.engine.listeners.delete(key);
     }
   }

@@ -1,0 +1,64 @@
+import { execFile, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { lockFolder } from './folder-lock.js';
+import { RemotePglite } from './pglite-remote.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'writ-lock-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Opens `folder` with PGlite in another Node process; resolves with its stderr and exit code. */
+function openElsewhere(folder: string): Promise<{ code: number; stderr: string }> {
+  const remote = fileURLToPath(new URL('./pglite-remote.ts', import.meta.url));
+  const code = `const { RemotePglite } = await import(${JSON.stringify(remote)}); const pg = await RemotePglite.open({ dataDir: process.argv[1] }); await pg.close(); console.log('opened');`;
+  return new Promise((resolve) => {
+    execFile(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code, folder], { timeout: 120_000 }, (e, _out, stderr) =>
+      resolve({ code: e ? ((e as { code?: number }).code ?? 1) : 0, stderr }),
+    );
+  });
+}
+
+describe('one process per PGlite data folder', () => {
+  it('a lock held by a live process refuses; once that process is gone its lock is taken over', async () => {
+    const folder = join(dir, 'a');
+    const other = spawn('sleep', ['60']);
+    writeFileSync(`${folder}.lock`, `${other.pid}\n`);
+    expect(() => lockFolder(folder)).toThrow(new RegExp(`in use by process ${other.pid}`));
+    const gone = new Promise((r) => other.once('exit', r));
+    other.kill();
+    await gone;
+    const release = lockFolder(folder);
+    expect(readFileSync(`${folder}.lock`, 'utf8').trim()).toBe(String(process.pid));
+    release();
+    expect(existsSync(`${folder}.lock`)).toBe(false);
+  });
+
+  it('opens within this process share the lock; the file goes with the last release', () => {
+    const folder = join(dir, 'b');
+    const first = lockFolder(folder);
+    const second = lockFolder(folder);
+    first();
+    first();
+    expect(existsSync(`${folder}.lock`)).toBe(true);
+    second();
+    expect(existsSync(`${folder}.lock`)).toBe(false);
+  });
+
+  it('a second process cannot open a folder this one has open, and can once it is closed', async () => {
+    const folder = join(dir, 'c');
+    const pg = await RemotePglite.open({ dataDir: folder });
+    const refused = await openElsewhere(folder);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain(`is in use by process ${process.pid}`);
+    await pg.close();
+    const opened = await openElsewhere(folder);
+    expect(opened.code, opened.stderr).toBe(0);
+    // Still this process's to reopen.
+    const again = await RemotePglite.open({ dataDir: folder });
+    expect((await again.query<{ n: number }>('select 1 as n')).rows).toEqual([{ n: 1 }]);
+    await again.close();
+  }, 180_000);
+});
