@@ -5,9 +5,10 @@
  * PostgreSQL guards its data directory with `postmaster.pid`; this is the same idea beside the
  * folder (`<folder>.lock`, so nothing foreign sits inside what initdb creates): a file holding the
  * owner's pid, created exclusively. One left by a process that is gone (a crash, a kill -9, a
- * container restart that gave this process the old pid) is taken over.
+ * container restart that gave this process the old pid) is taken over. Not an OS lock (Node has no
+ * flock): two processes starting at the same instant on an abandoned lock could both take it over.
  */
-import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { linkSync, mkdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 
 /** The pid in a lock file, or undefined when it is missing or unreadable. */
@@ -57,10 +58,18 @@ export function lockFolder(folder: string): () => void {
 function take(file: string, folder: string): void {
   mkdirSync(dirname(file), { recursive: true });
   for (let attempt = 0; ; attempt++) {
+    // Written aside and linked into place (link fails if the name exists): the lock appears with
+    // its pid in it, so no one reads an empty lock mid-write and takes it for abandoned.
+    const aside = `${file}.${process.pid}`;
     try {
-      const fd = openSync(file, 'wx', 0o600);
-      writeSync(fd, `${process.pid}\n`);
-      closeSync(fd);
+      writeFileSync(aside, `${process.pid}\n`, { mode: 0o600 });
+      try {
+        linkSync(aside, file);
+      } catch (e) {
+        // A file system without hard links (some network volumes): created exclusively instead.
+        if ((e as NodeJS.ErrnoException).code === 'EEXIST') throw e;
+        writeFileSync(file, `${process.pid}\n`, { mode: 0o600, flag: 'wx' });
+      }
       return;
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
@@ -73,6 +82,8 @@ function take(file: string, folder: string): void {
       try {
         unlinkSync(file);
       } catch {}
+    } finally {
+      rmSync(aside, { force: true });
     }
   }
 }
