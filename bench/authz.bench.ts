@@ -16,10 +16,9 @@
  * Production runs built JavaScript: the servers load it from dist/ when `npm run build` made it
  * (BENCH_SOURCE=1 runs the TypeScript under tsx, as `npm run bench:compare` does for both trees).
  */
-import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
-import { ask, bareServer, codeUnderTest, loadAutocannon } from './lib.js';
+import { ask, bareServer, codeUnderTest, loadAutocannon, startServer } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -85,14 +84,7 @@ async function serve(): Promise<void> {
 
 async function drive(): Promise<void> {
   const autocannon = await loadAutocannon();
-  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], {
-    execArgv: ['--import', 'tsx'],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const ports = await new Promise<Ports>((resolve, reject) => {
-    child.once('message', (m) => resolve(m as Ports));
-    child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
-  });
+  const { child, ready: ports } = await startServer<Ports>(fileURLToPath(import.meta.url));
   const run = async (port: number, path: string, headers: Record<string, string>, duration: number) => {
     const r = await autocannon({ url: `http://127.0.0.1:${port}${path}`, connections: CONNECTIONS, pipelining: 1, headers, duration });
     if (r.errors || r.non2xx) throw new Error(`${path} on ${port}: ${r.errors} errors, ${r.non2xx} non-2xx responses`);

@@ -14,12 +14,11 @@
  * shipped to the in-process PGlite (the all-in-one default, where that work shares the broker's
  * event loop). Targets (issue 14): overhead p50 <= 0.5 ms, p99 <= 1.5 ms.
  */
-import { fork, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { H } from '../runtime/lib/brand.js';
-import { codeUnderTest } from './lib.js';
+import { codeUnderTest, startServer } from './lib.js';
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 3000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -115,15 +114,10 @@ async function serve(): Promise<void> {
 const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
 
 async function drive(durable: boolean): Promise<void> {
-  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], {
+  const { child, ready: ports } = await startServer<Ports>(fileURLToPath(import.meta.url), {
     // BENCH_PROFILE=<dir>: the server process writes a V8 CPU profile there (node --cpu-prof).
-    execArgv: ['--import', 'tsx', ...(process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [])],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    execArgv: process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [],
     env: { ...process.env, BENCH_DURABLE_AUDIT: durable ? '1' : '0' },
-  });
-  const ports = await new Promise<Ports>((resolve, reject) => {
-    child.once('message', (m) => resolve(m as Ports));
-    child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
   });
   const client = new Agent({ keepAliveTimeout: 60_000, connections: 1 });
   const call = async (port: number, stream: boolean): Promise<number> => {

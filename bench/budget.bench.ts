@@ -13,11 +13,10 @@
  * Prints req/s, p50 and p99 of each and the ratio reserve / no reserve per audit mode (no target
  * is set; the broker bench carries the latency targets of the whole broker hop).
  */
-import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
 import { formatReserve } from '../runtime/lib/reservation-header.js';
-import { ask, codeUnderTest, loadAutocannon } from './lib.js';
+import { ask, codeUnderTest, loadAutocannon, startServer } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -64,14 +63,7 @@ async function serve(): Promise<void> {
 
 async function drive(): Promise<void> {
   const autocannon = await loadAutocannon();
-  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], {
-    execArgv: ['--import', 'tsx'],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const ports = await new Promise<Ports>((resolve, reject) => {
-    child.once('message', (m) => resolve(m as Ports));
-    child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
-  });
+  const { child, ready: ports } = await startServer<Ports>(fileURLToPath(import.meta.url));
   const egress = { [H.actor]: 'bot', [H.service]: 'gpt', [H.targetKind]: 'model', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' };
   // A chat completion's worst case as the broker asks it: a bounded prompt and max_tokens, priced.
   const reserve = { ...egress, [H.reserve]: formatReserve({ promptTokens: 1200, outputTokens: 800, priceInputPer1k: 0.00015, priceOutputPer1k: 0.0006 }) };

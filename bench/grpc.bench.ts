@@ -11,11 +11,10 @@
  * Prints req/s, p50 and p99 per transport for an ingress and an egress decision, and gRPC as a
  * ratio of HTTP (throughput: higher is better; latency: lower is better).
  */
-import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
 import { H } from '../runtime/lib/brand.js';
-import { ask } from './lib.js';
+import { ask, startServer } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
@@ -82,14 +81,7 @@ async function load(call: () => Promise<void>, seconds: number, into?: Sample): 
 
 async function drive(): Promise<void> {
   const { checkClient, checkRequest } = await import('../runtime/control-plane/grpc/testing.js');
-  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], {
-    execArgv: ['--import', 'tsx'],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const ports = await new Promise<Ports>((resolve, reject) => {
-    child.once('message', (m) => resolve(m as Ports));
-    child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
-  });
+  const { child, ready: ports } = await startServer<Ports>(fileURLToPath(import.meta.url));
   const cpu = async () => {
     const u = await ask<NodeJS.CpuUsage>(child, 'cpu');
     return u.user + u.system;

@@ -2,9 +2,22 @@
  * Pieces the benchmarks share: the bare node:http baseline server, the autocannon loader with
  * the part of its result the benches read, and asking a server process a question over IPC.
  */
-import type { ChildProcess } from 'node:child_process';
+import { fork, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import http from 'node:http';
+
+/**
+ * Forks a bench file as its server process (`<file> --serve`, under tsx) and resolves once it has
+ * sent its first message (the ports it listens on); rejects if it exits first.
+ */
+export async function startServer<T>(file: string, o: { execArgv?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<{ child: ChildProcess; ready: T }> {
+  const child = fork(file, ['--serve'], { execArgv: ['--import', 'tsx', ...(o.execArgv ?? [])], stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: o.env });
+  const ready = await new Promise<T>((resolve, reject) => {
+    child.once('message', (m) => resolve(m as T));
+    child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
+  });
+  return { child, ready };
+}
 
 /** Sends a bench's server process one message and resolves with its answer (one question at a time). */
 export function ask<T = unknown>(child: ChildProcess, message: string | object): Promise<T> {

@@ -23,13 +23,12 @@
  *
  * p50/p99 of a mean line are the worst of its runs.
  */
-import { fork, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes, sign, verify } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { H, VP_AUDIENCE } from '../runtime/lib/brand.js';
 import { loadIdentity, presentationFor, type AgentIdentity, type LoadedIdentity } from '../runtime/identity/client.js';
 import { makeAgent, makeIssuer } from '../runtime/identity/testkit.js';
-import { ask, bareServer, codeUnderTest, loadAutocannon } from './lib.js';
+import { ask, bareServer, codeUnderTest, loadAutocannon, startServer } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
@@ -257,14 +256,7 @@ async function drive(): Promise<void> {
   if (!PARTS.has('http') && !PARTS.has('authz')) return;
 
   const autocannon = await loadAutocannon();
-  const child: ChildProcess = fork(fileURLToPath(import.meta.url), ['--serve'], {
-    execArgv: ['--import', 'tsx'],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const ports = await new Promise<Ports>((resolve, reject) => {
-    child.once('message', (m) => resolve(m as Ports));
-    child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));
-  });
+  const { child, ready: ports } = await startServer<Ports>(fileURLToPath(import.meta.url));
   const run = async (name: string, port: number, path: string, o: Record<string, unknown>): Promise<Run> => {
     const opts = { url: `http://127.0.0.1:${port}${path}`, connections: CONNECTIONS, pipelining: 1, ...o };
     await autocannon({ ...opts, duration: WARMUP });
