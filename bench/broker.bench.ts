@@ -96,17 +96,24 @@ async function serve(): Promise<void> {
     usageUrl: `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
     providerKey: 'sk-bench',
     ...(process.env.BENCH_NO_USAGE === '1'
-      ? { usage: { report() {}, stats: () => ({ sent: 0, failed: 0, dropped: 0, queued: 0, inFlight: 0 }), flush: async () => true, close: async () => {} } }
+      ? {
+          usage: {
+            report() {},
+            stats: () => ({ sent: 0, posts: 0, failed: 0, dropped: 0, queued: 0, inFlight: 0 }),
+            flush: async () => true,
+            close: async () => {},
+          },
+        }
       : {}),
   });
   process.send?.({ upstream: upstreamPort, broker: broker.port, decision: cp.decisionPort } satisfies Ports);
   process.on('message', async () => {
-    const sent = broker.usage.stats().sent;
+    const { sent, posts } = broker.usage.stats();
     await broker.close(1000);
     await cp.close();
     await store.close();
     upstream.close();
-    process.send?.({ usageSent: sent });
+    process.send?.({ usageSent: sent, usagePosts: posts });
     process.exit(0);
   });
 }
@@ -172,12 +179,12 @@ async function drive(durable: boolean): Promise<void> {
   } finally {
     await client.close();
     child.send('stop');
-    const done = await new Promise<{ usageSent?: number }>((resolve) => {
-      child.once('message', (m) => resolve(m as { usageSent?: number }));
+    const done = await new Promise<{ usageSent?: number; usagePosts?: number }>((resolve) => {
+      child.once('message', (m) => resolve(m as { usageSent?: number; usagePosts?: number }));
       child.once('exit', () => resolve({}));
     });
     if (done.usageSent !== undefined)
-      console.log(`usage posts to the control plane (same-agent reports without a reservation merged within 10 ms): ${done.usageSent}`);
+      console.log(`usage reports to the control plane: ${done.usageSent} in ${done.usagePosts} posts (what lands within 10 ms goes out as one post)`);
   }
 }
 

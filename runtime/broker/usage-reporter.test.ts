@@ -1,15 +1,17 @@
-/** The usage reporter against a real recording HTTP server: merge, retry, no retry on 4xx, drop when full. */
+/** The usage reporter against a real recording HTTP server: merge, batch, retry, no retry on 4xx, drop when full. */
 import http from 'node:http';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { close, listen } from '../lib/http.js';
-import type { UsageReport } from '../control-plane/types.js';
+import { USAGE_BATCH_MAX, type UsageReport } from '../control-plane/types.js';
 import { createUsageReporter } from './usage-reporter.js';
 
 describe('usage reporter', () => {
   let server: http.Server;
   let url: string;
+  /** Every report received, and the size of each post (1 for a lone report). */
   const posts: UsageReport[] = [];
+  const sizes: number[] = [];
   /** Status answers by agent name; each entry is consumed by one post. */
   const answers = new Map<string, number[]>();
   const dispatcher = new Agent();
@@ -19,9 +21,11 @@ describe('usage reporter', () => {
       let body = '';
       req.on('data', (c: Buffer) => (body += c.toString()));
       req.on('end', () => {
-        const r = JSON.parse(body) as UsageReport;
-        posts.push(r);
-        const status = answers.get(r.agent)?.shift() ?? 200;
+        const j = JSON.parse(body) as UsageReport | UsageReport[];
+        const batch = Array.isArray(j) ? j : [j];
+        posts.push(...batch);
+        sizes.push(Array.isArray(j) ? j.length : 1);
+        const status = answers.get(batch[0]!.agent)?.shift() ?? 200;
         res.writeHead(status, { 'content-type': 'application/json' });
         res.end(status === 200 ? '{"ok":true}' : '{"error":"x"}');
       });
@@ -35,6 +39,7 @@ describe('usage reporter', () => {
 
   it('merges reports of the same agent and model that land within the linger window', async () => {
     posts.length = 0;
+    sizes.length = 0;
     const u = createUsageReporter({ url, dispatcher, lingerMs: 1000 });
     u.report({ agent: 'a', model: 'm', tokens: 10, costUsd: 0.1 });
     u.report({ agent: 'a', model: 'm', tokens: 5, costUsd: 0.2 });
@@ -48,7 +53,43 @@ describe('usage reporter', () => {
       { agent: 'b', model: 'm', tokens: 2, costUsd: 0 },
     ]);
     expect(u.stats()).toMatchObject({ sent: 3, failed: 0, queued: 0 });
+    expect(sizes).toEqual([3]); // what lingered went out as one post
     await u.close();
+  });
+
+  it('posts settlements of reservations together, each whole, in batches of at most USAGE_BATCH_MAX', async () => {
+    posts.length = 0;
+    sizes.length = 0;
+    const u = createUsageReporter({ url, dispatcher, lingerMs: 1000 });
+    const n = USAGE_BATCH_MAX + 2;
+    for (let i = 0; i < n; i++) u.report({ agent: 'a', model: 'm', tokens: i, costUsd: 0, reservation: `r${i}` });
+    expect(await u.flush()).toBe(true);
+    expect(sizes.sort((x, y) => y - x)).toEqual([USAGE_BATCH_MAX, 2]);
+    expect(posts.map((p) => p.reservation).sort()).toEqual(Array.from({ length: n }, (_, i) => `r${i}`).sort());
+    expect(posts.every((p) => p.tokens === Number(p.reservation!.slice(1)))).toBe(true);
+    expect(u.stats()).toMatchObject({ sent: n, posts: 2, failed: 0, queued: 0 });
+    await u.close();
+  });
+
+  it('drops the oldest batches, counting their reports, when more than maxQueue wait', async () => {
+    // Nothing answers: the posts hang until their timeout, so the queue fills behind them.
+    const silent = http.createServer(() => {});
+    const port = await listen(silent, '127.0.0.1:0');
+    const u = createUsageReporter({
+      url: `http://127.0.0.1:${port}/v1/usage`,
+      dispatcher,
+      lingerMs: 0,
+      concurrency: 1,
+      maxQueue: 3,
+      timeoutMs: 200,
+      retryDelayMs: 5,
+    });
+    for (let i = 0; i < 6; i++) u.report({ agent: 'a', model: 'm', tokens: 1, costUsd: 0 });
+    // One in flight, three waiting, two dropped.
+    expect(u.stats()).toMatchObject({ dropped: 2, queued: 3, inFlight: 1 });
+    await u.close(50);
+    silent.closeAllConnections();
+    await close(silent);
   });
 
   it('retries a 5xx once, never a 4xx, and refuses reports after close', async () => {

@@ -1,15 +1,18 @@
 /**
  * Fire-and-forget shipping of usage reports to the control plane's `POST /v1/usage` (SPEC 4.3).
  * The response to the agent never waits on it. Reports linger a few milliseconds (`lingerMs`,
- * like a producer's linger) so that completions of the same agent and model landing together go
- * out as one summed report: the endpoint is additive (budget meters and counters add), so the
- * control plane sees the same totals with far fewer posts under load. Then they go into a bounded queue (oldest dropped
- * when full, counted and logged), a few are posted at a time, a failed post (network, timeout,
- * 5xx) is retried once after a short pause, a 4xx is not retried. Nothing here throws.
+ * like a producer's linger): completions of the same agent and model landing together become one
+ * summed report (the endpoint is additive: budget meters and counters add), and what lingered
+ * goes out as one post, an array of up to USAGE_BATCH_MAX reports (a settlement of a budget
+ * reservation is never summed: each settles its own). One post per completion cost the broker a
+ * quarter of a millisecond at p50 and ~2.5 ms at p99 (bench/broker). Batches go into a bounded
+ * queue (oldest dropped when full, counted and logged), a few are posted at a time, a failed post
+ * (network, timeout, 5xx) is retried once after a short pause, a 4xx is not retried. Nothing here
+ * throws.
  */
 import { request, type Dispatcher } from 'undici';
 import { errMsg, logger } from '../lib/log.js';
-import type { UsageReport } from '../control-plane/types.js';
+import { USAGE_BATCH_MAX, type UsageReport } from '../control-plane/types.js';
 
 const log = logger('broker.usage');
 
@@ -18,7 +21,7 @@ export interface UsageReporterOptions {
   dispatcher: Dispatcher;
   /** WRIT_API_KEY: presented to the management listener. */
   apiKey?: string;
-  /** Largest number of reports waiting (default 10 000). */
+  /** Largest number of reports waiting to be posted (default 10 000). */
   maxQueue?: number;
   /** Posts in flight at once (default 4). */
   concurrency?: number;
@@ -26,12 +29,14 @@ export interface UsageReporterOptions {
   timeoutMs?: number;
   /** Pause before the single retry (default 250 ms). */
   retryDelayMs?: number;
-  /** How long a report waits for others of the same agent and model to merge with (default 10 ms; 0 posts each alone). */
+  /** How long a report waits for others to go out with (default 10 ms; 0 posts each alone). */
   lingerMs?: number;
 }
 
 export interface UsageStats {
+  /** Reports delivered, in `posts` requests. */
   sent: number;
+  posts: number;
   failed: number;
   dropped: number;
   queued: number;
@@ -47,6 +52,7 @@ export interface UsageReporter {
 }
 
 type Outcome = 'ok' | 'retry' | 'fail';
+type Item = { batch: UsageReport[]; attempt: number };
 
 export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
   const url = new URL(o.url);
@@ -61,8 +67,10 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
   const headers: Record<string, string> = { 'content-type': 'application/json', ...(o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {}) };
   const pending = new Map<string, UsageReport>();
   let lingerTimer: NodeJS.Timeout | undefined;
-  const queue: { r: UsageReport; attempt: number }[] = [];
-  const stats = { sent: 0, failed: 0, dropped: 0 };
+  /** Batches to post; `waiting` counts their reports. */
+  const queue: Item[] = [];
+  let waiting = 0;
+  const stats = { sent: 0, posts: 0, failed: 0, dropped: 0 };
   let inFlight = 0;
   let closed = false;
   let lastDropLog = 0;
@@ -77,7 +85,7 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
     lingerTimer = undefined;
     const items = [...pending.values()];
     pending.clear();
-    for (const r of items) enqueue({ r, attempt: 0 });
+    for (let i = 0; i < items.length; i += USAGE_BATCH_MAX) enqueue({ batch: items.slice(i, i + USAGE_BATCH_MAX), attempt: 0 });
     notifyIdle();
   }
 
@@ -100,12 +108,14 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
     idleWaiters.clear();
   };
 
-  async function post(r: UsageReport): Promise<Outcome> {
+  async function post(batch: UsageReport[]): Promise<Outcome> {
+    const r = batch[0]!;
     try {
       const res = await request(origin + path, {
         method: 'POST',
         headers,
-        body: JSON.stringify(r),
+        // One report as the SPEC writes it; more as an array.
+        body: JSON.stringify(batch.length === 1 ? r : batch),
         dispatcher: o.dispatcher,
         headersTimeout: timeoutMs,
         bodyTimeout: timeoutMs,
@@ -113,13 +123,13 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
       res.body.resume();
       if (res.statusCode >= 200 && res.statusCode < 300) return 'ok';
       if (res.statusCode >= 500 || res.statusCode === 429) {
-        log.warn('usage post failed', { status: res.statusCode, agent: r.agent });
+        log.warn('usage post failed', { status: res.statusCode, reports: batch.length });
         return 'retry';
       }
-      log.error('usage report rejected', { status: res.statusCode, agent: r.agent, model: r.model });
+      log.error('usage report rejected', { status: res.statusCode, reports: batch.length, agent: r.agent, model: r.model });
       return 'fail';
     } catch (e) {
-      log.warn('usage post failed', { err: errMsg(e), agent: r.agent });
+      log.warn('usage post failed', { err: errMsg(e), reports: batch.length });
       return 'retry';
     }
   }
@@ -127,19 +137,23 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
   function pump(): void {
     while (inFlight < concurrency && queue.length > 0) {
       const item = queue.shift()!;
+      const n = item.batch.length;
+      waiting -= n;
       inFlight++;
-      void post(item.r).then((out) => {
+      void post(item.batch).then((out) => {
         inFlight--;
-        if (out === 'ok') stats.sent++;
-        else if (out === 'retry' && item.attempt === 0 && !closed) {
+        if (out === 'ok') {
+          stats.sent += n;
+          stats.posts++;
+        } else if (out === 'retry' && item.attempt === 0 && !closed) {
           const t = setTimeout(() => {
             timers.delete(t);
-            enqueue({ r: item.r, attempt: 1 });
+            enqueue({ batch: item.batch, attempt: 1 });
           }, retryDelayMs);
           timers.add(t);
         } else {
-          stats.failed++;
-          if (out === 'retry') log.error('usage report lost after retry', { agent: item.r.agent, model: item.r.model, tokens: item.r.tokens });
+          stats.failed += n;
+          if (out === 'retry') log.error('usage reports lost after retry', { reports: n, tokens: item.batch.reduce((a, r) => a + r.tokens, 0) });
         }
         pump();
         notifyIdle();
@@ -147,10 +161,11 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
     }
   }
 
-  function enqueue(item: { r: UsageReport; attempt: number }): void {
-    if (queue.length >= maxQueue) {
-      queue.shift();
-      stats.dropped++;
+  function enqueue(item: Item): void {
+    while (queue.length > 0 && waiting + item.batch.length > maxQueue) {
+      const old = queue.shift()!;
+      waiting -= old.batch.length;
+      stats.dropped += old.batch.length;
       const now = Date.now();
       if (now - lastDropLog > 5000) {
         lastDropLog = now;
@@ -158,6 +173,7 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
       }
     }
     queue.push(item);
+    waiting += item.batch.length;
     pump();
   }
 
@@ -168,9 +184,9 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
         return;
       }
       if (lingerMs > 0) linger(r);
-      else enqueue({ r, attempt: 0 });
+      else enqueue({ batch: [r], attempt: 0 });
     },
-    stats: () => ({ ...stats, queued: queue.length + pending.size, inFlight }),
+    stats: () => ({ ...stats, queued: waiting + pending.size, inFlight }),
     flush(ms = 5000) {
       if (pending.size) release();
       if (isIdle()) return Promise.resolve(true);

@@ -10,7 +10,7 @@ import { openTestPglite } from '../store/testing.js';
 import { openAuditChain, type AuditChain } from './audit/chain.js';
 import { createMgmtApp, METRICS_CONTENT_TYPE, MGMT_BODY_LIMIT, type MgmtDeps } from './mgmt.js';
 import { createRegistry, type Registry } from './registry/registry.js';
-import type { UsageReport } from './types.js';
+import { USAGE_BATCH_MAX, type UsageReport } from './types.js';
 
 setLogLevel('error');
 
@@ -42,7 +42,8 @@ describe('management API over HTTP', () => {
     ({ base, server } = await serveApp({
       registry,
       audit,
-      usage: (r) => usage.push(r),
+      // A settlement of reservation `down` fails, as when the ledger cannot be written.
+      usage: (r) => (r.reservation === 'down' ? Promise.reject(new Error('ledger down')) : usage.push(r)),
       metricsText: () => prom.metrics(),
       ready: () => isReady,
       extraRoutes: (app) => app.get('/v1/egress/requests', (c) => c.json([])),
@@ -168,6 +169,13 @@ describe('management API over HTTP', () => {
       JSON.stringify({ agent: 'a', model: 'gpt', tokens: 1, costUsd: -1 }),
       JSON.stringify({ agent: 'a', model: 'gpt', tokens: 1, costUsd: 0, extra: true }),
       JSON.stringify({ agent: '', model: 'gpt', tokens: 1, costUsd: 0 }),
+      // A batch with one bad report records none of it; an oversize batch is refused whole.
+      JSON.stringify([
+        { agent: 'a', model: 'gpt', tokens: 1, costUsd: 0 },
+        { agent: 'a', model: 'gpt', tokens: -1, costUsd: 0 },
+      ]),
+      JSON.stringify(Array.from({ length: USAGE_BATCH_MAX + 1 }, () => ({ agent: 'a', model: 'gpt', tokens: 1, costUsd: 0 }))),
+      JSON.stringify([[{ agent: 'a', model: 'gpt', tokens: 1, costUsd: 0 }]]),
     ];
     for (const body of bad) {
       const r = await post('/v1/usage', body);
@@ -176,6 +184,25 @@ describe('management API over HTTP', () => {
     }
     expect(usage).toHaveLength(1);
     expect(audit.stats().lastSeq).toBe(seq);
+  });
+
+  it('POST /v1/usage with a batch: every report recorded, settlements before the additive ones', async () => {
+    usage.length = 0;
+    const batch = [
+      { agent: 'agent-a', model: 'gpt', tokens: 5, costUsd: 0 },
+      { agent: 'agent-b', model: 'gpt', tokens: 7, costUsd: 0.5, reservation: 'r1' },
+      { agent: 'agent-a', model: 'gpt', tokens: 9, costUsd: 0, reservation: 'r2' },
+    ];
+    const ok = await postJson('/v1/usage', batch);
+    expect(ok.status).toBe(200);
+    expect(await ok.json()).toEqual({ ok: true });
+    expect(usage).toEqual([batch[1], batch[2], batch[0]]);
+    // A settlement that fails is a 5xx (the reporter retries the batch) before any additive
+    // report is counted, so the retry counts nothing twice.
+    usage.length = 0;
+    const failed = await postJson('/v1/usage', [batch[0], { ...batch[1], reservation: 'down' }]);
+    expect(failed.status).toBe(500);
+    expect(usage).toEqual([]);
   });
 
   it('GET /v1/audit: newest last, default 200, capped at 1000, bad limits are 400', async () => {

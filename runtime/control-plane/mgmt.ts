@@ -20,7 +20,7 @@ import { auditRoutes, type AuditRoutesReader } from './audit/routes.js';
 import { MGMT_BODY_LIMIT, mgmtHook, mgmtOnError, USAGE_PATH } from './mgmt-errors.js';
 import type { Registry } from './registry/registry.js';
 import { registryRoutes } from './registry/routes.js';
-import { UsageSchema, type UsageReport } from './types.js';
+import { UsageBodySchema, USAGE_BATCH_MAX, type UsageReport } from './types.js';
 
 export { MGMT_BODY_LIMIT } from './mgmt-errors.js';
 /** Prometheus text exposition format 0.0.4. */
@@ -54,15 +54,29 @@ function usageRoutes(usage: MgmtDeps['usage']): OpenAPIHono {
     createRoute({
       method: 'post',
       path: USAGE_PATH,
-      request: { body: { content: { 'application/json': { schema: UsageSchema.openapi('UsageReport') } }, required: true } },
+      request: {
+        body: {
+          content: {
+            'application/json': {
+              schema: UsageBodySchema.openapi('UsageReportOrBatch', { description: `One usage report, or up to ${USAGE_BATCH_MAX} of them in an array.` }),
+            },
+          },
+          required: true,
+        },
+      },
       responses: {
         200: json(z.object({ ok: z.literal(true) }), 'Recorded (telemetry only, no audit row).'),
-        400: json(z.object({ error: z.literal('invalid body') }), 'Malformed body.'),
+        400: json(z.object({ error: z.literal('invalid body') }), 'Malformed body (any report of a batch: none is recorded).'),
       },
     }),
     async (c) => {
-      // A settlement is written before the answer (a failure is a 5xx the reporter retries).
-      await usage(c.req.valid('json'));
+      const body = c.req.valid('json');
+      const reports = Array.isArray(body) ? body : [body];
+      // Settlements first, written before the answer (a failure is a 5xx the reporter retries,
+      // and settling is idempotent); the additive reports only once they all are, so a retried
+      // batch counts nothing twice.
+      await Promise.all(reports.filter((r) => r.reservation).map((r) => usage(r)));
+      for (const r of reports) if (!r.reservation) await usage(r);
       return c.json({ ok: true as const }, 200);
     },
   );

@@ -65,6 +65,11 @@ export const UsageSchema = z
   .strict();
 export type UsageReport = z.infer<typeof UsageSchema>;
 
+/** Most reports in one `/v1/usage` batch (an array body: the broker's settlements of a few milliseconds, one post). */
+export const USAGE_BATCH_MAX = 500;
+/** A `/v1/usage` body: one report (SPEC 4.3) or a batch of them. */
+export const UsageBodySchema = z.union([UsageSchema, z.array(UsageSchema).min(1).max(USAGE_BATCH_MAX)]);
+
 export const AUDIT_ACTIONS = ['authz', 'egress', 'model.invoke', 'tool.read', 'agent.invoke', 'egress.proxy', 'egress.approval', 'registry.upsert'] as const;
 export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 export type Rule = 'identity' | 'registry' | 'inline' | 'opa' | 'delegation';
