@@ -89,6 +89,8 @@ export function allInOneEnv(dataDir: string, extra: Record<string, string> = {})
     EGRESS_PROXY_ADDR: '127.0.0.1:0',
     BROKER_ADDR: '127.0.0.1:0',
     TEST_DATABASE_URL: '',
+    // As `npm start` and the image set it (package.json, Dockerfile).
+    MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2',
     ...extra,
   };
 }
