@@ -6,12 +6,14 @@
  * other on these machines (measured A/A), more than the effect measured. Audit is in memory so
  * the decision path is what is measured. The OTLP sink the spans go to is a process of its own
  * (a real HTTP endpoint reading every batch). autocannon drives the server from this process,
- * in interleaved rounds, every request carrying a gateway `traceparent`: once with the sampled
- * flag (every decision is a recorded, exported span: the worst case) and once with the gateway
- * not sampling (flags 00: the span context is continued but nothing is recorded).
+ * in interleaved rounds: every request carrying a gateway `traceparent` with the sampled flag
+ * (every decision is a recorded, exported span: the worst case); with the gateway not sampling
+ * (flags 00: the span context is continued but nothing is recorded); and without a
+ * `traceparent`, Writ sampling a tenth of the traces it starts (`OTEL_TRACES_SAMPLER=
+ * parentbased_traceidratio`, `OTEL_TRACES_SAMPLER_ARG=0.1`).
  *
  *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=4, BENCH_CONNECTIONS=50,
- *                                      BENCH_CASES=egress to run one case, BENCH_VARIANTS=sampled to run one
+ *                                      BENCH_CASES=egress to run one case, BENCH_VARIANTS=sampled,unsampled,ratio to run some
  *                                      traced variant beside "off", BENCH_PROFILE=<dir> for CPU profiles)
  *
  * Prints req/s, the server process's CPU time per request (from process.cpuUsage, robust to other
@@ -35,7 +37,7 @@ interface Ready {
   sink?: number;
 }
 
-type Tracing = { tracing: 'on' | 'off' };
+type Tracing = { tracing: 'on' | 'off'; sampler?: Record<string, string> };
 
 /** The OTLP sink: reads every batch, answers 200, counts the bytes. */
 async function sink(): Promise<void> {
@@ -79,7 +81,7 @@ async function serve(endpoint: string): Promise<void> {
     if (typeof m === 'object') {
       // Switched between rounds, never during one: the spans of the last round are flushed first.
       await shutdownTracing();
-      if (m.tracing === 'on') initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint }), 'bench');
+      if (m.tracing === 'on') initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint, ...m.sampler }), 'bench');
       process.send?.({ switched: m.tracing });
       return;
     }
@@ -93,8 +95,8 @@ async function serve(endpoint: string): Promise<void> {
 /** CPU time (µs) the server process has used so far. */
 const cpuOf = (child: ChildProcess) => ask<{ cpu: number }>(child, 'cpu').then((m) => m.cpu);
 
-/** Switches the server's tracing on or off and waits until it has. */
-const switchTracing = (child: ChildProcess, tracing: Tracing['tracing']) => ask(child, { tracing });
+/** Switches the server's tracing on or off (with a sampler's settings) and waits until it has. */
+const switchTracing = (child: ChildProcess, m: Tracing) => ask(child, m);
 
 function start(args: string[]): { child: ChildProcess; ready: Promise<Ready> } {
   // BENCH_PROFILE=<dir>: each server process writes a V8 CPU profile there (node --cpu-prof).
@@ -136,13 +138,19 @@ async function drive(): Promise<void> {
       headers: { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' },
     },
   ].filter((c) => !process.env.BENCH_CASES || process.env.BENCH_CASES.split(',').includes(c.name));
-  type Variant = { key: 'off' | 'sampled' | 'unsampled'; label: string; tracing: Tracing['tracing']; traceparent: string };
+  type Variant = { key: 'off' | 'sampled' | 'unsampled' | 'ratio'; label: string; tracing: Tracing; traceparent?: string };
   const all: Variant[] = [
-    { key: 'off', label: 'tracing off', tracing: 'off', traceparent: sampled },
-    { key: 'sampled', label: 'on, every request sampled', tracing: 'on', traceparent: sampled },
-    { key: 'unsampled', label: 'on, gateway not sampling', tracing: 'on', traceparent: unsampled },
+    { key: 'off', label: 'tracing off', tracing: { tracing: 'off' }, traceparent: sampled },
+    { key: 'sampled', label: 'on, every request sampled', tracing: { tracing: 'on' }, traceparent: sampled },
+    { key: 'unsampled', label: 'on, gateway not sampling', tracing: { tracing: 'on' }, traceparent: unsampled },
+    {
+      key: 'ratio',
+      label: 'on, Writ sampling 10% of roots',
+      tracing: { tracing: 'on', sampler: { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.1' } },
+    },
   ];
   const variants = all.filter((v) => v.key === 'off' || !process.env.BENCH_VARIANTS || process.env.BENCH_VARIANTS.split(',').includes(v.key));
+  const headersOf = (h: Record<string, string>, v: Variant) => (v.traceparent ? { ...h, traceparent: v.traceparent } : h);
   const once = async (path: string, headers: Record<string, string>, duration: number) => {
     const r = await autocannon({ url: `http://127.0.0.1:${port}${path}`, connections: CONNECTIONS, pipelining: 1, headers, duration });
     if (r.errors || r.non2xx) throw new Error(`${path}: ${r.errors} errors, ${r.non2xx} non-2xx responses`);
@@ -156,7 +164,7 @@ async function drive(): Promise<void> {
     for (const c of cases) {
       for (const v of variants) {
         await switchTracing(server.child, v.tracing);
-        await once(c.path, { ...c.headers, traceparent: v.traceparent }, WARMUP);
+        await once(c.path, headersOf(c.headers, v), WARMUP);
       }
       const acc = new Map(variants.map((v) => [v.key, { total: 0, cpu: 0, p50: [] as number[], p99: [] as number[] }]));
       for (let i = 0; i < ROUNDS; i++) {
@@ -167,7 +175,7 @@ async function drive(): Promise<void> {
         for (const v of order) {
           await switchTracing(server.child, v.tracing);
           const cpu0 = await cpuOf(server.child);
-          const r = await once(c.path, { ...c.headers, traceparent: v.traceparent }, SECONDS);
+          const r = await once(c.path, headersOf(c.headers, v), SECONDS);
           const cpu1 = await cpuOf(server.child);
           const a = acc.get(v.key)!;
           a.total += r.requests.total;
@@ -182,7 +190,7 @@ async function drive(): Promise<void> {
         const a = acc.get(v.key)!;
         const ratio = v.key === 'off' ? '' : `  ratio ${(rps(v.key) / rps('off')).toFixed(3)}x req/s, ${(cpuPer('off') / cpuPer(v.key)).toFixed(3)}x CPU`;
         console.log(
-          `${`${c.name}, ${v.label}`.padEnd(36)} ${rps(v.key).toFixed(0).padStart(7)} req/s  ${cpuPer(v.key).toFixed(1).padStart(6)} µs CPU/req  p50 ${String(med(a.p50)).padStart(3)} ms  p99 ${String(med(a.p99)).padStart(3)} ms${ratio}`,
+          `${`${c.name}, ${v.label}`.padEnd(40)} ${rps(v.key).toFixed(0).padStart(7)} req/s  ${cpuPer(v.key).toFixed(1).padStart(6)} µs CPU/req  p50 ${String(med(a.p50)).padStart(3)} ms  p99 ${String(med(a.p99)).padStart(3)} ms${ratio}`,
         );
       }
     }

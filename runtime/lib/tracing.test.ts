@@ -16,7 +16,7 @@ import { close, listen } from './http.js';
 import { openStore, type Store } from '../store/factory.js';
 import { startIdentityAuthority } from '../identity/server.js';
 import { presentationFor, type AgentIdentity } from '../identity/client.js';
-import { flushTracing, initTracing, injectTrace, otlpHeaders, shutdownTracing, startDecisionSpan, tracingFromEnv, tracingMode } from './tracing.js';
+import { flushTracing, initTracing, injectTrace, otlpHeaders, shutdownTracing, startDecisionSpan, tracingFromEnv, tracingMode, withSpan } from './tracing.js';
 import type { AnswerOf, Gatherer } from '../control-plane/decision/decide.js';
 import { askingWithin } from '../control-plane/decision/gather.js';
 import type { Question } from '../control-plane/decision/types.js';
@@ -96,6 +96,21 @@ describe('tracing config', () => {
     expect(() => tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toThrow(/OTEL_EXPORTER_OTLP_ENDPOINT/);
     expect(() => tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'ftp://c' })).toThrow(/OTEL_EXPORTER_OTLP_ENDPOINT/);
     expect(() => tracingFromEnv({ OTEL_SDK_DISABLED: 'maybe' })).toThrow(/OTEL_SDK_DISABLED/);
+  });
+
+  it('reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, refusing an unknown sampler or a ratio outside [0, 1]', () => {
+    const env = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318' };
+    expect(tracingFromEnv({ ...env, OTEL_TRACES_SAMPLER: 'parentbased_always_on' })).toEqual({ mode: 'otlp', endpoint: 'http://c:4318' });
+    expect(tracingFromEnv({ ...env, OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.25' })).toEqual({
+      mode: 'otlp',
+      endpoint: 'http://c:4318',
+      sampler: { name: 'parentbased_traceidratio', ratio: 0.25 },
+    });
+    expect(tracingFromEnv({ OTEL_TRACES_SAMPLER: 'traceidratio' })).toEqual({ mode: 'stdout', sampler: { name: 'traceidratio', ratio: 1 } });
+    expect(tracingFromEnv({ OTEL_TRACES_SAMPLER: 'always_off', OTEL_TRACES_SAMPLER_ARG: 'ignored' }).sampler).toEqual({ name: 'always_off', ratio: 1 });
+    expect(() => tracingFromEnv({ OTEL_TRACES_SAMPLER: 'sometimes' })).toThrow(/OTEL_TRACES_SAMPLER must be one of/);
+    for (const bad of ['1.5', '-0.1', 'half', '0x'])
+      expect(() => tracingFromEnv({ OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: bad }), bad).toThrow(/OTEL_TRACES_SAMPLER_ARG/);
   });
 
   it('reads OTEL_EXPORTER_OTLP_HEADERS as the OTel spec writes it, never echoing a bad entry', () => {
@@ -254,6 +269,54 @@ describe('OTLP export of identity-authority and decision spans', () => {
     const s = await until(() => rx.spans.find((x) => x.name === 'proxy'), 'the proxy span');
     expect(s.parentSpanId).toBeUndefined();
     expect(s.attributes[`${BRAND}.decision`]).toBe('allow');
+  });
+});
+
+describe('sampling: one sampler for decision spans and SDK spans', () => {
+  let rx: Awaited<ReturnType<typeof otlpReceiver>>;
+  beforeAll(async () => {
+    rx = await otlpReceiver();
+  });
+  afterAll(async () => {
+    await shutdownTracing();
+    await close(rx.server);
+  });
+
+  /** Runs a decision span named `name` (with an SDK child span inside); resolves with the traceparent it sends on. */
+  async function decide(name: string, traceparent?: string): Promise<string> {
+    const span = startDecisionSpan(name, traceparent);
+    const sent = span.run(() => injectTrace({})).traceparent ?? '';
+    await span.run(() => withSpan(`${name}-child`, {}, async () => {}));
+    span.end({ rule: 'registry', allow: true });
+    return sent;
+  }
+  const withSampler = async (OTEL_TRACES_SAMPLER: string, OTEL_TRACES_SAMPLER_ARG: string) => {
+    await shutdownTracing();
+    expect(initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: rx.url, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG }), `${BRAND}-test`)).toBe(true);
+  };
+  const names = () => rx.spans.map((s) => s.name);
+
+  it('parentbased_traceidratio 0: a trace Writ would start is not recorded (flags 00 travel on); a sampled gateway trace is', async () => {
+    await withSampler('parentbased_traceidratio', '0');
+    const gw = newTraceparent();
+    expect(await decide('root-unsampled')).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/);
+    expect(await decide('gateway-sampled', `00-${gw.traceId}-${gw.spanId}-01`)).toMatch(new RegExp(`^00-${gw.traceId}-[0-9a-f]{16}-01$`));
+    await flushTracing();
+    await until(() => rx.spans.find((s) => s.name === 'gateway-sampled-child'), 'the sampled child span');
+    expect(names()).toContain('gateway-sampled');
+    expect(names().filter((n) => n.startsWith('root-unsampled'))).toEqual([]);
+  });
+
+  it('traceidratio (not parent based): 0 records nothing even under a sampled gateway, 1 records a root', async () => {
+    await withSampler('traceidratio', '0');
+    const gw = newTraceparent();
+    expect(await decide('ratio0-under-gateway', `00-${gw.traceId}-${gw.spanId}-01`)).toMatch(/-00$/);
+    await withSampler('traceidratio', '1');
+    expect(await decide('ratio1-root')).toMatch(/-01$/);
+    await flushTracing();
+    await until(() => rx.spans.find((s) => s.name === 'ratio1-root-child'), 'the ratio-1 child span');
+    expect(names()).toContain('ratio1-root');
+    expect(names().filter((n) => n.startsWith('ratio0-'))).toEqual([]);
   });
 });
 

@@ -12,6 +12,9 @@
  *   line per request would flood): decision spans, and verify-presentation and the delegation
  *   check unless their request carries a `traceparent` (a sidecar sends a fresh VP per request).
  * - `OTEL_SDK_DISABLED=true`: no tracing at all.
+ * - `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG` as the OTel SDK spec writes them (default
+ *   `parentbased_always_on`: a gateway's sampling decision is followed, a trace Writ starts is
+ *   recorded); one sampler decides for decision spans and SDK spans alike.
  *
  * A caller's `traceparent` is continued; outgoing calls (control plane -> identity authority,
  * broker -> `/authz`) send the active context on (`injectTrace`), so one trace runs gateway ->
@@ -36,11 +39,23 @@ import {
 import { ExportResultCode, W3CTraceContextPropagator, hrTimeToMicroseconds, type ExportResult } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BasicTracerProvider, BatchSpanProcessor, SimpleSpanProcessor, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace-base';
+import {
+  AlwaysOffSampler,
+  AlwaysOnSampler,
+  BasicTracerProvider,
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  SamplingDecision,
+  SimpleSpanProcessor,
+  TraceIdRatioBasedSampler,
+  type ReadableSpan,
+  type Sampler,
+  type SpanExporter,
+} from '@opentelemetry/sdk-trace-base';
 import type { MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
 import { BRAND } from './brand.js';
-import { bool, optional, type Env } from './config.js';
+import { bool, oneOf, optional, type Env } from './config.js';
 import { DecisionSpanWriter, nowUs, randomId, type DecisionAttributes } from './decision-spans.js';
 import { SyncContextManager } from './sync-context.js';
 
@@ -52,6 +67,38 @@ export interface TracingConfig {
   endpoint?: string;
   /** Headers sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`: `k1=v1,k2=v2`, URL-encoded). */
   headers?: Record<string, string>;
+  /** `OTEL_TRACES_SAMPLER` and its ratio (`OTEL_TRACES_SAMPLER_ARG`); absent: `parentbased_always_on`. */
+  sampler?: { name: SamplerName; ratio: number };
+}
+
+const SAMPLERS = ['parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio', 'always_on', 'always_off', 'traceidratio'] as const;
+export type SamplerName = (typeof SAMPLERS)[number];
+
+/** OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (a ratio in [0, 1], default 1); a bad value is a startup error. */
+function samplerFromEnv(env: Env): TracingConfig['sampler'] {
+  const name = oneOf(env, 'OTEL_TRACES_SAMPLER', SAMPLERS, 'parentbased_always_on');
+  const arg = optional(env, 'OTEL_TRACES_SAMPLER_ARG');
+  const ratio = arg === undefined || !name.endsWith('traceidratio') ? 1 : Number(arg);
+  if (!(ratio >= 0 && ratio <= 1)) throw new Error(`OTEL_TRACES_SAMPLER_ARG must be a ratio between 0 and 1, got ${JSON.stringify(arg)}`);
+  return name === 'parentbased_always_on' ? undefined : { name, ratio };
+}
+
+/** A sampler as the SDK takes it, and as decision spans apply it: parent based or not, and the sampler of a root. */
+interface Sampling {
+  sdk: Sampler;
+  parentBased: boolean;
+  root: Sampler;
+}
+
+function samplingOf(cfg: TracingConfig['sampler']): Sampling {
+  const name = cfg?.name ?? 'parentbased_always_on';
+  const root = name.endsWith('always_on')
+    ? new AlwaysOnSampler()
+    : name.endsWith('always_off')
+      ? new AlwaysOffSampler()
+      : new TraceIdRatioBasedSampler(cfg!.ratio);
+  const parentBased = name.startsWith('parentbased_');
+  return { sdk: parentBased ? new ParentBasedSampler({ root }) : root, parentBased, root };
 }
 
 /** `OTEL_EXPORTER_OTLP_HEADERS` as the OTel spec writes it: `k1=v1,k2=v2`, keys and values URL-encoded. */
@@ -77,11 +124,13 @@ export function otlpHeaders(raw: string): Record<string, string> {
   return out;
 }
 
-/** Reads and validates OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_SDK_DISABLED (call before listening). */
+/** Reads and validates OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER(_ARG) and OTEL_SDK_DISABLED (call before listening). */
 export function tracingFromEnv(env: Env): TracingConfig {
   if (bool(env, 'OTEL_SDK_DISABLED', false)) return { mode: 'off' };
+  const sampler = samplerFromEnv(env);
+  const sampling = sampler ? { sampler } : {};
   const endpoint = optional(env, 'OTEL_EXPORTER_OTLP_ENDPOINT');
-  if (endpoint === undefined) return { mode: 'stdout' };
+  if (endpoint === undefined) return { mode: 'stdout', ...sampling };
   let url: URL;
   try {
     url = new URL(endpoint);
@@ -91,7 +140,7 @@ export function tracingFromEnv(env: Env): TracingConfig {
   if (url.protocol !== 'http:' && url.protocol !== 'https:')
     throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(endpoint)}`);
   const headers = otlpHeaders(optional(env, 'OTEL_EXPORTER_OTLP_HEADERS') ?? '');
-  return { mode: 'otlp', endpoint: endpoint.replace(/\/+$/, ''), ...(Object.keys(headers).length ? { headers } : {}) };
+  return { mode: 'otlp', endpoint: endpoint.replace(/\/+$/, ''), ...(Object.keys(headers).length ? { headers } : {}), ...sampling };
 }
 
 /** One JSON line per span on stdout (the fallback exporter). */
@@ -125,6 +174,8 @@ interface State {
   tracer?: Tracer;
   /** Writes decision spans (mode otlp). */
   decisions?: DecisionSpanWriter;
+  /** The sampling unless it is the default (parentbased_always_on), which decision spans apply without a call. */
+  sampling?: Sampling;
 }
 
 const state: State = { mode: 'off' };
@@ -146,13 +197,15 @@ export function initTracing(cfg: TracingConfig, serviceName = BRAND): boolean {
       ? new BatchSpanProcessor(exporter, { scheduledDelayMillis: 1000, maxQueueSize: 8192, maxExportBatchSize: 512 })
       : new SimpleSpanProcessor(exporter);
   const resource = { 'service.name': serviceName };
-  const provider = new BasicTracerProvider({ resource: resourceFromAttributes(resource), spanProcessors: [processor] });
+  const sampling = samplingOf(cfg.sampler);
+  const provider = new BasicTracerProvider({ resource: resourceFromAttributes(resource), spanProcessors: [processor], sampler: sampling.sdk });
   trace.setGlobalTracerProvider(provider);
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   context.setGlobalContextManager(new SyncContextManager());
   state.mode = cfg.mode;
   state.provider = provider;
   state.tracer = provider.getTracer(BRAND);
+  state.sampling = cfg.sampler ? sampling : undefined;
   if (cfg.mode === 'otlp') state.decisions = new DecisionSpanWriter({ url, headers: cfg.headers, resource, brand: BRAND });
   decisionsOn = cfg.mode === 'otlp';
   return true;
@@ -175,6 +228,7 @@ export async function shutdownTracing(): Promise<void> {
   state.provider = undefined;
   state.tracer = undefined;
   state.decisions = undefined;
+  state.sampling = undefined;
   state.mode = 'off';
   decisionsOn = false;
   await Promise.all([p.shutdown(), decisions?.close()]);
@@ -236,22 +290,34 @@ function callerOf(traceparent: string | string[] | undefined, tracestate: string
 const validOrUndefined = (sc: SpanContext | undefined) => (sc && isSpanContextValid(sc) ? sc : undefined);
 
 /**
+ * Whether a decision span is recorded, as the SDK's sampler would decide: parent based (the
+ * default), the caller's flag; else, and for a root, the root sampler (the default records).
+ */
+function sampled(name: string, traceId: string, caller: SpanContext | undefined): boolean {
+  const s = state.sampling;
+  if (caller && (!s || s.parentBased)) return (caller.traceFlags & TraceFlags.SAMPLED) !== 0;
+  if (!s) return true;
+  return s.root.shouldSample(ROOT_CONTEXT, traceId, name, SpanKind.SERVER, {}, []).decision === SamplingDecision.RECORD_AND_SAMPLED;
+}
+
+/**
  * A span around one decision (`/authz`, proxy, broker), continuing the caller's `traceparent`.
  * The shared no-op when decision tracing is off (stdout or disabled): one branch, no allocation.
  */
 export function startDecisionSpan(name: string, traceparent?: string | string[], tracestate?: string | string[]): DecisionSpan {
   if (!decisionsOn) return NOOP;
   const caller = callerOf(traceparent, tracestate);
-  // The caller is not sampling this trace (a gateway's flags 00): nothing is recorded; the
-  // context still travels so the identity authority does not start a trace of its own.
-  if (caller && (caller.traceFlags & TraceFlags.SAMPLED) === 0) {
-    const ctx = trace.setSpanContext(context.active(), caller);
+  const traceId = caller ? caller.traceId : randomId(16);
+  if (!sampled(name, traceId, caller)) {
+    // Not recorded (a gateway's flags 00, or the sampler's ratio): the context still travels,
+    // flags 00, so the identity authority does not start a trace of its own.
+    const sc = caller ? { ...caller, traceFlags: TraceFlags.NONE } : { traceId, spanId: randomId(8), traceFlags: TraceFlags.NONE, isRemote: false };
+    const ctx = trace.setSpanContext(context.active(), sc);
     return { traced: true, run: (fn) => context.with(ctx, fn), end: () => {} };
   }
   // A sampled decision: a row for the decision-span writer, its span context the active one
   // while the decision runs (so what it calls, in process or over HTTP, is its child).
   const start = nowUs();
-  const traceId = caller ? caller.traceId : randomId(16);
   const spanId = randomId(8);
   const parentSpanId = caller?.spanId;
   const own: SpanContext = { traceId, spanId, traceFlags: TraceFlags.SAMPLED, isRemote: false, traceState: caller?.traceState };
