@@ -71,6 +71,19 @@ describe('usage reporter', () => {
     await u.close();
   });
 
+  it('a batch refused with a 4xx is posted again report by report: only the bad report is lost', async () => {
+    posts.length = 0;
+    sizes.length = 0;
+    answers.set('bad-batch', [400, 400]); // the batch (first report's agent), then that report alone
+    const u = createUsageReporter({ url, dispatcher, lingerMs: 1000 });
+    u.report({ agent: 'bad-batch', model: 'm', tokens: 1, costUsd: 0, reservation: 'x1' });
+    u.report({ agent: 'fine', model: 'm', tokens: 2, costUsd: 0, reservation: 'x2' });
+    expect(await u.flush()).toBe(true);
+    expect(sizes).toEqual([2, 1, 1]);
+    expect(u.stats()).toMatchObject({ sent: 1, posts: 1, failed: 1 });
+    await u.close();
+  });
+
   it('drops the oldest batches, counting their reports, when more than maxQueue wait', async () => {
     // Nothing answers: the posts hang until their timeout, so the queue fills behind them.
     const silent = http.createServer(() => {});

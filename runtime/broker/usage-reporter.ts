@@ -7,8 +7,9 @@
  * reservation is never summed: each settles its own). One post per completion cost the broker a
  * quarter of a millisecond at p50 and ~2.5 ms at p99 (bench/broker). Batches go into a bounded
  * queue (oldest dropped when full, counted and logged), a few are posted at a time, a failed post
- * (network, timeout, 5xx) is retried once after a short pause, a 4xx is not retried. Nothing here
- * throws.
+ * (network, timeout, 5xx) is retried once after a short pause, a 4xx is not retried (a batch
+ * refused with a 4xx is posted again report by report, so one bad report loses only itself).
+ * Nothing here throws.
  */
 import { request, type Dispatcher } from 'undici';
 import { errMsg, logger } from '../lib/log.js';
@@ -151,6 +152,9 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
             enqueue({ batch: item.batch, attempt: 1 });
           }, retryDelayMs);
           timers.add(t);
+        } else if (out === 'fail' && n > 1 && !closed) {
+          // A batch refused whole (one bad report) is posted report by report: only the bad one is lost.
+          for (const r of item.batch) enqueue({ batch: [r], attempt: 0 });
         } else {
           stats.failed += n;
           if (out === 'retry') log.error('usage reports lost after retry', { reports: n, tokens: item.batch.reduce((a, r) => a + r.tokens, 0) });
