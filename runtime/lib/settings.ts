@@ -36,12 +36,24 @@ const nonneg: Kind = { type: 'int', min: 0 };
 const bool: Kind = { type: 'bool' };
 const backend: Kind = { type: 'enum', values: ['postgres', 'pglite', 'memory'] };
 
+/** The OTel SDK's samplers (`OTEL_TRACES_SAMPLER`), the default first. */
+export const TRACES_SAMPLERS = [
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+  'always_on',
+  'always_off',
+  'traceidratio',
+] as const;
+
 export const SETTINGS: readonly Setting[] = [
   // all-in-one
   s(envName('DATA_DIR'), 'all-in-one', str),
   s(envName('EXAMPLES'), 'all-in-one', bool),
   s(envName('POLICY_DIR'), 'all-in-one', str),
   s('BROKER_ENABLED', 'all-in-one', bool),
+  // Read by glibc, not by Writ: set to 2 by `npm start` and the image.
+  s('MALLOC_ARENA_MAX', 'all-in-one', nonneg),
   // An unknown level means info (README): any value is accepted.
   s('LOG_LEVEL', 'logging', str),
   // management API authentication (both listeners; runtime/lib/api-auth.ts)
@@ -116,6 +128,9 @@ export const SETTINGS: readonly Setting[] = [
   s('OTEL_EXPORTER_OTLP_ENDPOINT', 'tracing', url),
   s('OTEL_EXPORTER_OTLP_HEADERS', 'tracing', str),
   s('OTEL_SDK_DISABLED', 'tracing', bool),
+  s('OTEL_TRACES_SAMPLER', 'tracing', { type: 'enum', values: TRACES_SAMPLERS }),
+  // A ratio in [0, 1], checked by lib/tracing.ts.
+  s('OTEL_TRACES_SAMPLER_ARG', 'tracing', str),
   // audit log (control plane)
   s('AUDIT_CHAIN_ID', 'audit', str),
   s('AUDIT_DURABILITY', 'audit', { type: 'enum', values: ['async', 'sync'] }),

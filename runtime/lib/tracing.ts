@@ -57,6 +57,7 @@ import { routePath } from 'hono/route';
 import { BRAND } from './brand.js';
 import { bool, oneOf, optional, type Env } from './config.js';
 import { DecisionSpanWriter, nowUs, randomId, type DecisionAttributes } from './decision-spans.js';
+import { TRACES_SAMPLERS } from './settings.js';
 import { SyncContextManager } from './sync-context.js';
 
 export type TracingMode = 'otlp' | 'stdout' | 'off';
@@ -71,12 +72,11 @@ export interface TracingConfig {
   sampler?: { name: SamplerName; ratio: number };
 }
 
-const SAMPLERS = ['parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio', 'always_on', 'always_off', 'traceidratio'] as const;
-export type SamplerName = (typeof SAMPLERS)[number];
+export type SamplerName = (typeof TRACES_SAMPLERS)[number];
 
 /** OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (a ratio in [0, 1], default 1); a bad value is a startup error. */
 function samplerFromEnv(env: Env): TracingConfig['sampler'] {
-  const name = oneOf(env, 'OTEL_TRACES_SAMPLER', SAMPLERS, 'parentbased_always_on');
+  const name = oneOf(env, 'OTEL_TRACES_SAMPLER', TRACES_SAMPLERS, 'parentbased_always_on');
   const arg = optional(env, 'OTEL_TRACES_SAMPLER_ARG');
   const ratio = arg === undefined || !name.endsWith('traceidratio') ? 1 : Number(arg);
   if (!(ratio >= 0 && ratio <= 1)) throw new Error(`OTEL_TRACES_SAMPLER_ARG must be a ratio between 0 and 1, got ${JSON.stringify(arg)}`);
