@@ -13,8 +13,9 @@ const row = (i: number, attrs: DecisionRow['attrs'] = { rule: 'registry', allow:
   attrs,
 });
 
-/** A collector that records each request: headers and the parsed body, answering `status`. */
-async function collector(status = 200) {
+/** A collector that records each request: headers and the parsed body, answering `status` (in turn, the last one repeating). */
+async function collector(status: number | number[] = 200, headers: Record<string, string> = {}) {
+  const answers = Array.isArray(status) ? [...status] : [status];
   const got: { headers: http.IncomingHttpHeaders; body: { resourceSpans: { scopeSpans: { spans: unknown[] }[] }[] } }[] = [];
   const server = http.createServer((req, res) => {
     // Decoded once whole: a multi-byte character can straddle two chunks.
@@ -22,7 +23,7 @@ async function collector(status = 200) {
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       got.push({ headers: req.headers, body: JSON.parse(Buffer.concat(chunks).toString()) as (typeof got)[number]['body'] });
-      res.writeHead(status).end('{}');
+      res.writeHead(answers.length > 1 ? answers.shift()! : answers[0]!, headers).end('{}');
     });
   });
   const port = await listen(server, '127.0.0.1:0');
@@ -136,16 +137,51 @@ describe('DecisionSpanWriter', () => {
     expect(rx.spans()).toBe(1);
   });
 
+  it('retries a transient failure (with the Retry-After given), never a refusal', async () => {
+    const flaky = await collector([503, 502, 200], { 'retry-after': '0' });
+    cleanup.push(() => close(flaky.server));
+    const w = new DecisionSpanWriter({ url: flaky.url, resource: {}, brand: 'writ', delayMs: 60_000, retryDelayMs: 60_000 });
+    cleanup.push(() => w.close());
+    for (let i = 0; i < 3; i++) w.add(row(i));
+    await w.flush(); // two retries, each after Retry-After: 0 rather than the 60 s pause
+    expect(flaky.got).toHaveLength(3);
+    expect(flaky.spans()).toBe(9); // the same three spans, sent three times
+    expect(w.dropped).toBe(0);
+
+    const refusing = await collector(400);
+    cleanup.push(() => close(refusing.server));
+    const r = new DecisionSpanWriter({ url: refusing.url, resource: {}, brand: 'writ', delayMs: 60_000, retryDelayMs: 1 });
+    cleanup.push(() => r.close());
+    r.add(row(1));
+    await r.flush();
+    expect(refusing.got).toHaveLength(1);
+    expect(r.dropped).toBe(1);
+  });
+
   it('drops and counts beyond its queue bound and when the endpoint refuses or is gone, never throwing', async () => {
     const rx = await collector(503);
     cleanup.push(() => close(rx.server));
-    const w = new DecisionSpanWriter({ url: rx.url, resource: {}, brand: 'writ', maxQueue: 5, batchSize: 100, delayMs: 60_000 });
+    const w = new DecisionSpanWriter({ url: rx.url, resource: {}, brand: 'writ', maxQueue: 5, batchSize: 100, delayMs: 60_000, retryDelayMs: 5 });
     for (let i = 0; i < 8; i++) w.add(row(i));
     expect(w.dropped).toBe(3);
     await w.flush();
-    expect(rx.got).toHaveLength(1);
+    expect(rx.got).toHaveLength(3); // the first attempt and two retries
     expect(w.dropped).toBe(8);
     await w.close();
+
+    // A writer closing while a batch waits to be retried makes one last attempt, not the pause.
+    const down = await collector(503);
+    cleanup.push(() => close(down.server));
+    const waiting = new DecisionSpanWriter({ url: down.url, resource: {}, brand: 'writ', delayMs: 60_000, retryDelayMs: 60_000 });
+    waiting.add(row(1));
+    const flushed = waiting.flush();
+    while (down.got.length < 1) await new Promise((r) => setTimeout(r, 5));
+    const t0 = Date.now();
+    await waiting.close();
+    await flushed;
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(down.got).toHaveLength(2);
+    expect(waiting.dropped).toBe(1);
 
     // Closing against an endpoint that never answers: the first timed-out batch drops the rest,
     // instead of each of the four batches waiting out its own timeout.

@@ -14,8 +14,12 @@
  *
  * Like the SDK's batch processor: spans are queued (bounded, `maxQueue`; beyond it a span is
  * dropped and counted), sent in batches of `batchSize` once that many are queued or every
- * `delayMs`, one request at a time; a failed export is dropped and logged (at most once a
- * minute), never retried into a growing backlog. Telemetry never holds up a decision.
+ * `delayMs`, one request at a time. As the OTLP spec asks, a transient failure (no answer, 429,
+ * 502, 503, 504) is retried, `retries` times with a doubling pause from `retryDelayMs` (or the
+ * endpoint's `Retry-After`, up to 5 s); while a batch waits, new spans queue behind it up to
+ * `maxQueue` and are dropped beyond it, so a collector that is down never grows a backlog. A
+ * batch that still fails, or is refused for good, is dropped and logged (at most once a minute).
+ * Telemetry never holds up a decision.
  */
 import { randomFillSync } from 'node:crypto';
 import { Pool } from 'undici';
@@ -166,7 +170,19 @@ export interface DecisionSpanWriterOptions {
   batchSize?: number;
   delayMs?: number;
   timeoutMs?: number;
+  /** Retries of a batch after a transient failure (default 2; none once closing). */
+  retries?: number;
+  /** Pause before the first retry, doubled for each next (default 1000 ms). */
+  retryDelayMs?: number;
 }
+
+/** Answers the OTLP spec calls transient: worth a retry. */
+const RETRYABLE = new Set([429, 502, 503, 504]);
+/** The longest `Retry-After` honoured. */
+const MAX_RETRY_AFTER_MS = 5000;
+
+/** What one export attempt came to. */
+type Outcome = { ok: true } | { ok: false; retryable: boolean; error: Error; retryAfterMs?: number };
 
 /**
  * Each span is encoded into the body being filled as it ends, so nothing of it outlives the
@@ -188,11 +204,13 @@ export class DecisionSpanWriter {
   private readonly json: ReturnType<typeof otlpJson>;
   private lastWarn = 0;
   private closing = false;
+  /** Ends a retry's pause (close). */
+  private wake: (() => void) | undefined;
   /** Rows dropped because the queue was full or their export failed. */
   dropped = 0;
 
   constructor(opts: DecisionSpanWriterOptions) {
-    this.o = { headers: {}, maxQueue: 8192, batchSize: 512, delayMs: 1000, timeoutMs: 5000, ...opts };
+    this.o = { headers: {}, maxQueue: 8192, batchSize: 512, delayMs: 1000, timeoutMs: 5000, retries: 2, retryDelayMs: 1000, ...opts };
     const url = new URL(this.o.url);
     this.pool = new Pool(url.origin, { connections: 1 });
     this.path = url.pathname + url.search;
@@ -252,14 +270,27 @@ export class DecisionSpanWriter {
   async close(): Promise<void> {
     clearInterval(this.timer);
     this.closing = true;
+    this.wake?.();
     await this.flush();
     await this.pool.destroy();
   }
 
   private async send(b: Body): Promise<void> {
     try {
-      const status = await this.post(b.buf.subarray(0, b.at));
-      if (status >= 300) throw new Error(`OTLP endpoint answered ${status}`);
+      for (let attempt = 0; ; attempt++) {
+        const out = await this.post(b.buf.subarray(0, b.at));
+        if (out.ok) break;
+        if (!out.retryable || attempt >= this.o.retries || this.closing) throw out.error;
+        // The pause ends early when the writer closes: one last attempt, then the rest is dropped.
+        await new Promise<void>((r) => {
+          const t = setTimeout(r, out.retryAfterMs ?? this.o.retryDelayMs * 2 ** attempt);
+          this.wake = () => {
+            clearTimeout(t);
+            r();
+          };
+        });
+        this.wake = undefined;
+      }
     } catch (e) {
       this.dropped += b.count;
       if (this.closing) this.dropWaiting();
@@ -289,15 +320,31 @@ export class DecisionSpanWriter {
     }
   }
 
-  private async post(body: Buffer): Promise<number> {
-    const res = await this.pool.request({
-      method: 'POST',
-      path: this.path,
-      headers: { ...this.o.headers, 'content-type': 'application/json' },
-      body,
-      signal: AbortSignal.timeout(this.o.timeoutMs),
-    });
-    await res.body.dump();
-    return res.statusCode;
+  private async post(body: Buffer): Promise<Outcome> {
+    let status: number;
+    let retryAfter: string | string[] | undefined;
+    try {
+      const res = await this.pool.request({
+        method: 'POST',
+        path: this.path,
+        headers: { ...this.o.headers, 'content-type': 'application/json' },
+        body,
+        signal: AbortSignal.timeout(this.o.timeoutMs),
+      });
+      await res.body.dump();
+      status = res.statusCode;
+      retryAfter = res.headers['retry-after'];
+    } catch (e) {
+      // No answer (refused, reset, timed out): transient.
+      return { ok: false, retryable: true, error: e instanceof Error ? e : new Error(String(e)) };
+    }
+    if (status < 300) return { ok: true };
+    const seconds = typeof retryAfter === 'string' && /^\d{1,4}$/.test(retryAfter) ? Number(retryAfter) * 1000 : undefined;
+    return {
+      ok: false,
+      retryable: RETRYABLE.has(status),
+      error: new Error(`OTLP endpoint answered ${status}`),
+      ...(seconds === undefined ? {} : { retryAfterMs: Math.min(seconds, MAX_RETRY_AFTER_MS) }),
+    };
   }
 }
