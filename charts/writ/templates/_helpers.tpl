@@ -78,6 +78,16 @@ http://{{ include "writ.fullname" . }}-proxy.{{ .Release.Namespace }}.svc:{{ .Va
 {{- define "writ.commonEnv" -}}
 - name: LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
+{{- if .Values.tracing.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .Values.tracing.otlpEndpoint | quote }}
+{{- end }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ .Values.tracing.sampler | quote }}
+{{- if .Values.tracing.samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .Values.tracing.samplerArg | quote }}
+{{- end }}
 - name: WRIT_API_AUTH
   value: {{ .Values.apiAuth | quote }}
 {{- if eq .Values.apiAuth "keys" }}
