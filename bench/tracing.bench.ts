@@ -13,8 +13,8 @@
  * parentbased_traceidratio`, `OTEL_TRACES_SAMPLER_ARG=0.1`).
  *
  *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=4, BENCH_CONNECTIONS=50,
- *                                      BENCH_CASES=egress to run one case, BENCH_VARIANTS=sampled,unsampled,ratio to run some
- *                                      traced variant beside "off", BENCH_PROFILE=<dir> for CPU profiles)
+ *                                      BENCH_CASES=egress to run one case, BENCH_VARIANTS=sampled,ratio to run
+ *                                      some of sampled|unsampled|ratio beside "off", BENCH_PROFILE=<dir> for CPU profiles)
  *
  * Prints req/s, the server process's CPU time per request (from process.cpuUsage, robust to other
  * load on a shared machine, where req/s is not), p50, p99 per variant and the ratios on/off of
