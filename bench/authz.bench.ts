@@ -18,7 +18,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
-import { ask, bareServer, codeUnderTest, loadAutocannon, startServer } from './lib.js';
+import { ask, bareServer, codeUnderTest, loadAutocannon, servePlanePair, startServer } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -39,16 +39,9 @@ const CODE = codeUnderTest();
 const from = CODE.from;
 
 async function serve(): Promise<void> {
-  const { openStore } = (await import(from('store/factory'))) as typeof import('../runtime/store/factory.js');
-  const { startControlPlane } = (await import(from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
   const { listen } = (await import(from('lib/http'))) as typeof import('../runtime/lib/http.js');
-  const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
-  setLogLevel('warn');
   const bare = bareServer();
   const barePort = await listen(bare, '127.0.0.1:0');
-  const store = await openStore({ backend: 'memory' });
-  const cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
-  const mem = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
   const services = [
     { name: 'web', upstream: 'web.default.svc:80', public: true, kind: 'service' as const },
     { name: 'orders', upstream: 'orders.default.svc:8080' },
@@ -63,23 +56,8 @@ async function serve(): Promise<void> {
     { name: 'gpt', upstream: 'broker.default.svc:8080', kind: 'model' as const },
     { name: 'search', upstream: 'search.tools.svc:8080', kind: 'tool' as const },
   ];
-  // Both planes share the store: rows written by one reach the other's snapshot through NOTIFY.
-  for (const s of services) await cp.plane.registry.upsert(s);
-  await mem.plane.registry.reload();
-  process.send?.({ bare: barePort, decision: cp.decisionPort, decisionMem: mem.decisionPort } satisfies Ports);
-  process.on('message', async (m) => {
-    if (m === 'settle') {
-      // The shipper's backlog drained, so the next round (often the baseline) has the CPU to itself.
-      await cp.plane.audit.flush(60_000);
-      process.send?.('settled');
-      return;
-    }
-    await mem.close();
-    await cp.close();
-    await store.close();
-    bare.close();
-    process.exit(0);
-  });
+  const planes = await servePlanePair(services, () => bare.close());
+  process.send?.({ bare: barePort, decision: planes.durable, decisionMem: planes.memory } satisfies Ports);
 }
 
 async function drive(): Promise<void> {

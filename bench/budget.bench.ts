@@ -16,7 +16,7 @@
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
 import { formatReserve } from '../runtime/lib/reservation-header.js';
-import { ask, codeUnderTest, loadAutocannon, startServer } from './lib.js';
+import { ask, codeUnderTest, loadAutocannon, servePlanePair, startServer } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -31,34 +31,17 @@ interface Ports {
 const CODE = codeUnderTest();
 
 async function serve(): Promise<void> {
-  const { openStore } = (await import(CODE.from('store/factory'))) as typeof import('../runtime/store/factory.js');
-  const { startControlPlane } = (await import(CODE.from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
-  const { setLogLevel } = (await import(CODE.from('lib/log'))) as typeof import('../runtime/lib/log.js');
-  setLogLevel('warn');
-  const store = await openStore({ backend: 'memory' });
-  const durable = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
-  const memory = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
-  await durable.plane.registry.upsert({ name: 'gpt', upstream: 'broker.default.svc:8080', kind: 'model' });
-  await durable.plane.registry.upsert({
-    name: 'bot',
-    upstream: 'bot.agents.svc:8080',
-    kind: 'agent',
-    allowModels: ['gpt'],
-    budget: { tokensPerHour: 1e12, costUsdPerDay: 1e9, callsPerHour: 1e12 },
-  });
-  await memory.plane.registry.reload();
-  process.send?.({ durable: durable.decisionPort, memory: memory.decisionPort } satisfies Ports);
-  process.on('message', async (m) => {
-    if (m === 'settle') {
-      await durable.plane.audit.flush(60_000);
-      process.send?.('settled');
-      return;
-    }
-    await memory.close();
-    await durable.close();
-    await store.close();
-    process.exit(0);
-  });
+  const planes = await servePlanePair([
+    { name: 'gpt', upstream: 'broker.default.svc:8080', kind: 'model' },
+    {
+      name: 'bot',
+      upstream: 'bot.agents.svc:8080',
+      kind: 'agent',
+      allowModels: ['gpt'],
+      budget: { tokensPerHour: 1e12, costUsdPerDay: 1e9, callsPerHour: 1e12 },
+    },
+  ]);
+  process.send?.(planes satisfies Ports);
 }
 
 async function drive(): Promise<void> {

@@ -94,3 +94,37 @@ export function allInOneEnv(dataDir: string, extra: Record<string, string> = {})
     ...extra,
   };
 }
+
+/**
+ * The control plane twice on one in-memory PGlite store, as the `/authz` benches compare them:
+ * `durable` ships its audit chain to the store, `memory` keeps it in memory only. `services` are
+ * applied through the durable plane and the other reloads them (rows written by one reach the
+ * other's snapshot through NOTIFY). Then it answers the driver: `settle` waits until the durable
+ * audit backlog has drained (so the next round, often the baseline, has the CPU to itself) and
+ * answers `settled`; any other message closes `also`, both planes and the store, and exits.
+ */
+export async function servePlanePair(services: unknown[], also?: () => void): Promise<{ durable: number; memory: number }> {
+  const { from } = codeUnderTest();
+  const { openStore } = (await import(from('store/factory'))) as typeof import('../runtime/store/factory.js');
+  const { startControlPlane } = (await import(from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
+  const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
+  setLogLevel('warn');
+  const store = await openStore({ backend: 'memory' });
+  const durable = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+  const memory = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
+  for (const s of services) await durable.plane.registry.upsert(s);
+  await memory.plane.registry.reload();
+  process.on('message', async (m) => {
+    if (m === 'settle') {
+      await durable.plane.audit.flush(60_000);
+      process.send?.('settled');
+      return;
+    }
+    also?.();
+    await memory.close();
+    await durable.close();
+    await store.close();
+    process.exit(0);
+  });
+  return { durable: durable.decisionPort, memory: memory.decisionPort };
+}
