@@ -18,6 +18,7 @@ import { copyFileSync, existsSync, mkdtempSync, readdirSync, rmSync, symlinkSync
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { benchProcessEnv } from './lib.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const filter = process.argv[2] ?? '';
@@ -54,7 +55,7 @@ function run(tree: string, file: string): string {
     timeout: 15 * 60_000,
     // spawnSync kills the child with SIGTERM past maxBuffer (1 MiB by default).
     maxBuffer: 256 * 1024 * 1024,
-    env: builtMode ? { ...process.env, BENCH_DIST: join(tree, 'dist/runtime/') } : { ...process.env, BENCH_SOURCE: '1' },
+    env: builtMode ? benchProcessEnv({ BENCH_DIST: join(tree, 'dist/runtime/') }) : benchProcessEnv({ BENCH_SOURCE: '1' }),
   });
   return (r.stdout ?? '') + (r.status === 0 ? '' : `!! exited with ${r.status ?? r.signal}\n${(r.stderr ?? '').slice(-2000)}`);
 }

@@ -75,6 +75,15 @@ export function codeUnderTest(dist = process.env.BENCH_DIST): { built: boolean; 
 }
 
 /**
+ * The environment every bench process starts with (bench/run.ts, bench/compare.ts): glibc's
+ * malloc arenas as `npm start` and the image set them (package.json, Dockerfile). glibc reads
+ * MALLOC_ARENA_MAX when a process starts, so it is set on the bench process, not on a server's env.
+ */
+export function benchProcessEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  return { ...process.env, MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2', ...extra };
+}
+
+/**
  * The environment of the all-in-one as `npm start` runs it (PGlite in `dataDir`, the examples),
  * every listener on an ephemeral port, and no test database leaking in from the caller's shell.
  */
@@ -89,8 +98,6 @@ export function allInOneEnv(dataDir: string, extra: Record<string, string> = {})
     EGRESS_PROXY_ADDR: '127.0.0.1:0',
     BROKER_ADDR: '127.0.0.1:0',
     TEST_DATABASE_URL: '',
-    // As `npm start` and the image set it (package.json, Dockerfile).
-    MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2',
     ...extra,
   };
 }

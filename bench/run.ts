@@ -7,6 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { benchProcessEnv } from './lib.js';
 
 const dir = dirname(fileURLToPath(import.meta.url));
 const filter = process.argv[2];
@@ -16,7 +17,7 @@ const files = readdirSync(dir)
 let failed = 0;
 for (const f of files) {
   process.stdout.write(`\n== ${f}\n`);
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(dir, f)], { stdio: 'inherit', timeout: 15 * 60_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(dir, f)], { stdio: 'inherit', timeout: 15 * 60_000, env: benchProcessEnv() });
   if (r.status !== 0) {
     failed++;
     process.stdout.write(`!! ${f} exited with ${r.status ?? r.signal}\n`);

@@ -3,11 +3,13 @@
  *
  *   if (isMain(import.meta.url)) void runUntilSignal('identity', () => startIdentity());
  *
- * Once started it logs one `{"msg":"up", ...ports}` line. A start failure exits 1 with one log
+ * Once started it logs one `{"msg":"up", ...ports}` line and collects the heap whenever the process
+ * goes quiet after load (`IDLE_GC_INTERVAL_MS`, idle-gc.ts). A start failure exits 1 with one log
  * line. A signal closes what started (a signal during start waits for the start, then closes)
  * and exits 0; 1 when the close fails or takes longer than `forceMs`. Repeated signals are ignored.
  */
 import { fileURLToPath } from 'node:url';
+import { idleGcFromEnv } from './idle-gc.js';
 import { errMsg, logger } from './log.js';
 import { loadConfig } from './settings.js';
 
@@ -60,5 +62,7 @@ export async function runUntilSignal(component: string, start: () => Promise<Clo
     process.exit(1);
   }
   log.info('up', { ...running.ports });
+  // Memory the last burst of load left behind is collected once the process goes quiet (idle-gc.ts).
+  idleGcFromEnv(process.env);
   if (signalled) shutdown(running, signalled);
 }

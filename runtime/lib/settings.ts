@@ -54,6 +54,8 @@ export const SETTINGS: readonly Setting[] = [
   s('BROKER_ENABLED', 'all-in-one', bool),
   // Read by glibc, not by Writ: set to 2 by `npm start` and the image.
   s('MALLOC_ARENA_MAX', 'all-in-one', nonneg),
+  // Every entry point (runtime/lib/process.ts): 0 turns the idle collection off.
+  s('IDLE_GC_INTERVAL_MS', 'all-in-one', nonneg),
   // An unknown level means info (README): any value is accepted.
   s('LOG_LEVEL', 'logging', str),
   // management API authentication (both listeners; runtime/lib/api-auth.ts)

@@ -5,10 +5,9 @@
  * notifications are posted as PGlite delivers them, before the answer of the statement that
  * delivered them, so the order the caller sees is PGlite's.
  */
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { parentPort } from 'node:worker_threads';
 import { PGlite, type Transaction } from '@electric-sql/pglite';
+import { collectGarbage, idleGcFromEnv } from '../lib/idle-gc.js';
 import { toWire, type Init, type Request } from './pglite-remote.js';
 
 const port = parentPort!;
@@ -20,17 +19,6 @@ const port = parentPort!;
  * same with 32 MB (bench/authz, interleaved).
  */
 const ENGINE_CONF = ['shared_buffers=32MB'];
-
-/**
- * A full collection now: what opening left behind is garbage V8 has no reason to collect soon,
- * the engine's own JS heap being small. Measured on the all-in-one before initdb moved to its own
- * process: first start on a fresh folder 882 MB resident, 555 MB with this (and a reopen), 460 MB
- * with ENGINE_CONF too; a restart on an existing folder 419 MB, 300 MB with ENGINE_CONF.
- */
-function collect(): void {
-  setFlagsFromString('--expose-gc');
-  (runInNewContext('gc') as () => void)();
-}
 
 const ROLLBACK = Symbol('rollback');
 
@@ -51,7 +39,12 @@ class Database {
     const pg = new PGlite(init.dataDir, options);
     await pg.waitReady;
     if (init.schema) await pg.exec(`create schema if not exists "${init.schema}"; set search_path to "${init.schema}"`);
-    collect();
+    // A full collection now: what opening left behind is garbage V8 has no reason to collect
+    // soon, the engine's own JS heap being small. Measured on the all-in-one before initdb moved
+    // to its own process: first start on a fresh folder 882 MB resident, 555 MB with this (and a
+    // reopen), 460 MB with ENGINE_CONF too; a restart on an existing folder 419 MB, 300 MB with
+    // ENGINE_CONF.
+    collectGarbage();
     return new Database(id, pg);
   }
 
@@ -140,6 +133,9 @@ async function handle(r: Request): Promise<unknown> {
   if (r.op === 'close') databases.delete(r.db);
   return db.handle(r);
 }
+
+// The engine's own heap grows under load as the caller's does: collected once this thread is quiet.
+idleGcFromEnv(process.env);
 
 port.on('message', (r: Request) => {
   handle(r).then(
