@@ -8,8 +8,8 @@
  * of live objects 15 s after 300k decisions, 166 MB more resident than before the load).
  *
  * Like the JVM's periodic collection of an idle heap (G1, JEP 346): every `intervalMs`, when the
- * event loop was nearly idle over the whole interval and the heap has grown by `minGrowthBytes`
- * since the last full collection, full collections run (up to three, while the heap still shrinks)
+ * event loop was nearly idle over the whole interval, the heap V8 holds did not grow in it, and it
+ * has grown by `minGrowthBytes` since the last trim, full collections run (up to three, while the heap still shrinks)
  * and V8 returns the freed pages to the system. A process under load is never paused by it; an
  * idle one pays a few tens of ms per collection, once per burst. The PGlite engine thread runs
  * one of its own (an isolate of its own).
@@ -38,7 +38,7 @@ export interface IdleGcOptions {
   intervalMs: number;
   /** Event-loop utilization over an interval below which the process counts as idle (default 0.05). */
   maxUtilization?: number;
-  /** Heap growth since the last full collection that is worth one (default 32 MiB). */
+  /** Growth of the heap (committed, as V8 sized it) since the last trim that is worth one (default 16 MiB). */
   minGrowthBytes?: number;
 }
 
@@ -56,31 +56,43 @@ const committed = () => getHeapStatistics().total_heap_size;
 
 export function startIdleGc(o: IdleGcOptions): IdleGc {
   const maxUtilization = o.maxUtilization ?? 0.05;
-  const minGrowth = o.minGrowthBytes ?? 32 * MIB;
+  const minGrowth = o.minGrowthBytes ?? 16 * MIB;
   let collections = 0;
-  let floor = used();
+  let floor = committed();
+  let last = floor;
   let mark = performance.eventLoopUtilization();
   const check = () => {
     const elu = performance.eventLoopUtilization(mark);
     mark = performance.eventLoopUtilization();
-    const before = used();
-    // V8 collected on its own: what it left is the new floor.
+    const before = committed();
+    // Quiet means both: an idle loop, and a heap that stopped growing (not a burst just begun;
+    // an idle heap still creeps by a page or a few).
+    const quiet = elu.utilization <= maxUtilization && before - last < minGrowth / 4;
+    last = before;
+    // V8 shrank the heap on its own: that is the new floor.
     if (before < floor) floor = before;
-    if (elu.utilization > maxUtilization || before - floor < minGrowth) return;
+    if (!quiet || before - floor < minGrowth) return;
     const started = performance.now();
     // The first collection frees the garbage; V8 sizes the heap for the allocation rate it last
     // saw, so the next ones, with nothing allocated in between, shrink it (the young generation
     // too) and return the pages. Measured on the all-in-one after 300k decisions: one collection
     // left 101 MB of heap for 47 MB used, two 75 MB, three 44 MB (as before the load).
-    for (let i = 0, total = committed(); i < MAX_PASSES; i++) {
+    let heap = before;
+    for (let i = 0; i < MAX_PASSES; i++) {
       collectGarbage();
       const now = committed();
-      if (total - now < MIB) break;
-      total = now;
+      const shrank = heap - now;
+      heap = now;
+      if (shrank < MIB) break;
     }
-    floor = used();
+    floor = last = heap;
     collections++;
-    log.debug('idle heap collected', { beforeMB: Math.round(before / MIB), afterMB: Math.round(floor / MIB), heapMB: Math.round(committed() / MIB), pauseMs: Math.round(performance.now() - started) });
+    log.debug('idle heap collected', {
+      heapMB: Math.round(before / MIB),
+      afterMB: Math.round(heap / MIB),
+      usedMB: Math.round(used() / MIB),
+      pauseMs: Math.round(performance.now() - started),
+    });
   };
   const timer = o.intervalMs > 0 ? setInterval(check, o.intervalMs).unref() : undefined;
   return {

@@ -92,6 +92,14 @@ function rawTypes(parsers: QueryOptions['parsers']): number[] {
 }
 
 /**
+ * The engine thread's young generation: 8 MB instead of V8's 48 (two 16 MB semi-spaces). What
+ * the thread allocates lives for one statement (protocol buffers, rows); V8 grew both semi-spaces
+ * under load and kept them after it, collected or not (the all-in-one after 200k decisions: 38 MB
+ * more resident than before the load, 13 MB with this; the same decision rate).
+ */
+const ENGINE_LIMITS = { maxYoungGenerationSizeMb: 8 };
+
+/**
  * Starts the worker module beside this one: `.js` when built; `.ts` under tsx or vitest, where the
  * worker registers tsx's loader itself first (Node 20 does not apply `--import` hooks to a worker's
  * entry).
@@ -100,10 +108,10 @@ function startWorker(): Worker {
   const here = fileURLToPath(import.meta.url);
   const ext = extname(here);
   const entry = pathToFileURL(join(dirname(here), `pglite-worker${ext}`));
-  if (ext !== '.ts') return new Worker(entry);
+  if (ext !== '.ts') return new Worker(entry, { resourceLimits: ENGINE_LIMITS });
   const tsx = import.meta.resolve('tsx/esm/api');
   const code = `import(${JSON.stringify(tsx)}).then((t) => { t.register(); return import(${JSON.stringify(entry.href)}); })`;
-  return new Worker(code, { eval: true, execArgv: [] });
+  return new Worker(code, { eval: true, execArgv: [], resourceLimits: ENGINE_LIMITS });
 }
 
 /** The engine thread and the answers awaited from it. */
