@@ -6,7 +6,7 @@
  * audit record too). RSS of the child is read from /proc every 250 ms:
  *
  *   start   right after the listeners answer
- *   idle    settled: BENCH_SOAK_SETTLE seconds (default 15) later, before any load
+ *   idle    settled: BENCH_SOAK_SETTLE seconds (default 45) later, before any load
  *   peak    the highest sample under load (and the samples at each quarter of it: a leak climbs
  *           with the decision count, the collector's heap sizing levels off)
  *   end     settled again after the load (the same wait)
@@ -15,7 +15,7 @@
  * Node process costs); Writ's idle RSS is printed as a multiple of it. Targets: end - idle <= 20 MB;
  * idle <= 400 MB.
  *
- *   npx tsx bench/soak.bench.ts     (BENCH_SOAK_DECISIONS=1000000 BENCH_CONNECTIONS=32 BENCH_SOAK_SETTLE=15)
+ *   npx tsx bench/soak.bench.ts     (BENCH_SOAK_DECISIONS=1000000 BENCH_CONNECTIONS=32 BENCH_SOAK_SETTLE=45)
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -28,7 +28,9 @@ import { allInOneEnv, ask, bareServer, codeUnderTest, loadAutocannon } from './l
 
 const DECISIONS = Number(process.env.BENCH_SOAK_DECISIONS ?? 1_000_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
-const SETTLE_S = Number(process.env.BENCH_SOAK_SETTLE ?? 15);
+// Settled: past one period of the background audit verifier (30 s, which reads back what the
+// load wrote) and two checks of the idle heap collection (5 s each) after it.
+const SETTLE_S = Number(process.env.BENCH_SOAK_SETTLE ?? 45);
 const code = codeUnderTest();
 const self = fileURLToPath(import.meta.url);
 const MB = 1024 * 1024;
