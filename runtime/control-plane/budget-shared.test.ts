@@ -59,6 +59,39 @@ describe('shared budget ledger (PGlite)', () => {
     expect(await ledger.read('bot', 'calls', now)).toBe(1);
   });
 
+  it('a burst that finds the lease empty shares one ledger take, sized for every waiting decision', async () => {
+    const real = createBudgetLedger(store);
+    let takes = 0;
+    // The ledger answering slowly, as a store busy with audit batches does.
+    const ledger: typeof real = { ...real, take: async (r) => (takes++, await new Promise((w) => setTimeout(w, 20)), real.take(r)) };
+    const budgets: Record<string, Budget> = { burst: { callsPerHour: 1000 } }; // a lease is 20 calls
+    const now = T0;
+    const m = createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => now, syncMs: 60_000 });
+    // As the decision path runs: read, check and reserve in one go unless the read must wait.
+    const decide = async () => {
+      const usage = m.decisionUsage('burst', now);
+      if (usage instanceof Promise) await usage;
+      const over = m.check('burst', budgets.burst, now);
+      if (over) return over;
+      m.reserveCall('burst', now);
+      return 'allowed';
+    };
+    // A first burst on a view never read, then one on a drained lease: 60 decisions at once each.
+    for (const round of [1, 2]) {
+      const before = takes;
+      const outcomes = await Promise.all(Array.from({ length: 60 }, decide));
+      expect(
+        outcomes.filter((x) => x !== 'allowed'),
+        `round ${round}`,
+      ).toEqual([]);
+      // One take per dimension (calls, tokens, cost) the first time; then the background refill
+      // started at half a lease and the waiting decisions' take: never one per decision.
+      expect(takes - before, `round ${round}`).toBeLessThanOrEqual(round === 1 ? 3 : 2);
+    }
+    await m.close();
+    expect(await real.read('burst', 'calls', now)).toBe(120);
+  });
+
   it('audit mode counts past the ceiling and never refuses', async () => {
     const ledger = createBudgetLedger(store);
     const budgets: Record<string, Budget> = { aud: { callsPerHour: 3, mode: 'audit' } };

@@ -11,7 +11,9 @@
  * while the window has room, so leased calls never pass the ceiling; a replica allows at most
  * `lease size` calls beyond its lease while a refill is in flight (the debt cap), so the fleet
  * allows at most ceiling + replicas x lease size per window, and a replica that dies loses at most
- * its unwritten debt (again at most one lease size). Lease size: ceil(ceiling x leaseShare),
+ * its unwritten debt (again at most one lease size). Decisions that find the lease empty wait
+ * together for one take sized for all of them (`refill`), and the background refill runs one at a
+ * time, so a burst costs the ledger one round trip, not one per decision. Lease size: ceil(ceiling x leaseShare),
  * at least 1 (default share 2%: `callsPerHour: 100` -> 2 calls per replica).
  *
  * Tokens and dollars are leased the same way by the broker's reservations (`take`): a take that
@@ -43,6 +45,10 @@ interface DimState {
   returns: Map<number, number>;
   syncedAt: number;
   chain: Promise<unknown>;
+  /** Decisions that found the calls lease empty, gathering for the next take (refill). */
+  gathering?: { waiting: number; taken: Promise<unknown> };
+  /** The background refill started at half a lease, while it is queued or running. */
+  prefetching?: Promise<unknown>;
 }
 
 interface AgentState {
@@ -50,6 +56,8 @@ interface AgentState {
   tokens: DimState;
   cost: DimState;
   touched: number;
+  /** The read of a stale view's other dimensions, shared by the decisions waiting for it. */
+  rereading?: Promise<unknown>;
 }
 
 const DIMS: readonly LedgerDimension[] = ['calls', 'tokens', 'cost'];
@@ -223,9 +231,52 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   const timer = setInterval(() => void tick(), syncMs);
   timer.unref();
 
+  /**
+   * Waits for the calls lease to be refilled. Every decision that finds it empty joins the group
+   * gathering for the next take, which asks for all of them plus a lease once it runs (after the
+   * take in flight): one ledger round trip per burst, not one per decision queued behind each
+   * other (measured on the all-in-one: 32 connections on an agent whose lease a burst drained
+   * waited up to 7 s, each decision adding its own take to the queue).
+   */
+  function refill(agent: string, st: AgentState): Promise<unknown> {
+    const c = st.calls;
+    if (c.gathering) {
+      c.gathering.waiting++;
+      return c.gathering.taken;
+    }
+    const g = { waiting: 1, taken: Promise.resolve() as Promise<unknown> };
+    c.gathering = g;
+    g.taken = serial(c, () => {
+      // From now on, decisions that find the lease empty gather for the take after this one.
+      if (c.gathering === g) c.gathering = undefined;
+      return takeNow(agent, 'calls', { want: Math.max(0, leaseSize(o.budgetOf(agent)) + g.waiting - c.lease) });
+    });
+    return g.taken;
+  }
+
+  /**
+   * A stale (or never read) view, read again once for every decision waiting on it: the calls
+   * take is the refill the waiting decisions share (sized for them), the other dimensions are
+   * read by one take each.
+   */
+  function reread(agent: string, st: AgentState, cph: number): Promise<unknown> {
+    st.rereading ??= Promise.all(DIMS.filter((k) => k !== 'calls' || cph === 0).map((k) => sync(agent, k))).finally(() => {
+      st.rereading = undefined;
+    });
+    return cph > 0 ? Promise.all([refill(agent, st), st.rereading]) : st.rereading;
+  }
+
   /** Starts a refill in the background when the calls lease is at half or less. */
   function prefetch(agent: string, st: AgentState, budget: Budget | undefined): void {
-    if (enforcing(budget) && limitOf(budget, 'calls') > 0 && st.calls.lease * 2 <= leaseSize(budget)) sync(agent, 'calls').catch(logErr);
+    const c = st.calls;
+    // One at a time: every call below half a lease asking for its own would queue a take each,
+    // and decisions waiting for a refill would wait behind all of them.
+    if (c.prefetching || !enforcing(budget) || limitOf(budget, 'calls') <= 0 || c.lease * 2 > leaseSize(budget)) return;
+    c.prefetching = sync(agent, 'calls')
+      .catch(logErr)
+      .finally(() => {
+        c.prefetching = undefined;
+      });
   }
 
   return {
@@ -235,12 +286,12 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       const st = stateOf(agent);
       st.touched = now;
       const budget = o.budgetOf(agent);
-      if (!fresh(st, budget, now)) return refresh(agent);
       const cph = enforcing(budget) ? limitOf(budget, 'calls') : 0;
+      if (!fresh(st, budget, now)) return reread(agent, st, cph).then(() => usageOf(st));
       const c = st.calls;
       // Empty lease: wait for the refill (a burst outran the background loop), unless the
       // window was just read full (a denial needs no round trip).
-      if (cph > 0 && c.lease < 1 && !(used(c) >= cph && now - c.syncedAt < syncMs)) return sync(agent, 'calls').then(() => usageOf(st));
+      if (cph > 0 && c.lease < 1 && !(used(c) >= cph && now - c.syncedAt < syncMs)) return refill(agent, st).then(() => usageOf(st));
       return usageOf(st);
     },
     usage(agent) {
