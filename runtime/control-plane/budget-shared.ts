@@ -11,10 +11,10 @@
  * while the window has room, so leased calls never pass the ceiling; a replica allows at most
  * `lease size` calls beyond its lease while a refill is in flight (the debt cap), so the fleet
  * allows at most ceiling + replicas x lease size per window, and a replica that dies loses at most
- * its unwritten debt (again at most one lease size). Decisions that find the lease empty wait
- * together for one take sized for all of them (`refill`), and the background refill runs one at a
- * time, so a burst costs the ledger one round trip, not one per decision. Lease size: ceil(ceiling x leaseShare),
- * at least 1 (default share 2%: `callsPerHour: 100` -> 2 calls per replica).
+ * its unwritten debt (again at most one lease size). Lease size: ceil(ceiling x leaseShare), at
+ * least 1 (default share 2%: `callsPerHour: 100` -> 2 calls per replica). Decisions that find the
+ * lease empty wait together for one take sized for all of them (`refill`), and the background
+ * refill runs one at a time: a burst costs the ledger one round trip, not one per decision.
  *
  * Tokens and dollars are leased the same way by the broker's reservations (`take`): a take that
  * the lease cannot serve asks the ledger for its shortfall plus a lease, a lease at half or less
