@@ -5,19 +5,25 @@
  */
 import { getHeapStatistics } from 'node:v8';
 import { afterEach, describe, expect, it } from 'vitest';
-import { collectGarbage, startIdleGc, type IdleGc } from './idle-gc.js';
+import { collectGarbage, startIdleGc, type IdleGc, type IdleGcOptions } from './idle-gc.js';
 
 const MIB = 2 ** 20;
 const committed = () => getHeapStatistics().total_heap_size;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** ~60 MB of small objects, held until the returned function drops them. */
-function garbage(): () => void {
-  let held: { n: number; s: string }[][] | undefined = [];
+/** ~60 MB of small objects, garbage once this returns (their count, so the work is not elided). */
+function garbage(): number {
+  const held: { n: number; s: string }[][] = [];
   for (let i = 0; i < 200; i++) held.push(Array.from({ length: 5000 }, (_, n) => ({ n, s: `x${n}-${i}` })));
-  return () => {
-    held = undefined;
-  };
+  return held.length * 5000;
+}
+
+/** A collector started on a collected heap, then ~60 MB of garbage made; with the heap (committed) after it. */
+function afterGarbage(o: IdleGcOptions): { gc: IdleGc; grown: number } {
+  collectGarbage();
+  const gc = startIdleGc(o);
+  garbage();
+  return { gc, grown: committed() };
 }
 
 /** Keeps this thread's event loop busy (well above 5 %) for `ms`. */
@@ -43,36 +49,25 @@ describe('idle heap collection', () => {
   });
 
   it('a heap that grew, then went quiet, is collected and given back', async () => {
-    collectGarbage();
-    gc = startIdleGc({ intervalMs: 100, minGrowthBytes: 16 * MIB });
-    const drop = garbage();
-    const grown = committed();
-    drop();
+    const started = afterGarbage({ intervalMs: 100, minGrowthBytes: 16 * MIB });
+    gc = started.gc;
     for (let i = 0; i < 50 && gc.collections === 0; i++) await sleep(50);
     expect(gc.collections).toBe(1);
-    expect(committed()).toBeLessThan(grown - 16 * MIB);
+    expect(committed()).toBeLessThan(started.grown - 16 * MIB);
   });
 
   it('a busy event loop is not paused, however much the heap grew', async () => {
-    collectGarbage();
-    gc = startIdleGc({ intervalMs: 100, minGrowthBytes: 16 * MIB });
-    const drop = garbage();
-    drop();
+    gc = afterGarbage({ intervalMs: 100, minGrowthBytes: 16 * MIB }).gc;
     await busy(600);
     expect(gc.collections).toBe(0);
   });
 
   it('a heap that grew too little, or a collector that is off, is left alone', async () => {
-    collectGarbage();
-    gc = startIdleGc({ intervalMs: 100, minGrowthBytes: 512 * MIB });
-    const drop = garbage();
-    drop();
+    gc = afterGarbage({ intervalMs: 100, minGrowthBytes: 512 * MIB }).gc;
     await sleep(500);
     expect(gc.collections).toBe(0);
     gc.stop();
-    gc = startIdleGc({ intervalMs: 0, minGrowthBytes: 1 });
-    const drop2 = garbage();
-    drop2();
+    gc = afterGarbage({ intervalMs: 0, minGrowthBytes: 1 }).gc;
     await sleep(300);
     expect(gc.collections).toBe(0);
   });
