@@ -9,10 +9,10 @@
  *                                      BENCH_PROFILE=<dir> for CPU profiles of the server process)
  *
  * Prints p50/p99 for non-streamed and streamed completions and the broker's overhead
- * (broker minus direct) and ratio, twice: with the control plane's audit chain in memory (the
- * decision path, as a separate control-plane pod would cost the broker) and with the chain also
- * shipped to the in-process PGlite (the all-in-one default, where that work shares the broker's
- * event loop). Targets (issue 14): overhead p50 <= 0.5 ms, p99 <= 1.5 ms.
+ * (broker minus direct) and ratio, twice: as a separate control-plane pod would cost the broker
+ * (the decision over HTTP, the control plane's audit chain in memory), and as the all-in-one
+ * runs it (`npm start`: the decision in process, decision-local.ts, and the chain also shipped to
+ * the process's PGlite). Targets (issue 14): overhead p50 <= 0.5 ms, p99 <= 1.5 ms.
  */
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
@@ -28,6 +28,8 @@ interface Ports {
   upstream: number;
   broker: number;
   decision: number;
+  /** The broker decides in process. */
+  local: boolean;
 }
 
 const COMPLETION = JSON.stringify({
@@ -51,6 +53,12 @@ async function serve(): Promise<void> {
   const { startControlPlane } = (await import(from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
   const { startBroker } = (await import(from('broker/server'))) as typeof import('../runtime/broker/server.js');
   const { parseConfig } = (await import(from('broker/config'))) as typeof import('../runtime/broker/config.js');
+  const allInOne = process.env.BENCH_DURABLE_AUDIT === '1';
+  // The all-in-one decides in process, as runtime/main.ts wires it (a tree from before that, as
+  // bench:compare may build, has no such module: it decides over HTTP).
+  const local = allInOne
+    ? ((await import(from('broker/decision-local')).catch(() => undefined)) as typeof import('../runtime/broker/decision-local.js') | undefined)
+    : undefined;
   const { listen } = (await import(from('lib/http'))) as typeof import('../runtime/lib/http.js');
   const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
   setLogLevel('warn');
@@ -74,7 +82,7 @@ async function serve(): Promise<void> {
     env: {},
     decisionAddr: '127.0.0.1:0',
     mgmtAddr: '127.0.0.1:0',
-    durableAudit: process.env.BENCH_DURABLE_AUDIT === '1',
+    durableAudit: allInOne,
   });
   await cp.plane.registry.upsert({ name: 'gpt-mini', upstream: 'broker.default.svc:8080', kind: 'model' });
   await cp.plane.registry.upsert({
@@ -93,6 +101,7 @@ async function serve(): Promise<void> {
       ],
     }),
     authzUrl: `http://127.0.0.1:${cp.decisionPort}/authz`,
+    ...(local ? { localDecisions: (timeoutMs: number) => local.createLocalDecisionClient(cp.plane.engine, { timeoutMs }) } : {}),
     usageUrl: `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
     providerKey: 'sk-bench',
     ...(process.env.BENCH_NO_USAGE === '1'
@@ -106,7 +115,7 @@ async function serve(): Promise<void> {
         }
       : {}),
   });
-  process.send?.({ upstream: upstreamPort, broker: broker.port, decision: cp.decisionPort } satisfies Ports);
+  process.send?.({ upstream: upstreamPort, broker: broker.port, decision: cp.decisionPort, local: !!local } satisfies Ports);
   process.on('message', async () => {
     const { sent, posts } = broker.usage.stats();
     await broker.close(1000);
@@ -166,7 +175,7 @@ async function drive(durable: boolean): Promise<void> {
     const f = (n: number) => `${n.toFixed(3)} ms`;
     const met = (ms: number, target: number) => (ms <= target ? 'met' : 'MISSED');
     console.log(
-      `broker bench, control plane audit ${durable ? 'shipped to its in-process PGlite (all-in-one)' : 'in memory (decision path only)'}: one request at a time, ${ROUNDS} interleaved rounds, ${REQUESTS} requests per target per mode (targets: overhead p50 <= 0.5 ms, p99 <= 1.5 ms); ${codeUnderTest().label}`,
+      `broker bench, ${durable ? `all-in-one (decision ${ports.local ? 'in process' : 'over HTTP'}, audit shipped to its PGlite)` : 'separate control plane (decision over HTTP, its audit in memory)'}: one request at a time, ${ROUNDS} interleaved rounds, ${REQUESTS} requests per target per mode (targets: overhead p50 <= 0.5 ms, p99 <= 1.5 ms); ${codeUnderTest().label}`,
     );
     for (const stream of [false, true]) {
       const m = await measure(stream);

@@ -138,7 +138,8 @@ describe('all-in-one runtime/main.ts', { timeout: 120_000 }, () => {
     const queue = await json<unknown[]>(`http://127.0.0.1:${mgmt}/v1/egress/requests`);
     expect(queue.status).toBe(200);
 
-    // The broker answers its probes and asks this process's decision endpoint: an unknown actor is refused.
+    // The broker answers its probes and asks this process's decision engine (in process): an
+    // unknown actor is refused, and the decision is audited like any /authz call.
     expect((await fetch(`http://127.0.0.1:${up.ports.broker}/health/readiness`)).status).toBe(200);
     const chat = await fetch(`http://127.0.0.1:${up.ports.broker}/v1/chat/completions`, {
       method: 'POST',
@@ -147,6 +148,8 @@ describe('all-in-one runtime/main.ts', { timeout: 120_000 }, () => {
     });
     expect(chat.status).toBe(403);
     expect(await chat.json()).toMatchObject({ error: { message: expect.any(String) } });
+    const audit = await json<{ actor?: string; service?: string; allow: boolean }[]>(`http://127.0.0.1:${mgmt}/v1/audit?limit=5`);
+    expect(audit.body.some((r) => r.actor === 'nobody' && r.service === 'gpt-4o-mini' && !r.allow)).toBe(true);
   });
 
   it('SIGTERM exits 0; a restart on the same folder keeps registry, issuer DID and audit chain', async () => {

@@ -5,10 +5,11 @@
  * without the reservation asked for is `unavailable`; 401 stays 401 (needs-approval header kept);
  * a deny whose reservation was refused is `refused`; any other 4xx is a 403 deny carrying the
  * engine's reason; a 5xx, a timeout or an unreachable engine is `unavailable`, which the broker
- * also refuses (fail closed).
+ * also refuses (fail closed). The request (`decisionHeaders`) and the reading of the answer
+ * (`interpretAnswer`) are shared with the all-in-one's in-process client (decision-local.ts).
  */
 import { request, type Dispatcher } from 'undici';
-import { H, header } from '../lib/brand.js';
+import { H } from '../lib/brand.js';
 import { errMsg } from '../lib/log.js';
 import { formatReserve, parseReservation, type ReserveAsk } from '../lib/reservation-header.js';
 import { injectTrace } from '../lib/tracing.js';
@@ -40,7 +41,7 @@ const MAX_DECISION_BODY = 64 * 1024;
 export const firstHeader = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
 const SAFE_REASON = /[^\x20-\x7e]/g;
 
-function reasonOf(status: number, body: string, headers: Dispatcher.ResponseData['headers']): string {
+function reasonOf(status: number, body: string, headers: AnswerHeaders): string {
   try {
     const j = JSON.parse(body) as { reason?: unknown };
     if (typeof j.reason === 'string' && j.reason) return j.reason.slice(0, 500);
@@ -50,49 +51,65 @@ function reasonOf(status: number, body: string, headers: Dispatcher.ResponseData
   return `decision engine answered ${status}`;
 }
 
+/** Response headers as the decision engine answered them (lower-case names). */
+export type AnswerHeaders = Record<string, string | string[] | undefined>;
+
+/**
+ * The `/authz` request for a query: the client's passthrough headers, the broker's target, the
+ * reservation ask, the trace. Names are lower-case, as node hands them to `factsFromHeaders`.
+ */
+export function decisionHeaders(q: DecisionQuery): Record<string, string> {
+  const headers: Record<string, string> = injectTrace({ ...q.passthrough, [H.actor]: q.actor, [H.service]: q.model, [H.targetKind]: 'model' });
+  if (q.reserve) headers[H.reserve] = formatReserve(q.reserve);
+  return headers;
+}
+
+/**
+ * What an answer of the decision engine means to the broker, however it arrived (over HTTP, or
+ * in process in the all-in-one): `reason()` is read only for a non-200 answer.
+ */
+export function interpretAnswer(q: DecisionQuery, status: number, headers: AnswerHeaders, reason: () => string): DecisionResult {
+  const reservation = parseReservation(firstHeader(headers[H.reservation]), firstHeader(headers['retry-after']));
+  if (status === 200) {
+    if (!q.reserve) return { kind: 'allow' };
+    if (reservation?.kind !== 'reserved') return { kind: 'unavailable', why: 'the decision engine allowed without the reservation asked for', budget: true };
+    return { kind: 'allow', reservation: { id: reservation.id, outputTokens: reservation.outputTokens } };
+  }
+  const why = reason();
+  if (status >= 500) return { kind: 'unavailable', why: `decision engine answered ${status}: ${why}` };
+  if (q.reserve && reservation?.kind === 'refused') return { kind: 'refused', reason: why, retryAfterSeconds: reservation.retryAfterSeconds };
+  if (q.reserve && reservation?.kind === 'unavailable') return { kind: 'unavailable', why, budget: true };
+  if (status === 401) return { kind: 'deny', status: 401, reason: why, needsApproval: firstHeader(headers[H.needsApproval]) === 'true' };
+  return { kind: 'deny', status: 403, reason: why, needsApproval: false };
+}
+
 export interface DecisionClient {
   decide(q: DecisionQuery): Promise<DecisionResult>;
 }
 
 export function createDecisionClient(o: { url: string; timeoutMs: number; dispatcher: Dispatcher }): DecisionClient {
-  const url = new URL(o.url);
-  const origin = url.origin;
-  const path = url.pathname + url.search;
-  const actorH = header('Actor');
-  const serviceH = header('Service');
-  const kindH = header('Target-Kind');
-  const reserveH = header('Reserve');
+  const u = new URL(o.url);
+  const url = u.origin + u.pathname + u.search;
   return {
     async decide(q) {
-      const headers: Record<string, string> = injectTrace({ ...q.passthrough, [actorH]: q.actor, [serviceH]: q.model, [kindH]: 'model' });
-      if (q.reserve) headers[reserveH] = formatReserve(q.reserve);
       try {
-        const res = await request(origin + path, {
+        const res = await request(url, {
           method: 'GET',
-          headers,
+          headers: decisionHeaders(q),
           dispatcher: o.dispatcher,
           headersTimeout: o.timeoutMs,
           bodyTimeout: o.timeoutMs,
         });
-        const reservation = parseReservation(firstHeader(res.headers[H.reservation]), firstHeader(res.headers['retry-after']));
         if (res.statusCode === 200) {
           res.body.resume();
-          if (!q.reserve) return { kind: 'allow' };
-          if (reservation?.kind !== 'reserved')
-            return { kind: 'unavailable', why: 'the decision engine allowed without the reservation asked for', budget: true };
-          return { kind: 'allow', reservation: { id: reservation.id, outputTokens: reservation.outputTokens } };
+          return interpretAnswer(q, 200, res.headers, () => '');
         }
         let text = '';
         for await (const c of res.body) {
           text += (c as Buffer).toString('utf8');
           if (text.length > MAX_DECISION_BODY) break;
         }
-        const reason = reasonOf(res.statusCode, text, res.headers);
-        if (res.statusCode >= 500) return { kind: 'unavailable', why: `decision engine answered ${res.statusCode}: ${reason}` };
-        if (q.reserve && reservation?.kind === 'refused') return { kind: 'refused', reason, retryAfterSeconds: reservation.retryAfterSeconds };
-        if (q.reserve && reservation?.kind === 'unavailable') return { kind: 'unavailable', why: reason, budget: true };
-        if (res.statusCode === 401) return { kind: 'deny', status: 401, reason, needsApproval: res.headers[H.needsApproval] === 'true' };
-        return { kind: 'deny', status: 403, reason, needsApproval: false };
+        return interpretAnswer(q, res.statusCode, res.headers, () => reasonOf(res.statusCode, text, res.headers));
       } catch (e) {
         const code = (e as { code?: string }).code;
         const why =

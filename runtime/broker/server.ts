@@ -81,6 +81,11 @@ export interface BrokerOptions {
   upstreamTimeoutMs?: number;
   /** Time the decision engine gets (default 2000 ms). */
   decisionTimeoutMs?: number;
+  /**
+   * Decisions in process instead of over `authzUrl` (the all-in-one, decision-local.ts), made
+   * with the decision timeout.
+   */
+  localDecisions?: (timeoutMs: number) => DecisionClient;
   /** Largest request body (default 4 MiB). */
   maxBodyBytes?: number;
   /** Largest non-streamed provider answer (default 32 MiB). */
@@ -491,7 +496,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   const control = new Agent({ keepAliveTimeout: 30_000 });
   const apiKey = optional(env, envName('API_KEY'));
   const usage = opts.usage ?? createUsageReporter({ url: usageUrl, dispatcher: control, apiKey });
-  const decision = createDecisionClient({ url: authzUrl, timeoutMs: decisionTimeoutMs, dispatcher: control });
+  const decision = opts.localDecisions?.(decisionTimeoutMs) ?? createDecisionClient({ url: authzUrl, timeoutMs: decisionTimeoutMs, dispatcher: control });
   let closing = false;
   const deps: Deps = {
     routes,
@@ -514,7 +519,13 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
     throw e;
   }
   if (pk.placeholder) log.warn(`no provider key: set ${PROVIDER_KEY_VARS.join(' or ')}; live completions will fail with upstream_auth_failed`);
-  log.info('broker listening', { port, models: config.models.length, authzUrl, usageUrl, providerKeyFrom: pk.keyVar });
+  log.info('broker listening', {
+    port,
+    models: config.models.length,
+    authzUrl: opts.localDecisions ? 'in process' : authzUrl,
+    usageUrl,
+    providerKeyFrom: pk.keyVar,
+  });
 
   return {
     port,

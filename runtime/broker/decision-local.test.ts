@@ -1,0 +1,75 @@
+/**
+ * The broker's in-process decisions (the all-in-one) against its `/authz` calls: the same
+ * questions asked of one real control plane both ways get the same answers (allow, deny,
+ * reservation made or refused) and leave the same audit records; a decision that does not finish
+ * in time is `unavailable`, which the broker refuses.
+ */
+import { Agent } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDecisionEngine } from '../control-plane/decision/engine.js';
+import { engineOf } from '../control-plane/decision/testkit.js';
+import { startControlPlane, type RunningControlPlane } from '../control-plane/server.js';
+import type { Store } from '../store/factory.js';
+import { openTestPglite } from '../store/testing.js';
+import { createDecisionClient, type DecisionQuery, type DecisionResult } from './decision-client.js';
+import { createLocalDecisionClient } from './decision-local.js';
+
+const reserve = (outputTokens: number) => ({ promptTokens: 10, outputTokens, priceInputPer1k: 0, priceOutputPer1k: 0 });
+/** A result with its reservation id reduced to whether there is one (each call reserves anew). */
+const shape = (r: DecisionResult) => (r.kind === 'allow' && r.reservation ? { ...r, reservation: { ...r.reservation, id: typeof r.reservation.id } } : r);
+
+describe('broker decisions in process', () => {
+  let store: Store;
+  let cp: RunningControlPlane;
+  const dispatcher = new Agent();
+
+  beforeAll(async () => {
+    store = await openTestPglite();
+    cp = await startControlPlane({ store, env: {}, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    await cp.plane.registry.upsert({ name: 'm', upstream: 'broker.default.svc:8080', kind: 'model' });
+    await cp.plane.registry.upsert({ name: 'other', upstream: 'broker.default.svc:8080', kind: 'model' });
+    await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: ['m'], budget: { tokensPerHour: 1000 } });
+  }, 180_000);
+  afterAll(async () => {
+    await dispatcher.close();
+    await cp?.close();
+    await store?.close();
+  });
+
+  it('answers what /authz answers, and audits it the same', async () => {
+    const http = createDecisionClient({ url: `http://127.0.0.1:${cp.decisionPort}/authz`, timeoutMs: 2000, dispatcher });
+    const local = createLocalDecisionClient(cp.plane.engine, { timeoutMs: 2000 });
+    const cases: [string, DecisionQuery, DecisionResult['kind']][] = [
+      ['allowed, nothing reserved', { actor: 'bot', model: 'm', passthrough: {} }, 'allow'],
+      ['allowed with a reservation that fits', { actor: 'bot', model: 'm', passthrough: {}, reserve: reserve(100) }, 'allow'],
+      ['a reservation over the budget', { actor: 'bot', model: 'm', passthrough: {}, reserve: reserve(5000) }, 'refused'],
+      ['a model the agent may not use', { actor: 'bot', model: 'other', passthrough: {} }, 'deny'],
+      ['an actor nobody registered', { actor: 'nobody', model: 'm', passthrough: {} }, 'deny'],
+    ];
+    for (const [what, q, kind] of cases) {
+      const before = cp.plane.audit.recent(1)[0]?.seq ?? 0;
+      const overHttp = await http.decide(q);
+      const viaHttp = cp.plane.audit.recent(1)[0]!;
+      const inProcess = await local.decide(q);
+      const viaLocal = cp.plane.audit.recent(1)[0]!;
+      expect(overHttp.kind, what).toBe(kind);
+      expect(shape(inProcess), what).toEqual(shape(overHttp));
+      // One record each, alike but for their place in the chain.
+      expect([viaHttp.seq, viaLocal.seq], what).toEqual([before + 1, before + 2]);
+      const { seq: _s1, time: _t1, prevHash: _p1, hash: _h1, ...httpRecord } = viaHttp;
+      const { seq: _s2, time: _t2, prevHash: _p2, hash: _h2, ...localRecord } = viaLocal;
+      expect(localRecord, what).toEqual(httpRecord);
+    }
+  });
+
+  it('a decision not finished in time is unavailable (the broker refuses it)', async () => {
+    const test = engineOf([
+      { name: 'm', upstream: 'broker.default.svc:8080', kind: 'model' },
+      { name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: ['m'], budget: { callsPerHour: 10 } },
+    ]);
+    // A budget ledger whose usage never comes: the decision waits on it forever.
+    const ports = { ...test.ports, budget: { usage: () => new Promise<never>(() => {}) } };
+    const local = createLocalDecisionClient(createDecisionEngine({ policy: test.policy, ports, sinks: test.sinks }), { timeoutMs: 50 });
+    expect(await local.decide({ actor: 'bot', model: 'm', passthrough: {} })).toEqual({ kind: 'unavailable', why: 'decision timed out after 50 ms' });
+  });
+});
