@@ -29,6 +29,14 @@ export const notFound = (what: string, id: string): ApiError => new ApiError(404
 export const conflict = (code: string, message: string, extra: Record<string, unknown> = {}): ApiError => new ApiError(409, code, message, extra);
 export const badRequest = (code: string, message: string): ApiError => new ApiError(400, code, message);
 
+/** A unique or primary-key violation (SQLSTATE 23505), however deep the driver wrapped it. */
+export function isUniqueViolation(e: unknown): boolean {
+  for (let c: unknown = e, i = 0; c && i < 5; c = (c as { cause?: unknown }).cause, i++) {
+    if ((c as { code?: unknown }).code === '23505') return true;
+  }
+  return false;
+}
+
 /** A store call ran past its deadline; it was cancelled and rolled back, so it never takes effect. */
 export class StoreTimeoutError extends Error {
   readonly code = 'STORE_TIMEOUT';

@@ -11,7 +11,7 @@ import { openAuditChain } from './chain.js';
 import { verifyChain } from './hash.js';
 import { ChainLeasedError } from './lease.js';
 import { AuditBackpressureError } from './shipper.js';
-import { loadTail, verifyStored } from './store.js';
+import { insertBatch, loadTail, verifyStored } from './store.js';
 
 setLogLevel('error'); // retries are expected here; keep the output readable
 
@@ -119,6 +119,21 @@ describe.each(testBackends())('audit chain on $name', (b) => {
     expect(await count(store, 'flush')).toBe(50);
     expect(chain.stats()).toMatchObject({ pending: 0, shippedSeq: 50, lastSeq: 50, chainId: 'flush', durable: true });
     await chain.close();
+  });
+
+  it('a retried batch whose first write did commit is accepted once; a changed record in it is refused whole', async () => {
+    const chain = await openAuditChain(undefined);
+    const records = Array.from({ length: 6 }, (_, i) => chain.append(entry(i + 1)));
+    await chain.close();
+    await insertBatch(store, 'retry', records.slice(0, 4));
+    // The shipper retries a batch whose answer it lost, now with two more records behind it.
+    await insertBatch(store, 'retry', records);
+    expect(await loadTail(store, 'retry', 100)).toEqual(records);
+    // Another writer's record 5 (same seq, different content): an error, and nothing of the batch is kept.
+    await store.exec(`delete from audit_log where chain = 'retry' and seq = 6`);
+    const forged = { ...records[4]!, hash: 'f'.repeat(64) };
+    await expect(insertBatch(store, 'retry', [forged, records[5]!])).rejects.toThrow(/seq 5 is already stored with a different hash/);
+    expect(await count(store, 'retry')).toBe(5);
   });
 
   it('chains with different ids share the table without colliding', async () => {

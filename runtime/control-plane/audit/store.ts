@@ -5,6 +5,7 @@
 import { and, asc, desc, eq, gt, inArray, sql } from 'drizzle-orm';
 import { rowsOf, type Store } from '../../store/factory.js';
 import { auditLog } from '../../store/schema/control-plane.js';
+import { isUniqueViolation } from '../../lib/errors.js';
 import type { AuditAction, AuditRecord, Rule } from '../types.js';
 import { GENESIS, verifyChain, type VerifyResult } from './hash.js';
 
@@ -51,44 +52,53 @@ export function fromRow(row: Row): AuditRecord {
 /**
  * Inserts a batch in one statement (atomic). A retried batch whose first attempt did commit
  * (acknowledgement lost) finds its rows already there: those are accepted when their hashes
- * match, and anything else means a second writer on the same chain id, which is an error.
+ * match, and anything else means a second writer on the same chain id, which is an error (and
+ * nothing of the batch is stored).
+ *
+ * The first attempt is a plain insert: conflict arbitration and `returning` cost PGlite's engine
+ * about a fifth of its time per row, for a case that only a retry meets. A batch refused with a
+ * unique violation is written again the careful way (nothing of the refused statement stayed).
  */
 export async function insertBatch(store: Store, chain: string, batch: AuditRecord[]): Promise<void> {
   if (batch.length === 0) return;
   // One JSON parameter expanded server-side: far cheaper than 15 bind parameters per row, and
   // exact (strings are already storable; numbers round-trip through their shortest decimal).
   const json = JSON.stringify(batch.map((r) => toRow(chain, r)));
-  const inserted = await rowsOf<{ seq: string | number }>(
-    store.db,
-    sql`insert into audit_log (chain, seq, time, action, subject, actor, task, service, allow, reason, rule, delegation_id, delegation_exp, prev_hash, hash)
+  const insert = sql`insert into audit_log (chain, seq, time, action, subject, actor, task, service, allow, reason, rule, delegation_id, delegation_exp, prev_hash, hash)
         select chain, seq, time, action, subject, actor, task, service, allow, reason, rule, "delegationId", "delegationExp", "prevHash", hash
         from jsonb_to_recordset(${json}::jsonb) as x(chain text, seq bigint, time text, action text, subject text, actor text, task text,
-          service text, allow boolean, reason text, rule text, "delegationId" text, "delegationExp" double precision, "prevHash" text, hash text)
-        order by seq
-        on conflict (chain, seq) do nothing
-        returning seq`,
-  );
-  if (inserted.length === batch.length) return;
-  const got = new Set(inserted.map((r) => Number(r.seq)));
-  const missing = batch.filter((r) => !got.has(r.seq));
-  const existing = await store.db
-    .select({ seq: auditLog.seq, hash: auditLog.hash })
-    .from(auditLog)
-    .where(
-      and(
-        eq(auditLog.chain, chain),
-        inArray(
-          auditLog.seq,
-          missing.map((r) => r.seq),
-        ),
-      ),
-    );
-  const byseq = new Map(existing.map((e) => [Number(e.seq), e.hash]));
-  for (const r of missing) {
-    if (byseq.get(r.seq) !== r.hash) {
-      throw new Error(`audit chain ${JSON.stringify(chain)}: seq ${r.seq} is already stored with a different hash (two writers on one chain id?)`);
-    }
+          service text, allow boolean, reason text, rule text, "delegationId" text, "delegationExp" double precision, "prevHash" text, hash text)`;
+  try {
+    await store.db.execute(insert);
+    return;
+  } catch (e) {
+    if (!isUniqueViolation(e)) throw e;
   }
+  // In one transaction: a batch refused here leaves none of its rows behind.
+  await store.db.transaction(async (tx) => {
+    const inserted = await rowsOf<{ seq: string | number }>(tx, sql`${insert} on conflict (chain, seq) do nothing returning seq`);
+    if (inserted.length === batch.length) return;
+    const got = new Set(inserted.map((r) => Number(r.seq)));
+    const missing = batch.filter((r) => !got.has(r.seq));
+    const existing = await tx
+      .select({ seq: auditLog.seq, hash: auditLog.hash })
+      .from(auditLog)
+      .where(
+        and(
+          eq(auditLog.chain, chain),
+          inArray(
+            auditLog.seq,
+            missing.map((r) => r.seq),
+          ),
+        ),
+      );
+    const byseq = new Map(existing.map((e) => [Number(e.seq), e.hash]));
+    for (const r of missing) {
+      if (byseq.get(r.seq) !== r.hash) {
+        throw new Error(`audit chain ${JSON.stringify(chain)}: seq ${r.seq} is already stored with a different hash (two writers on one chain id?)`);
+      }
+    }
+  });
 }
 
 /** The newest `n` records of a chain, oldest first. */

@@ -5,7 +5,7 @@
  */
 import { revokeMemberships } from './standing.js';
 import { count, notExists, eq, and } from 'drizzle-orm';
-import { badRequest, conflict, notFound } from '../../../lib/errors.js';
+import { badRequest, conflict, isUniqueViolation, notFound } from '../../../lib/errors.js';
 import type { Db } from '../../../store/factory.js';
 import { governedAgents, type HistoryEntry } from '../../../store/schema/governance.js';
 import { agents as identityAgents } from '../../../store/schema/identity.js';
@@ -116,13 +116,6 @@ export interface RegisterInput {
   approvedRuntime?: string;
   createdBy?: string;
 }
-
-const isUniqueViolation = (e: unknown): boolean => {
-  for (let c: unknown = e, i = 0; c && i < 5; c = (c as { cause?: unknown }).cause, i++) {
-    if ((c as { code?: unknown }).code === '23505') return true;
-  }
-  return false;
-};
 
 /** SPEC 3.1: every agent starts `draft`; an unknown or cross-tenant owner (or sponsor) is 400. */
 export async function registerAgent(deps: GovDeps, b: RegisterInput): Promise<AgentRecord> {
