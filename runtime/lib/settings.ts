@@ -143,6 +143,7 @@ export const SETTINGS: readonly Setting[] = [
   s('AUDIT_CHECKPOINT_EVERY', 'audit', pos),
   s('AUDIT_CHECKPOINT_INTERVAL_MS', 'audit', pos),
   s('AUDIT_VERIFY_INTERVAL_MS', 'audit', nonneg),
+  s('AUDIT_VERIFY_BUDGET', 'audit', pos),
   s('AUDIT_RETENTION_DAYS', 'audit', nonneg),
   s('AUDIT_RETENTION_RECORDS', 'audit', nonneg),
   // admission webhook (each also a flag)

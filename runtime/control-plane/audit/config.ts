@@ -9,6 +9,7 @@
  *   AUDIT_CHECKPOINT_EVERY       sign a checkpoint every N stored records (1000)
  *   AUDIT_CHECKPOINT_INTERVAL_MS ... or every T ms with new records (60000)
  *   AUDIT_VERIFY_INTERVAL_MS     background verification period (30000; 0 = off)
+ *   AUDIT_VERIFY_BUDGET          most records one background pass reads (100000)
  *   AUDIT_RETENTION_DAYS         prune records older than this (unset = keep all)
  *   AUDIT_RETENTION_RECORDS      keep at most this many records per chain (unset = all)
  *   AUDIT_KEY_ENCRYPTION_KEY     seals the checkpoint signing key at rest (default IDP_KEY_ENCRYPTION_KEY)
@@ -57,6 +58,7 @@ export function auditOptionsFromEnv(env: Env): Omit<AuditChainOptions, 'now'> {
       checkpointEvery: positive(env, 'AUDIT_CHECKPOINT_EVERY', 1000),
       checkpointIntervalMs: positive(env, 'AUDIT_CHECKPOINT_INTERVAL_MS', 60_000),
       verifyIntervalMs: nonNegative(env, 'AUDIT_VERIFY_INTERVAL_MS', 30_000),
+      verifyBudget: positive(env, 'AUDIT_VERIFY_BUDGET', 100_000),
       ...(days ? { retentionDays: days } : {}),
       ...(records ? { retentionRecords: records } : {}),
     },

@@ -4,7 +4,6 @@ export type { AuditChain, AuditChainOptions, AuditSink, AuditReader, Durability 
 export { AuditBackpressureError, AuditNotCommittedError } from './shipper.js';
 export { canonical, hashRecord, verifyChain, GENESIS, GENESIS_HASH, MAX_FIELD_CHARS } from './hash.js';
 export type { ChainAnchor, VerifyResult } from './hash.js';
-export { verifyStored } from './store.js';
 export { verifyRange, type RangeResult } from './verify.js';
 export { AUDIT_KEY_PATH, CHECKPOINT_TYP, verifyCheckpoint, type Checkpoint, type SignedCheckpoint, type Jwks } from './checkpoint.js';
 export { verifyExport, exportLines, type OfflineResult } from './export.js';

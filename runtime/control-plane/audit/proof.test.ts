@@ -173,6 +173,29 @@ describe.each(testBackends())('audit proofs on $name', (b) => {
     expect(await verifyWhole(store, 'forgedcp')).toMatchObject({ ok: false, brokenAtSeq: first, reason: 'checkpoint' });
   });
 
+  it('the background verifier reads at most its budget a pass: the tail first, then a sweep of the history', async () => {
+    await seed(store, 'budget', 2500);
+    const c = await openAuditChain(store, { chain: 'budget', proof: { ...PROOF, verifyBudget: 1000, fullVerifyEvery: 4 } });
+    // From genesis, 1000 a pass, until it has caught up with what was stored.
+    expect((await c.proof!.verifyTick()).verifiedSeq).toBe(1000);
+    expect((await c.proof!.verifyTick()).verifiedSeq).toBe(2000);
+    expect(await c.proof!.verifyTick()).toMatchObject({ verifiedSeq: 2500, brokenAtSeq: -1 });
+    // A record the tail has passed is changed: the 4th pass starts the sweep, which finds it.
+    await store.exec(`update audit_log set reason = 'forged' where chain = 'budget' and seq = 1700`);
+    for (let i = 0; i < 10; i++) c.append(entry(9000 + i));
+    await c.flush();
+    expect(await c.proof!.verifyTick()).toMatchObject({ verifiedSeq: 2510, brokenAtSeq: -1 }); // 10 new, then 990 of history
+    expect(await c.proof!.verifyTick()).toMatchObject({ brokenAtSeq: 1700, reason: 'hash', verifiedSeq: 1699 });
+    // Restored: a pass whose whole budget goes to new records does not read it, so the break stands;
+    // the next one reads it again, whole, and clears it.
+    await store.exec(`update audit_log set reason = 'r1700' where chain = 'budget' and seq = 1700`);
+    for (let i = 0; i < 1000; i++) c.append(entry(10_000 + i));
+    await c.flush();
+    expect(await c.proof!.verifyTick()).toMatchObject({ brokenAtSeq: 1700, verifiedSeq: 1699 });
+    expect(await c.proof!.verifyTick()).toMatchObject({ brokenAtSeq: -1, verifiedSeq: 3510 });
+    await c.close();
+  });
+
   it('an untouched chain verifies whole, and its kept checkpoint is consistent', async () => {
     const kept = await seed(store, 'clean', 700);
     const c = await reopen(store, 'clean');

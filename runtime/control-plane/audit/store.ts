@@ -2,14 +2,30 @@
  * audit_log persistence: row -> record mapping, the idempotent batch insert the shipper uses,
  * and the tail load that gives a reopened chain its seq, prevHash and ring.
  */
-import { and, asc, desc, eq, gt, inArray, sql } from 'drizzle-orm';
+import { and, desc, eq, inArray, sql } from 'drizzle-orm';
 import { rowsOf, type Store } from '../../store/factory.js';
 import { auditLog } from '../../store/schema/control-plane.js';
 import { isUniqueViolation } from '../../lib/errors.js';
 import type { AuditAction, AuditRecord, Rule } from '../types.js';
-import { GENESIS, verifyChain, type VerifyResult } from './hash.js';
 
-type Row = typeof auditLog.$inferSelect;
+/** The columns a record is rebuilt from: what was hashed (not the chain id, not stored_at). */
+export const RECORD_COLUMNS = {
+  seq: auditLog.seq,
+  time: auditLog.time,
+  action: auditLog.action,
+  subject: auditLog.subject,
+  actor: auditLog.actor,
+  task: auditLog.task,
+  service: auditLog.service,
+  allow: auditLog.allow,
+  reason: auditLog.reason,
+  rule: auditLog.rule,
+  delegationId: auditLog.delegationId,
+  delegationExp: auditLog.delegationExp,
+  prevHash: auditLog.prevHash,
+  hash: auditLog.hash,
+};
+type Row = Omit<typeof auditLog.$inferSelect, 'chain' | 'storedAt'>;
 
 /** Rebuilds the record exactly as it was hashed: NULL columns are absent fields. */
 export function fromRow(row: Row): AuditRecord {
@@ -82,30 +98,6 @@ export async function insertBatch(store: Store, chain: string, batch: AuditRecor
 
 /** The newest `n` records of a chain, oldest first. */
 export async function loadTail(store: Store, chain: string, n: number): Promise<AuditRecord[]> {
-  const rows = await store.db.select().from(auditLog).where(eq(auditLog.chain, chain)).orderBy(desc(auditLog.seq)).limit(n);
+  const rows = await store.db.select(RECORD_COLUMNS).from(auditLog).where(eq(auditLog.chain, chain)).orderBy(desc(auditLog.seq)).limit(n);
   return rows.reverse().map(fromRow);
-}
-
-/**
- * Verifies a chain's whole durable history from genesis, page by page (the ring's verify()
- * covers only the last 1000). For operators and audits; reads the table, so not for a hot path.
- */
-export async function verifyStored(store: Store, chain: string, pageSize = 5000): Promise<VerifyResult & { checked: number }> {
-  let anchor = GENESIS;
-  let checked = 0;
-  for (;;) {
-    const rows = await store.db
-      .select()
-      .from(auditLog)
-      .where(and(eq(auditLog.chain, chain), gt(auditLog.seq, anchor.seq)))
-      .orderBy(asc(auditLog.seq))
-      .limit(pageSize);
-    if (rows.length === 0) return { ok: true, brokenAtSeq: -1, checked };
-    const page = rows.map(fromRow);
-    const v = verifyChain(page, anchor);
-    if (!v.ok) return { ...v, checked: checked + page.findIndex((r) => r.seq >= v.brokenAtSeq) };
-    checked += page.length;
-    const last = page[page.length - 1]!;
-    anchor = { seq: last.seq, hash: last.hash };
-  }
 }

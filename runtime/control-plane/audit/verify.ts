@@ -17,9 +17,13 @@ import type { Store } from '../../store/factory.js';
 import { auditLog } from '../../store/schema/control-plane.js';
 import type { AuditRecord } from '../types.js';
 import { GENESIS, verifyChain, type ChainAnchor, type VerifyResult } from './hash.js';
-import { fromRow } from './store.js';
+import { fromRow, RECORD_COLUMNS } from './store.js';
 
-export const VERIFY_PAGE = 5000;
+/**
+ * Records read and hashed per page. Hashing a page runs on the event loop in one go: at 1000 a
+ * page holds it ~10 ms at most (5000 held it up to 40 ms, measured on a 100k-record chain).
+ */
+export const VERIFY_PAGE = 1000;
 
 export interface RangeOptions {
   /** First seq to verify (default 1). */
@@ -61,7 +65,7 @@ export async function* readRange(
   let next = from;
   while (next <= to) {
     const rows = await store.db
-      .select()
+      .select(RECORD_COLUMNS)
       .from(auditLog)
       .where(and(eq(auditLog.chain, chain), gte(auditLog.seq, next), lte(auditLog.seq, to)))
       .orderBy(asc(auditLog.seq))
