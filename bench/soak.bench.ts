@@ -9,7 +9,10 @@
  *   idle    settled: BENCH_SOAK_SETTLE seconds (default 45) later, before any load
  *   peak    the highest sample under load (and the samples at each quarter of it: a leak climbs
  *           with the decision count, the collector's heap sizing levels off)
- *   end     settled again after the load (the same wait)
+ *   end     settled again after the load: once the background audit verifier has read back
+ *           what the load wrote (it reads at most AUDIT_VERIFY_BUDGET records a pass, so after a
+ *           long burst it works on for minutes: memory it holds then is work, not a leak), then the
+ *           same wait
  *
  * Baseline: a bare node:http process started and settled the same way, in the same run (what any
  * Node process costs); Writ's idle RSS is printed as a multiple of it. Targets: end - idle <= 20 MB;
@@ -55,7 +58,7 @@ async function serveWrit(): Promise<void> {
   // As every entry point does once up (runtime/lib/process.ts), where this tree's build has it.
   const idle = (await import(code.from('lib/idle-gc')).catch(() => undefined)) as typeof import('../runtime/lib/idle-gc.js') | undefined;
   idle?.idleGcFromEnv(env);
-  process.send?.({ decision: writ.ports.decision });
+  process.send?.({ decision: writ.ports.decision, mgmt: writ.ports.mgmt });
   process.on('message', async (m) => {
     // Where the memory is: this isolate's heap and buffers (the rest of RSS is the PGlite engine thread and native).
     if (m === 'mem') return process.send?.({ mem: process.memoryUsage() });
@@ -70,17 +73,29 @@ async function serveWrit(): Promise<void> {
 }
 
 function serveBare(): void {
-  const s = bareServer().listen(0, '127.0.0.1', () => process.send?.({ decision: (s.address() as { port: number }).port }));
+  const s = bareServer().listen(0, '127.0.0.1', () => process.send?.({ decision: (s.address() as { port: number }).port, mgmt: 0 }));
   process.on('message', () => process.exit(0));
 }
 
-async function start(kind: '--writ' | '--bare'): Promise<{ proc: ChildProcess; port: number }> {
+async function start(kind: '--writ' | '--bare'): Promise<{ proc: ChildProcess; port: number; mgmt: number }> {
   const proc = fork(self, [kind], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
-  const port = await new Promise<number>((resolve, reject) => {
-    proc.once('message', (m: { decision: number }) => resolve(m.decision));
+  const ports = await new Promise<{ decision: number; mgmt: number }>((resolve, reject) => {
+    proc.once('message', (m: { decision: number; mgmt: number }) => resolve(m));
     proc.once('exit', (c) => reject(new Error(`${kind} exited with ${c}`)));
   });
-  return { proc, port };
+  return { proc, port: ports.decision, mgmt: ports.mgmt };
+}
+
+/** Seconds until the background verifier has checked every stored record (at most 15 min). */
+async function verifierCaughtUp(mgmt: number): Promise<number> {
+  const t0 = Date.now();
+  const gauge = (text: string, name: string) => Number(new RegExp(`^writ_${name}\\{[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+  while (Date.now() - t0 < 15 * 60_000) {
+    const text = await (await fetch(`http://127.0.0.1:${mgmt}/metrics`)).text();
+    if (gauge(text, 'audit_verified_seq') >= gauge(text, 'audit_stored_seq')) break;
+    await sleep(1);
+  }
+  return (Date.now() - t0) / 1000;
 }
 
 /** The child's own account of its main isolate (heap, external, array buffers). */
@@ -137,6 +152,7 @@ async function drive(): Promise<void> {
   const peak = Math.max(idle, ...samples.map((x) => x.rss));
   // RSS when a quarter, half, three quarters and all of the load had run (by time: the rate is steady).
   const quarters = [1, 2, 3, 4].map((q) => samples.findLast((x) => x.at <= t0 + (q * secs * 1000) / 4)?.rss ?? NaN);
+  const verifying = await verifierCaughtUp(w.mgmt);
   await sleep(SETTLE_S);
   const end = rss(pid);
   const endMem = await memOf(w.proc);
@@ -149,7 +165,7 @@ async function drive(): Promise<void> {
   const answered = r.requests.total;
   console.log(
     `soak bench: the all-in-one as npm start runs it (PGlite, durable audit, examples), ${code.label}; ${answered.toLocaleString('en-US')} decisions ` +
-      `at /authz in ${secs.toFixed(0)} s (${(answered / secs).toFixed(0)}/s, ${r.errors} errors, ${r.non2xx} denials), ${CONNECTIONS} connections; RSS settled ${SETTLE_S} s`,
+      `at /authz in ${secs.toFixed(0)} s (${(answered / secs).toFixed(0)}/s, ${r.errors} errors, ${r.non2xx} denials), ${CONNECTIONS} connections; RSS settled ${SETTLE_S} s (after the load, once the audit verifier had read it back: ${verifying.toFixed(0)} s)`,
   );
   console.log(`  bare node:http process (baseline)  idle ${mb(bareRss)}`);
   console.log(`  writ right after start             ${mb(startRss)}`);

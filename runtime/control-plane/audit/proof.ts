@@ -223,11 +223,21 @@ export async function openProof(store: Store, chainId: string, o: ProofOptions, 
     }
   };
   every_(intervalMs, () => background('checkpoint', checkpoint()));
-  every_(verifyMs, () => background('verification', verifyTick()));
+  // One background pass at a time: a pass still running when the next is due skips that one.
+  let verifying = false;
+  const pass = () => {
+    if (verifying) return;
+    verifying = true;
+    background(
+      'verification',
+      verifyTick().finally(() => (verifying = false)),
+    );
+  };
+  every_(verifyMs, pass);
   if (verifyMs > 0) {
     // A first pass soon after start, so /readyz and the metrics say something early (budgeted
     // like any: a large store is verified from genesis over the following passes).
-    const first = setTimeout(() => background('verification', verifyTick()), Math.min(verifyMs, 2000));
+    const first = setTimeout(pass, Math.min(verifyMs, 2000));
     first.unref();
     timers.push(first);
   }
