@@ -31,8 +31,9 @@ import { allInOneEnv, ask, bareServer, codeUnderTest, loadAutocannon } from './l
 
 const DECISIONS = Number(process.env.BENCH_SOAK_DECISIONS ?? 1_000_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
-// Settled: past one period of the background audit verifier (30 s, which reads back what the
-// load wrote) and two checks of the idle heap collection (5 s each) after it.
+// Settled: past one period of the background audit verifier (30 s) and several checks of the
+// idle heap collection (5 s each) after it; after the load, counted once the verifier has read
+// the load back (verifierCaughtUp).
 const SETTLE_S = Number(process.env.BENCH_SOAK_SETTLE ?? 45);
 const code = codeUnderTest();
 const self = fileURLToPath(import.meta.url);

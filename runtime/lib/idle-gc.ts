@@ -9,10 +9,10 @@
  *
  * Like the JVM's periodic collection of an idle heap (G1, JEP 346): every `intervalMs`, when the
  * event loop was nearly idle over the whole interval, the heap V8 holds did not grow in it, and it
- * has grown by `minGrowthBytes` since the last trim, full collections run (up to three, while the heap still shrinks)
- * and V8 returns the freed pages to the system. A process under load is never paused by it; an
- * idle one pays a few tens of ms per collection, once per burst. The PGlite engine thread runs
- * one of its own (an isolate of its own).
+ * has grown by `minGrowthBytes` since the last trim, full collections run (up to three, while the
+ * heap still shrinks) and V8 returns the freed pages to the system. A process under load is never
+ * paused by it; an idle one pays a few tens of ms per collection, once per burst. The PGlite
+ * engine thread runs one of its own (an isolate of its own).
  */
 import { performance } from 'node:perf_hooks';
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';

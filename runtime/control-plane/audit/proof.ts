@@ -200,8 +200,7 @@ export async function openProof(store: Store, chainId: string, o: ProofOptions, 
       health.brokenAtSeq = -1;
       delete health.reason;
     }
-    if (health.brokenAtSeq !== -1 && (found || forged !== undefined))
-      log.error('audit chain verification failed', { chain: chainId, brokenAtSeq: health.brokenAtSeq, reason: health.reason });
+    if (found || forged !== undefined) log.error('audit chain verification failed', { chain: chainId, brokenAtSeq: health.brokenAtSeq, reason: health.reason });
     health.verifiedSeq = health.brokenAtSeq === -1 ? verified.seq : Math.max(0, health.brokenAtSeq - 1);
     health.prunedThrough = t.anchor?.seq ?? 0;
     health.lastVerifiedAt = new Date(now()).toISOString();

@@ -21,7 +21,7 @@ import { fromRow, RECORD_COLUMNS } from './store.js';
 
 /**
  * Records read and hashed per page. Hashing a page runs on the event loop in one go: at 1000 a
- * page holds it ~10 ms at most (5000 held it up to 40 ms, measured on a 100k-record chain).
+ * page held it up to 14 ms (5000 up to 40 ms; measured on a 100k-record chain).
  */
 export const VERIFY_PAGE = 1000;
 
