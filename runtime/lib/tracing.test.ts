@@ -30,6 +30,8 @@ interface OtlpSpan {
   name: string;
   service: string;
   attributes: Record<string, string | number | boolean>;
+  /** OTLP status code: 0 unset, 1 ok, 2 error. */
+  status: number;
 }
 
 type AnyValue = { stringValue?: string; intValue?: number | string; boolValue?: boolean; doubleValue?: number };
@@ -51,7 +53,9 @@ export async function otlpReceiver(): Promise<{ url: string; spans: OtlpSpan[]; 
       const doc = JSON.parse(body) as {
         resourceSpans: {
           resource: { attributes: { key: string; value: AnyValue }[] };
-          scopeSpans: { spans: (Omit<OtlpSpan, 'attributes' | 'service'> & { attributes?: { key: string; value: AnyValue }[] })[] }[];
+          scopeSpans: {
+            spans: (Omit<OtlpSpan, 'attributes' | 'service' | 'status'> & { attributes?: { key: string; value: AnyValue }[]; status?: { code?: number } })[];
+          }[];
         }[];
       };
       for (const rs of doc.resourceSpans) {
@@ -60,7 +64,7 @@ export async function otlpReceiver(): Promise<{ url: string; spans: OtlpSpan[]; 
           for (const s of ss.spans) {
             const attributes: OtlpSpan['attributes'] = {};
             for (const a of s.attributes ?? []) attributes[a.key] = valueOf(a.value);
-            spans.push({ traceId: s.traceId, spanId: s.spanId, parentSpanId: s.parentSpanId || undefined, name: s.name, service, attributes });
+            spans.push({ traceId: s.traceId, spanId: s.spanId, parentSpanId: s.parentSpanId || undefined, name: s.name, service, attributes, status: s.status?.code ?? 0 });
           }
         }
       }
@@ -165,6 +169,10 @@ describe('OTLP export of identity-authority and decision spans', () => {
     ).json()) as { id: string };
     const approved = (await (await post(`/v1/delegations/${d.id}/approve`, { approver: 'alice' }, h)).json()) as { vcJti: string };
     expect((await post('/v1/revoke', { vcJti: approved.vcJti }, h)).status).toBe(200);
+    // A client error is the caller's, not the server's: status left unset (OTel HTTP server spans).
+    const other = newTraceparent();
+    expect((await post('/v1/revoke', { vcJti: 'no-such-jti' }, { traceparent: other.traceparent })).status).toBe(404);
+    expect((await post('/v1/revoke', { vcJti: '' }, { traceparent: other.traceparent })).status).toBe(422);
     await post('/v1/identity/resolve', { claims: { iss: 'https://unknown.example', sub: 'x' } }, h);
     // A poll without caller context: not traced.
     expect((await fetch(`${base}/v1/revocations`)).status).toBe(200);
@@ -187,6 +195,15 @@ describe('OTLP export of identity-authority and decision spans', () => {
       'http.response.status_code': 200,
     });
     expect(rx.spans.some((x) => String(x.attributes['http.route'] ?? '').includes('revocations'))).toBe(false);
+    expect(mine.find((x) => x.name === 'vc.revoke')!.status).toBe(0);
+    const refused = await until(() => {
+      const s = rx.spans.filter((x) => x.traceId === other.traceId);
+      return s.length >= 2 ? s : undefined;
+    }, 'the refused revocations');
+    expect(refused.map((x) => [x.attributes['http.response.status_code'], x.status]).sort()).toEqual([
+      [404, 0],
+      [422, 0],
+    ]);
   });
 
   it('a decision span continues the gateway trace and its identity-authority call is its child', async () => {

@@ -387,7 +387,9 @@ export function identityTracing(): MiddlewareHandler {
         'http.response.status_code': status,
         ...(op ? { [`${BRAND}.operation`]: op } : {}),
       });
-      if (status >= 500 || c.error) span.setStatus({ code: SpanStatusCode.ERROR, message: c.error?.message ?? `HTTP ${status}` });
+      // OTel's HTTP server spans: a 5xx is an error; a 4xx is the caller's and leaves the status
+      // unset, even when a handler threw it (hono's HTTPException sets c.error for 404/422 too).
+      if (status >= 500) span.setStatus({ code: SpanStatusCode.ERROR, message: c.error?.message ?? `HTTP ${status}` });
       // A traced operation that is not one of ours and had no caller context is noise: drop it.
       if (op || traceparent) span.end();
     }
