@@ -64,7 +64,15 @@ export async function otlpReceiver(): Promise<{ url: string; spans: OtlpSpan[]; 
           for (const s of ss.spans) {
             const attributes: OtlpSpan['attributes'] = {};
             for (const a of s.attributes ?? []) attributes[a.key] = valueOf(a.value);
-            spans.push({ traceId: s.traceId, spanId: s.spanId, parentSpanId: s.parentSpanId || undefined, name: s.name, service, attributes, status: s.status?.code ?? 0 });
+            spans.push({
+              traceId: s.traceId,
+              spanId: s.spanId,
+              parentSpanId: s.parentSpanId || undefined,
+              name: s.name,
+              service,
+              attributes,
+              status: s.status?.code ?? 0,
+            });
           }
         }
       }

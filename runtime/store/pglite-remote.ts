@@ -199,7 +199,7 @@ export class RemotePglite implements RemoteClient {
    */
   static async open(init: Init): Promise<RemotePglite> {
     const folder = init.dataDir && !init.dataDir.includes('://') && !init.loadDataDir ? init.dataDir : undefined;
-    const unlock = folder ? lockFolder(folder) : () => {};
+    const unlock = folder ? await lockFolder(folder) : () => {};
     try {
       if (folder && !existsSync(join(folder, 'PG_VERSION'))) await initdb(folder);
       engine ??= new Engine();
