@@ -8,7 +8,12 @@ import { lockFolder } from './folder-lock.js';
 import { RemotePglite } from './pglite-remote.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'writ-lock-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+/** Processes `lockElsewhere` started: killed at the end even when a test failed before it could. */
+const children: ReturnType<typeof spawn>[] = [];
+afterAll(() => {
+  for (const c of children) c.kill('SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+});
 
 /** Opens `folder` with PGlite in another Node process; resolves with its stderr and exit code. */
 function openElsewhere(folder: string): Promise<{ code: number; stderr: string }> {
@@ -26,6 +31,7 @@ function lockElsewhere(folder: string): { child: ReturnType<typeof spawn>; outco
   const lock = fileURLToPath(new URL('./folder-lock.ts', import.meta.url));
   const code = `const { lockFolder } = await import(${JSON.stringify(lock)}); try { await lockFolder(process.argv[1]); console.log('locked'); setInterval(() => {}, 1000); } catch (e) { console.log(e.message); process.exit(3); }`;
   const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code, folder], { stdio: ['ignore', 'pipe', 'inherit'] });
+  children.push(child);
   const outcome = new Promise<string>((resolve) => {
     let out = '';
     child.stdout!.on('data', (c: Buffer) => {
