@@ -1,7 +1,7 @@
 /**
  * The model broker's added latency: the same undici client calls a local OpenAI-compatible
  * upstream directly (the baseline) and through the broker (decision call to a real in-process
- * control plane on in-memory PGlite, provider call, async usage post), in the same run,
+ * control plane on in-memory PGlite, provider call, async usage report), in the same run,
  * interleaved in rounds so drift hits both alike. The servers run in a child process; the
  * client runs here, one request at a time (latency, not throughput).
  *
@@ -11,8 +11,8 @@
  * Prints p50/p99 for non-streamed and streamed completions and the broker's overhead
  * (broker minus direct) and ratio, twice: as a separate control-plane pod would cost the broker
  * (the decision over HTTP, the control plane's audit chain in memory), and as the all-in-one
- * runs it (`npm start`: the decision in process, decision-local.ts, and the chain also shipped to
- * the process's PGlite). Targets (issue 14): overhead p50 <= 0.5 ms, p99 <= 1.5 ms.
+ * runs it (`npm start`: the decision and the usage in process, decision-local.ts and
+ * usage-local.ts, and the chain also shipped to the process's PGlite). Targets (issue 14): overhead p50 <= 0.5 ms, p99 <= 1.5 ms.
  */
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
@@ -30,6 +30,8 @@ interface Ports {
   decision: number;
   /** The broker decides in process. */
   local: boolean;
+  /** The broker records usage in process. */
+  localUsage: boolean;
 }
 
 const COMPLETION = JSON.stringify({
@@ -59,6 +61,11 @@ async function serve(): Promise<void> {
   const local = allInOne
     ? ((await import(from('broker/decision-local')).catch(() => undefined)) as typeof import('../runtime/broker/decision-local.js') | undefined)
     : undefined;
+  // ... and records usage in process (likewise absent from older trees: they post it).
+  const localUsage = allInOne
+    ? ((await import(from('broker/usage-local')).catch(() => undefined)) as typeof import('../runtime/broker/usage-local.js') | undefined)
+    : undefined;
+  const { createUsageReporter } = (await import(from('broker/usage-reporter'))) as typeof import('../runtime/broker/usage-reporter.js');
   const { listen } = (await import(from('lib/http'))) as typeof import('../runtime/lib/http.js');
   const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
   setLogLevel('warn');
@@ -113,9 +120,11 @@ async function serve(): Promise<void> {
             close: async () => {},
           },
         }
-      : {}),
+      : localUsage
+        ? { usage: createUsageReporter({ deliver: localUsage.deliverUsageLocally(cp.plane.recordUsage) }) }
+        : {}),
   });
-  process.send?.({ upstream: upstreamPort, broker: broker.port, decision: cp.decisionPort, local: !!local } satisfies Ports);
+  process.send?.({ upstream: upstreamPort, broker: broker.port, decision: cp.decisionPort, local: !!local, localUsage: !!localUsage } satisfies Ports);
   process.on('message', async () => {
     const { sent, posts } = broker.usage.stats();
     await broker.close(1000);
@@ -175,7 +184,7 @@ async function drive(durable: boolean): Promise<void> {
     const f = (n: number) => `${n.toFixed(3)} ms`;
     const met = (ms: number, target: number) => (ms <= target ? 'met' : 'MISSED');
     console.log(
-      `broker bench, ${durable ? `all-in-one (decision ${ports.local ? 'in process' : 'over HTTP'}, audit shipped to its PGlite)` : 'separate control plane (decision over HTTP, its audit in memory)'}: one request at a time, ${ROUNDS} interleaved rounds, ${REQUESTS} requests per target per mode (targets: overhead p50 <= 0.5 ms, p99 <= 1.5 ms); ${codeUnderTest().label}`,
+      `broker bench, ${durable ? `all-in-one (decision ${ports.local ? 'in process' : 'over HTTP'}, usage ${ports.localUsage ? 'in process' : 'posted'}, audit shipped to its PGlite)` : 'separate control plane (decision over HTTP, its audit in memory)'}: one request at a time, ${ROUNDS} interleaved rounds, ${REQUESTS} requests per target per mode (targets: overhead p50 <= 0.5 ms, p99 <= 1.5 ms); ${codeUnderTest().label}`,
     );
     for (const stream of [false, true]) {
       const m = await measure(stream);
@@ -193,7 +202,9 @@ async function drive(durable: boolean): Promise<void> {
       child.once('exit', () => resolve({}));
     });
     if (done.usageSent !== undefined)
-      console.log(`usage reports to the control plane: ${done.usageSent} in ${done.usagePosts} posts (what lands within 10 ms goes out as one post)`);
+      console.log(
+        `usage reports to the control plane: ${done.usageSent} in ${done.usagePosts} ${ports.localUsage ? 'deliveries in process' : 'posts'} (what lands within 10 ms goes out together)`,
+      );
   }
 }
 

@@ -6,7 +6,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -25,8 +25,28 @@ interface Up {
   exited: Promise<number | null>;
 }
 
+/** A model provider (OpenAI-compatible) answering every completion with 12 + 8 tokens of usage. */
+async function fakeProvider(): Promise<{ server: http.Server; port: number }> {
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      const body = JSON.stringify({
+        id: 'c1',
+        object: 'chat.completion',
+        created: 1,
+        model: 'provider-mini',
+        choices: [{ index: 0, message: { role: 'assistant', content: 'hello' }, finish_reason: 'stop' }],
+        usage: { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 },
+      });
+      res.writeHead(200, { 'content-type': 'application/json' }).end(body);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { server, port: (server.address() as { port: number }).port };
+}
+
 /** Starts runtime/main.ts and resolves with the ports of its "writ is up" log line. */
-function startMain(dataDir: string): Promise<Up> {
+function startMain(dataDir: string, env: Record<string, string> = {}): Promise<Up> {
   const child = spawn(process.execPath, [...NODE_ARGS, join(ROOT, 'runtime/main.ts')], {
     cwd: ROOT,
     env: {
@@ -40,6 +60,7 @@ function startMain(dataDir: string): Promise<Up> {
       BROKER_ADDR: '127.0.0.1:0',
       LOG_LEVEL: 'info',
       TEST_DATABASE_URL: '',
+      ...env,
     },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
@@ -93,13 +114,24 @@ const json = async <T>(url: string, init?: RequestInit): Promise<{ status: numbe
 describe('all-in-one runtime/main.ts', { timeout: 120_000 }, () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'writ-main-'));
   let up: Up | undefined;
+  let provider: Awaited<ReturnType<typeof fakeProvider>> | undefined;
   afterAll(async () => {
     if (up && up.child.exitCode === null) await stop(up);
+    provider?.server.close();
     rmSync(dataDir, { recursive: true, force: true });
   });
 
   it('starts every listener, wired together, with the examples loaded', async () => {
-    up = await startMain(dataDir);
+    provider = await fakeProvider();
+    const models = join(dataDir, 'models.json');
+    const apiBase = `http://127.0.0.1:${provider.port}/v1`;
+    writeFileSync(
+      models,
+      JSON.stringify({
+        models: [{ name: 'gpt-4o-mini', provider: 'openai', model: 'provider-mini', apiBase, priceInputPer1k: 0.00015, priceOutputPer1k: 0.0006 }],
+      }),
+    );
+    up = await startMain(dataDir, { BROKER_CONFIG: models, BROKER_PROVIDER_KEY: 'sk-test' });
     const { identity, decision, mgmt } = up.ports;
     expect(identity).toBeGreaterThan(0);
 
@@ -150,6 +182,26 @@ describe('all-in-one runtime/main.ts', { timeout: 120_000 }, () => {
     expect(await chat.json()).toMatchObject({ error: { message: expect.any(String) } });
     const audit = await json<{ actor?: string; service?: string; allow: boolean }[]>(`http://127.0.0.1:${mgmt}/v1/audit?limit=5`);
     expect(audit.body.some((r) => r.actor === 'nobody' && r.service === 'gpt-4o-mini' && !r.allow)).toBe(true);
+
+    // An allowed completion: its usage is recorded in process (no BROKER_USAGE_URL) and shows in
+    // the agent's budget and the token counter.
+    const ok = await fetch(`http://127.0.0.1:${up.ports.broker}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-writ-actor': 'research-agent', [H.onBehalfOf]: 'alice@example.com', [H.task]: 't-2' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 16 }),
+    });
+    expect(ok.status, await ok.clone().text()).toBe(200);
+    const counted = async () => {
+      const text = await (await fetch(`http://127.0.0.1:${mgmt}/metrics`)).text();
+      return text.split('\n').find((l) => l.includes('token_usage_total{') && l.includes('agent="research-agent"'));
+    };
+    const deadline = Date.now() + 10_000;
+    let line = await counted();
+    while (!line && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+      line = await counted();
+    }
+    expect(line).toMatch(/ 20$/);
   });
 
   it('SIGTERM exits 0; a restart on the same folder keeps registry, issuer DID and audit chain', async () => {

@@ -24,6 +24,8 @@ import type { IdentityClient } from './control-plane/identity-client.js';
 import { startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
 import { startBroker } from './broker/server.js';
 import { createLocalDecisionClient } from './broker/decision-local.js';
+import { deliverUsageLocally } from './broker/usage-local.js';
+import { createUsageReporter } from './broker/usage-reporter.js';
 import { startIdentityAuthority } from './identity/server.js';
 import { policyFolderConfig, startPolicyFolder } from '../operator/folder/embedded.js';
 
@@ -96,15 +98,17 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
       await (cp.plane.identity as Partial<IdentityClient> | undefined)?.pollStanding?.();
     }
 
-    // The broker asks this process's decision engine in process (unless BROKER_AUTHZ_URL names
-    // another) and reports usage to its management API.
+    // The broker asks this process's decision engine and records its usage in process, unless
+    // BROKER_AUTHZ_URL or BROKER_USAGE_URL names another control plane.
     const authzUrl = optional(env, 'BROKER_AUTHZ_URL');
+    const usageUrl = optional(env, 'BROKER_USAGE_URL');
     const broker = bool(env, 'BROKER_ENABLED', true)
       ? await startBroker({
           env,
           authzUrl: authzUrl ?? `http://127.0.0.1:${cp.decisionPort}/authz`,
           ...(authzUrl ? {} : { localDecisions: (timeoutMs: number) => createLocalDecisionClient(cp.plane.engine, { timeoutMs }) }),
-          usageUrl: optional(env, 'BROKER_USAGE_URL') ?? `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
+          usageUrl: usageUrl ?? `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
+          ...(usageUrl ? {} : { usage: createUsageReporter({ deliver: deliverUsageLocally(cp.plane.recordUsage) }) }),
         })
       : undefined;
     if (broker) closers.push({ name: 'broker', close: () => broker.close() });

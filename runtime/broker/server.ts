@@ -90,7 +90,7 @@ export interface BrokerOptions {
   maxBodyBytes?: number;
   /** Largest non-streamed provider answer (default 32 MiB). */
   maxResponseBytes?: number;
-  /** Usage reporter override (tests); default posts to usageUrl. */
+  /** Usage reporter override (tests, and the all-in-one's in-process delivery); default posts to usageUrl. */
   usage?: UsageReporter;
 }
 
@@ -523,7 +523,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
     port,
     models: config.models.length,
     authzUrl: opts.localDecisions ? 'in process' : authzUrl,
-    usageUrl,
+    usageUrl: opts.usage ? 'given' : usageUrl,
     providerKeyFrom: pk.keyVar,
   });
 

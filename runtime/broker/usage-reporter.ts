@@ -17,11 +17,17 @@ import { USAGE_BATCH_MAX, type UsageReport } from '../control-plane/types.js';
 
 const log = logger('broker.usage');
 
+/** What delivering one batch came to: delivered, worth one retry, or refused for good. */
+export type Outcome = 'ok' | 'retry' | 'fail';
+
 export interface UsageReporterOptions {
-  url: string;
-  dispatcher: Dispatcher;
+  /** The control plane's `POST /v1/usage` (with `dispatcher`), unless `deliver` is given. */
+  url?: string;
+  dispatcher?: Dispatcher;
   /** WRIT_API_KEY: presented to the management listener. */
   apiKey?: string;
+  /** Delivers a batch some other way than the HTTP post (in process: usage-local.ts). */
+  deliver?: (batch: UsageReport[]) => Promise<Outcome>;
   /** Largest number of reports waiting to be posted (default 10 000). */
   maxQueue?: number;
   /** Posts in flight at once (default 4). */
@@ -52,20 +58,14 @@ export interface UsageReporter {
   close(timeoutMs?: number): Promise<void>;
 }
 
-type Outcome = 'ok' | 'retry' | 'fail';
 type Item = { batch: UsageReport[]; attempt: number };
 
 export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
-  const url = new URL(o.url);
-  const origin = url.origin;
-  const path = url.pathname + url.search;
+  const post = o.deliver ?? httpPost(o);
   const maxQueue = o.maxQueue ?? 10_000;
   const concurrency = o.concurrency ?? 4;
-  const timeoutMs = o.timeoutMs ?? 2000;
   const retryDelayMs = o.retryDelayMs ?? 250;
   const lingerMs = o.lingerMs ?? 10;
-  // WRIT_API_KEY for a management listener with WRIT_API_AUTH=keys (scope usage:write).
-  const headers: Record<string, string> = { 'content-type': 'application/json', ...(o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {}) };
   const pending = new Map<string, UsageReport>();
   let lingerTimer: NodeJS.Timeout | undefined;
   /** Batches to post; `waiting` counts their reports. */
@@ -108,32 +108,6 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
     for (const w of idleWaiters) w();
     idleWaiters.clear();
   };
-
-  async function post(batch: UsageReport[]): Promise<Outcome> {
-    const r = batch[0]!;
-    try {
-      const res = await request(origin + path, {
-        method: 'POST',
-        headers,
-        // One report as the SPEC writes it; more as an array.
-        body: JSON.stringify(batch.length === 1 ? r : batch),
-        dispatcher: o.dispatcher,
-        headersTimeout: timeoutMs,
-        bodyTimeout: timeoutMs,
-      });
-      res.body.resume();
-      if (res.statusCode >= 200 && res.statusCode < 300) return 'ok';
-      if (res.statusCode >= 500 || res.statusCode === 429) {
-        log.warn('usage post failed', { status: res.statusCode, reports: batch.length });
-        return 'retry';
-      }
-      log.error('usage report rejected', { status: res.statusCode, reports: batch.length, agent: r.agent, model: r.model });
-      return 'fail';
-    } catch (e) {
-      log.warn('usage post failed', { err: errMsg(e), reports: batch.length });
-      return 'retry';
-    }
-  }
 
   function pump(): void {
     while (inFlight < concurrency && queue.length > 0) {
@@ -214,5 +188,40 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
       timers.clear();
       if (!ok) log.warn('usage reports not delivered at shutdown', { queued: queue.length, inFlight });
     },
+  };
+}
+
+/** Posts a batch to the control plane's `POST /v1/usage` (one report as the SPEC writes it; more as an array). */
+function httpPost(o: UsageReporterOptions): (batch: UsageReport[]) => Promise<Outcome> {
+  if (!o.url || !o.dispatcher) throw new Error('usage reporter: a url and a dispatcher, or deliver');
+  const url = new URL(o.url);
+  const target = url.origin + url.pathname + url.search;
+  const timeoutMs = o.timeoutMs ?? 2000;
+  const dispatcher = o.dispatcher;
+  // WRIT_API_KEY for a management listener with WRIT_API_AUTH=keys (scope usage:write).
+  const headers: Record<string, string> = { 'content-type': 'application/json', ...(o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {}) };
+  return async (batch) => {
+    const r = batch[0]!;
+    try {
+      const res = await request(target, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify(batch.length === 1 ? r : batch),
+        dispatcher,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+      });
+      res.body.resume();
+      if (res.statusCode >= 200 && res.statusCode < 300) return 'ok';
+      if (res.statusCode >= 500 || res.statusCode === 429) {
+        log.warn('usage post failed', { status: res.statusCode, reports: batch.length });
+        return 'retry';
+      }
+      log.error('usage report rejected', { status: res.statusCode, reports: batch.length, agent: r.agent, model: r.model });
+      return 'fail';
+    } catch (e) {
+      log.warn('usage post failed', { err: errMsg(e), reports: batch.length });
+      return 'retry';
+    }
   };
 }

@@ -48,6 +48,17 @@ export interface MgmtDeps {
 
 const json = <T extends z.ZodType>(schema: T, description: string) => ({ content: { 'application/json': { schema } }, description });
 
+/**
+ * Records a batch of usage reports as `POST /v1/usage` does (the broker in the same process calls
+ * it directly, broker/usage-local.ts). Settlements first, written before it resolves (a failure
+ * rejects and the reporter retries; settling is idempotent); the additive reports only once they
+ * all are, so a retried batch counts nothing twice.
+ */
+export async function recordUsageBatch(usage: MgmtDeps['usage'], reports: readonly UsageReport[]): Promise<void> {
+  await Promise.all(reports.filter((r) => r.reservation).map((r) => usage(r)));
+  for (const r of reports) if (!r.reservation) await usage(r);
+}
+
 function usageRoutes(usage: MgmtDeps['usage']): OpenAPIHono {
   const app = new OpenAPIHono({ defaultHook: mgmtHook });
   app.openapi(
@@ -71,12 +82,7 @@ function usageRoutes(usage: MgmtDeps['usage']): OpenAPIHono {
     }),
     async (c) => {
       const body = c.req.valid('json');
-      const reports = Array.isArray(body) ? body : [body];
-      // Settlements first, written before the answer (a failure is a 5xx the reporter retries,
-      // and settling is idempotent); the additive reports only once they all are, so a retried
-      // batch counts nothing twice.
-      await Promise.all(reports.filter((r) => r.reservation).map((r) => usage(r)));
-      for (const r of reports) if (!r.reservation) await usage(r);
+      await recordUsageBatch(usage, Array.isArray(body) ? body : [body]);
       return c.json({ ok: true as const }, 200);
     },
   );
