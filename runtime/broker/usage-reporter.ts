@@ -1,6 +1,7 @@
 /**
- * Fire-and-forget shipping of usage reports to the control plane's `POST /v1/usage` (SPEC 4.3).
- * The response to the agent never waits on it. Reports linger a few milliseconds (`lingerMs`,
+ * Fire-and-forget shipping of usage reports to the control plane's `POST /v1/usage` (SPEC 4.3),
+ * or in the all-in-one to the same recording in process (`deliver`, usage-local.ts). The response
+ * to the agent never waits on it. Reports linger a few milliseconds (`lingerMs`,
  * like a producer's linger): completions of the same agent and model landing together become one
  * summed report (the endpoint is additive: budget meters and counters add), and what lingered
  * goes out as one post, an array of up to USAGE_BATCH_MAX reports (a settlement of a budget
