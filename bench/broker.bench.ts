@@ -65,7 +65,6 @@ async function serve(): Promise<void> {
   const localUsage = allInOne
     ? ((await import(from('broker/usage-local')).catch(() => undefined)) as typeof import('../runtime/broker/usage-local.js') | undefined)
     : undefined;
-  const { createUsageReporter } = (await import(from('broker/usage-reporter'))) as typeof import('../runtime/broker/usage-reporter.js');
   const { listen } = (await import(from('lib/http'))) as typeof import('../runtime/lib/http.js');
   const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
   setLogLevel('warn');
@@ -121,7 +120,7 @@ async function serve(): Promise<void> {
           },
         }
       : localUsage
-        ? { usage: createUsageReporter({ deliver: localUsage.deliverUsageLocally(cp.plane.recordUsage) }) }
+        ? { localUsage: localUsage.deliverUsageLocally(cp.plane.recordUsage) }
         : {}),
   });
   process.send?.({ upstream: upstreamPort, broker: broker.port, decision: cp.decisionPort, local: !!local, localUsage: !!localUsage } satisfies Ports);

@@ -25,7 +25,6 @@ import { startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
 import { startBroker } from './broker/server.js';
 import { createLocalDecisionClient } from './broker/decision-local.js';
 import { deliverUsageLocally } from './broker/usage-local.js';
-import { createUsageReporter } from './broker/usage-reporter.js';
 import { startIdentityAuthority } from './identity/server.js';
 import { policyFolderConfig, startPolicyFolder } from '../operator/folder/embedded.js';
 
@@ -108,7 +107,7 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
           authzUrl: authzUrl ?? `http://127.0.0.1:${cp.decisionPort}/authz`,
           ...(authzUrl ? {} : { localDecisions: (timeoutMs: number) => createLocalDecisionClient(cp.plane.engine, { timeoutMs }) }),
           usageUrl: usageUrl ?? `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
-          ...(usageUrl ? {} : { usage: createUsageReporter({ deliver: deliverUsageLocally(cp.plane.recordUsage) }) }),
+          ...(usageUrl ? {} : { localUsage: deliverUsageLocally(cp.plane.recordUsage) }),
         })
       : undefined;
     if (broker) closers.push({ name: 'broker', close: () => broker.close() });

@@ -50,7 +50,8 @@ import {
 } from './openai-error.js';
 import { outputTokensOf, sseTransform } from './sse.js';
 import { costUsd, estimateUsage, promptChars, usageOf, type TokenUsage } from './usage.js';
-import { createUsageReporter, type UsageReporter } from './usage-reporter.js';
+import type { UsageReport } from '../control-plane/types.js';
+import { createUsageReporter, type Outcome, type UsageReporter } from './usage-reporter.js';
 
 const log = logger('broker');
 
@@ -90,7 +91,12 @@ export interface BrokerOptions {
   maxBodyBytes?: number;
   /** Largest non-streamed provider answer (default 32 MiB). */
   maxResponseBytes?: number;
-  /** Usage reporter override (tests, and the all-in-one's in-process delivery); default posts to usageUrl. */
+  /**
+   * Usage recorded in process instead of posted to `usageUrl` (the all-in-one, usage-local.ts),
+   * through the same reporter (linger, queue, retry).
+   */
+  localUsage?: (batch: UsageReport[]) => Promise<Outcome>;
+  /** Usage reporter override (tests); default posts to usageUrl. */
   usage?: UsageReporter;
 }
 
@@ -495,7 +501,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   const upstream = new Agent({ keepAliveTimeout: 30_000, connect: { timeout: Math.min(upstreamTimeoutMs, 10_000) } });
   const control = new Agent({ keepAliveTimeout: 30_000 });
   const apiKey = optional(env, envName('API_KEY'));
-  const usage = opts.usage ?? createUsageReporter({ url: usageUrl, dispatcher: control, apiKey });
+  const usage = opts.usage ?? createUsageReporter(opts.localUsage ? { deliver: opts.localUsage } : { url: usageUrl, dispatcher: control, apiKey });
   const decision = opts.localDecisions?.(decisionTimeoutMs) ?? createDecisionClient({ url: authzUrl, timeoutMs: decisionTimeoutMs, dispatcher: control });
   let closing = false;
   const deps: Deps = {
@@ -523,8 +529,8 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
     port,
     models: config.models.length,
     authzUrl: opts.localDecisions ? 'in process' : authzUrl,
-    usageUrl: opts.usage ? 'given' : usageUrl,
-    providerKeyFrom: pk.keyVar,
+    usageUrl: opts.localUsage ? 'in process' : usageUrl,
+    providerKeyFrom: pk.placeholder ? 'none (placeholder)' : pk.keyVar,
   });
 
   return {
