@@ -12,7 +12,8 @@
  * (broker minus direct) and ratio, twice: as a separate control-plane pod would cost the broker
  * (the decision over HTTP, the control plane's audit chain in memory), and as the all-in-one
  * runs it (`npm start`: the decision and the usage in process, decision-local.ts and
- * usage-local.ts, and the chain also shipped to the process's PGlite). Targets (issue 14): overhead p50 <= 0.5 ms, p99 <= 1.5 ms.
+ * usage-local.ts, and the chain also shipped to the process's PGlite). Targets (issue 14):
+ * overhead p50 <= 0.5 ms, p99 <= 1.5 ms.
  */
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';

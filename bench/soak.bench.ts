@@ -25,7 +25,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { H } from '../runtime/lib/brand.js';
+import { H, metric } from '../runtime/lib/brand.js';
 import { collectGarbage } from '../runtime/lib/idle-gc.js';
 import { allInOneEnv, ask, bareServer, codeUnderTest, loadAutocannon } from './lib.js';
 
@@ -90,7 +90,7 @@ async function start(kind: '--writ' | '--bare'): Promise<{ proc: ChildProcess; p
 /** Seconds until the background verifier has checked every stored record (at most 15 min). */
 async function verifierCaughtUp(mgmt: number): Promise<number> {
   const t0 = Date.now();
-  const gauge = (text: string, name: string) => Number(new RegExp(`^writ_${name}\\{[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+  const gauge = (text: string, name: string) => Number(new RegExp(`^${metric(name)}\\{[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
   while (Date.now() - t0 < 15 * 60_000) {
     const text = await (await fetch(`http://127.0.0.1:${mgmt}/metrics`)).text();
     if (gauge(text, 'audit_verified_seq') >= gauge(text, 'audit_stored_seq')) break;

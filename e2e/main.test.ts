@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { H } from '../runtime/lib/brand.js';
+import { H, metric } from '../runtime/lib/brand.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 // As `npm start` runs it (exec node --import tsx): signals go to the server itself. The tsx CLI's
@@ -187,21 +187,15 @@ describe('all-in-one runtime/main.ts', { timeout: 120_000 }, () => {
     // the agent's budget and the token counter.
     const ok = await fetch(`http://127.0.0.1:${up.ports.broker}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-writ-actor': 'research-agent', [H.onBehalfOf]: 'alice@example.com', [H.task]: 't-2' },
+      headers: { 'content-type': 'application/json', [H.actor]: 'research-agent', [H.onBehalfOf]: 'alice@example.com', [H.task]: 't-2' },
       body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 16 }),
     });
     expect(ok.status, await ok.clone().text()).toBe(200);
     const counted = async () => {
       const text = await (await fetch(`http://127.0.0.1:${mgmt}/metrics`)).text();
-      return text.split('\n').find((l) => l.includes('token_usage_total{') && l.includes('agent="research-agent"'));
+      return text.split('\n').find((l) => l.startsWith(`${metric('token_usage_total')}{`) && l.includes('agent="research-agent"'));
     };
-    const deadline = Date.now() + 10_000;
-    let line = await counted();
-    while (!line && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 100));
-      line = await counted();
-    }
-    expect(line).toMatch(/ 20$/);
+    await expect.poll(counted, { timeout: 10_000, interval: 100 }).toMatch(/ 20$/);
   });
 
   it('SIGTERM exits 0; a restart on the same folder keeps registry, issuer DID and audit chain', async () => {

@@ -50,8 +50,7 @@ import {
 } from './openai-error.js';
 import { outputTokensOf, sseTransform } from './sse.js';
 import { costUsd, estimateUsage, promptChars, usageOf, type TokenUsage } from './usage.js';
-import type { UsageReport } from '../control-plane/types.js';
-import { createUsageReporter, type Outcome, type UsageReporter } from './usage-reporter.js';
+import { createUsageReporter, type UsageDelivery, type UsageReporter } from './usage-reporter.js';
 
 const log = logger('broker');
 
@@ -95,7 +94,7 @@ export interface BrokerOptions {
    * Usage recorded in process instead of posted to `usageUrl` (the all-in-one, usage-local.ts),
    * through the same reporter (linger, queue, retry).
    */
-  localUsage?: (batch: UsageReport[]) => Promise<Outcome>;
+  localUsage?: UsageDelivery;
   /** Usage reporter override (tests); default posts to usageUrl. */
   usage?: UsageReporter;
 }

@@ -13,11 +13,11 @@
 import { errMsg, logger } from '../lib/log.js';
 import { recordUsageBatch } from '../control-plane/mgmt.js';
 import { UsageBodySchema, type UsageReport } from '../control-plane/types.js';
-import type { Outcome } from './usage-reporter.js';
+import type { UsageDelivery } from './usage-reporter.js';
 
 const log = logger('broker.usage');
 
-export function deliverUsageLocally(record: (r: UsageReport) => unknown): (batch: UsageReport[]) => Promise<Outcome> {
+export function deliverUsageLocally(record: (r: UsageReport) => unknown): UsageDelivery {
   return async (batch) => {
     const parsed = UsageBodySchema.safeParse(batch.length === 1 ? batch[0] : batch);
     if (!parsed.success) {

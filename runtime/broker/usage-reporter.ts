@@ -20,6 +20,8 @@ const log = logger('broker.usage');
 
 /** What delivering one batch came to: delivered, worth one retry, or refused for good. */
 export type Outcome = 'ok' | 'retry' | 'fail';
+/** Delivers one batch: the HTTP post below, or the recording in process (usage-local.ts). */
+export type UsageDelivery = (batch: UsageReport[]) => Promise<Outcome>;
 
 export interface UsageReporterOptions {
   /** The control plane's `POST /v1/usage` (with `dispatcher`), unless `deliver` is given. */
@@ -28,7 +30,7 @@ export interface UsageReporterOptions {
   /** WRIT_API_KEY: presented to the management listener. */
   apiKey?: string;
   /** Delivers a batch some other way than the HTTP post (in process: usage-local.ts). */
-  deliver?: (batch: UsageReport[]) => Promise<Outcome>;
+  deliver?: UsageDelivery;
   /** Largest number of reports waiting to be posted (default 10 000). */
   maxQueue?: number;
   /** Posts in flight at once (default 4). */
@@ -193,7 +195,7 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
 }
 
 /** Posts a batch to the control plane's `POST /v1/usage` (one report as the SPEC writes it; more as an array). */
-function httpPost(o: UsageReporterOptions): (batch: UsageReport[]) => Promise<Outcome> {
+function httpPost(o: UsageReporterOptions): UsageDelivery {
   if (!o.url || !o.dispatcher) throw new Error('usage reporter: a url and a dispatcher, or deliver');
   const url = new URL(o.url);
   const target = url.origin + url.pathname + url.search;
