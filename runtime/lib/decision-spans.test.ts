@@ -175,7 +175,10 @@ describe('DecisionSpanWriter', () => {
     const waiting = new DecisionSpanWriter({ url: down.url, resource: {}, brand: 'writ', delayMs: 60_000, retryDelayMs: 60_000 });
     waiting.add(row(1));
     const flushed = waiting.flush();
-    while (down.got.length < 1) await new Promise((r) => setTimeout(r, 5));
+    // Closed once the writer is in its retry pause (the 503 read, not only the request sent): a
+    // close while the first attempt is still in flight ends with that attempt, no retry.
+    const pausing = () => (waiting as unknown as { wake?: () => void }).wake !== undefined;
+    while (down.got.length < 1 || !pausing()) await new Promise((r) => setTimeout(r, 5));
     const t0 = Date.now();
     await waiting.close();
     await flushed;
