@@ -7,14 +7,15 @@
  * the decision path is what is measured. The OTLP sink the spans go to is a process of its own
  * (a real HTTP endpoint reading every batch). autocannon drives the server from this process,
  * in interleaved rounds: every request carrying a gateway `traceparent` with the sampled flag
- * (every decision is a recorded, exported span: the worst case); with the gateway not sampling
+ * (every decision is a recorded, exported span: the worst case), exported as protobuf (the
+ * default) and as JSON (`OTEL_EXPORTER_OTLP_PROTOCOL=http/json`); with the gateway not sampling
  * (flags 00: the span context is continued but nothing is recorded); and without a
  * `traceparent`, Writ sampling a tenth of the traces it starts (`OTEL_TRACES_SAMPLER=
  * parentbased_traceidratio`, `OTEL_TRACES_SAMPLER_ARG=0.1`).
  *
  *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=4, BENCH_CONNECTIONS=50,
  *                                      BENCH_CASES=egress to run one case, BENCH_VARIANTS=sampled,ratio to run
- *                                      some of sampled|unsampled|ratio beside "off", BENCH_PROFILE=<dir> for CPU profiles)
+ *                                      some of sampled|json|unsampled|ratio beside "off", BENCH_PROFILE=<dir> for CPU profiles)
  *
  * Prints req/s, the server process's CPU time per request (from process.cpuUsage, robust to other
  * load on a shared machine, where req/s is not), p50, p99 per variant and the ratios on/off of
@@ -37,7 +38,8 @@ interface Ready {
   sink?: number;
 }
 
-type Tracing = { tracing: 'on' | 'off'; sampler?: Record<string, string> };
+/** Tracing on or off, with settings beside the endpoint (a sampler, the protocol). */
+type Tracing = { tracing: 'on' | 'off'; env?: Record<string, string> };
 
 /** The OTLP sink: reads every batch, answers 200, counts the bytes. */
 async function sink(): Promise<void> {
@@ -81,7 +83,7 @@ async function serve(endpoint: string): Promise<void> {
     if (typeof m === 'object') {
       // Switched between rounds, never during one: the spans of the last round are flushed first.
       await shutdownTracing();
-      if (m.tracing === 'on') initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint, ...m.sampler }), 'bench');
+      if (m.tracing === 'on') initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint, ...m.env }), 'bench');
       process.send?.({ switched: m.tracing });
       return;
     }
@@ -95,7 +97,7 @@ async function serve(endpoint: string): Promise<void> {
 /** CPU time (µs) the server process has used so far. */
 const cpuOf = (child: ChildProcess) => ask<{ cpu: number }>(child, 'cpu').then((m) => m.cpu);
 
-/** Switches the server's tracing on or off (with a sampler's settings) and waits until it has. */
+/** Switches the server's tracing on or off (with its settings) and waits until it has. */
 const switchTracing = (child: ChildProcess, m: Tracing) => ask(child, m);
 
 function start(args: string[]): { child: ChildProcess; ready: Promise<Ready> } {
@@ -138,15 +140,16 @@ async function drive(): Promise<void> {
       headers: { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' },
     },
   ].filter((c) => !process.env.BENCH_CASES || process.env.BENCH_CASES.split(',').includes(c.name));
-  type Variant = { key: 'off' | 'sampled' | 'unsampled' | 'ratio'; label: string; tracing: Tracing; traceparent?: string };
+  type Variant = { key: 'off' | 'sampled' | 'json' | 'unsampled' | 'ratio'; label: string; tracing: Tracing; traceparent?: string };
   const all: Variant[] = [
     { key: 'off', label: 'tracing off', tracing: { tracing: 'off' }, traceparent: sampled },
     { key: 'sampled', label: 'on, every request sampled', tracing: { tracing: 'on' }, traceparent: sampled },
+    { key: 'json', label: 'the same, http/json', tracing: { tracing: 'on', env: { OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' } }, traceparent: sampled },
     { key: 'unsampled', label: 'on, gateway not sampling', tracing: { tracing: 'on' }, traceparent: unsampled },
     {
       key: 'ratio',
       label: 'on, Writ sampling 10% of roots',
-      tracing: { tracing: 'on', sampler: { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.1' } },
+      tracing: { tracing: 'on', env: { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.1' } },
     },
   ];
   const variants = all.filter((v) => v.key === 'off' || !process.env.BENCH_VARIANTS || process.env.BENCH_VARIANTS.split(',').includes(v.key));

@@ -1,7 +1,10 @@
 import http from 'node:http';
+import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DecisionSpanWriter, nowUs, otlpJson, randomId, type DecisionRow } from './decision-spans.js';
 import { close, listen } from './http.js';
+import { ByteWriter, otlpProto } from './otlp-proto.js';
+import { decodeExport, otlpReceiver } from './otlp-testing.js';
 
 const row = (i: number, attrs: DecisionRow['attrs'] = { rule: 'registry', allow: true }): DecisionRow => ({
   traceId: randomId(16),
@@ -13,22 +16,10 @@ const row = (i: number, attrs: DecisionRow['attrs'] = { rule: 'registry', allow:
   attrs,
 });
 
-/** A collector that records each request: headers and the parsed body, answering `status` (in turn, the last one repeating). */
+/** A collector (otlp-testing.ts) whose url is the writer's: `<base>/v1/traces`. */
 async function collector(status: number | number[] = 200, headers: Record<string, string> = {}) {
-  const answers = Array.isArray(status) ? [...status] : [status];
-  const got: { headers: http.IncomingHttpHeaders; body: { resourceSpans: { scopeSpans: { spans: unknown[] }[] }[] } }[] = [];
-  const server = http.createServer((req, res) => {
-    // Decoded once whole: a multi-byte character can straddle two chunks.
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      got.push({ headers: req.headers, body: JSON.parse(Buffer.concat(chunks).toString()) as (typeof got)[number]['body'] });
-      res.writeHead(answers.length > 1 ? answers.shift()! : answers[0]!, headers).end('{}');
-    });
-  });
-  const port = await listen(server, '127.0.0.1:0');
-  const spans = () => got.reduce((n, g) => n + g.body.resourceSpans[0]!.scopeSpans[0]!.spans.length, 0);
-  return { url: `http://127.0.0.1:${port}/v1/traces`, got, spans, server };
+  const rx = await otlpReceiver(status, headers);
+  return { ...rx, url: `${rx.url}/v1/traces`, count: () => rx.spans.length };
 }
 
 describe('decision span encoding', () => {
@@ -87,6 +78,64 @@ describe('decision span encoding', () => {
     ]);
     expect(b).not.toHaveProperty('parentSpanId');
   });
+
+  /** One request body from `rows`, in each encoding, decoded as a collector does. */
+  const both = (rows: DecisionRow[], resource: Record<string, string | number | boolean> = { 'service.name': 'writ-cp' }) => {
+    const json = otlpJson(resource, 'writ');
+    const proto = otlpProto(resource, 'writ');
+    const w = new ByteWriter(16);
+    proto.begin(w);
+    for (const r of rows) proto.span(w, r);
+    return {
+      json: decodeExport('application/json', Buffer.from(json.head + rows.map(json.span).join(',') + json.tail)),
+      proto: decodeExport('application/x-protobuf', Buffer.from(proto.end(w))),
+    };
+  };
+
+  it('writes protobuf that decodes to the same spans as the JSON: ids as bytes, exact nanoseconds, typed attributes', () => {
+    const r = row(1, { rule: 'delegation', allow: false, service: 'le"dger', actor: 'bøt 🤖', action: 'POST /x', status: 403, reason: 'x'.repeat(300) });
+    // Past 2^53 ns: the fixed64 times are exact, not rounded through a double.
+    const late = { ...row(2, { allow: true, status: 200 }), start: 4_102_444_800_123_457, end: 4_102_444_800_999_999 };
+    const { json, proto } = both([r, late], { 'service.name': 'writ-cp', 'deployment.replicas': 3, sampled: true, weight: 0.5 });
+    expect(proto).toEqual(json);
+    expect(proto[0]).toMatchObject({ traceId: r.traceId, spanId: r.spanId, parentSpanId: r.parentSpanId, kind: 2, start: '1700000000123250000' });
+    expect(proto[0]!.resource).toEqual({ 'service.name': 'writ-cp', 'deployment.replicas': 3, sampled: true, weight: 0.5 });
+    expect(proto[0]!.attributes).toMatchObject({
+      'writ.actor': 'bøt 🤖',
+      'writ.reason': 'x'.repeat(300),
+      'http.response.status_code': 403,
+      'writ.decision': 'deny',
+    });
+    expect(proto[1]).toMatchObject({ start: '4102444800123457000', end: '4102444800999999000', parentSpanId: undefined });
+  });
+
+  it('protobuf and JSON agree on any attribute text and time (property)', () => {
+    const text = fc.string({ unit: 'binary', maxLength: 200 });
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            rule: text,
+            service: fc.option(text, { nil: undefined }),
+            reason: fc.option(fc.string({ unit: 'binary', maxLength: 20_000 }), { nil: undefined }),
+            status: fc.option(fc.integer({ min: 0, max: 2 ** 31 - 1 }), { nil: undefined }),
+            start: fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER - 10 ** 6 }),
+          }),
+          { minLength: 1, maxLength: 5 },
+        ),
+        (specs) => {
+          const rows = specs.map((x, i) => ({
+            ...row(i, { rule: x.rule, service: x.service, reason: x.reason, status: x.status, allow: i % 2 === 0 }),
+            start: x.start,
+            end: x.start + 1000,
+          }));
+          const { json, proto } = both(rows);
+          expect(proto).toEqual(json);
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
 });
 
 describe('DecisionSpanWriter', () => {
@@ -96,7 +145,7 @@ describe('DecisionSpanWriter', () => {
     cleanup = [];
   });
 
-  it('sends a full batch at once and the rest on flush, with the configured headers', async () => {
+  it.each(['http/protobuf', 'http/json'] as const)('%s: sends a full batch at once and the rest on flush, with the configured headers', async (protocol) => {
     const rx = await collector();
     cleanup.push(() => close(rx.server));
     const w = new DecisionSpanWriter({
@@ -104,6 +153,7 @@ describe('DecisionSpanWriter', () => {
       headers: { authorization: 'Bearer t' },
       resource: { 'service.name': 's' },
       brand: 'writ',
+      protocol,
       batchSize: 10,
       delayMs: 60_000,
     });
@@ -112,17 +162,15 @@ describe('DecisionSpanWriter', () => {
     for (let i = 0; i < 25; i++) w.add(row(i, i % 3 ? undefined : { rule: 'r', reason: 'ü'.repeat(9000) }));
     await new Promise((r) => setTimeout(r, 200));
     // Two full batches went without waiting for the timer; five wait.
-    expect(rx.spans()).toBe(20);
+    expect(rx.count()).toBe(20);
     await w.flush();
-    expect(rx.spans()).toBe(25);
-    expect(rx.got.map((g) => g.body.resourceSpans[0]!.scopeSpans[0]!.spans.length)).toEqual([10, 10, 5]);
-    const reasons = rx.got.flatMap((g) =>
-      g.body.resourceSpans[0]!.scopeSpans[0]!.spans.map(
-        (x) => (x as { attributes: { key: string; value: { stringValue?: string } }[] }).attributes.find((a) => a.key === 'writ.reason')?.value.stringValue,
-      ),
-    );
+    expect(rx.count()).toBe(25);
+    expect(rx.got.map((g) => g.spans.length)).toEqual([10, 10, 5]);
+    const reasons = rx.spans.map((x) => x.attributes['writ.reason']);
     expect(reasons.filter((x) => x === 'ü'.repeat(9000))).toHaveLength(9);
-    expect(rx.got[0]!.headers).toMatchObject({ authorization: 'Bearer t', 'content-type': 'application/json' });
+    expect(rx.spans.every((x) => x.service === 's' && x.scope === 'writ' && x.name === 'authz')).toBe(true);
+    const type = protocol === 'http/json' ? 'application/json' : 'application/x-protobuf';
+    expect(rx.got[0]!.headers).toMatchObject({ authorization: 'Bearer t', 'content-type': type });
     expect(w.dropped).toBe(0);
   });
 
@@ -133,8 +181,8 @@ describe('DecisionSpanWriter', () => {
     cleanup.push(() => w.close());
     w.add(row(1));
     const end = Date.now() + 5000;
-    while (rx.spans() < 1 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
-    expect(rx.spans()).toBe(1);
+    while (rx.count() < 1 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    expect(rx.count()).toBe(1);
   });
 
   it('retries a transient failure (with the Retry-After given), never a refusal', async () => {
@@ -145,7 +193,7 @@ describe('DecisionSpanWriter', () => {
     for (let i = 0; i < 3; i++) w.add(row(i));
     await w.flush(); // two retries, each after Retry-After: 0 rather than the 60 s pause
     expect(flaky.got).toHaveLength(3);
-    expect(flaky.spans()).toBe(9); // the same three spans, sent three times
+    expect(flaky.count()).toBe(9); // the same three spans, sent three times
     expect(w.dropped).toBe(0);
 
     const refusing = await collector(400);

@@ -24,6 +24,7 @@
 import { randomFillSync } from 'node:crypto';
 import { Pool } from 'undici';
 import { errMsg, logger } from './log.js';
+import { ByteWriter, otlpProto } from './otlp-proto.js';
 
 const log = logger('tracing');
 
@@ -119,12 +120,15 @@ function attributesOf(a: DecisionAttributes, k: Keys): string {
   return out.slice(1);
 }
 
+/** Microseconds as a decimal string of nanoseconds, exact past 2^53. */
+const nanos = (us: number): string => (us === 0 ? '0' : `${us}000`);
+
 /** One span of an ExportTraceServiceRequest (OTLP JSON: hex ids, kind SERVER = 2, times in ns). */
 function spanJson(r: DecisionRow, k: Keys): string {
   const parent = r.parentSpanId ? `"parentSpanId":"${r.parentSpanId}",` : '';
   return (
     `{"traceId":"${r.traceId}","spanId":"${r.spanId}",${parent}"name":${str(r.name)},"kind":2,` +
-    `"startTimeUnixNano":"${r.start}000","endTimeUnixNano":"${r.end}000","attributes":[${attributesOf(r.attrs, k)}],"status":{}}`
+    `"startTimeUnixNano":"${nanos(r.start)}","endTimeUnixNano":"${nanos(r.end)}","attributes":[${attributesOf(r.attrs, k)}],"status":{}}`
   );
 }
 
@@ -141,21 +145,36 @@ export function otlpJson(resource: Record<string, AttrValue>, brand: string): { 
   };
 }
 
-/** A request body being written: `count` spans' JSON after the head, in a buffer that grows. */
-class Body {
-  buf = Buffer.allocUnsafe(64 * 1024);
-  at = 0;
-  count = 0;
+/** How a batch is written: opened, a span at a time, closed into the request body. */
+export interface SpanEncoder {
+  contentType: string;
+  begin(w: ByteWriter): void;
+  /** Appends a span; `first` when it is the batch's first. */
+  span(w: ByteWriter, r: DecisionRow, first: boolean): void;
+  end(w: ByteWriter): Buffer;
+}
 
-  put(text: string): void {
-    // A UTF-8 byte per UTF-16 unit, up to three: room for the worst case, or a bigger buffer.
-    if (this.at + text.length * 3 > this.buf.length) {
-      const bigger = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.at + text.length * 3));
-      this.buf.copy(bigger, 0, 0, this.at);
-      this.buf = bigger;
-    }
-    this.at += this.buf.write(text, this.at);
-  }
+/** `otlpJson` as an encoder (`http/json`). */
+function jsonEncoder(resource: Record<string, AttrValue>, brand: string): SpanEncoder {
+  const json = otlpJson(resource, brand);
+  return {
+    contentType: 'application/json',
+    begin: (w) => {
+      w.at = 0;
+      w.text(json.head);
+    },
+    span: (w, r, first) => w.text(first ? json.span(r) : `,${json.span(r)}`),
+    end: (w) => {
+      w.text(json.tail);
+      return w.buf.subarray(0, w.at);
+    },
+  };
+}
+
+/** A request body being written: `count` spans so far. */
+interface Body {
+  w: ByteWriter;
+  count: number;
 }
 
 // --- the writer -----------------------------------------------------------------------------
@@ -166,6 +185,8 @@ export interface DecisionSpanWriterOptions {
   headers?: Record<string, string>;
   resource: Record<string, AttrValue>;
   brand: string;
+  /** `OTEL_EXPORTER_OTLP_PROTOCOL`: protobuf (the OTLP default) or JSON. */
+  protocol?: OtlpProtocol;
   maxQueue?: number;
   batchSize?: number;
   delayMs?: number;
@@ -175,6 +196,8 @@ export interface DecisionSpanWriterOptions {
   /** Pause before the first retry, doubled for each next (default 1000 ms). */
   retryDelayMs?: number;
 }
+
+export type OtlpProtocol = 'http/protobuf' | 'http/json';
 
 /** Answers the OTLP spec calls transient: worth a retry. */
 const RETRYABLE = new Set([429, 502, 503, 504]);
@@ -191,7 +214,7 @@ type Outcome = { ok: true } | { ok: false; retryable: boolean; error: Error; ret
  */
 export class DecisionSpanWriter {
   private filling: Body | undefined;
-  private readonly full: Body[] = [];
+  private readonly full: { body: Body; payload: Buffer }[] = [];
   private readonly spare: Body[] = [];
   /** Spans in `filling` and `full`. */
   private queued = 0;
@@ -201,7 +224,7 @@ export class DecisionSpanWriter {
   private readonly pool: Pool;
   private readonly path: string;
   private readonly o: Required<DecisionSpanWriterOptions>;
-  private readonly json: ReturnType<typeof otlpJson>;
+  private readonly encoder: SpanEncoder;
   private lastWarn = 0;
   private closing = false;
   /** Ends a retry's pause (close). */
@@ -210,11 +233,21 @@ export class DecisionSpanWriter {
   dropped = 0;
 
   constructor(opts: DecisionSpanWriterOptions) {
-    this.o = { headers: {}, maxQueue: 8192, batchSize: 512, delayMs: 1000, timeoutMs: 5000, retries: 2, retryDelayMs: 1000, ...opts };
+    this.o = {
+      headers: {},
+      protocol: 'http/protobuf',
+      maxQueue: 8192,
+      batchSize: 512,
+      delayMs: 1000,
+      timeoutMs: 5000,
+      retries: 2,
+      retryDelayMs: 1000,
+      ...opts,
+    };
     const url = new URL(this.o.url);
     this.pool = new Pool(url.origin, { connections: 1 });
     this.path = url.pathname + url.search;
-    this.json = otlpJson(this.o.resource, this.o.brand);
+    this.encoder = this.o.protocol === 'http/json' ? jsonEncoder(this.o.resource, this.o.brand) : otlpProto(this.o.resource, this.o.brand);
     this.timer = setInterval(() => void this.flush(), this.o.delayMs).unref();
   }
 
@@ -225,10 +258,10 @@ export class DecisionSpanWriter {
     }
     let b = this.filling;
     if (!b) {
-      b = this.filling = this.spare.pop() ?? new Body();
-      b.put(this.json.head);
+      b = this.filling = this.spare.pop() ?? { w: new ByteWriter(), count: 0 };
+      this.encoder.begin(b.w);
     }
-    b.put(b.count ? `,${this.json.span(row)}` : this.json.span(row));
+    this.encoder.span(b.w, row, b.count === 0);
     b.count++;
     this.queued++;
     if (b.count >= this.o.batchSize) {
@@ -241,8 +274,7 @@ export class DecisionSpanWriter {
   private seal(): void {
     const b = this.filling;
     if (!b) return;
-    b.put(this.json.tail);
-    this.full.push(b);
+    this.full.push({ body: b, payload: this.encoder.end(b.w) });
     this.filling = undefined;
   }
 
@@ -254,7 +286,7 @@ export class DecisionSpanWriter {
     while (this.sending) await this.sending;
     if (all) this.seal();
     for (let b = this.full.shift(); b; b = this.full.shift()) {
-      this.sending = this.send(b);
+      this.sending = this.send(b.body, b.payload);
       try {
         await this.sending;
       } finally {
@@ -275,10 +307,10 @@ export class DecisionSpanWriter {
     await this.pool.destroy();
   }
 
-  private async send(b: Body): Promise<void> {
+  private async send(b: Body, payload: Buffer): Promise<void> {
     try {
       for (let attempt = 0; ; attempt++) {
-        const out = await this.post(b.buf.subarray(0, b.at));
+        const out = await this.post(payload);
         if (out.ok) break;
         if (!out.retryable || attempt >= this.o.retries || this.closing) throw out.error;
         // The pause ends early when the writer closes: one last attempt, then the rest is dropped.
@@ -301,7 +333,7 @@ export class DecisionSpanWriter {
     } finally {
       // Answered (or given up on): the buffer is free again.
       this.queued -= b.count;
-      b.at = 0;
+      b.w.at = 0;
       b.count = 0;
       if (this.spare.length < 2) this.spare.push(b);
     }
@@ -309,9 +341,9 @@ export class DecisionSpanWriter {
 
   /** Drops (and counts) every span not yet sent. */
   private dropWaiting(): void {
-    for (const w of this.full.splice(0)) {
-      this.dropped += w.count;
-      this.queued -= w.count;
+    for (const { body } of this.full.splice(0)) {
+      this.dropped += body.count;
+      this.queued -= body.count;
     }
     if (this.filling) {
       this.dropped += this.filling.count;
@@ -327,7 +359,7 @@ export class DecisionSpanWriter {
       const res = await this.pool.request({
         method: 'POST',
         path: this.path,
-        headers: { ...this.o.headers, 'content-type': 'application/json' },
+        headers: { ...this.o.headers, 'content-type': this.encoder.contentType },
         body,
         signal: AbortSignal.timeout(this.o.timeoutMs),
       });

@@ -36,6 +36,9 @@ const nonneg: Kind = { type: 'int', min: 0 };
 const bool: Kind = { type: 'bool' };
 const backend: Kind = { type: 'enum', values: ['postgres', 'pglite', 'memory'] };
 
+/** OTLP transports offered (`OTEL_EXPORTER_OTLP_PROTOCOL`), the default first: OTLP/gRPC is not. */
+export const OTLP_PROTOCOLS = ['http/protobuf', 'http/json'] as const;
+
 /** The OTel SDK's samplers (`OTEL_TRACES_SAMPLER`), the default first. */
 export const TRACES_SAMPLERS = [
   'parentbased_always_on',
@@ -129,6 +132,7 @@ export const SETTINGS: readonly Setting[] = [
   // tracing
   s('OTEL_EXPORTER_OTLP_ENDPOINT', 'tracing', url),
   s('OTEL_EXPORTER_OTLP_HEADERS', 'tracing', str),
+  s('OTEL_EXPORTER_OTLP_PROTOCOL', 'tracing', { type: 'enum', values: OTLP_PROTOCOLS }),
   s('OTEL_SDK_DISABLED', 'tracing', bool),
   s('OTEL_TRACES_SAMPLER', 'tracing', { type: 'enum', values: TRACES_SAMPLERS }),
   // A ratio in [0, 1], checked by lib/tracing.ts.

@@ -1,5 +1,6 @@
 /**
- * Traces against an in-test OTLP/HTTP receiver that decodes what arrives (JSON encoding):
+ * Traces against an in-test OTLP/HTTP receiver that decodes what arrives (protobuf, the default,
+ * and JSON; otlp-testing.ts):
  * identity-authority operation spans (names, attributes) continuing a caller's `traceparent`;
  * a decision span whose identity-authority call carries it on (parent/child across the
  * hop); polls without a caller context are not traced; the stdout fallback of a real identity
@@ -7,12 +8,12 @@
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import http from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BRAND } from './brand.js';
-import { close, listen } from './http.js';
+import { close } from './http.js';
+import { otlpReceiver } from './otlp-testing.js';
 import { openStore, type Store } from '../store/factory.js';
 import { startIdentityAuthority } from '../identity/server.js';
 import { presentationFor, type AgentIdentity } from '../identity/client.js';
@@ -22,66 +23,6 @@ import { askingWithin } from '../control-plane/decision/gather.js';
 import type { Question } from '../control-plane/decision/types.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-
-interface OtlpSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId?: string;
-  name: string;
-  service: string;
-  attributes: Record<string, string | number | boolean>;
-  /** OTLP status code: 0 unset, 1 ok, 2 error. */
-  status: number;
-}
-
-type AnyValue = { stringValue?: string; intValue?: number | string; boolValue?: boolean; doubleValue?: number };
-const valueOf = (v: AnyValue) => v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : (v.boolValue ?? v.doubleValue ?? ''));
-
-/** A minimal OTLP/HTTP trace receiver: decodes ExportTraceServiceRequest JSON bodies. */
-export async function otlpReceiver(): Promise<{ url: string; spans: OtlpSpan[]; server: http.Server }> {
-  const spans: OtlpSpan[] = [];
-  const server = http.createServer((req, res) => {
-    // Decoded once whole: a multi-byte character can straddle two chunks.
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      if (req.method !== 'POST' || req.url !== '/v1/traces' || !/json/.test(req.headers['content-type'] ?? '')) {
-        res.writeHead(404).end();
-        return;
-      }
-      const body = Buffer.concat(chunks).toString();
-      const doc = JSON.parse(body) as {
-        resourceSpans: {
-          resource: { attributes: { key: string; value: AnyValue }[] };
-          scopeSpans: {
-            spans: (Omit<OtlpSpan, 'attributes' | 'service' | 'status'> & { attributes?: { key: string; value: AnyValue }[]; status?: { code?: number } })[];
-          }[];
-        }[];
-      };
-      for (const rs of doc.resourceSpans) {
-        const service = String(valueOf(rs.resource.attributes.find((a) => a.key === 'service.name')?.value ?? {}));
-        for (const ss of rs.scopeSpans) {
-          for (const s of ss.spans) {
-            const attributes: OtlpSpan['attributes'] = {};
-            for (const a of s.attributes ?? []) attributes[a.key] = valueOf(a.value);
-            spans.push({
-              traceId: s.traceId,
-              spanId: s.spanId,
-              parentSpanId: s.parentSpanId || undefined,
-              name: s.name,
-              service,
-              attributes,
-              status: s.status?.code ?? 0,
-            });
-          }
-        }
-      }
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-    });
-  });
-  const port = await listen(server, '127.0.0.1:0');
-  return { url: `http://127.0.0.1:${port}`, spans, server };
-}
 
 export const newTraceparent = () => {
   const traceId = randomBytes(16).toString('hex');
@@ -103,7 +44,11 @@ describe('tracing config', () => {
   it('reads OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_SDK_DISABLED, refusing a bad endpoint', () => {
     expect(tracingFromEnv({})).toEqual({ mode: 'stdout' });
     expect(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: '' })).toEqual({ mode: 'stdout' });
-    expect(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' })).toEqual({ mode: 'otlp', endpoint: 'http://collector:4318' });
+    expect(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' })).toEqual({
+      mode: 'otlp',
+      endpoint: 'http://collector:4318',
+      protocol: 'http/protobuf',
+    });
     expect(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_SDK_DISABLED: 'true' })).toEqual({ mode: 'off' });
     expect(() => tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toThrow(/OTEL_EXPORTER_OTLP_ENDPOINT/);
     expect(() => tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'ftp://c' })).toThrow(/OTEL_EXPORTER_OTLP_ENDPOINT/);
@@ -112,10 +57,15 @@ describe('tracing config', () => {
 
   it('reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, refusing an unknown sampler or a ratio outside [0, 1]', () => {
     const env = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318' };
-    expect(tracingFromEnv({ ...env, OTEL_TRACES_SAMPLER: 'parentbased_always_on' })).toEqual({ mode: 'otlp', endpoint: 'http://c:4318' });
+    expect(tracingFromEnv({ ...env, OTEL_TRACES_SAMPLER: 'parentbased_always_on' })).toEqual({
+      mode: 'otlp',
+      endpoint: 'http://c:4318',
+      protocol: 'http/protobuf',
+    });
     expect(tracingFromEnv({ ...env, OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.25' })).toEqual({
       mode: 'otlp',
       endpoint: 'http://c:4318',
+      protocol: 'http/protobuf',
       sampler: { name: 'parentbased_traceidratio', ratio: 0.25 },
     });
     expect(tracingFromEnv({ OTEL_TRACES_SAMPLER: 'traceidratio' })).toEqual({ mode: 'stdout', sampler: { name: 'traceidratio', ratio: 1 } });
@@ -125,12 +75,22 @@ describe('tracing config', () => {
       expect(() => tracingFromEnv({ OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: bad }), bad).toThrow(/OTEL_TRACES_SAMPLER_ARG/);
   });
 
+  it('reads OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf (the OTLP default) or http/json; grpc is refused', () => {
+    const env = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318' };
+    expect(tracingFromEnv({ ...env, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' }).protocol).toBe('http/json');
+    expect(tracingFromEnv({ ...env, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf' }).protocol).toBe('http/protobuf');
+    expect(() => tracingFromEnv({ ...env, OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' })).toThrow(
+      /OTEL_EXPORTER_OTLP_PROTOCOL must be one of http\/protobuf, http\/json/,
+    );
+  });
+
   it('reads OTEL_EXPORTER_OTLP_HEADERS as the OTel spec writes it, never echoing a bad entry', () => {
     expect(
       tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_EXPORTER_OTLP_HEADERS: 'Authorization=Bearer%20s3cret, x-tenant = a%2Cb' }),
     ).toEqual({
       mode: 'otlp',
       endpoint: 'http://c:4318',
+      protocol: 'http/protobuf',
       headers: { authorization: 'Bearer s3cret', 'x-tenant': 'a,b' },
     });
     expect(otlpHeaders('')).toEqual({});
@@ -240,6 +200,10 @@ describe('OTLP export of identity-authority and decision spans', () => {
       [`${BRAND}.service`]: 'ledger',
       'http.response.status_code': 403,
     });
+    expect(decision.kind).toBe(2);
+    expect(BigInt(decision.end) > BigInt(decision.start)).toBe(true);
+    // Both the SDK's spans and decision spans went as protobuf, the OTLP default.
+    expect(new Set(rx.got.map((g) => g.headers['content-type']))).toEqual(new Set(['application/x-protobuf']));
   });
 
   it('a question a decision asks after an await carries its span (askingWithin); the context is synchronous otherwise', async () => {
@@ -294,6 +258,35 @@ describe('OTLP export of identity-authority and decision spans', () => {
     const s = await until(() => rx.spans.find((x) => x.name === 'proxy'), 'the proxy span');
     expect(s.parentSpanId).toBeUndefined();
     expect(s.attributes[`${BRAND}.decision`]).toBe('allow');
+  });
+});
+
+describe('OTEL_EXPORTER_OTLP_PROTOCOL=http/json', () => {
+  let rx: Awaited<ReturnType<typeof otlpReceiver>>;
+  beforeAll(async () => {
+    rx = await otlpReceiver();
+    initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: rx.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' }), `${BRAND}-json`);
+  });
+  afterAll(async () => {
+    await shutdownTracing();
+    if (rx) await close(rx.server);
+  });
+
+  it('sends decision spans and SDK spans as JSON, with the same content', async () => {
+    const gw = newTraceparent();
+    const span = startDecisionSpan('authz', gw.traceparent);
+    await span.run(() => withSpan('delegation.check', { [`${BRAND}.operation`]: 'delegation.check' }, () => Promise.resolve()));
+    span.end({ rule: 'registry', allow: true, status: 200 });
+    await flushTracing();
+    const both = await until(() => {
+      const s = rx.spans.filter((x) => x.traceId === gw.traceId);
+      return s.length >= 2 ? s : undefined;
+    }, 'the decision and SDK spans');
+    const decision = both.find((x) => x.name === 'authz')!;
+    expect(decision).toMatchObject({ parentSpanId: gw.spanId, kind: 2, service: `${BRAND}-json` });
+    expect(decision.attributes).toMatchObject({ [`${BRAND}.rule`]: 'registry', [`${BRAND}.decision`]: 'allow', 'http.response.status_code': 200 });
+    expect(both.find((x) => x.name === 'delegation.check')!.parentSpanId).toBe(decision.spanId);
+    expect(new Set(rx.got.map((g) => g.headers['content-type']))).toEqual(new Set(['application/json']));
   });
 });
 

@@ -2,8 +2,9 @@
  * Traces (SPEC 6, 8): OpenTelemetry with W3C trace context, one tracer provider per process.
  *
  * - `OTEL_EXPORTER_OTLP_ENDPOINT` set: every span (identity-authority operations and decisions)
- *   goes to `<endpoint>/v1/traces` over OTLP/HTTP (JSON), batched, with the headers of
- *   `OTEL_EXPORTER_OTLP_HEADERS`. Decision spans are recorded and written by
+ *   goes to `<endpoint>/v1/traces` over OTLP/HTTP, batched, with the headers of
+ *   `OTEL_EXPORTER_OTLP_HEADERS`, encoded as `OTEL_EXPORTER_OTLP_PROTOCOL` says (`http/protobuf`,
+ *   the OTLP default, or `http/json`; `grpc` is not offered). Decision spans are recorded and written by
  *   `decision-spans.ts` (a fifth of the SDK's cost per span), the rest by the SDK.
  * - unset: the SPEC's stdout fallback, at a level that does not flood: only the identity
  *   authority's identity and credential operations (register, provision, VC issue, delegation
@@ -37,7 +38,8 @@ import {
   type Tracer,
 } from '@opentelemetry/api';
 import { ExportResultCode, W3CTraceContextPropagator, hrTimeToMicroseconds, type ExportResult } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { OTLPTraceExporter as JsonTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { OTLPTraceExporter as ProtobufTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import {
   AlwaysOffSampler,
@@ -56,8 +58,8 @@ import type { MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
 import { BRAND } from './brand.js';
 import { bool, oneOf, optional, type Env } from './config.js';
-import { DecisionSpanWriter, nowUs, randomId, type DecisionAttributes } from './decision-spans.js';
-import { TRACES_SAMPLERS } from './settings.js';
+import { DecisionSpanWriter, nowUs, randomId, type DecisionAttributes, type OtlpProtocol } from './decision-spans.js';
+import { OTLP_PROTOCOLS, TRACES_SAMPLERS } from './settings.js';
 import { SyncContextManager } from './sync-context.js';
 
 export type TracingMode = 'otlp' | 'stdout' | 'off';
@@ -66,6 +68,8 @@ export interface TracingConfig {
   mode: TracingMode;
   /** OTLP/HTTP base endpoint (mode otlp), e.g. http://collector:4318. */
   endpoint?: string;
+  /** `OTEL_EXPORTER_OTLP_PROTOCOL` (mode otlp; default `http/protobuf`, as the OTLP spec sets it). */
+  protocol?: OtlpProtocol;
   /** Headers sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`: `k1=v1,k2=v2`, URL-encoded). */
   headers?: Record<string, string>;
   /** `OTEL_TRACES_SAMPLER` and its ratio (`OTEL_TRACES_SAMPLER_ARG`); absent: `parentbased_always_on`. */
@@ -124,7 +128,7 @@ export function otlpHeaders(raw: string): Record<string, string> {
   return out;
 }
 
-/** Reads and validates OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER(_ARG) and OTEL_SDK_DISABLED (call before listening). */
+/** Reads and validates OTEL_EXPORTER_OTLP_ENDPOINT, _HEADERS and _PROTOCOL, OTEL_TRACES_SAMPLER(_ARG) and OTEL_SDK_DISABLED (call before listening). */
 export function tracingFromEnv(env: Env): TracingConfig {
   if (bool(env, 'OTEL_SDK_DISABLED', false)) return { mode: 'off' };
   const sampler = samplerFromEnv(env);
@@ -140,7 +144,8 @@ export function tracingFromEnv(env: Env): TracingConfig {
   if (url.protocol !== 'http:' && url.protocol !== 'https:')
     throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(endpoint)}`);
   const headers = otlpHeaders(optional(env, 'OTEL_EXPORTER_OTLP_HEADERS') ?? '');
-  return { mode: 'otlp', endpoint: endpoint.replace(/\/+$/, ''), ...(Object.keys(headers).length ? { headers } : {}), ...sampling };
+  const protocol = oneOf(env, 'OTEL_EXPORTER_OTLP_PROTOCOL', OTLP_PROTOCOLS, 'http/protobuf');
+  return { mode: 'otlp', endpoint: endpoint.replace(/\/+$/, ''), protocol, ...(Object.keys(headers).length ? { headers } : {}), ...sampling };
 }
 
 /** One JSON line per span on stdout (the fallback exporter). */
@@ -191,7 +196,9 @@ export function initTracing(cfg: TracingConfig, serviceName = BRAND): boolean {
   if (state.provider || cfg.mode === 'off') return false;
   // The OTLP/HTTP traces URL (stdout mode has no endpoint).
   const url = cfg.mode === 'otlp' ? `${cfg.endpoint}/v1/traces` : '';
-  const exporter: SpanExporter = cfg.mode === 'otlp' ? new OTLPTraceExporter({ url, headers: cfg.headers, timeoutMillis: 5000 }) : new JsonLineSpanExporter();
+  const protocol = cfg.protocol ?? 'http/protobuf';
+  const Otlp = protocol === 'http/json' ? JsonTraceExporter : ProtobufTraceExporter;
+  const exporter: SpanExporter = cfg.mode === 'otlp' ? new Otlp({ url, headers: cfg.headers, timeoutMillis: 5000 }) : new JsonLineSpanExporter();
   const processor =
     cfg.mode === 'otlp'
       ? new BatchSpanProcessor(exporter, { scheduledDelayMillis: 1000, maxQueueSize: 8192, maxExportBatchSize: 512 })
@@ -206,7 +213,7 @@ export function initTracing(cfg: TracingConfig, serviceName = BRAND): boolean {
   state.provider = provider;
   state.tracer = provider.getTracer(BRAND);
   state.sampling = cfg.sampler ? sampling : undefined;
-  if (cfg.mode === 'otlp') state.decisions = new DecisionSpanWriter({ url, headers: cfg.headers, resource, brand: BRAND });
+  if (cfg.mode === 'otlp') state.decisions = new DecisionSpanWriter({ url, headers: cfg.headers, resource, brand: BRAND, protocol });
   decisionsOn = cfg.mode === 'otlp';
   return true;
 }

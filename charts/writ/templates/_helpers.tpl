@@ -81,6 +81,8 @@ http://{{ include "writ.fullname" . }}-proxy.{{ .Release.Namespace }}.svc:{{ .Va
 {{- if .Values.tracing.otlpEndpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ .Values.tracing.otlpEndpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .Values.tracing.protocol | quote }}
 {{- end }}
 - name: OTEL_TRACES_SAMPLER
   value: {{ .Values.tracing.sampler | quote }}
