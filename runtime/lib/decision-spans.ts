@@ -21,7 +21,7 @@
  * batch that still fails, or is refused for good, is dropped and logged (at most once a minute).
  * Telemetry never holds up a decision.
  */
-import { randomFillSync } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { Pool } from 'undici';
 import { errMsg, logger } from './log.js';
 import { ByteWriter, otlpProto } from './otlp-proto.js';
@@ -51,19 +51,20 @@ export interface DecisionRow {
 
 // --- ids and time ---------------------------------------------------------------------------
 
-const pool = Buffer.allocUnsafe(8192);
 const ZERO_SPAN = '0'.repeat(16);
 const ZERO_TRACE = '0'.repeat(32);
-let at = pool.length;
+/** 4 KiB from the CSPRNG as hex, cut into ids: a slice of a string costs no native call or copy. */
+let pool = '';
+let at = 0;
 
 /** `bytes` random bytes as hex (never all zero: an invalid W3C id), from a pooled CSPRNG buffer. */
 export function randomId(bytes: 8 | 16): string {
   for (;;) {
-    if (at + bytes > pool.length) {
-      randomFillSync(pool);
+    if (at + 2 * bytes > pool.length) {
+      pool = randomBytes(4096).toString('hex');
       at = 0;
     }
-    const id = pool.toString('hex', at, (at += bytes));
+    const id = pool.slice(at, (at += 2 * bytes));
     if (id !== ZERO_SPAN && id !== ZERO_TRACE) return id;
   }
 }

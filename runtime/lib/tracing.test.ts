@@ -251,6 +251,18 @@ describe('OTLP export of identity-authority and decision spans', () => {
     expect(rx.spans.some((x) => x.name === 'authz-unsampled')).toBe(false);
   });
 
+  it('reads the sampled bit among other flags; an uppercase traceparent is not W3C and starts a new trace', async () => {
+    const gw = newTraceparent();
+    startDecisionSpan('authz-flags', `00-${gw.traceId}-${gw.spanId}-03`).end({ allow: true });
+    startDecisionSpan('authz-upper', `00-${gw.traceId.toUpperCase()}-${gw.spanId}-01`).end({ allow: true });
+    await flushTracing();
+    const flagged = await until(() => rx.spans.find((x) => x.name === 'authz-flags'), 'the flags-03 span');
+    expect(flagged).toMatchObject({ traceId: gw.traceId, parentSpanId: gw.spanId });
+    const upper = await until(() => rx.spans.find((x) => x.name === 'authz-upper'), 'the uppercase-parent span');
+    expect(upper.traceId).not.toBe(gw.traceId);
+    expect(upper.parentSpanId).toBeUndefined();
+  });
+
   it('a decision without a traceparent starts its own trace', async () => {
     const span = startDecisionSpan('proxy');
     span.end({ rule: 'registry', allow: true });

@@ -33,6 +33,7 @@ import {
   SpanStatusCode,
   TraceFlags,
   type Attributes,
+  type Context,
   type Span,
   type SpanContext,
   type Tracer,
@@ -277,21 +278,27 @@ const NOOP: DecisionSpan = {
   end: () => {},
 };
 
-const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+/** A plain version-00 `traceparent`: `00-<trace id>-<span id>-<flags>`, lowercase hex. */
+const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 const INVALID_TRACE = '00000000000000000000000000000000';
 const INVALID_SPAN = '0000000000000000';
 
 /**
  * The caller's span context, valid or undefined: a plain version-00 `traceparent` without
- * `tracestate` (what Envoy sends) is parsed here, a third of the generic propagator's cost on
- * the hot path; anything else goes through the W3C propagator. No header: the active context's.
+ * `tracestate` (what Envoy sends) is read here by position, a fraction of the generic
+ * propagator's cost on the hot path; anything else goes through the W3C propagator. No header:
+ * the active context's.
  */
 function callerOf(traceparent: string | string[] | undefined, tracestate: string | string[] | undefined): SpanContext | undefined {
   if (!traceparent) return validOrUndefined(trace.getSpanContext(context.active()));
-  const m = typeof traceparent === 'string' && tracestate === undefined ? TRACEPARENT.exec(traceparent) : null;
-  if (!m) return validOrUndefined(trace.getSpanContext(propagation.extract(ROOT_CONTEXT, { traceparent, tracestate }, getter)));
-  if (m[1] === INVALID_TRACE || m[2] === INVALID_SPAN) return undefined;
-  return { traceId: m[1]!, spanId: m[2]!, traceFlags: parseInt(m[3]!, 16) & TraceFlags.SAMPLED, isRemote: true };
+  if (typeof traceparent !== 'string' || tracestate !== undefined || !TRACEPARENT.test(traceparent))
+    return validOrUndefined(trace.getSpanContext(propagation.extract(ROOT_CONTEXT, { traceparent, tracestate }, getter)));
+  const traceId = traceparent.slice(3, 35);
+  const spanId = traceparent.slice(36, 52);
+  if (traceId === INVALID_TRACE || spanId === INVALID_SPAN) return undefined;
+  // The sampled flag is the lowest bit of the flags byte: of its last hex digit.
+  const sampledFlag = parseInt(traceparent[54]!, 16) & TraceFlags.SAMPLED;
+  return { traceId, spanId, traceFlags: sampledFlag, isRemote: true };
 }
 
 const validOrUndefined = (sc: SpanContext | undefined) => (sc && isSpanContextValid(sc) ? sc : undefined);
@@ -315,31 +322,45 @@ export function startDecisionSpan(name: string, traceparent?: string | string[],
   if (!decisionsOn) return NOOP;
   const caller = callerOf(traceparent, tracestate);
   const traceId = caller ? caller.traceId : randomId(16);
+  const parent = context.active();
   if (!sampled(name, traceId, caller)) {
     // Not recorded (a gateway's flags 00, or the sampler's ratio): the context still travels,
     // flags 00, so the identity authority does not start a trace of its own.
     const sc = caller ? { ...caller, traceFlags: TraceFlags.NONE } : { traceId, spanId: randomId(8), traceFlags: TraceFlags.NONE, isRemote: false };
-    const ctx = trace.setSpanContext(context.active(), sc);
-    return { traced: true, run: (fn) => context.with(ctx, fn), end: () => {} };
+    return new LiveSpan(parent, sc);
   }
   // A sampled decision: a row for the decision-span writer, its span context the active one
   // while the decision runs (so what it calls, in process or over HTTP, is its child).
-  const start = nowUs();
-  const spanId = randomId(8);
-  const parentSpanId = caller?.spanId;
-  const own: SpanContext = { traceId, spanId, traceFlags: TraceFlags.SAMPLED, isRemote: false, traceState: caller?.traceState };
-  const ctx = trace.setSpanContext(context.active(), own);
-  const writer = state.decisions!;
-  let ended = false;
-  return {
-    traced: true,
-    run: (fn) => context.with(ctx, fn),
-    end(attrs) {
-      if (ended) return;
-      ended = true;
-      writer.add({ traceId, spanId, parentSpanId, name, start, end: nowUs(), attrs });
-    },
-  };
+  const own: SpanContext = { traceId, spanId: randomId(8), traceFlags: TraceFlags.SAMPLED, isRemote: false, traceState: caller?.traceState };
+  return new LiveSpan(parent, own, { writer: state.decisions!, name, parentSpanId: caller?.spanId, start: nowUs() });
+}
+
+/**
+ * A decision span that carries a context: recorded when it has a `row` (the writer and what the
+ * row needs besides the end), else only continued. Its OTel context is made the first time a
+ * question runs inside it (a decision that asks nothing never needs one).
+ */
+class LiveSpan implements DecisionSpan {
+  readonly traced = true;
+  private ctx: Context | undefined;
+  private ended = false;
+
+  constructor(
+    private readonly parent: Context,
+    private readonly sc: SpanContext,
+    private readonly row?: { writer: DecisionSpanWriter; name: string; parentSpanId: string | undefined; start: number },
+  ) {}
+
+  run<T>(fn: () => T): T {
+    return context.with((this.ctx ??= trace.setSpanContext(this.parent, this.sc)), fn);
+  }
+
+  end(attrs: DecisionAttributes): void {
+    const r = this.row;
+    if (!r || this.ended) return;
+    this.ended = true;
+    r.writer.add({ traceId: this.sc.traceId, spanId: this.sc.spanId, parentSpanId: r.parentSpanId, name: r.name, start: r.start, end: nowUs(), attrs });
+  }
 }
 
 // --- identity-authority spans --------------------------------------------------------------
