@@ -13,12 +13,15 @@ import { toWire, type Init, type Request } from './pglite-remote.js';
 const port = parentPort!;
 
 /**
- * Engine settings. PostgreSQL's default 128 MB of shared buffers is all resident in the WASM
+ * Engine settings. PostgreSQL's default 128 MB of shared buffers ends up resident in the WASM
  * memory of an embedded, single-connection store whose working set is far smaller (the audit
- * tail, the registry, the directory pages being synced); /authz with audit to PGlite measured the
- * same with 32 MB (bench/authz, interleaved).
+ * tail, the registry, the directory pages being synced): the pool fills as the database grows
+ * and WASM memory never shrinks, so its size is how far an idle all-in-one's RSS climbs over a
+ * long run. 1M decisions (bench/soak): 27 MB more at idle after than before with 32 MB, 10 MB
+ * with 16 MB (idle 286 -> 270 MB). /authz with audit to PGlite and a 10k-user directory sync
+ * measured the same with 16 MB as with 32 (bench:compare, authz and directory).
  */
-const ENGINE_CONF = ['shared_buffers=32MB'];
+const ENGINE_CONF = ['shared_buffers=16MB'];
 
 const ROLLBACK = Symbol('rollback');
 
