@@ -21,7 +21,7 @@ interface Reply {
   body: string;
 }
 
-function call(port: number, method: string, path: string, headers: Record<string, string> = {}, body?: string): Promise<Reply> {
+function call(port: number, method: string, path: string, headers: Record<string, string | string[]> = {}, body?: string): Promise<Reply> {
   return new Promise((resolve, reject) => {
     const req = http.request({ host: '127.0.0.1', port, method, path, headers }, (res) => {
       const chunks: Buffer[] = [];
@@ -99,6 +99,14 @@ describe('/authz listener', () => {
     expect(r.headers[H.upstream]).toBe('search.svc:80');
     expect(r.headers[H.agentDid]).toBeUndefined();
     expect(audit.slice(before)).toMatchObject([{ action: 'tool.read', actor: 'bot', allow: true }]);
+  });
+
+  it('two on-behalf-of header lines are ambiguous: 403, the call is for one human', async () => {
+    const before = audit.length;
+    const r = await call(port, 'GET', '/authz/v1/search', { [H.actor]: 'bot', [H.service]: 'search', [H.onBehalfOf]: ['alice', 'mallory'] });
+    expect(r.status).toBe(403);
+    expect(JSON.parse(r.body)).toMatchObject({ allow: false, rule: 'identity', reason: expect.stringMatching(/more than one/) });
+    expect(audit.slice(before)).toMatchObject([{ allow: false, actor: 'bot' }]);
   });
 
   it('regulated egress without a delegation: 401 with the needs-approval header', async () => {

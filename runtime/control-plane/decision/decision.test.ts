@@ -516,6 +516,11 @@ const egressRows: EgressRow[] = [
     facts: { onBehalfOf: 'a\r\nb' },
     expect: { status: 403, rule: 'identity', reason: /header value/ },
   },
+  {
+    name: 'two on-behalf-of headers (joined "a, b") -> 403 identity, on an unregulated target too',
+    facts: { onBehalfOf: 'alice@example.com, mallory@example.com' },
+    expect: { status: 403, rule: 'identity', reason: /more than one .*on-behalf-of/i },
+  },
 ];
 
 describe('egress (SPEC 4.1)', () => {

@@ -143,6 +143,9 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
   }
   const subject = subjectOf() ?? actorName;
   if (!HEADER_SAFE.test(subject) || !HEADER_SAFE.test(actorName)) return end(run.deny(403, 'identity', 'actor or on-behalf-of is not a valid header value'));
+  // A call is made for one human. Repeated headers reach here joined with commas (node, Envoy):
+  // which of them the call is for is ambiguous, and a principal has no comma in it.
+  if (f.onBehalfOf?.includes(',')) return end(run.deny(403, 'identity', `more than one ${H.onBehalfOf}: a call is made on behalf of one human`));
   run.pass(run.explain ? (agentDid ? `agent ${actorName} proved by VP (${agentDid})` : `agent ${actorName} (header identity)`) : '', 'governance');
 
   // Governance standing (rule identity): a governed agent that is not active acts for no one.
