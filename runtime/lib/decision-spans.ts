@@ -24,7 +24,7 @@
 import { randomBytes } from 'node:crypto';
 import { Pool } from 'undici';
 import { errMsg, logger } from './log.js';
-import { ByteWriter, otlpProto } from './otlp-proto.js';
+import { attributeNames, ByteWriter, otlpProto } from './otlp-proto.js';
 
 const log = logger('tracing');
 
@@ -95,15 +95,16 @@ const attr = (key: string, v: AttrValue): string => `{"key":${str(key)},"value":
 
 /** The opening of each decision attribute, up to its string value, for one brand. */
 function keysOf(brand: string) {
+  const n = attributeNames(brand);
   const open = (key: string) => `{"key":${str(key)},"value":{"stringValue":`;
   return {
-    rule: open(`${brand}.rule`),
-    decision: open(`${brand}.decision`),
-    service: open(`${brand}.service`),
-    actor: open(`${brand}.actor`),
-    action: open(`${brand}.action`),
-    reason: open(`${brand}.reason`),
-    status: `{"key":"http.response.status_code","value":{"intValue":`,
+    rule: open(n.rule),
+    decision: open(n.decision),
+    service: open(n.service),
+    actor: open(n.actor),
+    action: open(n.action),
+    reason: open(n.reason),
+    status: `{"key":${str(n.status)},"value":{"intValue":`,
   };
 }
 type Keys = ReturnType<typeof keysOf>;

@@ -142,21 +142,35 @@ function keyValue(key: string, v: AttrValue): Buffer {
   });
 }
 
+/** The attribute names of a decision span, for one brand: this encoding and decision-spans.ts's JSON write these. */
+export function attributeNames(brand: string) {
+  return {
+    rule: `${brand}.rule`,
+    decision: `${brand}.decision`,
+    service: `${brand}.service`,
+    actor: `${brand}.actor`,
+    action: `${brand}.action`,
+    reason: `${brand}.reason`,
+    status: 'http.response.status_code',
+  };
+}
+
 /** The constant bytes of each decision attribute: the span's attributes field, up to the value. */
 function attributeOpenings(brand: string) {
   // Span.attributes (9) holding KeyValue{key, value: AnyValue{string_value}}: everything but
   // the lengths that depend on the value, which the writer puts in.
+  const n = attributeNames(brand);
   const key = (k: string) => message((b) => b.string(tag(1, 2), k));
   return {
-    rule: key(`${brand}.rule`),
-    decision: key(`${brand}.decision`),
-    service: key(`${brand}.service`),
-    actor: key(`${brand}.actor`),
-    action: key(`${brand}.action`),
-    reason: key(`${brand}.reason`),
-    allow: keyValue(`${brand}.decision`, 'allow'),
-    deny: keyValue(`${brand}.decision`, 'deny'),
-    status: key('http.response.status_code'),
+    rule: key(n.rule),
+    decision: key(n.decision),
+    service: key(n.service),
+    actor: key(n.actor),
+    action: key(n.action),
+    reason: key(n.reason),
+    allow: keyValue(n.decision, 'allow'),
+    deny: keyValue(n.decision, 'deny'),
+    status: key(n.status),
   };
 }
 type Openings = ReturnType<typeof attributeOpenings>;
