@@ -38,7 +38,7 @@ import {
   type SpanContext,
   type Tracer,
 } from '@opentelemetry/api';
-import { ExportResultCode, W3CTraceContextPropagator, hrTimeToMicroseconds, type ExportResult } from '@opentelemetry/core';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter as JsonTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { OTLPTraceExporter as ProtobufTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -51,7 +51,6 @@ import {
   SamplingDecision,
   SimpleSpanProcessor,
   TraceIdRatioBasedSampler,
-  type ReadableSpan,
   type Sampler,
   type SpanExporter,
 } from '@opentelemetry/sdk-trace-base';
@@ -61,6 +60,7 @@ import { BRAND } from './brand.js';
 import { bool, oneOf, optional, type Env } from './config.js';
 import { DecisionSpanWriter, nowUs, randomId, type DecisionAttributes, type OtlpProtocol } from './decision-spans.js';
 import { OTLP_PROTOCOLS, TRACES_SAMPLERS } from './settings.js';
+import { JsonLineSpanExporter } from './span-stdout.js';
 import { SyncContextManager } from './sync-context.js';
 
 export type TracingMode = 'otlp' | 'stdout' | 'off';
@@ -147,31 +147,6 @@ export function tracingFromEnv(env: Env): TracingConfig {
   const headers = otlpHeaders(optional(env, 'OTEL_EXPORTER_OTLP_HEADERS') ?? '');
   const protocol = oneOf(env, 'OTEL_EXPORTER_OTLP_PROTOCOL', OTLP_PROTOCOLS, 'http/protobuf');
   return { mode: 'otlp', endpoint: endpoint.replace(/\/+$/, ''), protocol, ...(Object.keys(headers).length ? { headers } : {}), ...sampling };
-}
-
-/** One JSON line per span on stdout (the fallback exporter). */
-export class JsonLineSpanExporter implements SpanExporter {
-  constructor(private readonly write: (line: string) => void = (l) => void process.stdout.write(l)) {}
-  export(spans: ReadableSpan[], done: (r: ExportResult) => void): void {
-    for (const s of spans) {
-      const ctx = s.spanContext();
-      this.write(
-        JSON.stringify({
-          trace: true,
-          name: s.name,
-          traceId: ctx.traceId,
-          spanId: ctx.spanId,
-          parentSpanId: s.parentSpanContext?.spanId,
-          start: new Date(hrTimeToMicroseconds(s.startTime) / 1000).toISOString(),
-          durationMs: hrTimeToMicroseconds(s.duration) / 1000,
-          status: s.status.code === SpanStatusCode.ERROR ? 'error' : 'ok',
-          attributes: s.attributes,
-        }) + '\n',
-      );
-    }
-    done({ code: ExportResultCode.SUCCESS });
-  }
-  async shutdown(): Promise<void> {}
 }
 
 interface State {
