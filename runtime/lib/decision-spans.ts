@@ -1,13 +1,13 @@
 /**
  * Decision spans: the hot path's share of tracing, one span per decision (`/authz`, gRPC Check,
- * proxy, broker), recorded as a compact row and written to the OTLP/HTTP endpoint as JSON by
- * this small writer.
+ * proxy, broker), recorded as a compact row and written to the OTLP/HTTP endpoint by this small
+ * writer, as protobuf (`otlp-proto.ts`, the default) or JSON (below).
  *
  * Why not the SDK's span and exporter for these: a general SDK span (sampler, span limits,
- * attribute validation, a processor chain) and the exporter's object-building JSON serializer
- * cost ~20 µs of CPU a span measured alone (the span ~6, serializing and sending the rest); a
- * row costs ~1 µs and its encoding ~3 (bench/tracing.bench.ts measures the whole path in a
- * server). The spans are ordinary OTLP spans of the same trace, resource and endpoint: the row's
+ * attribute validation, a processor chain) and the exporter's object-building serializer cost
+ * ~20 µs of CPU a span measured alone (the span ~6, serializing and sending the rest); a row
+ * costs ~0.4 µs, its protobuf ~0.6 and its JSON ~1.6 (bench/tracing.bench.ts measures the whole
+ * path in a server). The spans are ordinary OTLP spans of the same trace, resource and endpoint: the row's
  * span context is what `run` makes active, so spans the SDK makes inside a decision
  * (identity-authority operations) and outgoing calls (`injectTrace`) are its children.
  * Everything else is traced by the SDK (`tracing.ts`).

@@ -4,8 +4,8 @@
  * - `OTEL_EXPORTER_OTLP_ENDPOINT` set: every span (identity-authority operations and decisions)
  *   goes to `<endpoint>/v1/traces` over OTLP/HTTP, batched, with the headers of
  *   `OTEL_EXPORTER_OTLP_HEADERS`, encoded as `OTEL_EXPORTER_OTLP_PROTOCOL` says (`http/protobuf`,
- *   the OTLP default, or `http/json`; `grpc` is not offered). Decision spans are recorded and written by
- *   `decision-spans.ts` (a fifth of the SDK's cost per span), the rest by the SDK.
+ *   the OTLP default, or `http/json`; `grpc` is not offered). Decision spans are recorded and
+ *   written by `decision-spans.ts` (a fifth of the SDK's cost per span), the rest by the SDK.
  * - unset: the SPEC's stdout fallback, at a level that does not flood: only the identity
  *   authority's identity and credential operations (register, provision, VC issue, delegation
  *   request/approve/deny, revoke, resolve, and requests that arrive with a `traceparent`), one
