@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BRAND } from './brand.js';
 import { close } from './http.js';
-import { otlpReceiver } from './otlp-testing.js';
+import { otlpReceiver, type OtlpSpan } from './otlp-testing.js';
 import { openStore, type Store } from '../store/factory.js';
 import { startIdentityAuthority } from '../identity/server.js';
 import { presentationFor, type AgentIdentity } from '../identity/client.js';
@@ -39,6 +39,13 @@ async function until<T>(f: () => T | undefined, what: string, ms = 10_000): Prom
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+/** Waits until `rx` has at least two spans of the trace (a parent and its child), and returns them. */
+const twoOrMore = (rx: { spans: OtlpSpan[] }, traceId: string, what: string) =>
+  until(() => {
+    const s = rx.spans.filter((x) => x.traceId === traceId);
+    return s.length >= 2 ? s : undefined;
+  }, what);
 
 describe('tracing config', () => {
   it('reads OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_SDK_DISABLED, refusing a bad endpoint', () => {
@@ -164,10 +171,7 @@ describe('OTLP export of identity-authority and decision spans', () => {
     });
     expect(rx.spans.some((x) => String(x.attributes['http.route'] ?? '').includes('revocations'))).toBe(false);
     expect(mine.find((x) => x.name === 'vc.revoke')!.status).toBe(0);
-    const refused = await until(() => {
-      const s = rx.spans.filter((x) => x.traceId === other.traceId);
-      return s.length >= 2 ? s : undefined;
-    }, 'the refused revocations');
+    const refused = await twoOrMore(rx, other.traceId, 'the refused revocations');
     expect(refused.map((x) => [x.attributes['http.response.status_code'], x.status]).sort()).toEqual([
       [404, 0],
       [422, 0],
@@ -186,10 +190,7 @@ describe('OTLP export of identity-authority and decision spans', () => {
     expect(status).toBe(200);
     span.end({ rule: 'delegation', allow: false, service: 'ledger', status: 403 });
     await flushTracing();
-    const inTrace = await until(() => {
-      const s = rx.spans.filter((x) => x.traceId === gateway.traceId);
-      return s.length >= 2 ? s : undefined;
-    }, 'the decision and check spans');
+    const inTrace = await twoOrMore(rx, gateway.traceId, 'the decision and check spans');
     const decision = inTrace.find((x) => x.name === 'authz')!;
     const check = inTrace.find((x) => x.name === 'delegation.check')!;
     expect(decision.parentSpanId).toBe(gateway.spanId);
@@ -290,10 +291,7 @@ describe('OTEL_EXPORTER_OTLP_PROTOCOL=http/json', () => {
     await span.run(() => withSpan('delegation.check', { [`${BRAND}.operation`]: 'delegation.check' }, () => Promise.resolve()));
     span.end({ rule: 'registry', allow: true, status: 200 });
     await flushTracing();
-    const both = await until(() => {
-      const s = rx.spans.filter((x) => x.traceId === gw.traceId);
-      return s.length >= 2 ? s : undefined;
-    }, 'the decision and SDK spans');
+    const both = await twoOrMore(rx, gw.traceId, 'the decision and SDK spans');
     const decision = both.find((x) => x.name === 'authz')!;
     expect(decision).toMatchObject({ parentSpanId: gw.spanId, kind: 2, service: `${BRAND}-json` });
     expect(decision.attributes).toMatchObject({ [`${BRAND}.rule`]: 'registry', [`${BRAND}.decision`]: 'allow', 'http.response.status_code': 200 });
