@@ -50,6 +50,14 @@ export class ByteWriter {
     this.at += b.length;
   }
 
+  /** A length-delimited field holding `body` (an embedded message's bytes). */
+  embedded(tag: number, body: Uint8Array): void {
+    this.ensure(body.length + 6);
+    this.buf[this.at++] = tag;
+    this.varint(body.length);
+    this.bytes(body);
+  }
+
   /** A length-delimited string field. Short ASCII is copied by hand: a native call costs more. */
   string(tag: number, s: string): void {
     this.ensure(s.length * 3 + 10);
@@ -108,12 +116,7 @@ function message(fill: (b: ByteWriter) => void): Buffer {
 
 /** `field` as a length-delimited field holding `body`. */
 function field(no: number, body: Uint8Array): Buffer {
-  return message((b) => {
-    b.ensure(body.length + 10);
-    b.buf[b.at++] = tag(no, 2);
-    b.varint(body.length);
-    b.bytes(body);
-  });
+  return message((b) => b.embedded(tag(no, 2), body));
 }
 
 /** A KeyValue (common/v1): key 1, value 2 (AnyValue: string 1, bool 2, int 3, double 4). */
@@ -135,10 +138,7 @@ function keyValue(key: string, v: AttrValue): Buffer {
   });
   return message((b) => {
     b.string(tag(1, 2), key);
-    b.ensure(value.length + 10);
-    b.buf[b.at++] = tag(2, 2);
-    b.varint(value.length);
-    b.bytes(value);
+    b.embedded(tag(2, 2), value);
   });
 }
 
@@ -199,29 +199,18 @@ function settle(b: ByteWriter, at: number): void {
     b.buf[at] = len;
     return;
   }
-  let size = 1;
-  for (let v = len >>> 7; v > 0; v >>>= 7) size++;
+  const size = varintSize(len);
   b.ensure(size);
   b.buf.copyWithin(at + size, at + 1, b.at);
-  b.at += size - 1;
-  let v = len;
-  let i = at;
-  while (v > 0x7f) {
-    b.buf[i++] = (v & 0x7f) | 0x80;
-    v >>>= 7;
-  }
-  b.buf[i] = v;
+  const end = b.at + size - 1;
+  b.at = at;
+  b.varint(len);
+  b.at = end;
 }
 
 function attributes(b: ByteWriter, a: DecisionAttributes, k: Openings): void {
   if (a.rule !== undefined) stringAttribute(b, k.rule, a.rule);
-  if (a.allow !== undefined) {
-    const kv = a.allow ? k.allow : k.deny;
-    b.ensure(kv.length + 4);
-    b.buf[b.at++] = SPAN_ATTRIBUTES;
-    b.varint(kv.length);
-    b.bytes(kv);
-  }
+  if (a.allow !== undefined) b.embedded(SPAN_ATTRIBUTES, a.allow ? k.allow : k.deny);
   if (a.service !== undefined) stringAttribute(b, k.service, a.service);
   if (a.actor !== undefined) stringAttribute(b, k.actor, a.actor);
   if (a.action !== undefined) stringAttribute(b, k.action, a.action);
