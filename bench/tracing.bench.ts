@@ -6,20 +6,27 @@
  * other on these machines (measured A/A), more than the effect measured. Audit is in memory so
  * the decision path is what is measured. The OTLP sink the spans go to is a process of its own
  * (a real HTTP endpoint reading every batch). autocannon drives the server from this process,
- * in interleaved rounds: every request carrying a gateway `traceparent` with the sampled flag
+ * in interleaved rounds, each measured after `BENCH_SETTLE` s (default 1) of unmeasured load
+ * since the switch: the switch itself (a new writer and its connection, call sites meeting
+ * the other span type) costs the first moments of a round, a cost a process that keeps its
+ * setting never pays (measured: rounds timed from the switch gave 0.82-0.91x where settled
+ * ones gave 0.89-1.05x, same tree). Every request carrying a gateway `traceparent` with the sampled flag
  * (every decision is a recorded, exported span: the worst case), exported as protobuf (the
  * default) and as JSON (`OTEL_EXPORTER_OTLP_PROTOCOL=http/json`); with the gateway not sampling
  * (flags 00: the span context is continued but nothing is recorded); and without a
  * `traceparent`, Writ sampling a tenth of the traces it starts (`OTEL_TRACES_SAMPLER=
  * parentbased_traceidratio`, `OTEL_TRACES_SAMPLER_ARG=0.1`).
  *
- *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=4, BENCH_CONNECTIONS=50,
+ *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=4, BENCH_SETTLE=1, BENCH_RATE, BENCH_CONNECTIONS=50,
  *                                      BENCH_CASES=egress to run one case, BENCH_VARIANTS=sampled,ratio to run
  *                                      some of sampled|json|unsampled|ratio beside "off", BENCH_PROFILE=<dir> for CPU profiles)
  *
  * Prints req/s, the server process's CPU time per request (from process.cpuUsage, robust to other
  * load on a shared machine, where req/s is not), p50, p99 per variant and the ratios on/off of
  * both (target >= 0.90: tracing costs <= 10%; the CPU ratio is off-CPU/on-CPU per request).
+ * CPU per request still moves with how saturated the server is (a busier event loop answers
+ * more requests per turn); `BENCH_RATE=<req/s>` offers every variant the same fixed rate, below
+ * saturation, and the CPU ratio is then the cost at equal load.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -31,6 +38,9 @@ import { ask, codeUnderTest, loadAutocannon } from './lib.js';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
+const SETTLE = Number(process.env.BENCH_SETTLE ?? 1);
+/** An offered rate (req/s) instead of as fast as the server answers: CPU per request compares at equal load. */
+const RATE = Number(process.env.BENCH_RATE ?? 0);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 
 interface Ready {
@@ -155,13 +165,20 @@ async function drive(): Promise<void> {
   const variants = all.filter((v) => v.key === 'off' || !process.env.BENCH_VARIANTS || process.env.BENCH_VARIANTS.split(',').includes(v.key));
   const headersOf = (h: Record<string, string>, v: Variant) => (v.traceparent ? { ...h, traceparent: v.traceparent } : h);
   const once = async (path: string, headers: Record<string, string>, duration: number) => {
-    const r = await autocannon({ url: `http://127.0.0.1:${port}${path}`, connections: CONNECTIONS, pipelining: 1, headers, duration });
+    const r = await autocannon({
+      url: `http://127.0.0.1:${port}${path}`,
+      connections: CONNECTIONS,
+      pipelining: 1,
+      headers,
+      duration,
+      ...(RATE ? { overallRate: RATE } : {}),
+    });
     if (r.errors || r.non2xx) throw new Error(`${path}: ${r.errors} errors, ${r.non2xx} non-2xx responses`);
     return r;
   };
   try {
     console.log(
-      `tracing bench (${codeUnderTest().label}): ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${SECONDS} s per variant after ${WARMUP} s warm-up; spans exported over OTLP/HTTP to a local sink (target on/off >= 0.90)`,
+      `tracing bench (${codeUnderTest().label}): ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${SECONDS} s per variant after ${WARMUP} s warm-up, each timed from ${SETTLE} s after its switch${RATE ? `, offered ${RATE} req/s` : ''}; spans exported over OTLP/HTTP to a local sink (target on/off >= 0.90)`,
     );
     const med = (a: number[]) => a.slice().sort((x, y) => x - y)[Math.floor(a.length / 2)];
     for (const c of cases) {
@@ -177,6 +194,7 @@ async function drive(): Promise<void> {
         const order = i % 2 ? rotated.reverse() : rotated;
         for (const v of order) {
           await switchTracing(server.child, v.tracing);
+          if (SETTLE) await once(c.path, headersOf(c.headers, v), SETTLE);
           const cpu0 = await cpuOf(server.child);
           const r = await once(c.path, headersOf(c.headers, v), SECONDS);
           const cpu1 = await cpuOf(server.child);
