@@ -109,6 +109,14 @@ describe('/authz listener', () => {
     expect(audit.slice(before)).toMatchObject([{ allow: false, actor: 'bot' }]);
   });
 
+  it('a scoping header on two lines is denied; one line with a comma in it is a value like any other', async () => {
+    const twice = await call(port, 'GET', '/authz/v1/search', { [H.actor]: 'bot', [H.service]: 'search', [H.task]: ['t-1', 't-2'] });
+    expect(twice.status).toBe(403);
+    expect(JSON.parse(twice.body)).toMatchObject({ allow: false, rule: 'inline', reason: `${H.task} sent more than once: the call is scoped by one value` });
+    const comma = await call(port, 'GET', '/authz/v1/search', { [H.actor]: 'bot', [H.service]: 'search', [H.task]: 't-1, part 2' });
+    expect(comma.status).toBe(200);
+  });
+
   it('regulated egress without a delegation: 401 with the needs-approval header', async () => {
     const r = await call(port, 'GET', '/authz', { [H.actor]: 'bot', [H.service]: 'ledger', [H.task]: 't', [H.action]: 'ledger:read', [H.resource]: 'acct/1' });
     expect(r.status).toBe(401);

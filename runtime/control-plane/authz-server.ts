@@ -79,7 +79,12 @@ function decide(req: http.IncomingMessage, res: http.ServerResponse, rest: strin
   const span = startDecisionSpan('authz', req.headers.traceparent, req.headers.tracestate);
   let decided: Committed | Promise<Committed>;
   try {
-    const facts = factsFromHeaders(req.headers, { method: req.method, path: rest, trustedPeer: engine.trustedPeer(req.socket.remoteAddress) });
+    const facts = factsFromHeaders(req.headers, {
+      method: req.method,
+      path: rest,
+      trustedPeer: engine.trustedPeer(req.socket.remoteAddress),
+      rawHeaders: req.rawHeaders,
+    });
     decided = authorize(engine, facts, askingWithin(engine.gather, span));
   } catch (e) {
     span.end({ allow: false, status: 403 });

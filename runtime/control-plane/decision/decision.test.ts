@@ -10,7 +10,7 @@ import type { DelegationAnswer, IdentityPort, PresentationAnswer } from '../iden
 import type { AuditEntry, Service } from '../types.js';
 import { createBudgetMeter, HOUR_MS, type BudgetMeter } from '../budget.js';
 import { authorize } from './engine.js';
-import { factsFromHeaders } from './facts.js';
+import { factsFromHeaders, proxyFacts } from './facts.js';
 import { bearerToken, hasScopes, isVpJwt } from './credentials.js';
 import { engineOf } from './testkit.js';
 import { type DecisionSettings, type EgressFacts, type Evaluation, type IngressFacts, type OidcPort, type OpaPort } from './types.js';
@@ -521,6 +521,12 @@ const egressRows: EgressRow[] = [
     facts: { onBehalfOf: 'alice@example.com, mallory@example.com' },
     expect: { status: 403, rule: 'identity', reason: /more than one .*on-behalf-of/i },
   },
+  {
+    name: 'a scoping header sent twice (resource "index/a, secret/b") -> 403 inline, before the delegation is asked',
+    facts: { target: 'ledger', resource: 'index/a, secret/b', repeated: H.resource },
+    deps: ID,
+    expect: { status: 403, rule: 'inline', reason: /x-writ-resource sent more than once/ },
+  },
 ];
 
 describe('egress (SPEC 4.1)', () => {
@@ -656,6 +662,21 @@ describe('facts and credentials', () => {
     // From anyone else a forwarded host is ignored: it cannot pick the target.
     expect(factsFromHeaders({ host: 'orders', 'x-forwarded-host': 'web' })).toMatchObject({ kind: 'ingress', host: 'orders' });
     expect(factsFromHeaders({ [H.actor]: '' }).kind).toBe('egress');
+  });
+
+  it('a repeated scoping header is told from a value with a comma by the raw header lines', () => {
+    const joined = { [H.actor]: 'bot', [H.task]: 't-1', [H.resource]: 'index/a, secret/b' };
+    const twice = ['X-Writ-Actor', 'bot', 'X-Writ-Task', 't-1', 'X-Writ-Resource', 'index/a', 'x-writ-resource', 'secret/b'];
+    expect(factsFromHeaders(joined, { rawHeaders: twice })).toMatchObject({ kind: 'egress', repeated: H.resource });
+    const once = ['X-Writ-Actor', 'bot', 'X-Writ-Task', 't-1', 'X-Writ-Resource', 'index/a, secret/b'];
+    expect(factsFromHeaders(joined, { rawHeaders: once })).not.toHaveProperty('repeated');
+    // gRPC: no raw lines, nothing to tell a repeat by.
+    expect(factsFromHeaders(joined)).not.toHaveProperty('repeated');
+    expect(
+      proxyFacts({ [H.task]: 'a, b' }, { host: 'h', port: 80, hostPort: 'h:80', connect: false }, 'GET', 'http://h/', ['X-Writ-Task', 'a', 'X-Writ-Task', 'b']),
+    ).toMatchObject({
+      repeated: H.task,
+    });
   });
 
   it('bearer parsing, VP shape and scopes', () => {

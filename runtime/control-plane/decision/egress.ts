@@ -185,6 +185,9 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     run.explain ? (target ? `target ${target.name}` : external ? `external ${proxy!.hostPort} listed as ${external}` : `external ${proxy!.hostPort}`) : '',
     'inline',
   );
+  // Repeated scoping headers reach here joined ("acct/1, other/2"): the call would be decided
+  // on one reading and the upstream may act on another.
+  if (f.repeated) return end(run.deny(403, 'inline', `${f.repeated} sent more than once: the call is scoped by one value`));
 
   // 4a. Allowlist (deny by default). An unlisted external host is a human's question (below).
   if (target) {

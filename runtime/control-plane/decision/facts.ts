@@ -17,6 +17,28 @@ export interface RequestMeta {
   path?: string;
   /** The request came from a trusted proxy: its x-forwarded-host names the target host. */
   trustedPeer?: boolean;
+  /** node's `rawHeaders`: what tells a repeated header from one value with a comma in it. */
+  rawHeaders?: readonly string[];
+}
+
+/** The egress headers that scope a decision to one value each. */
+const SCOPING = [H.task, H.action, H.resource, H.service, H.targetKind];
+
+/**
+ * The first scoping header sent more than once, or undefined. node joins a repeated header's
+ * values with ", ", so only a value holding ", " is looked up in the raw header lines (the
+ * common case costs one `includes` per header). Without raw lines (gRPC: Envoy joins repeats
+ * itself) a repeat cannot be told from a comma and is not found.
+ */
+export function repeatedHeader(h: HeaderBag, raw: readonly string[] | undefined): string | undefined {
+  if (!raw) return undefined;
+  for (const name of SCOPING) {
+    const v = h[name];
+    if (typeof v !== 'string' || !v.includes(', ')) continue;
+    let seen = 0;
+    for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === name.length && raw[i]!.toLowerCase() === name && ++seen > 1) return name;
+  }
+  return undefined;
 }
 
 /** `X-Writ-Actor` present selects egress; everything else is ingress (SPEC 4.1). */
@@ -39,6 +61,8 @@ export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
     };
     const reserve = first(h, H.reserve);
     if (reserve !== undefined) f.reserve = parseReserve(reserve);
+    const repeated = repeatedHeader(h, req.rawHeaders);
+    if (repeated) f.repeated = repeated;
     return f;
   }
   const f: IngressFacts = {
@@ -58,8 +82,9 @@ export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
  * action and resource from the request's `X-Writ-*` headers (else the method and the URL), the
  * target from host:port. The dry-run builds the same facts from the same inputs.
  */
-export function proxyFacts(h: HeaderBag, hop: ProxyHop, method: string, resourceUrl: string): EgressFacts {
+export function proxyFacts(h: HeaderBag, hop: ProxyHop, method: string, resourceUrl: string, rawHeaders?: readonly string[]): EgressFacts {
   const auth = first(h, 'proxy-authorization');
+  const repeated = repeatedHeader(h, rawHeaders);
   return {
     kind: 'egress',
     via: 'proxy',
@@ -70,5 +95,6 @@ export function proxyFacts(h: HeaderBag, hop: ProxyHop, method: string, resource
     action: first(h, H.action)?.trim() || `http:${method.toLowerCase()}`,
     resource: first(h, H.resource)?.trim() || resourceUrl,
     hop,
+    ...(repeated ? { repeated } : {}),
   };
 }

@@ -100,6 +100,8 @@ export interface EgressFacts {
   hop?: ProxyHop;
   /** Proxy only: why the credential is unusable (missing or not a Bearer token). */
   credentialIssue?: string;
+  /** A scoping header (task, action, resource, target) sent more than once: its name. */
+  repeated?: string;
 }
 
 export type Facts = IngressFacts | EgressFacts;

@@ -24,6 +24,8 @@ export interface ProxyRequest {
   target: ProxyTarget;
   /** Request headers (lower-cased): Proxy-Authorization and X-Writ-On-Behalf-Of, -Task, -Action, -Resource. */
   headers: HeaderBag;
+  /** node's raw header lines (a repeated scoping header is denied). */
+  rawHeaders?: readonly string[];
 }
 
 export interface ProxyVerdict {
@@ -39,7 +41,13 @@ export type Hold = (req: HoldRequest) => Promise<HoldAnswer>;
 /** Decides one proxied request; resolves (never rejects) with the committed verdict. */
 export async function decideProxy(req: ProxyRequest, engine: DecisionEngine, hold: Hold): Promise<ProxyVerdict> {
   const t = req.target;
-  const facts = proxyFacts(req.headers, { host: t.host, port: t.port, hostPort: t.hostPort, connect: req.via === 'connect' }, req.method, t.resource);
+  const facts = proxyFacts(
+    req.headers,
+    { host: t.host, port: t.port, hostPort: t.hostPort, connect: req.via === 'connect' },
+    req.method,
+    t.resource,
+    req.rawHeaders,
+  );
   // Metered from the decision's last answer: a hold is a human's time, not the decision's.
   let startedAt = performance.now();
   let requestId: string | undefined;

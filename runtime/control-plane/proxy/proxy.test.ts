@@ -300,6 +300,13 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
     expect(JSON.parse(r.body)).toMatchObject({ egressRequest: req.id });
   });
 
+  it('a scoping header sent twice is denied at once, never held for a human', async () => {
+    const target = `localhost:${ports.echo}`;
+    const r = await via(bot, ['-H', `${H.task}: t-1`, '-H', `${H.resource}: acct/1`, '-H', `${H.resource}: other/2`, `http://${target}/acct`]);
+    expect(r.status).toBe(403);
+    expect(r.headers).toContain(`${DENY}: ${H.resource} sent more than once`);
+  });
+
   it('the client going away while held expires the request', async () => {
     const target = `127.0.0.1:${ports.ext}`;
     const ac = new AbortController();

@@ -371,7 +371,7 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   async function decidePlain(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget): Promise<void> {
     let v: ProxyVerdict;
     try {
-      v = await decideProxy({ via: 'http', method: req.method ?? 'GET', target: t, headers: req.headers }, engine, (input) =>
+      v = await decideProxy({ via: 'http', method: req.method ?? 'GET', target: t, headers: req.headers, rawHeaders: req.rawHeaders }, engine, (input) =>
         hold(input, (abort) => {
           const onClose = () => {
             if (!res.writableFinished) abort();
@@ -473,7 +473,7 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
         else socket.once('close', abort);
         return () => socket.off('close', abort);
       });
-    decideProxy({ via: 'connect', method: 'CONNECT', target: t, headers: req.headers }, engine, holdTunnel).then(
+    decideProxy({ via: 'connect', method: 'CONNECT', target: t, headers: req.headers, rawHeaders: req.rawHeaders }, engine, holdTunnel).then(
       (v) => reply(v, v.requestId),
       (e: unknown) => {
         log.error('proxy decision failed', { err: errMsg(e) });
