@@ -13,6 +13,7 @@ import type { IdentityPort } from '../control-plane/identity-port.js';
 import { openStore, type Store } from '../store/factory.js';
 import { parseConfig, type BrokerConfig } from './config.js';
 import { startBroker, type RunningBroker } from './server.js';
+import { eventually } from '../lib/poll-testing.js';
 
 const BROKER_KEY = 'sk-broker-secret-0123456789';
 const CALLER_KEY = 'sk-caller-own-key';
@@ -26,14 +27,6 @@ interface Seen {
 }
 
 /** Settles when `f` returns true, polling the (asynchronously fed) control plane. */
-async function until(f: () => boolean | Promise<boolean>, what: string, ms = 5000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await f())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 type ApiErr = InstanceType<typeof OpenAI.APIError>;
 const unexpected = (): never => {
   throw new Error('expected the call to fail');
@@ -224,7 +217,7 @@ describe('model broker', () => {
     expect(seen[n]?.auth).toBe(`Bearer ${BROKER_KEY}`);
     expect(seen[n]?.body.model).toBe('provider-ok');
     expect(seen[n]?.body.stream_options).toBeUndefined();
-    await until(() => used().tokensLastHour === before.tokensLastHour + 20, 'usage to land');
+    await eventually(() => used().tokensLastHour === before.tokensLastHour + 20, 'usage to land');
     // 12 prompt tokens at 1 USD/1k + 8 completion tokens at 2 USD/1k
     expect(used().costUsdLastDay - before.costUsdLastDay).toBeCloseTo(0.028, 9);
     const audit = (await (await fetch(`http://127.0.0.1:${cp.mgmtPort}/v1/audit?limit=5`)).json()) as {
@@ -250,7 +243,7 @@ describe('model broker', () => {
     expect(usageChunks).toBe(0);
     expect(seen[n]?.body.stream_options?.include_usage).toBe(true);
     expect(seen[n]?.auth).toBe(`Bearer ${BROKER_KEY}`);
-    await until(() => used().tokensLastHour === before.tokensLastHour + 20, 'stream usage to land');
+    await eventually(() => used().tokensLastHour === before.tokensLastHour + 20, 'stream usage to land');
   });
 
   it('passes the usage chunk through when the client asked for it', async () => {
@@ -310,14 +303,14 @@ describe('model broker', () => {
       { headers: { [H.task]: 't-ok', [H.action]: 'model:invoke', [H.resource]: 'chat' } },
     );
     expect(ok.choices[0]?.message.content).toBe('hello');
-    await until(() => used().tokensLastHour === before.tokensLastHour + 20, 'regulated usage');
+    await eventually(() => used().tokensLastHour === before.tokensLastHour + 20, 'regulated usage');
   });
 
   it('denies once the budget is spent (after the usage lands)', async () => {
     const thrifty = agentClient('thrifty');
     const r = await thrifty.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 });
     expect(r.usage?.total_tokens).toBe(20);
-    await until(() => cp.plane.budget.usage('thrifty', Date.now()).tokensLastHour === 20, 'thrifty usage settled');
+    await eventually(() => cp.plane.budget.usage('thrifty', Date.now()).tokensLastHour === 20, 'thrifty usage settled');
     // 20 used: the next call's worst case no longer fits; refused before the provider.
     const n = seen.length;
     const e = await thrifty.chat.completions
@@ -388,7 +381,7 @@ describe('model broker', () => {
     expect(await p).toBeInstanceOf(OpenAI.APIUserAbortError);
     await hangClosed.promise;
     // The provider may have started: the prompt ('hi' -> 1 token) is charged as an estimate.
-    await until(() => used().tokensLastHour === before.tokensLastHour + 1, 'prompt estimate');
+    await eventually(() => used().tokensLastHour === before.tokensLastHour + 1, 'prompt estimate');
   });
 
   it('charges an estimate when the upstream stream is cut short', async () => {
@@ -399,7 +392,7 @@ describe('model broker', () => {
     })().catch((x: unknown) => x);
     expect(e).toBeInstanceOf(Error);
     // 8 prompt chars -> 2 tokens, 40 completion chars -> 10 tokens
-    await until(() => used().tokensLastHour === before.tokensLastHour + 12, `estimated usage (have ${used().tokensLastHour - before.tokensLastHour})`);
+    await eventually(() => used().tokensLastHour === before.tokensLastHour + 12, `estimated usage (have ${used().tokensLastHour - before.tokensLastHour})`);
   });
 
   it('rejects bad JSON, bad shapes and oversize bodies with OpenAI-style errors', async () => {

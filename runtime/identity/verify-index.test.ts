@@ -16,10 +16,10 @@ import { presentationFor, type AgentIdentity } from './client.js';
 import { startIdentityAuthority } from './server.js';
 import { makeAgent, makeIssuer } from './testkit.js';
 import { checkPresentation } from './vc.js';
+import { eventually } from '../lib/poll-testing.js';
 
 type Authority = Awaited<ReturnType<typeof startIdentityAuthority>>;
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function api(a: Authority) {
   const base = `http://127.0.0.1:${a.port}`;
@@ -43,16 +43,6 @@ function api(a: Authority) {
   };
 }
 
-/** Polls until `f` holds; the elapsed ms, or throws after `ms`. */
-async function until(f: () => Promise<boolean> | boolean, ms: number): Promise<number> {
-  const t0 = performance.now();
-  while (!(await f())) {
-    if (performance.now() - t0 > ms) throw new Error(`condition not met within ${ms} ms`);
-    await sleep(10);
-  }
-  return performance.now() - t0;
-}
-
 const current = (a: Authority) => a.authority.context.verifyIndex!.size().current;
 
 beforeAll(() => setLogLevel('error'));
@@ -70,7 +60,7 @@ describe.each(testBackends())('verify index on $name', (b) => {
       now: () => clock,
     });
     await idp.authority.whenReady();
-    await until(() => current(idp), 5000);
+    await eventually(() => current(idp), 'the verify index to be current', 5000);
   });
   afterAll(async () => {
     await idp?.close();
@@ -94,7 +84,7 @@ describe.each(testBackends())('verify index on $name', (b) => {
     const vp = await presentationFor(id, { now: clock });
     expect((await c.verify(vp)).ok).toBe(true);
     await store.db.execute(sql`insert into identity_revocations (jti, tenant_id, list, revoked_at) values (${id.membershipJti}, 'default', 'default', now())`);
-    await until(async () => (await c.verify(vp)).reason === 'membership credential revoked', 1500);
+    await eventually(async () => (await c.verify(vp)).reason === 'membership credential revoked', 'the revocation written to the store', 1500);
   });
 
   it('re-provisioning refuses the old key at once', async () => {
@@ -156,7 +146,7 @@ describe.skipIf(!TEST_DATABASE_URL)('two identity authorities on one PostgreSQL 
     a = await startIdentityAuthority({ store: sa, env, addr: '127.0.0.1:0' });
     bb = await startIdentityAuthority({ store: sb, env, addr: '127.0.0.1:0' });
     await Promise.all([a.authority.whenReady(), bb.authority.whenReady()]);
-    await until(() => current(a) && current(bb), 5000);
+    await eventually(() => current(a) && current(bb), 'both verify indexes to be current', 5000);
   }, 30_000);
   afterAll(async () => {
     await bb?.close();
@@ -170,18 +160,17 @@ describe.skipIf(!TEST_DATABASE_URL)('two identity authorities on one PostgreSQL 
     const cb = api(bb);
     const id = await ca.provision('rep-1');
     const vp = await presentationFor(id);
-    await until(async () => (await cb.verify(vp)).ok, 1500);
+    await eventually(async () => (await cb.verify(vp)).ok, 'replica b to accept the VP', 1500);
     expect(current(bb)).toBe(true);
     expect((await ca.post('/v1/revoke', { vcJti: id.membershipJti })).status).toBe(200);
     expect((await ca.verify(vp)).ok).toBe(false);
-    const took = await until(async () => !(await cb.verify(vp)).ok, 1500);
-    expect(took).toBeLessThan(1500);
+    await eventually(async () => !(await cb.verify(vp)).ok, 'the revocation on replica b', 1500);
 
     const id2 = await ca.provision('rep-2');
     const vp2 = await presentationFor(id2);
-    await until(async () => (await cb.verify(vp2)).ok, 1500);
+    await eventually(async () => (await cb.verify(vp2)).ok, 'replica b to accept the second VP', 1500);
     await ca.provision('rep-2');
-    await until(async () => !(await cb.verify(vp2)).ok, 1500);
+    await eventually(async () => !(await cb.verify(vp2)).ok, 'the re-provisioning on replica b', 1500);
   });
 
   it('with the LISTEN connections killed, both fall back to the store (fail closed), then recover', async () => {
@@ -189,7 +178,7 @@ describe.skipIf(!TEST_DATABASE_URL)('two identity authorities on one PostgreSQL 
     const cb = api(bb);
     const id = await ca.provision('rep-loss');
     const vp = await presentationFor(id);
-    await until(async () => (await cb.verify(vp)).ok && current(bb), 1500);
+    await eventually(async () => (await cb.verify(vp)).ok && current(bb), 'replica b to accept the VP, current', 1500);
     const admin = postgres(TEST_DATABASE_URL!, { max: 1, onnotice: () => {} });
     try {
       const killed = await admin`select pg_terminate_backend(pid) from pg_stat_activity where query ilike ${`listen%identity_changes_${schema}%`}`;
@@ -201,10 +190,10 @@ describe.skipIf(!TEST_DATABASE_URL)('two identity authorities on one PostgreSQL 
     } finally {
       await admin.end();
     }
-    await until(async () => !(await cb.verify(vp)).ok && !(await ca.verify(vp)).ok, 2000);
+    await eventually(async () => !(await cb.verify(vp)).ok && !(await ca.verify(vp)).ok, 'both replicas to refuse the VP', 2000);
     expect(await cb.verify(vp)).toMatchObject({ ok: false, reason: 'membership credential revoked' });
     // LISTEN comes back (reconnected or re-subscribed), the views reload and are current again.
-    await until(() => current(a) && current(bb), 15_000);
+    await eventually(() => current(a) && current(bb), 'both verify indexes current again', 15_000);
     expect((await cb.verify(vp)).ok).toBe(false);
   }, 30_000);
 });

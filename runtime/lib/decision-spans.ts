@@ -25,6 +25,7 @@ import { randomBytes } from 'node:crypto';
 import { Pool } from 'undici';
 import { errMsg, logger } from './log.js';
 import { attributeNames, ByteWriter, otlpProto } from './otlp-proto.js';
+import { OTLP_PROTOCOLS, type OtlpProtocol } from './settings.js';
 
 const log = logger('tracing');
 
@@ -199,8 +200,6 @@ export interface DecisionSpanWriterOptions {
   retryDelayMs?: number;
 }
 
-export type OtlpProtocol = 'http/protobuf' | 'http/json';
-
 /** Answers the OTLP spec calls transient: worth a retry. */
 const RETRYABLE = new Set([429, 502, 503, 504]);
 /** The longest `Retry-After` honoured. */
@@ -237,7 +236,7 @@ export class DecisionSpanWriter {
   constructor(opts: DecisionSpanWriterOptions) {
     this.o = {
       headers: {},
-      protocol: 'http/protobuf',
+      protocol: OTLP_PROTOCOLS[0],
       maxQueue: 8192,
       batchSize: 512,
       delayMs: 1000,

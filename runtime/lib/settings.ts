@@ -38,6 +38,7 @@ const backend: Kind = { type: 'enum', values: ['postgres', 'pglite', 'memory'] }
 
 /** OTLP transports offered (`OTEL_EXPORTER_OTLP_PROTOCOL`), the default first: OTLP/gRPC is not. */
 export const OTLP_PROTOCOLS = ['http/protobuf', 'http/json'] as const;
+export type OtlpProtocol = (typeof OTLP_PROTOCOLS)[number];
 
 /** The OTel SDK's samplers (`OTEL_TRACES_SAMPLER`), the default first. */
 export const TRACES_SAMPLERS = [

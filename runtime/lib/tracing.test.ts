@@ -21,6 +21,7 @@ import { flushTracing, initTracing, injectTrace, otlpHeaders, shutdownTracing, s
 import type { AnswerOf, Gatherer } from '../control-plane/decision/decide.js';
 import { askingWithin } from '../control-plane/decision/gather.js';
 import type { Question } from '../control-plane/decision/types.js';
+import { eventually } from './poll-testing.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -30,19 +31,9 @@ export const newTraceparent = () => {
   return { traceId, spanId, traceparent: `00-${traceId}-${spanId}-01` };
 };
 
-async function until<T>(f: () => T | undefined, what: string, ms = 10_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = f();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 /** Waits until `rx` has at least two spans of the trace (a parent and its child), and returns them. */
 const twoOrMore = (rx: { spans: OtlpSpan[] }, traceId: string, what: string) =>
-  until(() => {
+  eventually(() => {
     const s = rx.spans.filter((x) => x.traceId === traceId);
     return s.length >= 2 ? s : undefined;
   }, what);
@@ -154,7 +145,7 @@ describe('OTLP export of identity-authority and decision spans', () => {
     await flushTracing();
 
     const ops = ['agent.register', 'agent.provision', 'vp.verify', 'delegation.request', 'delegation.approve', 'vc.revoke', 'identity.resolve'];
-    const mine = await until(() => {
+    const mine = await eventually(() => {
       const s = rx.spans.filter((x) => x.traceId === caller.traceId);
       return ops.every((o) => s.some((x) => x.name === o)) ? s : undefined;
     }, 'the identity operation spans');
@@ -233,7 +224,7 @@ describe('OTLP export of identity-authority and decision spans', () => {
     expect(askingWithin(inner, startDecisionSpan('ignored', `00-${gw.traceId}-${gw.spanId}-00`))).not.toBe(inner);
     span.end({ rule: 'ticket', allow: true });
     await flushTracing();
-    const recorded = await until(() => rx.spans.find((x) => x.name === 'authz-async'), 'the decision span');
+    const recorded = await eventually(() => rx.spans.find((x) => x.name === 'authz-async'), 'the decision span');
     expect(sent[0]).toBe(`00-${gw.traceId}-${recorded.spanId}-01`);
     expect(recorded.parentSpanId).toBe(gw.spanId);
   });
@@ -247,7 +238,7 @@ describe('OTLP export of identity-authority and decision spans', () => {
     const bad = startDecisionSpan('authz-malformed', '00-zz-1-01');
     bad.end({ rule: 'registry', allow: false });
     await flushTracing();
-    const fresh = await until(() => rx.spans.find((x) => x.name === 'authz-malformed'), 'the malformed-parent span');
+    const fresh = await eventually(() => rx.spans.find((x) => x.name === 'authz-malformed'), 'the malformed-parent span');
     expect(fresh.parentSpanId).toBeUndefined();
     expect(rx.spans.some((x) => x.name === 'authz-unsampled')).toBe(false);
   });
@@ -257,9 +248,9 @@ describe('OTLP export of identity-authority and decision spans', () => {
     startDecisionSpan('authz-flags', `00-${gw.traceId}-${gw.spanId}-03`).end({ allow: true });
     startDecisionSpan('authz-upper', `00-${gw.traceId.toUpperCase()}-${gw.spanId}-01`).end({ allow: true });
     await flushTracing();
-    const flagged = await until(() => rx.spans.find((x) => x.name === 'authz-flags'), 'the flags-03 span');
+    const flagged = await eventually(() => rx.spans.find((x) => x.name === 'authz-flags'), 'the flags-03 span');
     expect(flagged).toMatchObject({ traceId: gw.traceId, parentSpanId: gw.spanId });
-    const upper = await until(() => rx.spans.find((x) => x.name === 'authz-upper'), 'the uppercase-parent span');
+    const upper = await eventually(() => rx.spans.find((x) => x.name === 'authz-upper'), 'the uppercase-parent span');
     expect(upper.traceId).not.toBe(gw.traceId);
     expect(upper.parentSpanId).toBeUndefined();
   });
@@ -268,7 +259,7 @@ describe('OTLP export of identity-authority and decision spans', () => {
     const span = startDecisionSpan('proxy');
     span.end({ rule: 'registry', allow: true });
     await flushTracing();
-    const s = await until(() => rx.spans.find((x) => x.name === 'proxy'), 'the proxy span');
+    const s = await eventually(() => rx.spans.find((x) => x.name === 'proxy'), 'the proxy span');
     expect(s.parentSpanId).toBeUndefined();
     expect(s.attributes[`${BRAND}.decision`]).toBe('allow');
   });
@@ -330,7 +321,7 @@ describe('sampling: one sampler for decision spans and SDK spans', () => {
     expect(await decide('root-unsampled')).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/);
     expect(await decide('gateway-sampled', `00-${gw.traceId}-${gw.spanId}-01`)).toMatch(new RegExp(`^00-${gw.traceId}-[0-9a-f]{16}-01$`));
     await flushTracing();
-    await until(() => rx.spans.find((s) => s.name === 'gateway-sampled-child'), 'the sampled child span');
+    await eventually(() => rx.spans.find((s) => s.name === 'gateway-sampled-child'), 'the sampled child span');
     expect(names()).toContain('gateway-sampled');
     expect(names().filter((n) => n.startsWith('root-unsampled'))).toEqual([]);
   });
@@ -342,7 +333,7 @@ describe('sampling: one sampler for decision spans and SDK spans', () => {
     await withSampler('traceidratio', '1');
     expect(await decide('ratio1-root')).toMatch(/-01$/);
     await flushTracing();
-    await until(() => rx.spans.find((s) => s.name === 'ratio1-root-child'), 'the ratio-1 child span');
+    await eventually(() => rx.spans.find((s) => s.name === 'ratio1-root-child'), 'the ratio-1 child span');
     expect(names()).toContain('ratio1-root');
     expect(names().filter((n) => n.startsWith('ratio0-'))).toEqual([]);
   });
@@ -417,7 +408,7 @@ describe('one trace across three processes: gateway -> control plane /authz -> i
       // Both processes export in batches (1 s); stopping them flushes.
       await cp.stop();
       cp = undefined;
-      const spans = await until(() => {
+      const spans = await eventually(() => {
         const s = rx.spans.filter((x) => x.traceId === gw.traceId);
         return s.some((x) => x.name === 'authz') && s.some((x) => x.name === 'delegation.check') ? s : undefined;
       }, 'the authz and delegation.check spans');

@@ -58,8 +58,8 @@ import type { MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
 import { BRAND } from './brand.js';
 import { bool, oneOf, optional, type Env } from './config.js';
-import { DecisionSpanWriter, nowUs, randomId, type DecisionAttributes, type OtlpProtocol } from './decision-spans.js';
-import { OTLP_PROTOCOLS, TRACES_SAMPLERS } from './settings.js';
+import { DecisionSpanWriter, nowUs, randomId, type DecisionAttributes } from './decision-spans.js';
+import { OTLP_PROTOCOLS, TRACES_SAMPLERS, type OtlpProtocol } from './settings.js';
 import { JsonLineSpanExporter } from './span-stdout.js';
 import { SyncContextManager } from './sync-context.js';
 
@@ -145,7 +145,7 @@ export function tracingFromEnv(env: Env): TracingConfig {
   if (url.protocol !== 'http:' && url.protocol !== 'https:')
     throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(endpoint)}`);
   const headers = otlpHeaders(optional(env, 'OTEL_EXPORTER_OTLP_HEADERS') ?? '');
-  const protocol = oneOf(env, 'OTEL_EXPORTER_OTLP_PROTOCOL', OTLP_PROTOCOLS, 'http/protobuf');
+  const protocol = oneOf(env, 'OTEL_EXPORTER_OTLP_PROTOCOL', OTLP_PROTOCOLS, OTLP_PROTOCOLS[0]);
   return { mode: 'otlp', endpoint: endpoint.replace(/\/+$/, ''), protocol, ...(Object.keys(headers).length ? { headers } : {}), ...sampling };
 }
 
@@ -172,7 +172,7 @@ export function initTracing(cfg: TracingConfig, serviceName = BRAND): boolean {
   if (state.provider || cfg.mode === 'off') return false;
   // The OTLP/HTTP traces URL (stdout mode has no endpoint).
   const url = cfg.mode === 'otlp' ? `${cfg.endpoint}/v1/traces` : '';
-  const protocol = cfg.protocol ?? 'http/protobuf';
+  const protocol = cfg.protocol ?? OTLP_PROTOCOLS[0];
   const Otlp = protocol === 'http/json' ? JsonTraceExporter : ProtobufTraceExporter;
   const exporter: SpanExporter = cfg.mode === 'otlp' ? new Otlp({ url, headers: cfg.headers, timeoutMillis: 5000 }) : new JsonLineSpanExporter();
   const processor =

@@ -20,20 +20,13 @@ import { startIdentityAuthority } from '../identity/server.js';
 import { setLogLevel } from '../lib/log.js';
 import { openStore, type Store } from './factory.js';
 import { pgBinaries, startPgCluster, type PgCluster } from './pg-cluster.testing.js';
+import { eventually } from '../lib/poll-testing.js';
 
 setLogLevel('error');
 const BIN = pgBinaries();
 if (!BIN) console.warn('outage.test.ts skipped: no PostgreSQL server binaries under /usr/lib/postgresql (initdb, pg_ctl)');
 
 type Json = any;
-const until = async (cond: () => Promise<boolean> | boolean, ms: number, what: string) => {
-  const end = Date.now() + ms;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-};
-
 describe.skipIf(!BIN)('PostgreSQL outage', () => {
   let pg: PgCluster;
   let store: Store;
@@ -71,10 +64,10 @@ describe.skipIf(!BIN)('PostgreSQL outage', () => {
     const body = JSON.stringify({ tenantId: 'big', idp: 'idp_a', ...syntheticSnapshot(10_000) });
     const sync = call('POST', '/v1/directory/sync', body);
     // Stop while the sync's transaction is writing.
-    await until(
+    await eventually(
       async () => (await count(`select count(*) as n from pg_stat_activity where application_name = 'writ' and state <> 'idle'`)) > 0,
-      30_000,
       'the sync to reach the database',
+      30_000,
     );
     await admin.end({ timeout: 1 });
     await pg.stop('immediate');
@@ -94,7 +87,7 @@ describe.skipIf(!BIN)('PostgreSQL outage', () => {
     expect(await count(`select count(*) as n from directory_employees where tenant_id = 'big'`)).toBe(0);
     expect(await count(`select count(*) as n from identity_agents`)).toBe(0);
     // Back within a few seconds of the restart.
-    await until(async () => (await call('GET', '/v1/agents')).status === 200, 5_000, 'reads to work again');
+    await eventually(async () => (await call('GET', '/v1/agents')).status === 200, 'reads to work again', 5_000);
     expect((await call('POST', '/v1/agents', { name: 'a1', role: 'worker', capabilities: [] })).status).toBe(201);
     const again = await call('POST', '/v1/directory/sync', body);
     expect(again.status).toBe(200);
@@ -114,7 +107,7 @@ describe.skipIf(!BIN)('PostgreSQL outage', () => {
       await tx`select id from identity_delegations where id = ${d.json.id} for update`;
       await released;
     });
-    await until(async () => (await count(`select count(*) as n from pg_locks where mode = 'RowShareLock'`)) > 0, 5_000, 'the lock');
+    await eventually(async () => (await count(`select count(*) as n from pg_locks where mode = 'RowShareLock'`)) > 0, 'the lock', 5_000);
     const t0 = Date.now();
     const r = await call('POST', `/v1/delegations/${d.json.id}/approve`, { approver: 'alice' });
     expect(r.status).toBe(503);
@@ -140,21 +133,21 @@ describe.skipIf(!BIN)('PostgreSQL outage', () => {
       () => reconnects++,
     );
     await other.notify('writ_outage_test', 'before');
-    await until(() => got.includes('before'), 2_000, 'the first notification');
+    await eventually(() => got.includes('before'), 'the first notification', 2_000);
     await admin.end({ timeout: 1 });
     await pg.stop('immediate');
     await new Promise((r) => setTimeout(r, 1500));
     await pg.start();
     const started = Date.now();
-    await until(() => reconnects === 1, 3_000, 'the reconnect callback');
+    await eventually(() => reconnects === 1, 'the reconnect callback', 3_000);
     expect(Date.now() - started).toBeLessThan(1_500);
-    await until(
+    await eventually(
       async () => {
         await other.notify('writ_outage_test', 'after').catch(() => {});
         return got.includes('after');
       },
-      3_000,
       'a notification after the restart',
+      3_000,
     );
     expect(Date.now() - started).toBeLessThan(2_500);
     expect(reconnects).toBe(1);

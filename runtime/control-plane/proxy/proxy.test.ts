@@ -21,18 +21,9 @@ import type { IdentityPort } from '../identity-port.js';
 import type { AuditRecord } from '../types.js';
 import type { EgressRequest } from '../approvals/record.js';
 import { curl, inProcessIdentity, jtiOf, provisionAgent, selfSignedCert } from './testkit.js';
+import { eventually } from '../../lib/poll-testing.js';
 
 const DENY = H.denyReason;
-
-async function eventually<T>(fn: () => Promise<T | undefined> | T | undefined, what: string, ms = 10_000): Promise<T> {
-  const until = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 /** Writes `data` on a raw socket and resolves with everything received until the server closes. */
 function raw(port: number, data: string, opts: { endAfterMs?: number } = {}): Promise<string> {

@@ -10,6 +10,7 @@ import { setLogLevel } from '../../../lib/log.js';
 import type { Store } from '../../../store/factory.js';
 import { openTestPostgres, TEST_DATABASE_URL, testBackends, testSchema } from '../../../store/testing.js';
 import { startIdentityAuthority } from '../../server.js';
+import { eventually } from '../../../lib/poll-testing.js';
 
 type Authority = Awaited<ReturnType<typeof startIdentityAuthority>>;
 const env = { IDP_ISSUER_HOST: 'idp.keys.test', IDP_API_KEY_PEPPER: 'hex:' + 'ab'.repeat(32) };
@@ -28,13 +29,6 @@ function api(a: Authority) {
   };
 }
 
-async function until(f: () => Promise<boolean> | boolean, ms: number): Promise<void> {
-  const t0 = performance.now();
-  while (!(await f())) {
-    if (performance.now() - t0 > ms) throw new Error(`condition not met within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 const live = (a: Authority) => a.authority.context.changes!.live();
 
 beforeAll(() => setLogLevel('error'));
@@ -46,7 +40,7 @@ describe.each(testBackends())('API-key cache on $name', (b) => {
     store = await b.open();
     idp = await startIdentityAuthority({ store, env, addr: '127.0.0.1:0' });
     await idp.authority.whenReady();
-    await until(() => live(idp), 5000);
+    await eventually(() => live(idp), 'the key cache to go live', 5000);
   });
   afterAll(async () => {
     await idp?.close();
@@ -82,7 +76,7 @@ describe.skipIf(!TEST_DATABASE_URL)('API keys on two identity authorities on one
     a = await startIdentityAuthority({ store: sa, env, addr: '127.0.0.1:0' });
     bb = await startIdentityAuthority({ store: sb, env, addr: '127.0.0.1:0' });
     await Promise.all([a.authority.whenReady(), bb.authority.whenReady()]);
-    await until(() => live(a) && live(bb), 5000);
+    await eventually(() => live(a) && live(bb), "both replicas' key caches to go live", 5000);
   }, 30_000);
   afterAll(async () => {
     await bb?.close();
@@ -119,8 +113,8 @@ describe.skipIf(!TEST_DATABASE_URL)('API keys on two identity authorities on one
     } finally {
       await admin.end();
     }
-    await until(async () => (await cb.verify(k.plaintext)) === 'key_revoked', 2000);
-    await until(() => live(bb), 15_000);
+    await eventually(async () => (await cb.verify(k.plaintext)) === 'key_revoked', 'the revocation on replica b', 2000);
+    await eventually(() => live(bb), "replica b's key cache to go live again", 15_000);
     expect(await cb.verify(k.plaintext)).toBe('key_revoked');
   }, 30_000);
 });
