@@ -20,7 +20,6 @@ import { eventually } from '../lib/poll-testing.js';
 
 type Authority = Awaited<ReturnType<typeof startIdentityAuthority>>;
 
-
 function api(a: Authority) {
   const base = `http://127.0.0.1:${a.port}`;
   const post = async (path: string, body?: unknown) => {
