@@ -17,13 +17,14 @@
  * `traceparent`, Writ sampling a tenth of the traces it starts (`OTEL_TRACES_SAMPLER=
  * parentbased_traceidratio`, `OTEL_TRACES_SAMPLER_ARG=0.1`).
  *
- *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=4, BENCH_SETTLE=1, BENCH_RATE, BENCH_CONNECTIONS=50,
+ *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=6, BENCH_SETTLE=1, BENCH_RATE, BENCH_CONNECTIONS=50,
  *                                      BENCH_CASES=egress to run one case, BENCH_VARIANTS=sampled,ratio to run
  *                                      some of sampled|json|unsampled|ratio beside "off", BENCH_PROFILE=<dir> for CPU profiles)
  *
  * Prints req/s, the server process's CPU time per request (from process.cpuUsage, robust to other
  * load on a shared machine, where req/s is not), p50, p99 per variant and the ratios on/off of
- * both (target >= 0.90: tracing costs <= 10%; the CPU ratio is off-CPU/on-CPU per request).
+ * both (target >= 0.90: tracing costs <= 10%; the CPU ratio is off-CPU/on-CPU per request), pooled
+ * over the rounds and as the median of each round's ratio to the off round of the same round.
  * CPU per request still moves with how saturated the server is (a busier event loop answers
  * more requests per turn); `BENCH_RATE=<req/s>` offers every variant the same fixed rate, below
  * saturation, and the CPU ratio is then the cost at equal load.
@@ -36,7 +37,7 @@ import { H } from '../runtime/lib/brand.js';
 import { ask, codeUnderTest, loadAutocannon } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
 const SETTLE = Number(process.env.BENCH_SETTLE ?? 1);
 /** An offered rate (req/s) instead of as fast as the server answers: CPU per request compares at equal load. */
@@ -180,13 +181,19 @@ async function drive(): Promise<void> {
     console.log(
       `tracing bench (${codeUnderTest().label}): ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${SECONDS} s per variant after ${WARMUP} s warm-up, each timed from ${SETTLE} s after its switch${RATE ? `, offered ${RATE} req/s` : ''}; spans exported over OTLP/HTTP to a local sink (target on/off >= 0.90)`,
     );
-    const med = (a: number[]) => a.slice().sort((x, y) => x - y)[Math.floor(a.length / 2)];
+    const med = (a: number[]): number => {
+      const s = a.slice().sort((x, y) => x - y);
+      const m = Math.floor(s.length / 2);
+      return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+    };
     for (const c of cases) {
       for (const v of variants) {
         await switchTracing(server.child, v.tracing);
         await once(c.path, headersOf(c.headers, v), WARMUP);
       }
-      const acc = new Map(variants.map((v) => [v.key, { total: 0, cpu: 0, p50: [] as number[], p99: [] as number[] }]));
+      const acc = new Map(
+        variants.map((v) => [v.key, { total: 0, cpu: 0, p50: [] as number[], p99: [] as number[], rps: [] as number[], cpuPer: [] as number[] }]),
+      );
       for (let i = 0; i < ROUNDS; i++) {
         // Rotate the order each round and reverse it every other round, so no variant always runs
         // first or always after the same one (both show in the figures on these machines).
@@ -203,13 +210,23 @@ async function drive(): Promise<void> {
           a.cpu += cpu1 - cpu0;
           a.p50.push(r.latency.p50);
           a.p99.push(r.latency.p99);
+          a.rps.push(r.requests.total / SECONDS);
+          a.cpuPer.push((cpu1 - cpu0) / r.requests.total);
         }
       }
       const rps = (k: Variant['key']) => acc.get(k)!.total / (ROUNDS * SECONDS);
       const cpuPer = (k: Variant['key']) => acc.get(k)!.cpu / acc.get(k)!.total;
       for (const v of variants) {
         const a = acc.get(v.key)!;
-        const ratio = v.key === 'off' ? '' : `  ratio ${(rps(v.key) / rps('off')).toFixed(3)}x req/s, ${(cpuPer('off') / cpuPer(v.key)).toFixed(3)}x CPU`;
+        // Each round against the off round of the same round (adjacent in time), then the median:
+        // one round disturbed by the machine moves it less than it moves the pooled figure.
+        const off = acc.get('off')!;
+        const byRound = (f: (i: number) => number) => med(a.rps.map((_, i) => f(i))).toFixed(3);
+        const ratio =
+          v.key === 'off'
+            ? ''
+            : `  ratio ${(rps(v.key) / rps('off')).toFixed(3)}x req/s, ${(cpuPer('off') / cpuPer(v.key)).toFixed(3)}x CPU` +
+              ` (median of rounds ${byRound((i) => a.rps[i]! / off.rps[i]!)}x, ${byRound((i) => off.cpuPer[i]! / a.cpuPer[i]!)}x)`;
         console.log(
           `${`${c.name}, ${v.label}`.padEnd(40)} ${rps(v.key).toFixed(0).padStart(7)} req/s  ${cpuPer(v.key).toFixed(1).padStart(6)} µs CPU/req  p50 ${String(med(a.p50)).padStart(3)} ms  p99 ${String(med(a.p99)).padStart(3)} ms${ratio}`,
         );
