@@ -27,8 +27,8 @@ const SCOPING = [H.task, H.action, H.resource, H.service, H.targetKind];
 /**
  * The first scoping header sent more than once, or undefined. node joins a repeated header's
  * values with ", ", so only a value holding ", " is looked up in the raw header lines (the
- * common case costs one `includes` per header). Without raw lines (gRPC: Envoy joins repeats
- * itself) a repeat cannot be told from a comma and is not found.
+ * common case costs one `includes` per header). Without raw lines (gRPC without Envoy's
+ * `encode_raw_headers`: its `headers` map joins repeats) a repeat cannot be told from a comma.
  */
 export function repeatedHeader(h: HeaderBag, raw: readonly string[] | undefined): string | undefined {
   if (!raw) return undefined;

@@ -43,6 +43,8 @@ export interface AuthzRequest {
   headers: Record<string, string>;
   method: string | undefined;
   path: string;
+  /** With `header_map` (Envoy's `encode_raw_headers`): each header line as node's `rawHeaders` has it, repeats apart. */
+  rawHeaders?: string[];
 }
 
 type Obj = Record<string, unknown>;
@@ -61,23 +63,27 @@ function add(bag: Record<string, string>, key: string, value: string): void {
   bag[k] = bag[k] === undefined ? value : `${bag[k]}, ${value}`;
 }
 
-/** `headers` (the merged map) or, with `encode_raw_headers`, `header_map` (key + raw_value). */
-function headersOf(http: Obj): Record<string, string> {
+/**
+ * `headers` (the merged map) or, with `encode_raw_headers`, `header_map` (key + raw_value),
+ * whose lines are also kept one by one: there a repeated header can be told from a comma.
+ */
+function headersOf(http: Obj): { bag: Record<string, string>; raw?: string[] } {
   const bag: Record<string, string> = {};
   const map = obj(http.headers);
   if (map) for (const [k, v] of Object.entries(map)) if (typeof v === 'string') add(bag, k, v);
   const list = obj(http.header_map)?.headers;
-  if (Array.isArray(list)) {
-    for (const e of list) {
-      const hv = obj(e);
-      const key = text(hv?.key);
-      if (!hv || !key) continue;
-      const raw = hv.raw_value;
-      const value = typeof hv.value === 'string' && hv.value !== '' ? hv.value : raw instanceof Uint8Array ? Buffer.from(raw).toString('latin1') : '';
-      add(bag, key, value);
-    }
+  if (!Array.isArray(list)) return { bag };
+  const raw: string[] = [];
+  for (const e of list) {
+    const hv = obj(e);
+    const key = text(hv?.key);
+    if (!hv || !key) continue;
+    const rawValue = hv.raw_value;
+    const value = typeof hv.value === 'string' && hv.value !== '' ? hv.value : rawValue instanceof Uint8Array ? Buffer.from(rawValue).toString('latin1') : '';
+    add(bag, key, value);
+    raw.push(key, value);
   }
-  return bag;
+  return { bag, raw };
 }
 
 /**
@@ -87,14 +93,14 @@ function headersOf(http: Obj): Record<string, string> {
  */
 export function requestOf(check: unknown): AuthzRequest {
   const http = obj(obj(obj(obj(check)?.attributes)?.request)?.http) ?? {};
-  const headers = headersOf(http);
+  const { bag: headers, raw } = headersOf(http);
   const host = text(http.host) ?? headers[':authority'];
   if (host !== undefined) headers.host = host;
   const method = text(http.method) ?? headers[':method'];
   const target = text(http.path) ?? headers[':path'] ?? '/';
   const q = target.indexOf('?');
   const path = q === -1 ? target : target.slice(0, q);
-  return { headers, method, path: path === '' ? '/' : path };
+  return { headers, method, path: path === '' ? '/' : path, ...(raw ? { rawHeaders: raw } : {}) };
 }
 
 function options(headers: Record<string, string>): HeaderValueOption[] {

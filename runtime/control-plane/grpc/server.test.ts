@@ -207,6 +207,26 @@ describe('gRPC ext_authz listener', () => {
     expect(okHeaders(r)[H.actor]).toBe('bot');
   });
 
+  it('header_map keeps repeats apart: a scoping header on two lines is denied, one value with a comma is not', async () => {
+    const withLines = (lines: { key: string; value: string }[]) =>
+      client.check({
+        attributes: {
+          request: {
+            http: { method: 'GET', path: '/', header_map: { headers: [{ key: H.actor, value: 'bot' }, { key: H.service, value: 'search' }, ...lines] } },
+          },
+        },
+      });
+    const twice = await withLines([
+      { key: H.resource, value: 'index/a' },
+      { key: 'X-Writ-Resource', value: 'secret/b' },
+    ]);
+    expect(asHttp(twice)).toMatchObject({
+      status: 403,
+      body: { rule: 'inline', reason: `${H.resource} sent more than once: the call is scoped by one value` },
+    });
+    expect((await withLines([{ key: H.resource, value: 'index/a, part 2' }])).http_response).toBe('ok_response');
+  });
+
   it('the host of the request (:authority) picks the ingress target; x-forwarded-host only from a trusted peer', async () => {
     expect((await client.check(checkRequest({ host: 'web.svc:80', headers: {} }))).http_response).toBe('ok_response');
     const spoof = await client.check(checkRequest({ host: 'orders', headers: { 'x-forwarded-host': 'web' } }));

@@ -85,7 +85,11 @@ function check(engine: DecisionEngine, call: grpc.ServerUnaryCall<unknown, Check
   let decided: Committed | Promise<Committed>;
   try {
     const trustedPeer = engine.trustedPeer(peerAddress(call.getPeer()));
-    decided = authorize(engine, factsFromHeaders(req.headers, { method: req.method, path: req.path, trustedPeer }), askingWithin(engine.gather, span));
+    decided = authorize(
+      engine,
+      factsFromHeaders(req.headers, { method: req.method, path: req.path, trustedPeer, rawHeaders: req.rawHeaders }),
+      askingWithin(engine.gather, span),
+    );
   } catch (e) {
     return fail(e);
   }
