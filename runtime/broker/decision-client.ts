@@ -26,8 +26,8 @@ export type DecisionResult =
 export interface DecisionQuery {
   actor: string;
   model: string;
-  /** Client headers forwarded as-is when present (lower-case names). */
-  passthrough: Record<string, string>;
+  /** Client headers forwarded as-is when present (lower-case names); a header the client repeated, as its lines. */
+  passthrough: Record<string, string | string[]>;
   /** Reserve the call's worst case with the decision (X-Writ-Reserve). */
   reserve?: ReserveAsk;
 }
@@ -56,10 +56,11 @@ export type AnswerHeaders = Record<string, string | string[] | undefined>;
 
 /**
  * The `/authz` request for a query: the client's passthrough headers, the broker's target, the
- * reservation ask, the trace. Names are lower-case, as node hands them to `factsFromHeaders`.
+ * reservation ask, the trace. Names are lower-case; a header the client repeated is its list of
+ * lines (undici sends one line each; in process `asReceived` joins them as node would).
  */
-export function decisionHeaders(q: DecisionQuery): Record<string, string> {
-  const headers: Record<string, string> = injectTrace({ ...q.passthrough, [H.actor]: q.actor, [H.service]: q.model, [H.targetKind]: 'model' });
+export function decisionHeaders(q: DecisionQuery): Record<string, string | string[]> {
+  const headers = injectTrace({ ...q.passthrough, [H.actor]: q.actor, [H.service]: q.model, [H.targetKind]: 'model' });
   if (q.reserve) headers[H.reserve] = formatReserve(q.reserve);
   return headers;
 }

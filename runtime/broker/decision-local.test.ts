@@ -6,6 +6,7 @@
  */
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { H } from '../lib/brand.js';
 import { createDecisionEngine } from '../control-plane/decision/engine.js';
 import { engineOf } from '../control-plane/decision/testkit.js';
 import { startControlPlane, type RunningControlPlane } from '../control-plane/server.js';
@@ -45,6 +46,8 @@ describe('broker decisions in process', () => {
       ['a reservation over the budget', { actor: 'bot', model: 'm', passthrough: {}, reserve: reserve(5000) }, 'refused'],
       ['a model the agent may not use', { actor: 'bot', model: 'other', passthrough: {} }, 'deny'],
       ['an actor nobody registered', { actor: 'nobody', model: 'm', passthrough: {} }, 'deny'],
+      ['a scoping header the client repeated (its lines)', { actor: 'bot', model: 'm', passthrough: { [H.task]: ['t-1', 't-2'] } }, 'deny'],
+      ['one task value with a comma in it', { actor: 'bot', model: 'm', passthrough: { [H.task]: 't-1, part 2' } }, 'allow'],
     ];
     for (const [what, q, kind] of cases) {
       const before = cp.plane.audit.recent(1)[0]?.seq ?? 0;

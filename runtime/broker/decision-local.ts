@@ -13,7 +13,7 @@ import { errMsg } from '../lib/log.js';
 import { startDecisionSpan } from '../lib/tracing.js';
 import { answerHeaders, type Committed } from '../control-plane/decision/commit.js';
 import { authorize, type DecisionEngine } from '../control-plane/decision/engine.js';
-import { factsFromHeaders } from '../control-plane/decision/facts.js';
+import { asReceived, factsFromHeaders } from '../control-plane/decision/facts.js';
 import { askingWithin, within } from '../control-plane/decision/gather.js';
 import { isFailure, type Failure } from '../control-plane/decision/types.js';
 import { decisionHeaders, interpretAnswer, type DecisionClient } from './decision-client.js';
@@ -21,13 +21,13 @@ import { decisionHeaders, interpretAnswer, type DecisionClient } from './decisio
 export function createLocalDecisionClient(engine: DecisionEngine, o: { timeoutMs: number }): DecisionClient {
   return {
     async decide(q) {
-      const headers = decisionHeaders(q);
+      const { headers, rawHeaders } = asReceived(decisionHeaders(q));
       // The span the /authz listener would start, child of the broker's (decisionHeaders carries it).
       const span = startDecisionSpan('authz', headers.traceparent, headers.tracestate);
       let answer: Committed | Failure;
       try {
         // No peer address: forwarded headers are never trusted here (egress facts read none anyway).
-        const decided = authorize(engine, factsFromHeaders(headers, { method: 'GET', path: '/' }), askingWithin(engine.gather, span));
+        const decided = authorize(engine, factsFromHeaders(headers, { method: 'GET', path: '/', rawHeaders }), askingWithin(engine.gather, span));
         answer = decided instanceof Promise ? await within(decided, o.timeoutMs, 'decision') : decided;
       } catch (e) {
         answer = { failed: `decision failed: ${errMsg(e)}` };

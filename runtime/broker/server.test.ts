@@ -287,6 +287,33 @@ describe('model broker', () => {
     expect(seen.length).toBe(n);
   });
 
+  it('a scoping header the agent sent twice reaches the decision as two lines: 403, the provider never called', async () => {
+    const n = seen.length;
+    const reply = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = http.request(
+        `${base}/v1/chat/completions`,
+        // Array values go out as one header line each, as an agent sending the header twice would.
+        { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${CALLER_KEY}`, [H.actor]: 'bot', [H.task]: ['t-1', 't-2'] } },
+        (res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        },
+      );
+      req.on('error', reject);
+      req.end(JSON.stringify({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] }));
+    });
+    expect(reply.status).toBe(403);
+    expect(JSON.parse(reply.body)).toMatchObject({ error: { message: expect.stringMatching(/x-writ-task sent more than once/) } });
+    expect(seen.length).toBe(n);
+    // One line with a comma in it is a task like any other.
+    const ok = await client.chat.completions.create(
+      { model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] },
+      { headers: { [H.task]: 't-1, part 2' } },
+    );
+    expect(ok.choices[0]?.message.content).toBe('hello');
+  });
+
   it('passes task headers to the decision: regulated model needs an approved delegation (401 + needs-approval)', async () => {
     const ask = (headers: Record<string, string>) =>
       client.chat.completions.create({ model: 'gpt-regulated', messages: [{ role: 'user', content: 'hi' }] }, { headers }).then(unexpected, asApiError);

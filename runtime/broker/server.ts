@@ -302,10 +302,14 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
     if (!res.writableEnded) ac.abort();
   });
 
-  const passthrough: Record<string, string> = {};
+  const passthrough: Record<string, string | string[]> = {};
   for (const h of PASSTHROUGH_HEADERS) {
     const v = req.headers[h];
-    if (typeof v === 'string' && v) passthrough[h] = v;
+    if (typeof v !== 'string' || !v) continue;
+    // node joined a repeated header with ", ": its lines go on as lines, so the decision can tell
+    // a repeated scoping header (denied) from one value with a comma.
+    const lines = v.includes(', ') ? req.headersDistinct[h] : undefined;
+    passthrough[h] = lines && lines.length > 1 ? lines : v;
   }
   // The broker hop: its /authz call carries this span's context (decision-client injects it).
   const span = startDecisionSpan('broker', req.headers.traceparent, req.headers.tracestate);

@@ -226,7 +226,9 @@ const getter = {
 };
 
 /** Adds `traceparent` (and `tracestate`) of the active context to outgoing request headers. */
-export function injectTrace(headers: Record<string, string>): Record<string, string> {
+export function injectTrace(headers: Record<string, string>): Record<string, string>;
+export function injectTrace(headers: Record<string, string | string[]>): Record<string, string | string[]>;
+export function injectTrace(headers: Record<string, string | string[]>): Record<string, string | string[]> {
   if (state.provider) propagation.inject(context.active(), headers);
   return headers;
 }

@@ -41,6 +41,21 @@ export function repeatedHeader(h: HeaderBag, raw: readonly string[] | undefined)
   return undefined;
 }
 
+/**
+ * Header lines (a repeated header as its list of values) in the shape node hands a request over:
+ * values joined with ", " and the raw lines, for `factsFromHeaders` (the broker's in-process
+ * decision builds the request /authz would have received).
+ */
+export function asReceived(lines: Record<string, string | string[]>): { headers: Record<string, string>; rawHeaders: string[] } {
+  const headers: Record<string, string> = {};
+  const rawHeaders: string[] = [];
+  for (const [k, v] of Object.entries(lines)) {
+    headers[k] = typeof v === 'string' ? v : v.join(', ');
+    for (const one of typeof v === 'string' ? [v] : v) rawHeaders.push(k, one);
+  }
+  return { headers, rawHeaders };
+}
+
 /** `X-Writ-Actor` present selects egress; everything else is ingress (SPEC 4.1). */
 export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
   const actor = first(h, H.actor);
