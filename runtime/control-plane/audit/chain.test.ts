@@ -134,6 +134,21 @@ describe.each(testBackends())('audit chain on $name', (b) => {
     expect(await verifyRange(store, 'exact', { pageSize: 4 })).toMatchObject({ ok: true, checked: odd.length });
   });
 
+  it('a page is hashed a slice at a time: a break anywhere in it is found at its seq, with what came before it checked', async () => {
+    const chain = await openAuditChain(store, { chain: 'slices' });
+    for (let i = 1; i <= 1100; i++) chain.append(entry(i));
+    await chain.close();
+    expect(await verifyRange(store, 'slices')).toMatchObject({ ok: true, checked: 1100, lastSeq: 1100 });
+    // Past the first slice of the first page, and on a slice boundary (a missing record).
+    await store.exec(`update audit_log set reason = 'forged' where chain = 'slices' and seq = 600`);
+    expect(await verifyRange(store, 'slices')).toMatchObject({ ok: false, brokenAtSeq: 600, reason: 'hash', checked: 599, lastSeq: 500 });
+    await store.exec(`delete from audit_log where chain = 'slices' and seq = 251`);
+    expect(await verifyRange(store, 'slices')).toMatchObject({ ok: false, brokenAtSeq: 251, reason: 'missing', checked: 250, lastSeq: 250 });
+    // A checkpoint that disagrees, in a later slice of a later page.
+    const checkpoints = new Map([[1050, 'f'.repeat(64)]]);
+    expect(await verifyRange(store, 'slices', { from: 1001, checkpoints })).toMatchObject({ ok: false, brokenAtSeq: 1050, reason: 'checkpoint', checked: 49 });
+  });
+
   it('flush resolves once everything appended so far is stored', async () => {
     const chain = await openAuditChain(store, { chain: 'flush' });
     for (let i = 1; i <= 50; i++) chain.append(entry(i));
