@@ -18,7 +18,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
-import { ask, bareServer, codeUnderTest, loadAutocannon, servePlanePair, startServer } from './lib.js';
+import { ask, bareServer, codeUnderTest, loadAutocannon, median, servePlanePair, startServer } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -83,7 +83,6 @@ async function drive(): Promise<void> {
     await ask(child, 'settle');
     return performance.now() - t0;
   };
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
   try {
     for (const t of targets) await run(t.port, t.path, t.headers, WARMUP);
     await settle();

@@ -16,7 +16,7 @@
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
 import { formatReserve } from '../runtime/lib/reservation-header.js';
-import { ask, codeUnderTest, loadAutocannon, servePlanePair, startServer } from './lib.js';
+import { ask, codeUnderTest, loadAutocannon, median, servePlanePair, startServer } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -61,7 +61,6 @@ async function drive(): Promise<void> {
     if (r.errors || r.non2xx) throw new Error(`${t.name}: ${r.errors} errors, ${r.non2xx} non-2xx responses`);
     return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99 };
   };
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
   try {
     for (const t of targets) await run(t, WARMUP);
     await ask(child, 'settle');

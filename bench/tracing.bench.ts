@@ -34,7 +34,7 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
-import { ask, codeUnderTest, loadAutocannon } from './lib.js';
+import { ask, codeUnderTest, loadAutocannon, median } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6);
@@ -181,11 +181,6 @@ async function drive(): Promise<void> {
     console.log(
       `tracing bench (${codeUnderTest().label}): ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${SECONDS} s per variant after ${WARMUP} s warm-up, each timed from ${SETTLE} s after its switch${RATE ? `, offered ${RATE} req/s` : ''}; spans exported over OTLP/HTTP to a local sink (target on/off >= 0.90)`,
     );
-    const med = (a: number[]): number => {
-      const s = a.slice().sort((x, y) => x - y);
-      const m = Math.floor(s.length / 2);
-      return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-    };
     for (const c of cases) {
       for (const v of variants) {
         await switchTracing(server.child, v.tracing);
@@ -221,14 +216,14 @@ async function drive(): Promise<void> {
         // Each round against the off round of the same round (adjacent in time), then the median:
         // one round disturbed by the machine moves it less than it moves the pooled figure.
         const off = acc.get('off')!;
-        const byRound = (f: (i: number) => number) => med(a.rps.map((_, i) => f(i))).toFixed(3);
+        const byRound = (f: (i: number) => number) => median(a.rps.map((_, i) => f(i))).toFixed(3);
         const ratio =
           v.key === 'off'
             ? ''
             : `  ratio ${(rps(v.key) / rps('off')).toFixed(3)}x req/s, ${(cpuPer('off') / cpuPer(v.key)).toFixed(3)}x CPU` +
               ` (median of rounds ${byRound((i) => a.rps[i]! / off.rps[i]!)}x, ${byRound((i) => off.cpuPer[i]! / a.cpuPer[i]!)}x)`;
         console.log(
-          `${`${c.name}, ${v.label}`.padEnd(40)} ${rps(v.key).toFixed(0).padStart(7)} req/s  ${cpuPer(v.key).toFixed(1).padStart(6)} µs CPU/req  p50 ${String(med(a.p50)).padStart(3)} ms  p99 ${String(med(a.p99)).padStart(3)} ms${ratio}`,
+          `${`${c.name}, ${v.label}`.padEnd(40)} ${rps(v.key).toFixed(0).padStart(7)} req/s  ${cpuPer(v.key).toFixed(1).padStart(6)} µs CPU/req  p50 ${String(median(a.p50)).padStart(3)} ms  p99 ${String(median(a.p99)).padStart(3)} ms${ratio}`,
         );
       }
     }
