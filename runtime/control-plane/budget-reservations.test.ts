@@ -6,8 +6,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { rowsOf, type Store } from '../store/factory.js';
-import { openTestPglite } from '../store/testing.js';
-import { createReservations } from './budget-reservations.js';
+import { openTestPglite, testBackends } from '../store/testing.js';
+import { createReservations, settleStatement } from './budget-reservations.js';
 import { createSharedBudgetMeter } from './budget-shared.js';
 import { createBudgetLedger, type BudgetLedger } from './budget-store.js';
 import type { Budget } from './types.js';
@@ -112,5 +112,27 @@ describe('budget reservations (PGlite)', () => {
     expect(await s.ledger.read('idler', 'tokens', s.now())).toBe(500);
     await s.res.close();
     await s.meter.close();
+  });
+});
+
+describe.each(testBackends())('settlement statement ($name)', ({ open }) => {
+  let store: Store;
+  beforeAll(async () => {
+    store = await open();
+  }, 120_000);
+  afterAll(async () => store?.close());
+
+  it('finds its rows through the primary key, not a scan of every row kept', async () => {
+    // Two days of reservations kept: 10k rows, none analyzed (PGlite never analyzes).
+    await store.db.execute(sql`insert into budget_reservations (id, agent, tokens, cost_usd, hour_bucket, day_bucket, state, created_at, expires_at)
+      select 'r-' || g, 'bot', 500, 0, 1, 1, 'settled', now(), now() from generate_series(1, 10000) g`);
+    const batch = Array.from({ length: 14 }, (_, i) => ({ id: `r-${i * 700 + 1}`, agent: 'bot', tokens: 100, cost: 0 }));
+    const plan = (await rowsOf<{ 'QUERY PLAN': string }>(store.db, sql`explain ${settleStatement(batch)}`)).map((r) => r['QUERY PLAN']).join('\n');
+    expect(plan).toMatch(/budget_reservations_pkey/);
+    expect(plan).not.toMatch(/Seq Scan on budget_reservations/);
+    // And it settles: open rows once, an already settled row never again.
+    await store.db.execute(sql`update budget_reservations set state = 'open' where id in ('r-1', 'r-701')`);
+    const settled = await rowsOf<{ id: string }>(store.db, settleStatement(batch));
+    expect(settled.map((r) => r.id).sort()).toEqual(['r-1', 'r-701']);
   });
 });

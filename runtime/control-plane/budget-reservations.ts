@@ -18,7 +18,7 @@
  * worst case stays charged (never forgiven), and a report for it settles nothing.
  */
 import { randomUUID } from 'node:crypto';
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import { errMsg, logger } from '../lib/log.js';
 import { createShipper } from './audit/shipper.js';
 import { rowsOf, type Store } from '../store/factory.js';
@@ -103,6 +103,20 @@ function insertRows(db: Pick<Store, 'db'>['db'], batch: Row[]) {
     from jsonb_to_recordset(${JSON.stringify(batch)}::jsonb) as x(id text, agent text, tokens double precision, cost double precision,
       hour bigint, day bigint, "createdAt" text, "expiresAt" text)
     on conflict (id) do nothing`);
+}
+
+/**
+ * Settles a batch in one update, each row once (`state <> 'settled'`). The ids are also a list,
+ * so the rows are found through the primary key whatever the planner believes of the table's
+ * size: PGlite never analyzes, and it hashed a scan of every row kept (two days of them) against
+ * the batch, 2-4 ms a batch of 14 at 5k-20k rows, against 0.7-0.9 ms this way.
+ */
+export function settleStatement(batch: readonly { id: string; agent: string; tokens: number; cost: number }[]): SQL {
+  return sql`update budget_reservations r set state = 'settled', settled_tokens = x.tokens, settled_cost_usd = x.cost
+    from jsonb_to_recordset(${JSON.stringify(batch.map(({ id, agent, tokens, cost }) => ({ id, agent, tokens, cost })))}::jsonb)
+      as x(id text, agent text, tokens double precision, cost double precision)
+    where r.id in ${batch.map((s) => s.id)} and r.id = x.id and r.agent = x.agent and r.state <> 'settled'
+    returning r.id, r.tokens, r.cost_usd, r.hour_bucket, r.day_bucket`;
 }
 
 export function createReservations(o: ReservationOptions): Reservations {
@@ -227,11 +241,7 @@ export function createReservations(o: ReservationOptions): Reservations {
       if (last > 0) await writer.whenStored(last);
       const rows = await rowsOf<{ id: string; tokens: number | string; cost_usd: number | string; hour_bucket: number | string; day_bucket: number | string }>(
         db,
-        sql`update budget_reservations r set state = 'settled', settled_tokens = x.tokens, settled_cost_usd = x.cost
-          from jsonb_to_recordset(${JSON.stringify(batch.map(({ id, agent, tokens, cost }) => ({ id, agent, tokens, cost })))}::jsonb)
-            as x(id text, agent text, tokens double precision, cost double precision)
-          where r.id = x.id and r.agent = x.agent and r.state <> 'settled'
-          returning r.id, r.tokens, r.cost_usd, r.hour_bucket, r.day_bucket`,
+        settleStatement(batch),
       );
       const byId = new Map(rows.map((r) => [r.id, r]));
       const now = o.now();
