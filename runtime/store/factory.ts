@@ -52,6 +52,8 @@ export interface StoreOptions {
   poolSize?: number;
   /** PGlite only: start from this data-dir dump (tests use a migrated template). */
   loadDataDir?: Blob;
+  /** PGlite only: how often tables are vacuumed and analyzed as autovacuum would (default 60 s; 0: never). */
+  maintenanceMs?: number;
   /** postgres only: deadline of one query, also the server's statement_timeout (default 10 s). */
   queryTimeoutMs?: number;
   /** postgres only: deadline of one transaction (default 60 s: a 100k-user directory sync fits). */
@@ -135,7 +137,12 @@ async function openPglite(backend: Backend, opts: StoreOptions): Promise<Store> 
   // A folder (not a `scheme://` location) is created with its parents: a fresh checkout has no `.data/`.
   if (dataDir && !dataDir.includes('://')) mkdirSync(dataDir, { recursive: true });
   // The engine runs on its own thread (pglite-remote.ts): its work never stalls this event loop.
-  const pg = await RemotePglite.open({ dataDir, schema: opts.schema, loadDataDir: opts.loadDataDir && (await opts.loadDataDir.arrayBuffer()) });
+  const pg = await RemotePglite.open({
+    dataDir,
+    schema: opts.schema,
+    loadDataDir: opts.loadDataDir && (await opts.loadDataDir.arrayBuffer()),
+    maintenanceMs: opts.maintenanceMs,
+  });
   const db = drizzleLite({ client: pg as unknown as PGlite }) as unknown as Db;
   return {
     kind: 'pglite',

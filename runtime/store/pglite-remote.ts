@@ -28,6 +28,8 @@ export interface Init {
   dataDir?: string;
   loadDataDir?: ArrayBuffer;
   schema?: string;
+  /** How often tables are vacuumed and analyzed as autovacuum would (pglite-maintenance.ts); 0: never. */
+  maintenanceMs?: number;
 }
 
 export type Request =

@@ -8,6 +8,8 @@
 import { parentPort } from 'node:worker_threads';
 import { PGlite, type Transaction } from '@electric-sql/pglite';
 import { collectGarbage, idleGcFromEnv } from '../lib/idle-gc.js';
+import { errMsg, logger } from '../lib/log.js';
+import { maintain, MAINTENANCE_INTERVAL_MS } from './pglite-maintenance.js';
 import { toWire, type Init, type Request } from './pglite-remote.js';
 
 const port = parentPort!;
@@ -24,17 +26,31 @@ const port = parentPort!;
 const ENGINE_CONF = ['shared_buffers=16MB'];
 
 const ROLLBACK = Symbol('rollback');
+const log = logger('store');
 
 /** One database: its PGlite, its open transactions and its subscribed channels. */
 class Database {
   private readonly txs = new Map<number, { tx: Transaction; end: (commit: boolean) => void; done: Promise<unknown> }>();
   private readonly listening = new Map<string, () => Promise<void>>();
   private nextTx = 1;
+  private readonly maintenance: NodeJS.Timeout | undefined;
 
   constructor(
     readonly id: number,
     private readonly pg: PGlite,
-  ) {}
+    maintenanceMs: number,
+  ) {
+    // What autovacuum would do (pglite-maintenance.ts); one pass at a time.
+    let running = false;
+    const pass = () => {
+      if (running || pg.closed) return;
+      running = true;
+      maintain(pg)
+        .catch((e: unknown) => log.warn('PGlite maintenance failed; next pass retries', { err: errMsg(e) }))
+        .finally(() => (running = false));
+    };
+    this.maintenance = maintenanceMs > 0 ? setInterval(pass, maintenanceMs).unref() : undefined;
+  }
 
   static async open(id: number, init: Init): Promise<Database> {
     const options = { postgresqlconf: ENGINE_CONF, ...(init.loadDataDir ? { loadDataDir: new Blob([init.loadDataDir]) } : {}) };
@@ -48,7 +64,7 @@ class Database {
     // reopen), 460 MB with ENGINE_CONF too; a restart on an existing folder 419 MB, 300 MB with
     // ENGINE_CONF.
     collectGarbage();
-    return new Database(id, pg);
+    return new Database(id, pg, init.maintenanceMs ?? MAINTENANCE_INTERVAL_MS);
   }
 
   /** Opens a transaction held until `end`: resolves with its number once BEGIN ran. */
@@ -114,6 +130,7 @@ class Database {
       case 'dump':
         return (await this.pg.dumpDataDir('none')).arrayBuffer();
       case 'close':
+        clearInterval(this.maintenance);
         if (!this.pg.closed) await this.pg.close();
         return undefined;
       case 'open':
