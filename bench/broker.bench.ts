@@ -14,6 +14,10 @@
  * runs it (`npm start`: the decision and the usage in process, decision-local.ts and
  * usage-local.ts, and the chain also shipped to the process's PGlite). Targets (issue 14):
  * overhead p50 <= 0.5 ms, p99 <= 1.5 ms.
+ *
+ * Beside them, in the same rounds, the floor of any broker: a bare forwarder (node:http in,
+ * undici out, the body parsed and the model swapped, no decision, no budget, no usage) in the
+ * same process. What it adds over the direct call is the extra hop on this machine.
  */
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
@@ -27,6 +31,8 @@ const WARMUP = Number(process.env.BENCH_WARMUP ?? 1000);
 
 interface Ports {
   upstream: number;
+  /** The bare forwarder. */
+  forwarder: number;
   broker: number;
   decision: number;
   /** The broker decides in process. */
@@ -83,6 +89,7 @@ async function serve(): Promise<void> {
     });
   });
   const upstreamPort = await listen(upstream, '127.0.0.1:0');
+  const forwarderPort = await listen(bareForwarder(`http://127.0.0.1:${upstreamPort}/v1/chat/completions`), '127.0.0.1:0');
   const store = await openStore({ backend: 'memory' });
   const cp = await startControlPlane({
     store,
@@ -124,7 +131,14 @@ async function serve(): Promise<void> {
         ? { localUsage: localUsage.deliverUsageLocally(cp.plane.recordUsage) }
         : {}),
   });
-  process.send?.({ upstream: upstreamPort, broker: broker.port, decision: cp.decisionPort, local: !!local, localUsage: !!localUsage } satisfies Ports);
+  process.send?.({
+    upstream: upstreamPort,
+    forwarder: forwarderPort,
+    broker: broker.port,
+    decision: cp.decisionPort,
+    local: !!local,
+    localUsage: !!localUsage,
+  } satisfies Ports);
   process.on('message', async () => {
     const { sent, posts } = broker.usage.stats();
     await broker.close(1000);
@@ -133,6 +147,25 @@ async function serve(): Promise<void> {
     upstream.close();
     process.send?.({ usageSent: sent, usagePosts: posts });
     process.exit(0);
+  });
+}
+
+/** The floor of any broker: one more hop, the body parsed and its model swapped, nothing decided. */
+function bareForwarder(url: string): http.Server {
+  const dispatcher = new Agent({ keepAliveTimeout: 30_000 });
+  return http.createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = { ...(JSON.parse(Buffer.concat(chunks).toString('utf8')) as object), model: 'provider-mini' };
+      request(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), dispatcher })
+        .then(async (up) => {
+          res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type']) });
+          for await (const c of up.body) res.write(c);
+          res.end();
+        })
+        .catch(() => res.destroy());
+    });
   });
 }
 
@@ -147,7 +180,7 @@ async function drive(durable: boolean): Promise<void> {
   const client = new Agent({ keepAliveTimeout: 60_000, connections: 1 });
   const call = async (port: number, stream: boolean): Promise<number> => {
     const body = JSON.stringify({
-      model: port === ports.broker ? 'gpt-mini' : 'provider-mini',
+      model: port === ports.upstream ? 'provider-mini' : 'gpt-mini',
       messages: [{ role: 'user', content: 'Say hello' }],
       ...(stream ? { stream: true } : {}),
     });
@@ -165,20 +198,18 @@ async function drive(durable: boolean): Promise<void> {
     return ms;
   };
   const measure = async (stream: boolean) => {
-    for (let i = 0; i < WARMUP; i++) {
-      await call(ports.upstream, stream);
-      await call(ports.broker, stream);
-    }
-    const direct: number[] = [];
-    const broker: number[] = [];
+    const targets = [ports.upstream, ports.broker, ports.forwarder];
+    for (let i = 0; i < WARMUP; i++) for (const port of targets) await call(port, stream);
+    const times: number[][] = targets.map(() => []);
     const per = Math.ceil(REQUESTS / ROUNDS);
     for (let r = 0; r < ROUNDS; r++) {
-      for (let i = 0; i < per; i++) direct.push(await call(ports.upstream, stream));
-      for (let i = 0; i < per; i++) broker.push(await call(ports.broker, stream));
+      for (const [t, port] of targets.entries()) for (let i = 0; i < per; i++) times[t]!.push(await call(port, stream));
     }
-    direct.sort((a, b) => a - b);
-    broker.sort((a, b) => a - b);
-    return { direct: { p50: pct(direct, 50), p99: pct(direct, 99) }, broker: { p50: pct(broker, 50), p99: pct(broker, 99) }, n: direct.length };
+    const [direct, broker, forwarder] = times.map((ms) => {
+      ms.sort((a, b) => a - b);
+      return { p50: pct(ms, 50), p99: pct(ms, 99) };
+    });
+    return { direct: direct!, broker: broker!, forwarder: forwarder! };
   };
   try {
     const f = (n: number) => `${n.toFixed(3)} ms`;
@@ -190,6 +221,9 @@ async function drive(durable: boolean): Promise<void> {
       const m = await measure(stream);
       const mode = stream ? 'stream    ' : 'non-stream';
       console.log(`${mode} direct p50 ${f(m.direct.p50)}  p99 ${f(m.direct.p99)}`);
+      console.log(
+        `${mode} bare forwarder p50 ${f(m.forwarder.p50)}  p99 ${f(m.forwarder.p99)}  overhead p50 ${f(m.forwarder.p50 - m.direct.p50)} p99 ${f(m.forwarder.p99 - m.direct.p99)} (the hop alone)`,
+      );
       console.log(
         `${mode} broker p50 ${f(m.broker.p50)}  p99 ${f(m.broker.p99)}  ratio p50 ${(m.broker.p50 / m.direct.p50).toFixed(2)}x p99 ${(m.broker.p99 / m.direct.p99).toFixed(2)}x  overhead p50 ${f(m.broker.p50 - m.direct.p50)} (${met(m.broker.p50 - m.direct.p50, 0.5)}) p99 ${f(m.broker.p99 - m.direct.p99)} (${met(m.broker.p99 - m.direct.p99, 1.5)})`,
       );
