@@ -46,7 +46,7 @@ class Database {
       if (running || pg.closed) return;
       running = true;
       maintain(pg)
-        .catch((e: unknown) => log.warn('PGlite maintenance failed; next pass retries', { err: errMsg(e) }))
+        .catch((e: unknown) => pg.closed || log.warn('PGlite maintenance failed; the next pass retries', { err: errMsg(e) }))
         .finally(() => (running = false));
     };
     this.maintenance = maintenanceMs > 0 ? setInterval(pass, maintenanceMs).unref() : undefined;
