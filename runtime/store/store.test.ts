@@ -80,7 +80,7 @@ describe.skipIf(!TEST_DATABASE_URL)('store on postgres: concurrent start', () =>
 });
 
 describe('store on a PGlite folder', () => {
-  it('creates a missing data folder with its parents, and a reopen finds the data', async () => {
+  it('creates a missing data folder with its parents, and a reopen finds the data and the engine settings', async () => {
     const root = mkdtempSync(join(tmpdir(), 'writ-store-'));
     const dataDir = join(root, 'not', 'yet', 'there');
     try {
@@ -90,6 +90,15 @@ describe('store on a PGlite folder', () => {
       const again = await openStore({ backend: 'pglite', dataDir });
       try {
         expect(await rowsOf(again.db, sql`select value from writ_meta where key = 'kept'`)).toEqual([{ value: 'yes' }]);
+        // The engine's settings (pglite-worker.ts) hold on a folder: a small buffer pool, small samples.
+        const settings = await rowsOf<{ name: string; setting: string }>(
+          again.db,
+          sql`select name, setting from pg_settings where name in ('shared_buffers', 'default_statistics_target') order by name`,
+        );
+        expect(settings).toEqual([
+          { name: 'default_statistics_target', setting: '10' },
+          { name: 'shared_buffers', setting: '2048' },
+        ]);
       } finally {
         await again.close();
       }
