@@ -123,7 +123,7 @@ describe.each(testBackends())('settlement statement ($name)', ({ open }) => {
   afterAll(async () => store?.close());
 
   it('finds its rows through the primary key, not a scan of every row kept', async () => {
-    // Two days of reservations kept: 10k rows, none analyzed (PGlite never analyzes).
+    // Two days of reservations kept: 10k rows, none analyzed yet.
     await store.db.execute(sql`insert into budget_reservations (id, agent, tokens, cost_usd, hour_bucket, day_bucket, state, created_at, expires_at)
       select 'r-' || g, 'bot', 500, 0, 1, 1, 'settled', now(), now() from generate_series(1, 10000) g`);
     const batch = Array.from({ length: 14 }, (_, i) => ({ id: `r-${i * 700 + 1}`, agent: 'bot', tokens: 100, cost: 0 }));
