@@ -6,13 +6,20 @@
  *
  * A view may answer from memory only while the feed is `live()`: subscribed, and (on PostgreSQL,
  * where the LISTEN connection can drop and be re-established by the driver unseen) a ping this
- * replica NOTIFYs itself every `pingMs` came back within `deadMs`. Each change carries `n` from
- * identity_change_seq and each ping the sequence's value when it was sent; NOTIFY delivers in
- * commit order, so a ping arriving with a value above every `n` received means a change may have
- * been lost (or is still in flight). Either way, and after the channel was dead, the epoch moves
- * on and every consumer reloads before it is trusted again; consumers also reload every
- * `resyncMs` as a fallback. On PGlite the notification is delivered in-process before the
- * writing query returns: nothing to lose, no ping.
+ * replica NOTIFYs itself every `pingMs` came back, and was sent less than `deadMs` ago. Each
+ * change carries `n` from identity_change_seq and each ping the sequence's value when it was sent;
+ * NOTIFY delivers in commit order, so a ping arriving with a value above every `n` received means
+ * a change may have been lost (or is still in flight). Either way, and after the channel was
+ * dead, the epoch moves on and every consumer reloads before it is trusted again; consumers also
+ * reload every `resyncMs` as a fallback. On PGlite the notification is delivered in-process
+ * before the writing query returns: nothing to lose, no ping.
+ *
+ * `settled()` is a barrier across replicas: the writer NOTIFYs `sync`, every replica that
+ * receives it (after every change committed before it: commit order) answers `ack`, and the
+ * writer waits for the ack of every replica it heard a ping from within `deadMs`. A replica it
+ * did not hear from for that long cannot be trusting its memory either, because a replica's trust
+ * is counted from when it *sent* its last returned ping, and the writer received that ping no
+ * earlier. So a change is refused everywhere once `settled()` resolves.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
@@ -47,11 +54,15 @@ export interface ChangeFeed {
   epoch(): number;
   subscribe(c: ChangeConsumer): void;
   /**
-   * Resolves once every change committed before the call has reached this replica's consumers
-   * (a ping sent now came back: NOTIFY delivers in commit order) and every other live replica
-   * (pinging within `deadMs`) has reported, in its pings, that it applied them too; or after
-   * `timeoutMs` (a replica that has not applied them by then is not live, so reads the store).
-   * Immediate on PGlite.
+   * Resolves once every change committed before the call has reached this replica's consumers (a
+   * ping sent now came back: NOTIFY delivers in commit order), or after `timeoutMs`. Immediate on
+   * PGlite.
+   */
+  caughtUp(timeoutMs?: number): Promise<void>;
+  /**
+   * Resolves once every change committed before the call has reached this replica and every
+   * other live replica (see above), so none answers from memory without it; after `timeoutMs`
+   * (logged) it resolves anyway. Immediate on PGlite.
    */
   settled(timeoutMs?: number): Promise<void>;
   close(): Promise<void>;
@@ -104,8 +115,13 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
   const deadMs = o.deadMs ?? 1000;
   const relistenMs = o.relistenMs ?? 5000;
   const resyncMs = o.resyncMs ?? (pg ? 30_000 : 0);
-  const me = `ping:${randomUUID()}:`;
+  // One clock for every duration here: monotonic, so a wall-clock step cannot extend a trust.
+  const now = () => performance.now();
+  const id = randomUUID();
+  const me = `ping:${id}:`;
   let pingSeq = 0;
+  /** When each of this replica's pings in flight was sent, by number. */
+  const sent = new Map<number, number>();
   const waiters = new Map<number, () => void>();
   const consumers: ChangeConsumer[] = [];
   let channel = '';
@@ -114,11 +130,20 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
   let epoch = 0;
   /** Highest identity_change_seq value received (or covered by a reload). */
   let seen = 0;
-  let lastPong = Date.now();
+  let lastPong = now();
+  /** Memory is trusted until then: `deadMs` after the last returned ping was sent. */
+  let trustedUntil = -Infinity;
   // On PostgreSQL: dead until this replica's first ping comes back.
   let dead = pg;
   let unlisten: () => Promise<void> = async () => {};
   const timers: NodeJS.Timeout[] = [];
+  /** Other replicas on the channel, by id: when their last ping arrived here. */
+  const peers = new Map<string, number>();
+  /** This replica's `settled()` barriers in flight: whether the sync came back, who acked. */
+  const barriers = new Map<number, { home: boolean; acks: Set<string>; wake: () => void }>();
+  let syncSeq = 0;
+  /** When LISTEN last took effect (start, re-subscribe, reconnect): pings sent before then were not heard here. */
+  let listeningSince = Infinity;
 
   const reload = (c: ChangeConsumer) =>
     c.resync().catch((e) => {
@@ -135,33 +160,49 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
     reloadAll();
   };
 
-  /** Other replicas on the channel: the highest change number each reported applied, and when. */
-  const peers = new Map<string, { seen: number; at: number }>();
+  const send = (payload: string) => store.notify(channel, payload).catch(() => {});
+
+  const onPong = (rest: string) => {
+    lastPong = now();
+    const [k, , v] = rest.split(':').map(Number) as [number, number, number];
+    const at = sent.get(k);
+    if (at !== undefined) trustedUntil = Math.max(trustedUntil, at + deadMs);
+    for (const w of sent.keys()) if (w <= k) sent.delete(w);
+    for (const [w, done] of waiters) {
+      if (w > k) continue;
+      waiters.delete(w);
+      done();
+    }
+    if (dead) {
+      dead = false;
+      seen = Math.max(seen, v);
+      gap('change notifications flowing again');
+    } else if (v > seen) {
+      seen = v;
+      gap('a change notification may have been missed');
+    }
+  };
+
+  /** `sync:<origin>:<n>` (answered `ack:<origin>:<n>:<id>`), `ack:…`, `bye:<id>`: the settle barrier. */
+  const onBarrier = (kind: string, [origin, n, from]: string[]) => {
+    if (kind === 'bye') return void peers.delete(origin!);
+    if (origin !== id) return void (kind === 'sync' && send(`ack:${origin}:${n}:${id}`));
+    const b = barriers.get(Number(n));
+    if (!b) return;
+    if (kind === 'sync') b.home = true;
+    else if (from) b.acks.add(from);
+    b.wake();
+  };
 
   const onPayload = (payload: string) => {
-    if (payload.startsWith(me)) {
-      lastPong = Date.now();
-      const [k, , v] = payload.slice(me.length).split(':').map(Number) as [number, number, number];
-      for (const [w, done] of waiters) {
-        if (w > k) continue;
-        waiters.delete(w);
-        done();
-      }
-      if (dead) {
-        dead = false;
-        seen = Math.max(seen, v);
-        gap('change notifications flowing again');
-      } else if (v > seen) {
-        seen = v;
-        gap('a change notification may have been missed');
-      }
-      return;
-    }
+    if (payload.startsWith(me)) return onPong(payload.slice(me.length));
     if (payload.startsWith('ping:')) {
-      const [id, , peerSeen] = payload.slice(5).split(':');
-      if (id && Number.isFinite(Number(peerSeen))) peers.set(id, { seen: Number(peerSeen), at: Date.now() });
+      const peer = payload.slice(5, payload.indexOf(':', 5));
+      if (peer) peers.set(peer, now());
       return;
     }
+    const kind = payload.slice(0, payload.indexOf(':'));
+    if (kind === 'sync' || kind === 'ack' || kind === 'bye') return onBarrier(kind, payload.slice(kind.length + 1).split(':'));
     const c = parseChange(payload);
     if (!c) return;
     seen = Math.max(seen, c.n);
@@ -169,21 +210,31 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
     for (const k of consumers) k.apply(c);
   };
 
-  /** NOTIFYs ping `k`: `ping:<me>:<k>:<seen here>:<the sequence's current value (0 before its first use)>`. */
-  const ping = (k: number) =>
-    store.db
+  /** NOTIFYs ping `k`: `ping:<id>:<k>:<seen here>:<the sequence's current value (0 before its first use)>`. */
+  const ping = (k: number) => {
+    sent.set(k, now());
+    if (sent.size > 64) sent.delete(sent.keys().next().value!);
+    return store.db
       .execute(sql`select pg_notify(${channel}, ${`${me}${k}:${seen}:`} || (select case when is_called then last_value else 0 end from identity_change_seq))`)
       .then(
         () => {},
         () => {},
       );
+  };
+
+  /** The driver re-established LISTEN after its connection closed: whatever was sent meanwhile is lost. */
+  const onReconnect = () => {
+    listeningSince = now();
+    gap('LISTEN re-established');
+  };
 
   let relistening = false;
   const relisten = async () => {
     relistening = true;
     try {
       await unlisten().catch(() => {});
-      unlisten = await store.listen(channel, onPayload);
+      unlisten = await store.listen(channel, onPayload, onReconnect);
+      listeningSince = now();
     } catch (e) {
       log.warn('LISTEN failed', { err: errMsg(e) });
     } finally {
@@ -192,15 +243,16 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
   };
 
   const tick = () => {
-    const quiet = Date.now() - lastPong;
+    const quiet = now() - lastPong;
     if (!dead && quiet > deadMs) {
       dead = true;
-      log.warn('change notifications stopped; verification reads the store until they are back', { quietMs: quiet });
+      log.warn('change notifications stopped; verification reads the store until they are back', { quietMs: Math.round(quiet) });
     }
     if (dead && quiet > relistenMs && !relistening) {
-      lastPong = Date.now() - deadMs; // next attempt after another relistenMs - deadMs
+      lastPong = now() - deadMs; // next attempt after another relistenMs - deadMs
       void relisten();
     }
+    for (const [p, at] of peers) if (now() - at > 60 * deadMs) peers.delete(p); // gone without a bye
     void ping(++pingSeq);
   };
 
@@ -208,7 +260,8 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
     if (closed) return;
     try {
       channel = await changeChannel(store);
-      unlisten = await store.listen(channel, onPayload);
+      unlisten = await store.listen(channel, onPayload, onReconnect);
+      listeningSince = now();
     } catch (e) {
       if (closed) return;
       log.warn('change feed could not subscribe; retrying in 2 s (views read the store meanwhile)', { err: errMsg(e) });
@@ -219,7 +272,7 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
     }
     if (closed) return void unlisten().catch(() => {});
     started = true;
-    lastPong = Date.now();
+    lastPong = now();
     if (pg) {
       timers.push(setInterval(tick, pingMs));
       void ping(++pingSeq);
@@ -232,31 +285,54 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
   void start();
 
   return {
-    live: () => started && !closed && !dead,
+    live: () => started && !closed && !dead && (!pg || now() < trustedUntil),
     epoch: () => epoch,
     subscribe(c) {
       consumers.push(c);
       if (started) void reload(c);
     },
-    async settled(timeoutMs = 5000) {
+    async caughtUp(timeoutMs = 5000) {
       if (!pg || !started || closed) return;
-      const end = Date.now() + timeoutMs;
       const n = ++pingSeq;
       await new Promise<void>((resolve) => {
         const t = setTimeout(() => (waiters.delete(n), resolve()), timeoutMs);
         waiters.set(n, () => (clearTimeout(t), resolve()));
         void ping(n);
       });
-      // Everything committed before the call has arrived here: wait for the live peers to report it applied.
-      const target = seen;
-      const behind = () => [...peers.values()].some((p) => p.at > Date.now() - deadMs && p.seen < target);
-      while (behind() && Date.now() < end && !closed) await new Promise((r) => setTimeout(r, 10));
+    },
+    async settled(timeoutMs = 5000) {
+      if (!pg || !started || closed) return;
+      const end = now() + timeoutMs;
+      const n = ++syncSeq;
+      const b = { home: false, acks: new Set<string>(), wake: () => {} };
+      barriers.set(n, b);
+      // Every replica heard from within deadMs has acked: the sync came back here after every ping
+      // sent before it, and any ping sent before LISTEN took effect gives its sender no trust by now.
+      const done = () => b.home && now() - listeningSince >= deadMs && [...peers].every(([p, at]) => b.acks.has(p) || now() - at >= deadMs);
+      try {
+        void send(`sync:${id}:${n}`);
+        while (!closed && !done()) {
+          const left = end - now();
+          if (left <= 0) {
+            const waiting = [...peers].filter(([p, at]) => !b.acks.has(p) && now() - at < deadMs);
+            return log.warn('a change was not confirmed by every replica in time', { home: b.home, replicas: waiting.length, timeoutMs });
+          }
+          await new Promise<void>((r) => {
+            const t = setTimeout(r, Math.min(20, left));
+            b.wake = () => (clearTimeout(t), r());
+          });
+        }
+      } finally {
+        barriers.delete(n);
+      }
     },
     async close() {
       closed = true;
       for (const t of timers) clearInterval(t);
       for (const done of waiters.values()) done();
       waiters.clear();
+      for (const b of barriers.values()) b.wake();
+      if (started && pg) await send(`bye:${id}`);
       await unlisten().catch(() => {});
     },
   };

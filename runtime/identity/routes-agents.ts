@@ -189,6 +189,7 @@ export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
       // This replica knows at once; the others through the change feed.
       ctx.verifyIndex?.noteProvisioned(name, did);
       if (agent.membershipJti) ctx.verifyIndex?.noteRevoked(agent.membershipJti);
+      await ctx.changes?.settled(); // answer once every replica has the new binding
       return c.json(
         {
           name,

@@ -86,6 +86,7 @@ export function discoveryRoutes(ctx: IdentityContext, ready: () => boolean): Ope
       if (!(await repo.credentialExists(vcJti))) throw new ApiError(404, 'unknown_credential', `no credential ${JSON.stringify(vcJti)} was issued here`);
       await repo.revoke(vcJti, ctx.now());
       ctx.verifyIndex?.noteRevoked(vcJti); // at once here; other replicas through the change feed
+      await ctx.changes?.settled(); // answer once every replica refuses it
       return c.json({ revoked: true as const, vcJti }, 200);
     },
   );

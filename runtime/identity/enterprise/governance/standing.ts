@@ -56,7 +56,7 @@ interface StandingMemo {
  * The standing kept in memory by the change feed (migration 0018 notifies every status change),
  * so the control plane's poll is answered at once even while a long transaction holds the store
  * (a directory sync holds PGlite's only connection for seconds). The answer waits until every
- * change committed before the request has arrived (`settled`: immediate on PGlite, one NOTIFY
+ * change committed before the request has arrived (`caughtUp`: immediate on PGlite, one NOTIFY
  * round trip on PostgreSQL), so a client reads its own writes. Undefined while the view cannot be
  * trusted: the route then reads the store.
  */
@@ -74,7 +74,7 @@ export function createStandingView(db: Db, feed: ChangeFeed): StandingSource {
   return {
     async answer() {
       if (!view.current()) return undefined;
-      await feed.settled(1000);
+      await feed.caughtUp(1000);
       const v = view.get();
       if (!v) return undefined;
       v.answer ??= answerOf(v.byName);
