@@ -301,8 +301,11 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
       });
     },
     async settled(timeoutMs = 5000) {
-      if (!pg || !started || closed) return;
+      if (!pg || closed) return;
       const end = now() + timeoutMs;
+      // Not listening yet: other replicas cannot be counted; wait for LISTEN first.
+      while (!started && !closed && now() < end) await new Promise((r) => setTimeout(r, 20));
+      if (!started) return void (closed || log.warn('a change was not confirmed by other replicas: not listening', { timeoutMs }));
       const n = ++syncSeq;
       const b = { home: false, acks: new Set<string>(), wake: () => {} };
       barriers.set(n, b);
