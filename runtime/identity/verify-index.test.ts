@@ -1,8 +1,9 @@
 /**
  * Verify-presentation answers step 3 from memory (verify-index.ts) and stays exactly as strict as
  * the store: a revocation is refused at once on the replica that took it and, by the time it
- * answers, on another replica on the same PostgreSQL schema (the feed's `settled()`), and while change notifications are lost the
- * replicas fall back to the store. Membership VCs are cached but never past their exp.
+ * answers, on another replica on the same PostgreSQL schema (the feed's `settled()`), and while
+ * change notifications are lost the replicas fall back to the store. Membership VCs are cached but
+ * never past their exp.
  * Over real sockets; PGlite always, PostgreSQL when TEST_DATABASE_URL is set.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
