@@ -51,7 +51,9 @@ describe.each(testBackends())('control plane end to end on $name', (b) => {
     store = await b.open();
     cp = await startControlPlane({
       store,
-      env: { OPA_URL: `http://127.0.0.1:${opaPort}/v1/data/writ/allow`, TRUSTED_PROXIES: '127.0.0.1, ::1' },
+      // OPA's fail-closed timeout (500 ms) is opa.test.ts's subject; here a loaded CI machine's
+      // stall must not turn an allow into a deny.
+      env: { OPA_URL: `http://127.0.0.1:${opaPort}/v1/data/writ/allow`, OPA_TIMEOUT_MS: '10000', TRUSTED_PROXIES: '127.0.0.1, ::1' },
       identity,
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',
@@ -155,8 +157,10 @@ describe.each(testBackends())('control plane end to end on $name', (b) => {
     expect(await over.json()).toMatchObject({ rule: 'inline', reason: expect.stringContaining('token budget exceeded') });
 
     const t = { [H.actor]: 'tight', [H.service]: 'search' };
-    expect((await decide(t)).status).toBe(200);
-    expect((await decide(t)).status).toBe(200);
+    for (const call of [1, 2]) {
+      const r = await decide(t);
+      expect(r.status, `call ${call}: ${await r.text()}`).toBe(200);
+    }
     const third = await decide(t);
     expect(third.status).toBe(403);
     expect(await third.json()).toMatchObject({ reason: expect.stringContaining('call budget exceeded') });

@@ -148,7 +148,8 @@ describe('HTTP /authz and gRPC Check: one control plane, the same answers', () =
     store = await openStore({ backend: 'memory' });
     cp = await startControlPlane({
       store,
-      env: { OPA_URL: `http://127.0.0.1:${opaPort}/v1/data/writ/allow` },
+      // A loaded CI machine's stall must not hit OPA's fail-closed timeout (opa.test.ts's subject).
+      env: { OPA_URL: `http://127.0.0.1:${opaPort}/v1/data/writ/allow`, OPA_TIMEOUT_MS: '10000' },
       identity,
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',
