@@ -26,8 +26,7 @@ const port = parentPort!;
  * ANALYZE (pglite-maintenance.ts) samples 300 rows per statistics target: at PostgreSQL's 100
  * that is 30,000 rows held at once, and the WASM memory they touched stays resident (500k audit
  * records: +19 MB RSS and 273 ms; at 10: +1 MB and 39 ms; VACUUM +0 MB). Ten buckets are plenty
- * for the key lookups the store makes. (PGlite applies these to a data folder, as the all-in-one
- * runs; an in-memory database keeps its defaults.)
+ * for the key lookups the store makes.
  */
 const ENGINE_CONF = ['shared_buffers=16MB', 'default_statistics_target=10'];
 
@@ -61,7 +60,9 @@ class Database {
   static async open(id: number, init: Init): Promise<Database> {
     const options = { postgresqlconf: ENGINE_CONF, ...(init.loadDataDir ? { loadDataDir: new Blob([init.loadDataDir]) } : {}) };
     // A fresh data folder was initialised by a short-lived process first (pglite-remote.ts).
-    const pg = new PGlite(init.dataDir, options);
+    // One options object: `new PGlite(undefined, options)` (memory) ignores its options, and an
+    // in-memory store then ran initdb instead of loading its dump (a test store: 1.5 s, not 0.6).
+    const pg = new PGlite({ dataDir: init.dataDir, ...options });
     await pg.waitReady;
     if (init.schema) await pg.exec(`create schema if not exists "${init.schema}"; set search_path to "${init.schema}"`);
     // A full collection now: what opening left behind is garbage V8 has no reason to collect
