@@ -7,39 +7,14 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setLogLevel } from '../lib/log.js';
-import type { Db, Store } from '../store/factory.js';
+import type { Store } from '../store/factory.js';
 import { revocations } from '../store/schema/identity.js';
 import { openTestPostgres, TEST_DATABASE_URL, testSchema } from '../store/testing.js';
 import { eventually } from '../lib/poll-testing.js';
 import { createChangeFeed, type ChangeFeed } from './change-feed.js';
+import { slowReplica } from './change-feed-testing.js';
 
 const LATE_MS = 150;
-
-/** `store` as a replica on a slow link: notifications arrive LATE_MS late (in order); `hold()` stalls its queries. */
-function slowReplica(store: Store) {
-  let gate: Promise<void> | undefined;
-  let release = () => {};
-  const through = async () => {
-    while (gate) await gate;
-  };
-  const db = new Proxy(store.db, {
-    get: (t, k) => (k === 'execute' ? async (q: unknown) => (await through(), (t as Db).execute(q as never)) : Reflect.get(t, k)),
-  });
-  const slow: Store = {
-    ...store,
-    db,
-    notify: async (ch, p) => (await through(), store.notify(ch, p)),
-    listen: (ch, cb) => store.listen(ch, (p) => void setTimeout(() => cb(p), LATE_MS)),
-  };
-  return {
-    store: slow,
-    hold: () => void (gate = new Promise<void>((r) => (release = r))),
-    resume: () => {
-      gate = undefined;
-      release();
-    },
-  };
-}
 
 /** A feed whose consumer records every revoked jti it applied. */
 function watched(store: Store) {
@@ -68,7 +43,7 @@ describe.skipIf(!TEST_DATABASE_URL)('change feed across two replicas on one Post
     const schema = testSchema();
     sa = await openTestPostgres({ schema });
     sb = await openTestPostgres({ schema, keepSchema: true });
-    link = slowReplica(sb);
+    link = slowReplica(sb, LATE_MS);
     b = watched(link.store);
     await eventually(() => b.feed.live(), 'b to go live', 10_000);
   }, 30_000);

@@ -40,8 +40,8 @@ export function enterpriseBodyLimit(path: string): number | undefined {
 /** The enterprise routes as one sub-app, composed into the identity authority with `app.route('/', ...)`. */
 export function enterpriseRoutes(ctx: EnterpriseContext): OpenAPIHono {
   const app = subApi();
-  app.route('/', directoryRoutes({ db: ctx.store.db, now: ctx.now, cascade: runCascade }));
-  app.route('/', governanceRoutes({ db: ctx.store.db, now: ctx.now }));
+  app.route('/', directoryRoutes({ db: ctx.store.db, now: ctx.now, cascade: runCascade, changes: ctx.changes }));
+  app.route('/', governanceRoutes({ db: ctx.store.db, now: ctx.now, changes: ctx.changes }));
   app.route('/', standingRoutes({ db: ctx.store.db, view: ctx.changes && createStandingView(ctx.store.db, ctx.changes) }));
   app.route('/', identityRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env }));
   app.route('/', keyRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env, changes: ctx.changes }, ctx.keys));

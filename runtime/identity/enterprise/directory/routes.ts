@@ -10,6 +10,7 @@ import { limitBody, slicedJsonBody, subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { notFound } from '../../../lib/errors.js';
 import type { Db } from '../../../store/factory.js';
+import type { ChangeFeed } from '../../change-feed.js';
 import { tenantOfGroupKey, tenantOfSubject } from '../tenant.js';
 import { body, errorResponse, invalid, json, Limit, TenantId } from './http.js';
 import { conflictsOfRows } from './plan.js';
@@ -29,6 +30,8 @@ export interface DirectoryRouteDeps {
   now: () => number;
   cascade?: CascadeFn;
   failpoint?: (stage: SyncStage) => void | Promise<void>;
+  /** The change feed's barrier: a sync answers once every replica has what its cascade revoked. */
+  changes?: Pick<ChangeFeed, 'settled'>;
 }
 
 const TenantQuery = z.object({ tenant: TenantId.optional().openapi({ param: { name: 'tenant', in: 'query' } }) });
@@ -80,6 +83,7 @@ export function directoryRoutes(deps: DirectoryRouteDeps): OpenAPIHono {
         { db, now: deps.now, cascade: deps.cascade, failpoint: deps.failpoint },
         { tenantId: b.tenantId, idp: b.idp, mode: b.mode, users: b.users, groups: b.groups },
       );
+      await deps.changes?.settled();
       return c.json(run as z.infer<typeof SyncRunSchema>, 200);
     },
   );

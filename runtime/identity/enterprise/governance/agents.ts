@@ -7,6 +7,7 @@ import { revokeMemberships } from './standing.js';
 import { count, notExists, eq, and } from 'drizzle-orm';
 import { badRequest, conflict, isUniqueViolation, notFound } from '../../../lib/errors.js';
 import type { Db } from '../../../store/factory.js';
+import type { ChangeFeed } from '../../change-feed.js';
 import { governedAgents, type HistoryEntry } from '../../../store/schema/governance.js';
 import { agents as identityAgents } from '../../../store/schema/identity.js';
 import { iso } from '../directory/repo.js';
@@ -20,6 +21,11 @@ export interface GovDeps {
   db: Db;
   /** Epoch milliseconds. */
   now: () => number;
+  /**
+   * The change feed's barrier: a governed agent's registration or status move answers once every
+   * replica has it (its standing, the Membership VCs it revoked).
+   */
+  changes?: Pick<ChangeFeed, 'settled'>;
 }
 
 export interface AgentRecord {
@@ -121,7 +127,7 @@ export interface RegisterInput {
 export async function registerAgent(deps: GovDeps, b: RegisterInput): Promise<AgentRecord> {
   const t = b.tenantId;
   try {
-    return await deps.db.transaction(async (tx) => {
+    const made = await deps.db.transaction(async (tx) => {
       const repo = governanceRepo(tx, t);
       await repo.lock();
       if ((await tenantOfAgent(tx, b.agentName)) !== undefined) throw conflict('agent_exists', `governed agent ${JSON.stringify(b.agentName)} already exists`);
@@ -174,6 +180,8 @@ export async function registerAgent(deps: GovDeps, b: RegisterInput): Promise<Ag
       const row = await repo.getAgent(b.agentName);
       return agentOut(row!, await healthOf(view, row!));
     });
+    await deps.changes?.settled();
+    return made;
   } catch (e) {
     // Names are unique across tenants; a concurrent registration in another tenant lost the race.
     if (isUniqueViolation(e)) throw conflict('agent_exists', `governed agent ${JSON.stringify(b.agentName)} already exists`);
@@ -245,7 +253,7 @@ export async function invalidateAgentDelegations(repo: GovernanceRepo, agent: st
 /** SPEC 3.1 manual move: 409 bad_transition off the table, 409 activation_blocked at the gate. */
 export async function transitionAgent(deps: GovDeps, name: string, to: string, by = 'unknown', tenantHint?: string): Promise<AgentRecord> {
   const t = await agentTenant(deps.db, name, tenantHint);
-  return deps.db.transaction(async (tx) => {
+  const moved = await deps.db.transaction(async (tx) => {
     const repo = governanceRepo(tx, t);
     await repo.lock();
     const row = await repo.getAgent(name);
@@ -270,6 +278,8 @@ export async function transitionAgent(deps: GovDeps, name: string, to: string, b
     const updated = (await repo.getAgent(name))!;
     return agentOut(updated, await healthOf(view, updated));
   });
+  await deps.changes?.settled();
+  return moved;
 }
 
 /** The new owner must resolve in the agent's tenant and be active, otherwise 400. */

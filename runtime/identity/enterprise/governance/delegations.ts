@@ -312,6 +312,7 @@ export async function cascadeNow(deps: GovDeps, tenant: string | undefined, by: 
     sum.delegations_expired += c.delegations_expired;
     for (const [k, v] of Object.entries(c.by_reason)) sum.by_reason[k] = (sum.by_reason[k] ?? 0) + v;
   }
+  await deps.changes?.settled(); // every replica has the suspensions and revocations when this answers
   return sum;
 }
 
