@@ -10,12 +10,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setLogLevel } from '../../../lib/log.js';
 import { eventually } from '../../../lib/poll-testing.js';
 import type { Store } from '../../../store/factory.js';
-import { agents as identityAgents } from '../../../store/schema/identity.js';
 import { openTestPostgres, TEST_DATABASE_URL, testSchema } from '../../../store/testing.js';
 import { createChangeFeed, type ChangeFeed } from '../../change-feed.js';
 import { slowReplica } from '../../change-feed-testing.js';
 import { entraUser } from '../directory/fixtures.js';
-import { seedAgent, seedEmployee, serveEnterprise, setEmployee, subjectOf } from './testkit.js';
+import { seedAgent, seedEmployee, seedIdentity, serveEnterprise, setEmployee, subjectOf } from './testkit.js';
 
 const T = 'replicas-t';
 
@@ -35,18 +34,7 @@ describe.skipIf(!TEST_DATABASE_URL)('governance writes on one replica hold on an
   /** An active governed agent with an identity (its Membership VC `m-<name>`), owned by employee `owner`. */
   const seed = async (name: string, owner: string, tenant = T) => {
     await seedAgent(sa.db, tenant, { agentName: name, ownerRef: owner, status: 'active', riskTier: 'low', approvedRuntime: 'local_dev' });
-    const at = new Date().toISOString();
-    await sa.db.insert(identityAgents).values({
-      name,
-      role: 'r',
-      capabilities: [],
-      did: `did:key:z${name}`,
-      publicKey: 'x',
-      membershipJti: `urn:uuid:m-${name}`,
-      membershipExp: 9e9,
-      createdAt: at,
-      updatedAt: at,
-    } as never);
+    await seedIdentity(sa.db, name);
   };
   /**
    * Replica b has the Membership VC revoked and the standing moved, or (a stopped hearing b: its

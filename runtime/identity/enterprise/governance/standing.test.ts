@@ -10,9 +10,9 @@ import { eq, sql } from 'drizzle-orm';
 import { createChangeFeed, type ChangeFeed } from '../../change-feed.js';
 import { governedAgents } from '../../../store/schema/governance.js';
 import type { Store } from '../../../store/factory.js';
-import { agents as identityAgents, revocations } from '../../../store/schema/identity.js';
+import { revocations } from '../../../store/schema/identity.js';
 import { testBackends } from '../../../store/testing.js';
-import { seedAgent, seedEmployee, serveEnterprise, setEmployee, subjectOf } from './testkit.js';
+import { seedAgent, seedEmployee, seedIdentity, serveEnterprise, setEmployee, subjectOf } from './testkit.js';
 
 const T = 'standing-t';
 
@@ -35,17 +35,7 @@ describe.each(testBackends())('governance standing on $name', (b) => {
         riskTier: 'low',
         approvedRuntime: 'local_dev',
       });
-      await store.db.insert(identityAgents).values({
-        name,
-        role: 'r',
-        capabilities: [],
-        did: `did:key:z${name}`,
-        publicKey: 'x',
-        membershipJti: `urn:uuid:m-${name}`,
-        membershipExp: 9e9,
-        createdAt: new Date().toISOString(),
-        updatedAt: new Date().toISOString(),
-      } as never);
+      await seedIdentity(store.db, name);
     }
   });
   afterAll(async () => {

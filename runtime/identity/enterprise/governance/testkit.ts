@@ -12,6 +12,7 @@ import { close as closeServer, listen } from '../../../lib/http.js';
 import type { Store } from '../../../store/factory.js';
 import { enterpriseRoutes, SYNC_BODY_LIMIT } from '../index.js';
 import { employees, groups } from '../../../store/schema/directory.js';
+import { agents as identityAgents } from '../../../store/schema/identity.js';
 import type { DbOrTx } from '../tenant.js';
 import { governanceRepo, type NewAgent, type NewDelegation } from './repo.js';
 
@@ -93,6 +94,22 @@ export async function seedAgent(db: DbOrTx, tenant: string, a: Partial<NewAgent>
     history: [],
     ...a,
   });
+}
+
+/** The identity-authority record of agent `name`, provisioned with the Membership VC `urn:uuid:m-<name>`. */
+export async function seedIdentity(db: DbOrTx, name: string): Promise<void> {
+  const at = new Date().toISOString();
+  await db.insert(identityAgents).values({
+    name,
+    role: 'r',
+    capabilities: [],
+    did: `did:key:z${name}`,
+    publicKey: 'x',
+    membershipJti: `urn:uuid:m-${name}`,
+    membershipExp: 9e9,
+    createdAt: at,
+    updatedAt: at,
+  } as never);
 }
 
 export async function seedDelegation(
