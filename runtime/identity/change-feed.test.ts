@@ -7,11 +7,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setLogLevel } from '../lib/log.js';
-import type { Store } from '../store/factory.js';
+import { sql } from 'drizzle-orm';
+import { rowsOf, type Store } from '../store/factory.js';
 import { revocations } from '../store/schema/identity.js';
 import { openTestPostgres, TEST_DATABASE_URL, testSchema } from '../store/testing.js';
 import { eventually } from '../lib/poll-testing.js';
-import { createChangeFeed, type ChangeFeed } from './change-feed.js';
+import { changeChannel, createChangeFeed, type ChangeFeed } from './change-feed.js';
 import { slowReplica } from './change-feed-testing.js';
 
 const LATE_MS = 150;
@@ -108,5 +109,32 @@ describe.skipIf(!TEST_DATABASE_URL)('change feed across two replicas on one Post
     const jti = await revoke();
     await a.settled();
     expect(b.applied.has(jti)).toBe(true);
+  }, 30_000);
+
+  it('a replica of an older release (pings without acks) is waited for until its pings report the change', async () => {
+    const channel = await changeChannel(sa);
+    const sequence = async () => Number((await rowsOf<{ v: string }>(sa.db, sql`select last_value as v from identity_change_seq`))[0]!.v);
+    // What that release sends every ping: `ping:<id>:<k>:<applied here>:<the sequence's value>`.
+    let applied = await sequence();
+    let k = 0;
+    const pinger = setInterval(() => void sa.notify(channel, `ping:old-1:${++k}:${applied}:${applied}`), 100);
+    try {
+      await new Promise((r) => setTimeout(r, 400)); // a has heard it
+      // Its pings never report the next change: the writer waits for it until the timeout.
+      await revoke();
+      let t0 = performance.now();
+      await a.settled(1500);
+      expect(performance.now() - t0).toBeGreaterThanOrEqual(1400);
+      // Its pings report the change 300 ms on: the writer goes on then, without an ack from it.
+      await revoke();
+      const upTo = await sequence();
+      setTimeout(() => (applied = upTo), 300);
+      t0 = performance.now();
+      await a.settled(5000);
+      expect(performance.now() - t0).toBeGreaterThanOrEqual(250);
+      expect(performance.now() - t0).toBeLessThan(4000);
+    } finally {
+      clearInterval(pinger);
+    }
   }, 30_000);
 });

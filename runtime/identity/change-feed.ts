@@ -20,6 +20,10 @@
  * did not hear from for that long cannot be trusting its memory either, because a replica's trust
  * is counted from when it *sent* its last returned ping, and the writer received that ping no
  * earlier. So a change is refused everywhere once `settled()` resolves.
+ *
+ * A replica that answers `sync` says so at the end of its pings (`:ack`). One that does not (a
+ * replica of an older release, during a rolling upgrade) is waited for as that release waited:
+ * until its pings report every change up to the sequence's value when `settled()` began.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
@@ -137,8 +141,8 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
   let dead = pg;
   let unlisten: () => Promise<void> = async () => {};
   const timers: NodeJS.Timeout[] = [];
-  /** Other replicas on the channel, by id: when their last ping arrived here. */
-  const peers = new Map<string, number>();
+  /** Other replicas on the channel, by id: when their last ping arrived here, whether they ack, the change they reported applied. */
+  const peers = new Map<string, { at: number; acks: boolean; seen: number }>();
   /** This replica's `settled()` barriers in flight: whether the sync came back, who acked. */
   const barriers = new Map<number, { home: boolean; acks: Set<string>; wake: () => void }>();
   let syncSeq = 0;
@@ -161,6 +165,13 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
   };
 
   const send = (payload: string) => store.notify(channel, payload).catch(() => {});
+  /** identity_change_seq's value now (every change committed so far has a number up to it). */
+  const sequenceNow = async () =>
+    Number(
+      (
+        await rowsOf<{ v: number | string }>(store.db, sql`select case when is_called then last_value else 0 end as v from identity_change_seq`).catch(() => [])
+      )[0]?.v ?? Infinity,
+    );
 
   const onPong = (rest: string) => {
     lastPong = now();
@@ -197,8 +208,8 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
   const onPayload = (payload: string) => {
     if (payload.startsWith(me)) return onPong(payload.slice(me.length));
     if (payload.startsWith('ping:')) {
-      const peer = payload.slice(5, payload.indexOf(':', 5));
-      if (peer) peers.set(peer, now());
+      const [peer, , peerSeen, , acks] = payload.slice(5).split(':');
+      if (peer) peers.set(peer, { at: now(), acks: acks === 'ack', seen: Number(peerSeen) || 0 });
       return;
     }
     const kind = payload.slice(0, payload.indexOf(':'));
@@ -210,12 +221,14 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
     for (const k of consumers) k.apply(c);
   };
 
-  /** NOTIFYs ping `k`: `ping:<id>:<k>:<seen here>:<the sequence's current value (0 before its first use)>`. */
+  /** NOTIFYs ping `k`: `ping:<id>:<k>:<seen here>:<the sequence's current value (0 before its first use)>:ack`. */
   const ping = (k: number) => {
     sent.set(k, now());
     if (sent.size > 64) sent.delete(sent.keys().next().value!);
     return store.db
-      .execute(sql`select pg_notify(${channel}, ${`${me}${k}:${seen}:`} || (select case when is_called then last_value else 0 end from identity_change_seq))`)
+      .execute(
+        sql`select pg_notify(${channel}, ${`${me}${k}:${seen}:`} || (select case when is_called then last_value else 0 end from identity_change_seq) || ':ack')`,
+      )
       .then(
         () => {},
         () => {},
@@ -252,7 +265,7 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
       lastPong = now() - deadMs; // next attempt after another relistenMs - deadMs
       void relisten();
     }
-    for (const [p, at] of peers) if (now() - at > 60 * deadMs) peers.delete(p); // gone without a bye
+    for (const [p, { at }] of peers) if (now() - at > 60 * deadMs) peers.delete(p); // gone without a bye
     void ping(++pingSeq);
   };
 
@@ -309,15 +322,18 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
       const n = ++syncSeq;
       const b = { home: false, acks: new Set<string>(), wake: () => {} };
       barriers.set(n, b);
+      // A replica that does not ack (an older release) has what its pings report applied.
+      const upTo = [...peers.values()].some((p) => !p.acks) ? await sequenceNow() : 0;
+      const has = (p: string, r: { acks: boolean; seen: number }) => (r.acks ? b.acks.has(p) : r.seen >= upTo);
       // Every replica heard from within deadMs has acked: the sync came back here after every ping
       // sent before it, and any ping sent before LISTEN took effect gives its sender no trust by now.
-      const done = () => b.home && now() - listeningSince >= deadMs && [...peers].every(([p, at]) => b.acks.has(p) || now() - at >= deadMs);
+      const done = () => b.home && now() - listeningSince >= deadMs && [...peers].every(([p, r]) => has(p, r) || now() - r.at >= deadMs);
       try {
         void send(`sync:${id}:${n}`);
         while (!closed && !done()) {
           const left = end - now();
           if (left <= 0) {
-            const waiting = [...peers].filter(([p, at]) => !b.acks.has(p) && now() - at < deadMs);
+            const waiting = [...peers].filter(([p, r]) => !has(p, r) && now() - r.at < deadMs);
             return log.warn('a change was not confirmed by every replica in time', { home: b.home, replicas: waiting.length, timeoutMs });
           }
           await new Promise<void>((r) => {
