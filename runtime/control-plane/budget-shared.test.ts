@@ -92,6 +92,40 @@ describe('shared budget ledger (PGlite)', () => {
     expect(await real.read('burst', 'calls', now)).toBe(120);
   });
 
+  it('a lease given back at the turn of a bucket still counts as free while the ledger answers', async () => {
+    const real = createBudgetLedger(store);
+    let gate: Promise<void> | undefined;
+    let open = () => {};
+    let entered = () => {};
+    const ledger: typeof real = { ...real, take: async (r) => (r.dim === 'calls' && entered(), await gate, real.take(r)) };
+    const budgets: Record<string, Budget> = { tight: { callsPerHour: 2 } }; // a lease is 1 call
+    let now = T0 + 29_800; // 200 ms before the next minute's bucket
+    const m = createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => now, syncMs: 60_000 });
+    const decide = async () => {
+      await m.decisionUsage('tight', now);
+      const over = m.check('tight', budgets.tight, now);
+      if (over) return over;
+      m.reserveCall('tight', now);
+      return 'allowed';
+    };
+    // The first call takes two (itself and a lease of one): the window is full in the ledger.
+    expect(await decide()).toBe('allowed');
+    // The next minute's bucket: the lease of one goes back, and the ledger is slow to answer.
+    now = T0 + 30_000;
+    gate = new Promise((r) => (open = r));
+    const inTake = new Promise<void>((r) => (entered = r));
+    const returning = m.refresh('tight');
+    await inTake;
+    const second = decide();
+    open();
+    gate = undefined;
+    await returning;
+    // One of two calls used: the second is allowed (it was refused as 2 of 2 while the lease was on its way back).
+    expect(await second).toBe('allowed');
+    expect(await decide()).toMatch(/call budget exceeded: 2 of 2/);
+    await m.close();
+  });
+
   it('audit mode counts past the ceiling and never refuses', async () => {
     const ledger = createBudgetLedger(store);
     const budgets: Record<string, Budget> = { aud: { callsPerHour: 3, mode: 'audit' } };

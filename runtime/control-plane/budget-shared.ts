@@ -37,6 +37,8 @@ interface DimState {
   /** Units charged ahead, not yet used, all in `leaseBucket`. */
   lease: number;
   leaseBucket: number;
+  /** An aged lease on its way back: still counted in `view` until the take answers. */
+  returning: number;
   /** Units used here and not yet written. */
   debt: number;
   /** Debt on its way to the ledger (in a take not yet answered). */
@@ -116,6 +118,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     view: 0,
     lease: 0,
     leaseBucket: 0,
+    returning: 0,
     debt: 0,
     inflight: 0,
     returns: new Map(),
@@ -130,7 +133,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     }
     return st;
   };
-  const used = (d: DimState) => Math.max(0, d.view - d.lease + d.debt + d.inflight);
+  const used = (d: DimState) => Math.max(0, d.view - d.lease - d.returning + d.debt + d.inflight);
   /** Calls allowed here beyond the lease and not yet in the ledger: capped at one lease size. */
   const unwritten = (d: DimState) => d.debt + d.inflight;
   const usageOf = (st: AgentState): BudgetUsage => ({ callsLastHour: used(st.calls), tokensLastHour: used(st.tokens), costUsdLastDay: used(st.cost) });
@@ -162,12 +165,14 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     if (d.lease > 0 && (d.leaseBucket !== b || (dim === 'calls' && limit === 0) || idle)) {
       aged = { bucket: d.leaseBucket, n: d.lease };
       giveBack.push(aged);
+      d.returning += aged.n;
       d.lease = 0;
     }
     const want = ask?.want ?? (dim === 'calls' && limit > 0 ? Math.max(0, leaseSize(budget) - d.lease) : 0);
     try {
       const r = await o.ledger.take({ agent, dim, now, add, giveBack, want, limit, atLeast: ask?.atLeast });
       d.inflight -= add;
+      if (aged) d.returning -= aged.n;
       if (r.granted > 0) {
         // Any lease still held is of bucket `b`: older ones were given back above.
         d.lease += r.granted;
@@ -179,6 +184,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     } catch (e) {
       d.inflight -= add;
       d.debt += add;
+      if (aged) d.returning -= aged.n;
       for (const g of giveBack) if (g !== aged) d.returns.set(g.bucket, (d.returns.get(g.bucket) ?? 0) + g.n);
       if (aged) {
         d.lease += aged.n;
