@@ -4,7 +4,7 @@
  * close) so parallel test files never see each other's rows.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { readFile, rename, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import postgres from 'postgres';
@@ -73,6 +73,10 @@ async function templateDump(): Promise<Blob> {
   const part = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
   await writeFile(part, Buffer.from(await blob.arrayBuffer()));
   await rename(part, file);
+  // Templates of other migrations (an older checkout's) are not needed again: 41 MB each.
+  for (const old of await readdir(tmpdir()).catch(() => [])) {
+    if (/^writ-test-pglite-[0-9a-f]{16}\.tar$/.test(old) && join(tmpdir(), old) !== file) await rm(join(tmpdir(), old), { force: true });
+  }
   return blob;
 }
 
