@@ -42,6 +42,9 @@ export type Change =
   /** Something changed that the payload could not carry: reload. */
   | { kind: 'resync' };
 
+/** identity_change_seq's current value, 0 before its first use (a scalar subquery). */
+const SEQUENCE_VALUE = sql`(select case when is_called then last_value else 0 end from identity_change_seq)`;
+
 /** A change and its identity_change_seq value. */
 type Numbered = Change & { n: number };
 
@@ -165,13 +168,9 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
   };
 
   const send = (payload: string) => store.notify(channel, payload).catch(() => {});
-  /** identity_change_seq's value now (every change committed so far has a number up to it). */
+  /** identity_change_seq's value now (every change committed so far has a number up to it); Infinity when unreadable. */
   const sequenceNow = async () =>
-    Number(
-      (
-        await rowsOf<{ v: number | string }>(store.db, sql`select case when is_called then last_value else 0 end as v from identity_change_seq`).catch(() => [])
-      )[0]?.v ?? Infinity,
-    );
+    Number((await rowsOf<{ v: number | string }>(store.db, sql`select ${SEQUENCE_VALUE} as v`).catch(() => []))[0]?.v ?? Infinity);
 
   const onPong = (rest: string) => {
     lastPong = now();
@@ -225,14 +224,10 @@ export function createChangeFeed(store: Store, o: FeedOptions = {}): ChangeFeed 
   const ping = (k: number) => {
     sent.set(k, now());
     if (sent.size > 64) sent.delete(sent.keys().next().value!);
-    return store.db
-      .execute(
-        sql`select pg_notify(${channel}, ${`${me}${k}:${seen}:`} || (select case when is_called then last_value else 0 end from identity_change_seq) || ':ack')`,
-      )
-      .then(
-        () => {},
-        () => {},
-      );
+    return store.db.execute(sql`select pg_notify(${channel}, ${`${me}${k}:${seen}:`} || ${SEQUENCE_VALUE} || ':ack')`).then(
+      () => {},
+      () => {},
+    );
   };
 
   /** The driver re-established LISTEN after its connection closed: whatever was sent meanwhile is lost. */
