@@ -10,7 +10,7 @@ import type { Store } from '../store/factory.js';
 import { openTestPglite, openTestPostgres, testSchema, TEST_DATABASE_URL } from '../store/testing.js';
 import { HOUR_MS } from './budget.js';
 import { createSharedBudgetMeter } from './budget-shared.js';
-import { createBudgetLedger } from './budget-store.js';
+import { bucketOf, createBudgetLedger } from './budget-store.js';
 import { startControlPlane, type RunningControlPlane } from './server.js';
 import type { Budget } from './types.js';
 
@@ -123,6 +123,29 @@ describe('shared budget ledger (PGlite)', () => {
     // One of two calls used: the second is allowed (it was refused as 2 of 2 while the lease was on its way back).
     expect(await second).toBe('allowed');
     expect(await decide()).toMatch(/call budget exceeded: 2 of 2/);
+    await m.close();
+  });
+
+  it('tokens given back to the last minute count as free before the ledger has them', async () => {
+    const ledger = createBudgetLedger(store);
+    const budgets: Record<string, Budget> = { settle: { tokensPerHour: 1000 } };
+    let now = T0 + 29_800; // 200 ms before the next minute's bucket
+    const m = createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => now, syncMs: 60_000 });
+    // A reservation of the whole hour's tokens: the window is full.
+    expect(await m.take('settle', 'tokens', 1000)).toMatchObject({ ok: true, granted: 1000 });
+    expect(m.check('settle', budgets.settle, now)).toMatch(/token budget exceeded/);
+    // It settles in the next minute for 400: 600 go back to the bucket they were charged in.
+    now = T0 + 30_000;
+    m.giveBack('settle', 'tokens', 600, bucketOf('tokens', T0 + 29_800));
+    // Before the background loop writes them (they were read as used, and decisions refused).
+    expect(m.usage('settle').tokensLastHour).toBe(400);
+    expect(m.check('settle', budgets.settle, now)).toBeUndefined();
+    await m.flush();
+    expect(await ledger.read('settle', 'tokens', now)).toBe(400);
+    expect(m.usage('settle').tokensLastHour).toBe(400);
+    // A give-back to a bucket that has slid out of the window frees nothing (the ledger drops it too).
+    m.giveBack('settle', 'tokens', 300, bucketOf('tokens', now - 2 * HOUR_MS));
+    expect(m.usage('settle').tokensLastHour).toBe(400);
     await m.close();
   });
 

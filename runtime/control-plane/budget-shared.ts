@@ -25,25 +25,26 @@
 import { errMsg, logger } from '../lib/log.js';
 import type { LedgerDimension } from '../store/schema/budget.js';
 import type { BudgetMeter, BudgetUsage } from './budget.js';
-import { bucketOf, type BudgetLedger, type TakeResult } from './budget-store.js';
+import { bucketOf, LEDGER_WINDOWS, type BudgetLedger, type TakeResult } from './budget-store.js';
 import { overBudget } from './decision/egress.js';
 import type { Budget } from './types.js';
 
 const log = logger('budget');
 
 interface DimState {
+  dim: LedgerDimension;
   /** The ledger's window total at the last take (every replica, leases included). */
   view: number;
   /** Units charged ahead, not yet used, all in `leaseBucket`. */
   lease: number;
   leaseBucket: number;
-  /** An aged lease on its way back: still counted in `view` until the take answers. */
+  /** Units on their way back (an aged lease, `returns`): still counted in `view` until the take answers. */
   returning: number;
   /** Units used here and not yet written. */
   debt: number;
   /** Debt on its way to the ledger (in a take not yet answered). */
   inflight: number;
-  /** Units to give back to the buckets they were charged in (bucket -> units). */
+  /** Units to give back to the buckets they were charged in (bucket -> units): counted in `view` until written. */
   returns: Map<number, number>;
   syncedAt: number;
   chain: Promise<unknown>;
@@ -114,7 +115,8 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     dim === 'cost' ? r9(limitOf(b, 'cost') * share) : Math.max(1, Math.ceil(limitOf(b, dim) * share));
   const leaseSize = (b: Budget | undefined) => leaseOf(b, 'calls');
   const enforcing = (b: Budget | undefined) => !!b && b.mode !== 'audit';
-  const newDim = (): DimState => ({
+  const newDim = (dim: LedgerDimension): DimState => ({
+    dim,
     view: 0,
     lease: 0,
     leaseBucket: 0,
@@ -128,12 +130,23 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   const stateOf = (agent: string): AgentState => {
     let st = agents.get(agent);
     if (!st) {
-      st = { calls: newDim(), tokens: newDim(), cost: newDim(), touched: clock() };
+      st = { calls: newDim('calls'), tokens: newDim('tokens'), cost: newDim('cost'), touched: clock() };
       agents.set(agent, st);
     }
     return st;
   };
-  const used = (d: DimState) => Math.max(0, d.view - d.lease - d.returning + d.debt + d.inflight);
+  /**
+   * Whether units charged to `bucket` are in the view: its bucket was in the window when it was
+   * read (the ledger drops a give-back that has slid out, and so must the meter).
+   */
+  const inView = (d: DimState, bucket: number) => Number.isFinite(d.syncedAt) && bucket >= bucketOf(d.dim, d.syncedAt) - LEDGER_WINDOWS[d.dim].buckets;
+  /** Units in `returns` that the view still counts. */
+  const returned = (d: DimState) => {
+    let n = 0;
+    for (const [bucket, units] of d.returns) if (inView(d, bucket)) n += units;
+    return n;
+  };
+  const used = (d: DimState) => Math.max(0, d.view - d.lease - d.returning - returned(d) + d.debt + d.inflight);
   /** Calls allowed here beyond the lease and not yet in the ledger: capped at one lease size. */
   const unwritten = (d: DimState) => d.debt + d.inflight;
   const usageOf = (st: AgentState): BudgetUsage => ({ callsLastHour: used(st.calls), tokensLastHour: used(st.tokens), costUsdLastDay: used(st.cost) });
@@ -165,14 +178,17 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     if (d.lease > 0 && (d.leaseBucket !== b || (dim === 'calls' && limit === 0) || idle)) {
       aged = { bucket: d.leaseBucket, n: d.lease };
       giveBack.push(aged);
-      d.returning += aged.n;
       d.lease = 0;
     }
+    // What goes back counts as free while the take runs (the view still counts it): a decision
+    // in that moment must not read the window fuller than it is.
+    const back = giveBack.reduce((n, g) => (inView(d, g.bucket) ? n + g.n : n), 0);
+    d.returning += back;
     const want = ask?.want ?? (dim === 'calls' && limit > 0 ? Math.max(0, leaseSize(budget) - d.lease) : 0);
     try {
       const r = await o.ledger.take({ agent, dim, now, add, giveBack, want, limit, atLeast: ask?.atLeast });
       d.inflight -= add;
-      if (aged) d.returning -= aged.n;
+      d.returning -= back;
       if (r.granted > 0) {
         // Any lease still held is of bucket `b`: older ones were given back above.
         d.lease += r.granted;
@@ -184,7 +200,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     } catch (e) {
       d.inflight -= add;
       d.debt += add;
-      if (aged) d.returning -= aged.n;
+      d.returning -= back;
       for (const g of giveBack) if (g !== aged) d.returns.set(g.bucket, (d.returns.get(g.bucket) ?? 0) + g.n);
       if (aged) {
         d.lease += aged.n;
