@@ -138,14 +138,14 @@ describe('shared budget ledger (PGlite)', () => {
     now = T0 + 30_000;
     m.giveBack('settle', 'tokens', 600, bucketOf('tokens', T0 + 29_800));
     // Before the background loop writes them (they were read as used, and decisions refused).
-    expect(m.usage('settle').tokensLastHour).toBe(400);
+    expect(m.usage('settle', now).tokensLastHour).toBe(400);
     expect(m.check('settle', budgets.settle, now)).toBeUndefined();
     await m.flush();
     expect(await ledger.read('settle', 'tokens', now)).toBe(400);
-    expect(m.usage('settle').tokensLastHour).toBe(400);
+    expect(m.usage('settle', now).tokensLastHour).toBe(400);
     // A give-back to a bucket that has slid out of the window frees nothing (the ledger drops it too).
     m.giveBack('settle', 'tokens', 300, bucketOf('tokens', now - 2 * HOUR_MS));
-    expect(m.usage('settle').tokensLastHour).toBe(400);
+    expect(m.usage('settle', now).tokensLastHour).toBe(400);
     await m.close();
   });
 

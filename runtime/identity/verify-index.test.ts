@@ -7,19 +7,17 @@
  * Over real sockets; PGlite always, PostgreSQL when TEST_DATABASE_URL is set.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import postgres from 'postgres';
 import { sql } from 'drizzle-orm';
 import { VP_AUDIENCE } from '../lib/brand.js';
 import { setLogLevel } from '../lib/log.js';
 import type { Store } from '../store/factory.js';
-import { openTestPostgres, TEST_DATABASE_URL, testBackends, testSchema } from '../store/testing.js';
+import { TEST_DATABASE_URL, testBackends } from '../store/testing.js';
 import { presentationFor, type AgentIdentity } from './client.js';
+import { authorityPair, withListenersKilled, type Authority, type AuthorityPair } from './replicas-testing.js';
 import { startIdentityAuthority } from './server.js';
 import { makeAgent, makeIssuer } from './testkit.js';
 import { checkPresentation } from './vc.js';
 import { eventually } from '../lib/poll-testing.js';
-
-type Authority = Awaited<ReturnType<typeof startIdentityAuthority>>;
 
 function api(a: Authority) {
   const base = `http://127.0.0.1:${a.port}`;
@@ -133,35 +131,19 @@ describe('Membership VC cache (pure)', () => {
 });
 
 describe.skipIf(!TEST_DATABASE_URL)('two identity authorities on one PostgreSQL schema', () => {
-  let schema: string;
-  let sa: Store;
-  let sb: Store;
-  let a: Authority;
-  let bb: Authority;
+  let pair: AuthorityPair;
   beforeAll(async () => {
-    schema = testSchema();
-    sa = await openTestPostgres({ schema });
-    sb = await openTestPostgres({ schema, keepSchema: true });
-    const env = { IDP_ISSUER_HOST: 'idp.replicas.test' };
-    a = await startIdentityAuthority({ store: sa, env, addr: '127.0.0.1:0' });
-    bb = await startIdentityAuthority({ store: sb, env, addr: '127.0.0.1:0' });
-    await Promise.all([a.authority.whenReady(), bb.authority.whenReady()]);
-    await eventually(() => current(a) && current(bb), 'both verify indexes to be current', 5000);
+    pair = await authorityPair({ IDP_ISSUER_HOST: 'idp.replicas.test' }, current, 'both verify indexes to be current');
   }, 30_000);
-  afterAll(async () => {
-    await bb?.close();
-    await a?.close();
-    await sb?.close();
-    await sa?.close();
-  });
+  afterAll(async () => pair?.close());
 
   it('a provision, revoke or re-provision on one replica holds on the other when it answers', async () => {
-    const ca = api(a);
-    const cb = api(bb);
+    const ca = api(pair.a);
+    const cb = api(pair.b);
     const id = await ca.provision('rep-1');
     const vp = await presentationFor(id);
     expect((await cb.verify(vp)).ok).toBe(true);
-    expect(current(bb)).toBe(true);
+    expect(current(pair.b)).toBe(true);
     expect((await ca.post('/v1/revoke', { vcJti: id.membershipJti })).status).toBe(200);
     expect((await ca.verify(vp)).ok).toBe(false);
     expect((await cb.verify(vp)).ok).toBe(false);
@@ -174,26 +156,22 @@ describe.skipIf(!TEST_DATABASE_URL)('two identity authorities on one PostgreSQL 
   });
 
   it('with the LISTEN connections killed, both fall back to the store (fail closed), then recover', async () => {
-    const ca = api(a);
-    const cb = api(bb);
+    const ca = api(pair.a);
+    const cb = api(pair.b);
     const id = await ca.provision('rep-loss');
     const vp = await presentationFor(id);
-    await eventually(async () => (await cb.verify(vp)).ok && current(bb), 'replica b to accept the VP, current', 1500);
-    const admin = postgres(TEST_DATABASE_URL!, { max: 1, onnotice: () => {} });
-    try {
-      const killed = await admin`select pg_terminate_backend(pid) from pg_stat_activity where query ilike ${`listen%identity_changes_${schema}%`}`;
-      expect(killed.length).toBeGreaterThanOrEqual(1);
-      // Written while nobody listens: no notification reaches either replica.
-      await admin.unsafe(`insert into "${schema}".identity_revocations (jti, tenant_id, list, revoked_at) values ($1, 'default', 'default', now())`, [
+    await eventually(async () => (await cb.verify(vp)).ok && current(pair.b), 'replica b to accept the VP, current', 1500);
+    // Written while nobody listens: no notification reaches either replica.
+    const killed = await withListenersKilled(pair.schema, (admin) =>
+      admin.unsafe(`insert into "${pair.schema}".identity_revocations (jti, tenant_id, list, revoked_at) values ($1, 'default', 'default', now())`, [
         id.membershipJti,
-      ]);
-    } finally {
-      await admin.end();
-    }
+      ]),
+    );
+    expect(killed).toBeGreaterThanOrEqual(1);
     await eventually(async () => !(await cb.verify(vp)).ok && !(await ca.verify(vp)).ok, 'both replicas to refuse the VP', 2000);
     expect(await cb.verify(vp)).toMatchObject({ ok: false, reason: 'membership credential revoked' });
     // LISTEN comes back (reconnected or re-subscribed), the views reload and are current again.
-    await eventually(() => current(a) && current(bb), 'both verify indexes current again', 15_000);
+    await eventually(() => current(pair.a) && current(pair.b), 'both verify indexes current again', 15_000);
     expect((await cb.verify(vp)).ok).toBe(false);
   }, 30_000);
 });

@@ -5,14 +5,13 @@
  * Over real sockets; PGlite always, PostgreSQL when TEST_DATABASE_URL is set.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import postgres from 'postgres';
 import { setLogLevel } from '../../../lib/log.js';
 import type { Store } from '../../../store/factory.js';
-import { openTestPostgres, TEST_DATABASE_URL, testBackends, testSchema } from '../../../store/testing.js';
+import { TEST_DATABASE_URL, testBackends } from '../../../store/testing.js';
 import { startIdentityAuthority } from '../../server.js';
+import { authorityPair, withListenersKilled, type Authority, type AuthorityPair } from '../../replicas-testing.js';
 import { eventually } from '../../../lib/poll-testing.js';
 
-type Authority = Awaited<ReturnType<typeof startIdentityAuthority>>;
 const env = { IDP_ISSUER_HOST: 'idp.keys.test', IDP_API_KEY_PEPPER: 'hex:' + 'ab'.repeat(32) };
 
 function api(a: Authority) {
@@ -64,30 +63,15 @@ describe.each(testBackends())('API-key cache on $name', (b) => {
 });
 
 describe.skipIf(!TEST_DATABASE_URL)('API keys on two identity authorities on one PostgreSQL schema', () => {
-  let schema: string;
-  let sa: Store;
-  let sb: Store;
-  let a: Authority;
-  let bb: Authority;
+  let pair: AuthorityPair;
   beforeAll(async () => {
-    schema = testSchema();
-    sa = await openTestPostgres({ schema });
-    sb = await openTestPostgres({ schema, keepSchema: true });
-    a = await startIdentityAuthority({ store: sa, env, addr: '127.0.0.1:0' });
-    bb = await startIdentityAuthority({ store: sb, env, addr: '127.0.0.1:0' });
-    await Promise.all([a.authority.whenReady(), bb.authority.whenReady()]);
-    await eventually(() => live(a) && live(bb), "both replicas' key caches to go live", 5000);
+    pair = await authorityPair(env, live, "both replicas' key caches to go live");
   }, 30_000);
-  afterAll(async () => {
-    await bb?.close();
-    await a?.close();
-    await sb?.close();
-    await sa?.close();
-  });
+  afterAll(async () => pair?.close());
 
   it('a rotate or revoke on one replica is refused by the other at once', async () => {
-    const ca = api(a);
-    const cb = api(bb);
+    const ca = api(pair.a);
+    const cb = api(pair.b);
     for (let i = 0; i < 5; i++) {
       const k = await ca.create(`k${i}`);
       expect(await cb.verify(k.plaintext)).toBe('ok');
@@ -102,19 +86,13 @@ describe.skipIf(!TEST_DATABASE_URL)('API keys on two identity authorities on one
   });
 
   it('with the LISTEN connections killed, a revoke written meanwhile is refused within about a second', async () => {
-    const ca = api(a);
-    const cb = api(bb);
+    const ca = api(pair.a);
+    const cb = api(pair.b);
     const k = await ca.create('loss');
     expect(await cb.verify(k.plaintext)).toBe('ok');
-    const admin = postgres(TEST_DATABASE_URL!, { max: 1, onnotice: () => {} });
-    try {
-      await admin`select pg_terminate_backend(pid) from pg_stat_activity where query ilike ${`listen%identity_changes_${schema}%`}`;
-      await admin.unsafe(`update "${schema}".api_keys set status = 'revoked' where id = $1`, [k.key.id]);
-    } finally {
-      await admin.end();
-    }
+    await withListenersKilled(pair.schema, (admin) => admin.unsafe(`update "${pair.schema}".api_keys set status = 'revoked' where id = $1`, [k.key.id]));
     await eventually(async () => (await cb.verify(k.plaintext)) === 'key_revoked', 'the revocation on replica b', 2000);
-    await eventually(() => live(bb), "replica b's key cache to go live again", 15_000);
+    await eventually(() => live(pair.b), "replica b's key cache to go live again", 15_000);
     expect(await cb.verify(k.plaintext)).toBe('key_revoked');
   }, 30_000);
 });
