@@ -149,6 +149,25 @@ describe('shared budget ledger (PGlite)', () => {
     await m.close();
   });
 
+  it('a leased call undone after its bucket turned goes back to that bucket', async () => {
+    const ledger = createBudgetLedger(store);
+    const budgets: Record<string, Budget> = { undo: { callsPerHour: 100 } }; // a lease is 2 calls
+    let now = T0 + 29_900;
+    const m = createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => now, syncMs: 60_000 });
+    await m.refresh('undo'); // a lease of two, charged in this minute's bucket
+    expect(await ledger.read('undo', 'calls', now)).toBe(2);
+    const release = m.reserveCall('undo', now);
+    expect(m.usage('undo', now).callsLastHour).toBe(1);
+    // The minute turns while the call waits (a token reservation, the audit record): the background
+    // loop gives the rest of the lease back and takes a new one; then the call is undone.
+    now = T0 + 30_000;
+    await m.refresh('undo');
+    release();
+    expect(m.usage('undo', now).callsLastHour).toBe(0);
+    await m.close();
+    expect(await ledger.read('undo', 'calls', now)).toBe(0);
+  });
+
   it('audit mode counts past the ceiling and never refuses', async () => {
     const ledger = createBudgetLedger(store);
     const budgets: Record<string, Budget> = { aud: { callsPerHour: 3, mode: 'audit' } };

@@ -345,7 +345,10 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       return () => {
         if (released) return;
         released = true;
+        // A leased call goes back to the bucket its lease was charged in (the lease itself, unless
+        // that bucket has turned since); a call owed is owed no more.
         if (fromLease && d.leaseBucket === bucket) d.lease += 1;
+        else if (fromLease) d.returns.set(bucket, (d.returns.get(bucket) ?? 0) + 1);
         else d.debt -= 1;
       };
     },
