@@ -55,6 +55,8 @@ describe('model broker', () => {
   let gate = deferred();
   let hangArrived = deferred();
   let hangClosed = deferred();
+  /** The gated provider's response closed (the broker let go of it). */
+  let gatedClosed = deferred();
   const logged: string[] = [];
   const realWrite = process.stderr.write.bind(process.stderr);
 
@@ -121,6 +123,7 @@ describe('model broker', () => {
             return res.end('data: [DONE]\n\n');
           case 'provider-gated':
             sse();
+            res.on('close', () => gatedClosed.resolve());
             res.write(chunk({ role: 'assistant', content: 'first' }));
             void gate.promise.then(() => {
               res.write(chunk({ content: ' second' }, 'stop'));
@@ -267,6 +270,22 @@ describe('model broker', () => {
       if (parts.length === 1) gate.resolve(); // the upstream holds chunk 2 until the client has chunk 1
     }
     expect(parts.join('')).toBe('first second');
+  });
+
+  it('stops the provider when the client leaves a stream midway, and charges what went by', async () => {
+    gate = deferred();
+    gatedClosed = deferred();
+    const before = used();
+    const stream = await client.chat.completions.create({ model: 'gpt-gated', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    // The client reads the first chunk and leaves (the SDK aborts its request); chunk 2 never comes.
+    for await (const c of stream) {
+      expect(c.choices[0]?.delta.content).toBe('first');
+      break;
+    }
+    await gatedClosed.promise;
+    // 'hi' -> 1 prompt token, 'first' -> at least 1 completion token, as estimated.
+    await eventually(() => used().tokensLastHour >= before.tokensLastHour + 2, 'the cut stream charged as estimated');
+    gate.resolve();
   });
 
   it('lists the logical models', async () => {

@@ -17,7 +17,6 @@
  * what the budget still holds (at least one output token) and is cut there with a final SSE error.
  */
 import http from 'node:http';
-import { pipeline } from 'node:stream';
 import { Agent, type Dispatcher } from 'undici';
 import { envName, H } from '../lib/brand.js';
 import { int, optional, str, type Env } from '../lib/config.js';
@@ -48,7 +47,7 @@ import {
   upstreamUnreachable,
   type OpenAIError,
 } from './openai-error.js';
-import { outputTokensOf, sseTransform } from './sse.js';
+import { outputTokensOf, relay, sseTransform } from './sse.js';
 import { costUsd, estimateUsage, promptChars, usageOf, type TokenUsage } from './usage.js';
 import { createUsageReporter, type UsageDelivery, type UsageReporter } from './usage-reporter.js';
 
@@ -416,7 +415,7 @@ async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps
     t.once('cut', () => res.once('finish', () => up.body.destroy()));
     res.writeHead(200, { ...outHeaders, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
     res.flushHeaders();
-    pipeline(up.body, t, res, (err) => {
+    relay(up.body, t, res, (err) => {
       // Cut short (either side, or at the budget): estimate what the provider did not get to report
       // (output counted as the cut counts it: at least one token per text chunk).
       const e = estimateUsage(prompt(), 0);

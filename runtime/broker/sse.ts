@@ -8,7 +8,7 @@
  * it asked for.
  */
 import { StringDecoder } from 'node:string_decoder';
-import { Transform, type TransformCallback } from 'node:stream';
+import { Transform, type Readable, type TransformCallback, type Writable } from 'node:stream';
 import { CHARS_PER_TOKEN, chunkTextChars, usageOf, type TokenUsage } from './usage.js';
 
 export interface SseScanState {
@@ -144,4 +144,29 @@ export function sseTransform(opts: ScanOptions): Transform & { scan: SseScanStat
     },
   });
   return Object.assign(t, { scan: scanner.state });
+}
+
+/**
+ * Relays `src` through `t` to `res` as `stream.pipeline` does: with backpressure; an error on any
+ * of them, or `res` closing before it finished (the client went away), destroys the others (the
+ * provider's stream with them); `done` once, when `res` has finished or the relay broke, with the
+ * error then. Without what pipeline costs every call: an AbortController aborted at the end (a
+ * DOMException, its stack captured) and an error made for each stream still open then (the
+ * provider's, which ends after the client's side): ~70 µs a streamed completion, measured alone.
+ */
+export function relay(src: Readable, t: Transform, res: Writable, done: (err?: Error) => void): void {
+  let over = false;
+  const end = (err?: Error) => {
+    if (over) return;
+    over = true;
+    if (err) for (const s of [src, t, res]) if (!s.destroyed) s.destroy(err);
+    done(err);
+  };
+  // The listeners stay: a stream destroyed later (the cut provider's) may still emit an error.
+  for (const s of [src, t, res]) s.on('error', end);
+  res.on('finish', () => end());
+  res.on('close', () => {
+    if (!res.writableFinished) end(Object.assign(new Error('the client closed the stream'), { code: 'ERR_STREAM_PREMATURE_CLOSE' }));
+  });
+  src.pipe(t).pipe(res);
 }
