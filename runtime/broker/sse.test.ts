@@ -1,7 +1,12 @@
-/** The SSE scanner: any split of the upstream bytes gives the same events, usage picked up, usage chunk stripped on request. */
+/**
+ * The SSE scanner: any split of the upstream bytes gives the same events, usage picked up, usage
+ * chunk stripped on request. The relay: done once, the rest destroyed when a side breaks.
+ */
+import { once } from 'node:events';
+import { Readable, Writable } from 'node:stream';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { createSseScanner, eventData } from './sse.js';
+import { createSseScanner, eventData, relay, sseTransform } from './sse.js';
 
 const ev = (o: unknown) => `data: ${JSON.stringify(o)}`;
 const STREAM = [
@@ -60,5 +65,51 @@ describe('SSE scanner', () => {
     expect(r.out).toBe(`${withChoices}\n\ndata: [DONE]`);
     expect(r.state.usage?.totalTokens).toBe(2);
     expect(eventData('event: x\ndata: a\ndata: b')).toBe('a\nb');
+  });
+});
+
+describe('relay', () => {
+  const upstream = () => Readable.from(STREAM.map((e) => Buffer.from(`${e}\n\n`)));
+  const sink = () => {
+    const got: Buffer[] = [];
+    const w = new Writable({ write: (c: Buffer, _e, cb) => (got.push(c), cb()) });
+    return { w, text: () => Buffer.concat(got).toString('utf8') };
+  };
+  const relayed = (src: Readable, res: Writable) =>
+    new Promise<{ err?: Error; calls: number }>((resolve) => {
+      let calls = 0;
+      relay(src, sseTransform({ stripUsageChunk: true }), res, (err) => {
+        calls++;
+        setTimeout(() => resolve({ err, calls }), 20);
+      });
+    });
+
+  it('relays every event and calls back once, without an error', async () => {
+    const out = sink();
+    expect(await relayed(upstream(), out.w)).toEqual({ err: undefined, calls: 1 });
+    expect(out.text()).toContain('llo');
+    expect(out.text()).toContain('[DONE]');
+  });
+
+  it('a client already gone: the provider stream is destroyed and the callback has the error', async () => {
+    const src = upstream();
+    const out = sink();
+    out.w.destroy();
+    await once(out.w, 'close'); // its close went by before the relay began
+    const r = await relayed(src, out.w);
+    expect(r.calls).toBe(1);
+    expect(r.err).toMatchObject({ code: 'ERR_STREAM_PREMATURE_CLOSE' });
+    expect(src.destroyed).toBe(true);
+  });
+
+  it('a provider that fails midway: the client side is destroyed and the callback has its error', async () => {
+    const src = new Readable({ read() {} });
+    const out = sink();
+    const p = relayed(src, out.w);
+    src.push(Buffer.from(`${STREAM[0]}\n\n`));
+    setTimeout(() => src.destroy(new Error('provider reset')), 5);
+    const r = await p;
+    expect(r).toMatchObject({ calls: 1, err: { message: 'provider reset' } });
+    expect(out.w.destroyed).toBe(true);
   });
 });

@@ -164,9 +164,10 @@ export function relay(src: Readable, t: Transform, res: Writable, done: (err?: E
   };
   // The listeners stay: a stream destroyed later (the cut provider's) may still emit an error.
   for (const s of [src, t, res]) s.on('error', end);
+  const gone = () => end(Object.assign(new Error('the client closed the stream'), { code: 'ERR_STREAM_PREMATURE_CLOSE' }));
   res.on('finish', () => end());
-  res.on('close', () => {
-    if (!res.writableFinished) end(Object.assign(new Error('the client closed the stream'), { code: 'ERR_STREAM_PREMATURE_CLOSE' }));
-  });
+  res.on('close', () => res.writableFinished || gone());
+  // Already gone (its close went by before the relay began): writing to it would stall, not fail.
+  if (res.destroyed) return gone();
   src.pipe(t).pipe(res);
 }
