@@ -87,7 +87,7 @@ async function openPostgres(opts: StoreOptions): Promise<Store> {
   if (!opts.url) throw new Error('postgres backend needs a database URL');
   const connection: Record<string, string> = { application_name: 'writ' };
   if (opts.schema) {
-    const admin = postgres(opts.url, { max: 1, onnotice: () => {} });
+    const admin = postgres(opts.url, { max: 1, onnotice: () => {}, fetch_types: false });
     try {
       // `create schema if not exists` races between concurrent starters (unique violation on
       // pg_namespace); the same advisory lock as the migrations serializes it.
@@ -107,6 +107,10 @@ async function openPostgres(opts: StoreOptions): Promise<Store> {
     connect_timeout: Math.max(1, Math.ceil(queryMs / 2000)),
     // Reconnect soon after the database is back (the default backoff grows to 20 s).
     backoff: (n: number) => Math.min(0.05 * 2 ** n, 1),
+    // No array-type catalog query on each new connection: postgres.js drops its promise, so a
+    // connection lost while it runs ends the process (porsager/postgres#1192). No column or
+    // parameter here is an array.
+    fetch_types: false,
   };
   const sql = postgres(opts.url, { ...options, max: opts.poolSize ?? 10 });
   const client = guardedClient(sql, { queryMs: queryMs + 1000, txMs: opts.transactionTimeoutMs ?? DEFAULT_TRANSACTION_TIMEOUT_MS });

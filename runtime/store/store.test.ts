@@ -3,6 +3,7 @@ import { sql } from 'drizzle-orm';
 import postgres from 'postgres';
 import { migrate } from './migrate.js';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openStore, rowsOf } from './factory.js';
@@ -75,6 +76,95 @@ describe.skipIf(!TEST_DATABASE_URL)('store on postgres: concurrent start', () =>
     } finally {
       await admin.end();
       await store.close();
+    }
+  });
+});
+
+/**
+ * A TCP relay to PostgreSQL that, once armed, cuts the next connection it accepts as soon as the
+ * client sends its first message after the startup packet (before forwarding it), and stops
+ * listening then (a database going down: new connections are refused) until `reopen()`.
+ */
+async function cuttingRelay(target: URL) {
+  let armed = false;
+  let cuts = 0;
+  const socks = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = connect(Number(target.port || 5432), target.hostname);
+    socks.add(client).add(upstream);
+    const cut = armed;
+    armed = false;
+    let head = Buffer.alloc(0); // what a cut connection sent so far
+    let forwarded = false;
+    client.on('data', (chunk: Buffer) => {
+      if (!cut) return void upstream.write(chunk);
+      head = Buffer.concat([head, chunk]);
+      const len = head.length >= 4 ? head.readInt32BE(0) : Infinity;
+      if (!forwarded && head.length >= len) {
+        forwarded = true;
+        upstream.write(head.subarray(0, len));
+      }
+      if (head.length > len) {
+        cuts++;
+        server.close();
+        client.destroy();
+        upstream.destroy();
+      }
+    });
+    upstream.on('data', (d) => client.write(d));
+    for (const [a, b] of [
+      [client, upstream],
+      [upstream, client],
+    ] as const) {
+      a.on('error', () => b.destroy());
+      a.on('close', () => b.destroy());
+    }
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as { port: number }).port;
+  const url = new URL(target);
+  url.host = `127.0.0.1:${port}`;
+  return {
+    url: url.toString(),
+    arm: () => void (armed = true),
+    cuts: () => cuts,
+    reopen: () => new Promise<void>((r) => server.listen(port, '127.0.0.1', r)),
+    close: async () => {
+      for (const s of socks) s.destroy();
+      await new Promise((r) => server.close(r));
+    },
+  };
+}
+
+describe.skipIf(!TEST_DATABASE_URL)('store on postgres: a connection lost right after it opens, the database then down', () => {
+  it('fails the query it carried, and nothing else: no unhandled rejection that would end the process', async () => {
+    // postgres.js (fetch_types on) sends a catalog query as the first statement of each new
+    // connection and drops that query's promise. Lost there, the connection retries; refused,
+    // the catalog query's rejection was unhandled, which ends a Node process
+    // (porsager/postgres#1192; seen in CI when a test restarted its PostgreSQL).
+    const relay = await cuttingRelay(new URL(TEST_DATABASE_URL!));
+    const schema = testSchema();
+    const unhandled: unknown[] = [];
+    const onUnhandled = (e: unknown) => unhandled.push(e);
+    process.on('unhandledRejection', onUnhandled);
+    const store = await openStore({ url: relay.url, schema });
+    try {
+      relay.arm();
+      // Ten at once: the pool opens new connections, the first of which is cut.
+      const got = await Promise.allSettled([...Array(10).keys()].map(() => store.db.execute(sql`select pg_sleep(0.05)`)));
+      await new Promise((r) => setTimeout(r, 200));
+      expect(unhandled).toEqual([]);
+      expect(relay.cuts()).toBe(1);
+      expect(got.filter((r) => r.status === 'rejected').length).toBeGreaterThanOrEqual(1);
+      for (const r of got)
+        if (r.status === 'rejected') expect(r.reason).toMatchObject({ cause: { code: expect.stringMatching(/^(CONNECTION_CLOSED|ECONNREFUSED)$/) } });
+      await relay.reopen();
+      expect(await rowsOf<{ n: number }>(store.db, sql`select 1::int as n`)).toEqual([{ n: 1 }]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+      await store.exec(`drop schema "${schema}" cascade`);
+      await store.close();
+      await relay.close();
     }
   });
 });
