@@ -77,6 +77,12 @@ describe('model broker', () => {
       ],
     });
   const used = () => cp.plane.budget.usage('bot', Date.now());
+  /** bot's usage once every report of earlier calls has landed (they go out after each reply). */
+  const usedBefore = async () => {
+    await new Promise((r) => setImmediate(r));
+    await broker.usage.flush();
+    return used();
+  };
   const agentClient = (actor: string | undefined, opts: { baseURL?: string } = {}) =>
     new OpenAI({ apiKey: CALLER_KEY, baseURL: opts.baseURL ?? `${base}/v1`, maxRetries: 0, defaultHeaders: actor ? { [H.actor]: actor } : {} });
   const post = (body: string | Buffer, headers: Record<string, string> = { [H.actor]: 'bot' }) =>
@@ -210,7 +216,7 @@ describe('model broker', () => {
   });
 
   it('completes (non-streaming) with the broker key, maps the model, and lands usage and cost', async () => {
-    const before = used();
+    const before = await usedBefore();
     const n = seen.length;
     const r = await client.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
     expect(r.data.choices[0]?.message.content).toBe('hello');
@@ -233,7 +239,7 @@ describe('model broker', () => {
   });
 
   it('streams, strips the usage chunk the client did not ask for, and still lands usage', async () => {
-    const before = used();
+    const before = await usedBefore();
     const n = seen.length;
     const stream = await client.chat.completions.create({ model: 'gpt-mini', stream: true, messages: [{ role: 'user', content: 'hi' }] });
     let text = '';
@@ -275,7 +281,7 @@ describe('model broker', () => {
   it('stops the provider when the client leaves a stream midway, and charges what went by', async () => {
     gate = deferred();
     gatedClosed = deferred();
-    const before = used();
+    const before = await usedBefore();
     const stream = await client.chat.completions.create({ model: 'gpt-gated', stream: true, messages: [{ role: 'user', content: 'hi' }] });
     // The client reads the first chunk and leaves (the SDK aborts its request); chunk 2 never comes.
     for await (const c of stream) {
@@ -336,7 +342,7 @@ describe('model broker', () => {
   it('passes task headers to the decision: regulated model needs an approved delegation (401 + needs-approval)', async () => {
     const ask = (headers: Record<string, string>) =>
       client.chat.completions.create({ model: 'gpt-regulated', messages: [{ role: 'user', content: 'hi' }] }, { headers }).then(unexpected, asApiError);
-    const before = used();
+    const before = await usedBefore();
     const noTask = await ask({});
     expect(noTask.status).toBe(403);
     expect(noTask.message).toMatch(/needs task, action and resource/);
@@ -417,7 +423,7 @@ describe('model broker', () => {
   it('aborts the upstream call when the client goes away', async () => {
     hangArrived = deferred();
     hangClosed = deferred();
-    const before = used();
+    const before = await usedBefore();
     const ac = new AbortController();
     const p = client.chat.completions
       .create({ model: 'gpt-hang', messages: [{ role: 'user', content: 'hi' }] }, { signal: ac.signal })
@@ -431,7 +437,7 @@ describe('model broker', () => {
   });
 
   it('charges an estimate when the upstream stream is cut short', async () => {
-    const before = used();
+    const before = await usedBefore();
     const stream = await client.chat.completions.create({ model: 'gpt-cut', stream: true, messages: [{ role: 'user', content: 'abcdefgh' }] });
     const e = await (async () => {
       for await (const _c of stream) void _c;
