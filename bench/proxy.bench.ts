@@ -9,9 +9,10 @@
  * Processes: this one drives the load; `--upstream` serves the HTTP and TLS upstreams; `--writ`
  * runs the real control plane + egress gateway on in-memory PGlite (audit chain shipped to it).
  * Writ does the whole decision per request (and per tunnel): VP verification through the
- * production HTTP identity client (identity-client.ts, AGENT_IDP_URL) and its VP cache against an
- * identity authority on its own loopback listener (as `npm start` runs it), registry match,
- * egressAllow, budget, audit append, metrics. The main rows keep the audit chain in memory; the
+ * production identity client (identity-client.ts, AGENT_IDP_URL) and its VP cache, against an
+ * identity authority in the same process that verifies in process as `npm start` has it (the
+ * `fresh VP, verify HTTP` row: over its loopback listener, as a cluster's separate control plane
+ * does), registry match, egressAllow, budget, audit append, metrics. The main rows keep the audit chain in memory; the
  * last row ships it to the store as production does (PGlite here). squid (Debian package) runs from a
  * generated allow-all config in a temp dir: no cache, no access log, one worker.
  *
@@ -81,7 +82,9 @@ async function serveWrit(): Promise<void> {
   const up = JSON.parse(process.argv[3] ?? '{}') as UpstreamPorts;
   // memory: audit chain in memory; durable: shipped to the store (in-memory PGlite); postgres:
   // shipped to PostgreSQL (BENCH_DATABASE_URL or TEST_DATABASE_URL, a schema of its own, dropped after).
-  const mode = process.argv[4] ?? 'memory';
+  // A `:http` suffix verifies presentations over HTTP (a control plane of its own, as in a cluster)
+  // instead of in process (the all-in-one, `npm start`).
+  const [mode = 'memory', verify] = (process.argv[4] ?? 'memory').split(':');
   // The build this process runs: a base build to compare with (argv[5]), or the code under test.
   const { from } = process.argv[5] ? codeUnderTest(process.argv[5]) : code;
   const durable = mode !== 'memory';
@@ -95,14 +98,17 @@ async function serveWrit(): Promise<void> {
   setLogLevel('warn');
   const store =
     mode === 'postgres' ? await openStore({ backend: 'postgres', url: PG_URL, schema: pgSchema, poolSize: 4 }) : await openStore({ backend: 'memory' });
-  // As in production (and `npm start`): the identity authority on its own listener, the control
-  // plane reaching it through AGENT_IDP_URL with the real HTTP client and its VP cache.
+  // As `npm start` runs it: the identity authority on its own listener, the control plane reaching
+  // it through AGENT_IDP_URL with the real HTTP client and its VP cache, presentations verified in
+  // process (main.ts); with `:http` (or a build without localVerifier) over HTTP too.
   const idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.bench' }, addr: '127.0.0.1:0' });
   const authority = idp.authority;
   const { vp, identity } = await provisionAgent(authority, 'bot');
+  const { localVerifier } = (await import(from('identity/fast-verify'))) as Partial<typeof import('../runtime/identity/fast-verify.js')>;
   const run = await startControlPlaneWithEgress({
     store,
     env: { AGENT_IDP_URL: `http://127.0.0.1:${idp.port}` },
+    ...(verify !== 'http' && localVerifier ? { verifyPresentationLocally: localVerifier(authority) } : {}),
     decisionAddr: '127.0.0.1:0',
     mgmtAddr: '127.0.0.1:0',
     proxyAddr: '127.0.0.1:0',
@@ -489,6 +495,14 @@ async function drive(): Promise<void> {
     await contest('plain HTTP req/s', 1.0, pair, cached);
     if (ONLY !== 'plain') {
       await contest('plain, fresh VP', 0.5, pair, fresh);
+      // A cluster's control plane asks its identity authority over the network: the same row with
+      // verification over (loopback) HTTP.
+      const split = await start('memory:http');
+      try {
+        await contest('fresh VP, verify HTTP', 0, split, fresh);
+      } finally {
+        await stopPair(split);
+      }
       const w = pair.this;
       const auth = `Bearer ${w.msg.vp}`;
       const conn = await interleaved(
@@ -518,7 +532,7 @@ async function drive(): Promise<void> {
       `proxy bench: ${CONNECTIONS} connections, ${SECONDS} s per run after ${WARMUP} s warm-up, ${code.label}` +
         (BASE_DIST ? `, base build ${BASE_DIST} interleaved` : '') +
         '; writ runs the full decision on every request and tunnel ' +
-        '(VP verify through the HTTP identity client and its VP cache, registry, egressAllow, budget, hash-chained audit, metrics); audit in memory unless noted' +
+        '(VP verify through the identity client and its VP cache, in process as npm start does unless noted, registry, egressAllow, budget, hash-chained audit, metrics); audit in memory unless noted' +
         (PG_URL ? '' : '; set TEST_DATABASE_URL for the audit->PostgreSQL row'),
     );
     for (const r of rows) {

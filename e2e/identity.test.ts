@@ -4,11 +4,14 @@
  * `vc` identity mode. Provision an agent -> VP -> /authz egress allowed -> revoke its Membership
  * VC -> denied within a second. Regulated target: 401 needs-approval -> request and approve a
  * delegation -> 200 with delegationId/delegationExp in the audit row -> revoke the delegation VC
- * -> denied. Runs on PGlite in memory, and on PostgreSQL too when TEST_DATABASE_URL is set.
+ * -> denied. Runs on PGlite in memory, and on PostgreSQL too when TEST_DATABASE_URL is set; and
+ * with presentations verified over HTTP (a control plane of its own) and in process (the
+ * all-in-one's `localVerifier`, every other identity call still over HTTP).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../runtime/lib/brand.js';
 import { startControlPlane, type RunningControlPlane } from '../runtime/control-plane/server.js';
+import { localVerifier } from '../runtime/identity/fast-verify.js';
 import { startIdentityAuthority } from '../runtime/identity/server.js';
 import { presentationFor, type AgentIdentity } from '../runtime/identity/client.js';
 import type { AuditRecord } from '../runtime/control-plane/types.js';
@@ -29,7 +32,12 @@ async function until(probe: () => Promise<number>, whileStatus: number, ms: numb
   return { status, elapsed: Date.now() - t0 };
 }
 
-describe.each(testBackends())('identity end to end on $name', (b) => {
+const cases = testBackends().flatMap((b) => [
+  { b, name: b.name, verify: 'over HTTP' },
+  { b, name: b.name, verify: 'in process' },
+]);
+
+describe.each(cases)('identity end to end on $name, presentations verified $verify', ({ b, verify }) => {
   let idpStore: Store;
   let cpStore: Store;
   let idp: Awaited<ReturnType<typeof startIdentityAuthority>>;
@@ -51,6 +59,7 @@ describe.each(testBackends())('identity end to end on $name', (b) => {
     cp = await startControlPlane({
       store: cpStore,
       env: { AGENT_IDP_URL: idpUrl, AGENT_IDENTITY_MODE: 'vc', AGENT_IDP_REVOCATION_POLL_MS: '200' },
+      ...(verify === 'in process' ? { verifyPresentationLocally: localVerifier(idp.authority) } : {}),
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',
     });

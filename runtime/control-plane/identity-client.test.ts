@@ -11,6 +11,7 @@ import { close, listen } from '../lib/http.js';
 import { openStore, type Store } from '../store/factory.js';
 import { createIdentityAuthority, type IdentityAuthority } from '../identity/server.js';
 import { presentationFor } from '../identity/client.js';
+import { localVerifier } from '../identity/fast-verify.js';
 import { provisionAgent, jtiOf } from './proxy/testkit.js';
 import { createIdentityClient, type IdentityClient } from './identity-client.js';
 
@@ -111,6 +112,59 @@ describe('identity client over HTTP', () => {
     expect(answer.reason).toMatch(/revoked/i);
     expect(c.cachedPresentation?.(vp)).toBeUndefined();
     expect(Date.now() - t0).toBeLessThan(1000);
+  });
+
+  it('verifies in process with localVerifier (the all-in-one): the answers HTTP gives, no request, cached and cut by revocation alike', async () => {
+    const { identity } = await provisionAgent(authority, 'local-bot');
+    const observed: string[] = [];
+    const local = client({ verifyLocally: localVerifier(authority), onCall: (op, _s, outcome) => observed.push(`${op}:${outcome}`) });
+    const remote = client();
+    await Promise.all([local.pollRevocations(), remote.pollRevocations()]);
+    const vp = await presentationFor(identity, { ttlSeconds: 600 });
+    const before = count('/v1/agents/verify-presentation');
+    const answer = await local.verifyPresentation(vp);
+    expect(answer).toMatchObject({ ok: true, agentName: 'local-bot', agentDid: identity.did });
+    expect(count('/v1/agents/verify-presentation')).toBe(before);
+    expect(observed).toContain('verify_presentation:ok');
+    expect(await remote.verifyPresentation(vp)).toEqual(answer);
+    expect(count('/v1/agents/verify-presentation')).toBe(before + 1);
+    expect(local.cachedPresentation?.(vp)).toEqual(answer);
+    // Refused alike: another audience, garbage, a VP past the route's size limit.
+    for (const [v, aud] of [
+      [vp, 'some-other-audience'],
+      ['not.a.jwt', undefined],
+      [`${vp}${'A'.repeat(70_000)}`, undefined],
+    ] as const) {
+      const [a, b] = [await local.verifyPresentation(v, aud), await remote.verifyPresentation(v, aud)];
+      expect([a.ok, b.ok]).toEqual([false, false]);
+      expect(a.reason).toMatch(/\S/);
+    }
+    expect(count('/v1/agents/verify-presentation')).toBe(before + 4);
+    expect(local.cacheSize()).toBe(1);
+    // A revocation cuts the cached answer (the watcher still polls over HTTP).
+    const r = await fetch(`${base}/v1/revoke`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ vcJti: jtiOf(identity.membershipVc) }),
+    });
+    expect(r.status).toBe(200);
+    const t0 = Date.now();
+    let after = await local.verifyPresentation(vp);
+    while (after.ok && Date.now() - t0 < 2000) {
+      await new Promise((res) => setTimeout(res, 20));
+      after = await local.verifyPresentation(vp);
+    }
+    expect(after).toMatchObject({ ok: false, reason: expect.stringMatching(/revoked/i) });
+  });
+
+  it('in process, an authority that is not ready (its issuer key still loading) fails closed', async () => {
+    const { identity } = await provisionAgent(authority, 'cold-bot');
+    const vp = await presentationFor(identity, { ttlSeconds: 600 });
+    const loading = { ...authority, ready: () => false };
+    const c = client({ verifyLocally: localVerifier(loading) });
+    await c.pollRevocations();
+    expect(await c.verifyPresentation(vp)).toMatchObject({ ok: false, reason: expect.stringMatching(/unreachable: identity authority not ready/) });
+    expect(c.cacheSize()).toBe(0);
   });
 
   it('checks delegations live, with id, credential and expiry', async () => {

@@ -1,7 +1,8 @@
 /**
  * The control plane's HTTP client of the identity authority (an IdentityPort).
  *
- * - `verifyPresentation` POSTs to /v1/agents/verify-presentation. Successful answers are cached
+ * - `verifyPresentation` POSTs to /v1/agents/verify-presentation (or, in the all-in-one, calls the
+ *   authority in process: `verifyLocally`). Successful answers are cached
  *   by SHA-256 of (audience, token) until the earlier of the presentation's expiry (the `exp` the
  *   authority reports: min of VP and Membership VC expiry) and a short revalidation interval.
  *   Concurrent verifications of the same token share one request.
@@ -44,6 +45,13 @@ export interface IdentityClientOptions {
   apiKey?: string;
   /** Observes each call (metrics): operation, seconds, outcome. */
   onCall?: (operation: string, seconds: number, outcome: 'ok' | 'error' | 'timeout' | 'http_error') => void;
+  /**
+   * Verifies a presentation in process, answering what `POST /v1/agents/verify-presentation`
+   * answers with 200 (the all-in-one, where the authority shares this process): the loopback
+   * request and its answer on both ends of this event loop are skipped. Cache, revocation and
+   * standing watchers and every other call are unchanged (over HTTP).
+   */
+  verifyLocally?: (vp: string, audience?: string) => Promise<unknown>;
 }
 
 /** Metric label of a call: its route, never its query. */
@@ -172,9 +180,24 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
 
   const cacheTrusted = () => pollMs > 0 && now() - lastPollOk <= staleMs;
 
+  /** The authority's answer to one verification: in process when `verifyLocally` is set, else over HTTP. */
+  async function verifyCall(vp: string, audience: string | undefined): Promise<{ status: number; json: unknown }> {
+    const local = opts.verifyLocally;
+    if (!local) return call('POST', '/v1/agents/verify-presentation', JSON.stringify(audience ? { vp, audience } : { vp }));
+    const t0 = performance.now();
+    try {
+      const json = await local(vp, audience);
+      opts.onCall?.('verify_presentation', (performance.now() - t0) / 1000, 'ok');
+      return { status: 200, json };
+    } catch (e) {
+      opts.onCall?.('verify_presentation', (performance.now() - t0) / 1000, 'error');
+      throw e;
+    }
+  }
+
   async function verifyRemote(vp: string, audience: string | undefined, key: string): Promise<PresentationAnswer> {
     try {
-      const { status, json } = await call('POST', '/v1/agents/verify-presentation', JSON.stringify(audience ? { vp, audience } : { vp }));
+      const { status, json } = await verifyCall(vp, audience);
       const b = (json ?? {}) as VerifyBody;
       if (status !== 200) {
         const err = (b as { error?: { message?: unknown } }).error;

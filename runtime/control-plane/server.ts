@@ -75,6 +75,12 @@ export interface ControlPlaneOptions {
   env?: Env;
   /** An identity authority client; overrides AGENT_IDP_URL (tests inject an in-process one). */
   identity?: IdentityPort;
+  /**
+   * The AGENT_IDP_URL client verifies presentations in process with this (the all-in-one, whose
+   * authority shares the process: identity/fast-verify.ts `localVerifier`); every other call and
+   * watcher stays HTTP.
+   */
+  verifyPresentationLocally?: IdentityClientOptions['verifyLocally'];
   /** Clock for budgets, audit and registry (epoch ms); default Date.now. */
   now?: () => number;
   /** Mounts more routes on the management app, e.g. `(app, p) => registerEgressRoutes(app, {...})`. */
@@ -102,12 +108,13 @@ export interface ControlPlane extends ControlPlaneParts {
 }
 
 /** The HTTP identity authority client when AGENT_IDP_URL is set. */
-function identityFromEnv(env: Env, onCall?: IdentityClientOptions['onCall']): IdentityPort | undefined {
+function identityFromEnv(env: Env, onCall?: IdentityClientOptions['onCall'], verifyLocally?: IdentityClientOptions['verifyLocally']): IdentityPort | undefined {
   const baseUrl = optional(env, 'AGENT_IDP_URL');
   if (!baseUrl) return undefined;
   return createIdentityClient({
     baseUrl,
     onCall,
+    verifyLocally,
     timeoutMs: int(env, 'AGENT_IDP_TIMEOUT_MS', 2000),
     revalidateMs: int(env, 'AGENT_IDP_VP_CACHE_MS', 30_000),
     pollMs: int(env, 'AGENT_IDP_REVOCATION_POLL_MS', 500),
@@ -128,7 +135,9 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const reservationTtlMs = int(env, 'BUDGET_RESERVATION_TTL_MS', 900_000);
   // Identity-authority calls are metered once the metrics exist (the client starts polling now).
   const identityCalls: { observe?: IdentityClientOptions['onCall'] } = {};
-  const ownIdentity = opts.identity ? undefined : identityFromEnv(env, (op, seconds, outcome) => identityCalls.observe?.(op, seconds, outcome));
+  const ownIdentity = opts.identity
+    ? undefined
+    : identityFromEnv(env, (op, seconds, outcome) => identityCalls.observe?.(op, seconds, outcome), opts.verifyPresentationLocally);
   const identity = opts.identity ?? ownIdentity;
   const opa: OpaClient | undefined = opaUrl ? createOpaClient({ url: opaUrl, timeoutMs: opaTimeout }) : undefined;
 

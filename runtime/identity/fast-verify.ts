@@ -13,7 +13,8 @@ import type http from 'node:http';
 import { BRAND } from '../lib/brand.js';
 import { withSpan } from '../lib/tracing.js';
 import { MAX_JWT_CHARS } from './jws.js';
-import { verifyPresentation } from './routes-agents.js';
+import { verifyPresentation, type VerifyAnswer } from './routes-agents.js';
+import { VerifyRequestSchema } from './schemas.js';
 import type { IdentityAuthority } from './server.js';
 
 const PATH = '/v1/agents/verify-presentation';
@@ -102,5 +103,23 @@ export function withFastVerify(authority: IdentityAuthority, fallback: http.Requ
         () => replay(req, res, body),
       );
     });
+  };
+}
+
+/**
+ * verify-presentation in process, for a control plane that shares this process (the all-in-one):
+ * the route's input check, the same `verifyPresentation` and span, without the loopback request
+ * and its answer. A request the route would refuse (400) is a rejected presentation; an authority
+ * not ready rejects (the caller fails closed, as on a 503).
+ */
+export function localVerifier(authority: IdentityAuthority): (vp: string, audience?: string) => Promise<VerifyAnswer> {
+  return async (vp, audience) => {
+    if (!authority.ready()) throw new Error('identity authority not ready');
+    const req = VerifyRequestSchema.safeParse(audience === undefined ? { vp } : { vp, audience });
+    if (!req.success) {
+      const reason = `invalid presentation request: ${req.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`;
+      return { ok: false, agentName: null, agentDid: null, reason, membershipJti: null, exp: null };
+    }
+    return withSpan('vp.verify', SPAN_ATTRS, () => verifyPresentation(authority.context, req.data.vp, req.data.audience));
   };
 }
