@@ -100,15 +100,16 @@ async function serveWrit(): Promise<void> {
     mode === 'postgres' ? await openStore({ backend: 'postgres', url: PG_URL, schema: pgSchema, poolSize: 4 }) : await openStore({ backend: 'memory' });
   // As `npm start` runs it: the identity authority on its own listener, the control plane reaching
   // it through AGENT_IDP_URL with the real HTTP client and its VP cache, presentations verified in
-  // process (main.ts); with `:http` (or a build without localVerifier) over HTTP too.
+  // process (main.ts); with `:http` (or a build without identity/in-process) over HTTP too.
   const idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.bench' }, addr: '127.0.0.1:0' });
   const authority = idp.authority;
   const { vp, identity } = await provisionAgent(authority, 'bot');
-  const { localVerifier } = (await import(from('identity/fast-verify'))) as Partial<typeof import('../runtime/identity/fast-verify.js')>;
+  // A build from before in-process identity calls has no identity/in-process: it verifies over HTTP.
+  const inProcess = (await import(from('identity/in-process')).catch(() => ({}))) as Partial<typeof import('../runtime/identity/in-process.js')>;
   const run = await startControlPlaneWithEgress({
     store,
     env: { AGENT_IDP_URL: `http://127.0.0.1:${idp.port}` },
-    ...(verify !== 'http' && localVerifier ? { verifyPresentationLocally: localVerifier(authority) } : {}),
+    ...(verify !== 'http' && inProcess.inProcessIdentity ? { localIdentity: inProcess.inProcessIdentity(authority) } : {}),
     decisionAddr: '127.0.0.1:0',
     mgmtAddr: '127.0.0.1:0',
     proxyAddr: '127.0.0.1:0',

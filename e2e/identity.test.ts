@@ -5,13 +5,13 @@
  * VC -> denied within a second. Regulated target: 401 needs-approval -> request and approve a
  * delegation -> 200 with delegationId/delegationExp in the audit row -> revoke the delegation VC
  * -> denied. Runs on PGlite in memory, and on PostgreSQL too when TEST_DATABASE_URL is set; and
- * with presentations verified over HTTP (a control plane of its own) and in process (the
- * all-in-one's `localVerifier`, every other identity call still over HTTP).
+ * with the per-request identity calls (verify-presentation, delegation check) over HTTP (a control
+ * plane of its own) and in process (the all-in-one's `inProcessIdentity`).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../runtime/lib/brand.js';
 import { startControlPlane, type RunningControlPlane } from '../runtime/control-plane/server.js';
-import { localVerifier } from '../runtime/identity/fast-verify.js';
+import { inProcessIdentity } from '../runtime/identity/in-process.js';
 import { startIdentityAuthority } from '../runtime/identity/server.js';
 import { presentationFor, type AgentIdentity } from '../runtime/identity/client.js';
 import type { AuditRecord } from '../runtime/control-plane/types.js';
@@ -37,7 +37,7 @@ const cases = testBackends().flatMap((b) => [
   { b, name: b.name, verify: 'in process' },
 ]);
 
-describe.each(cases)('identity end to end on $name, presentations verified $verify', ({ b, verify }) => {
+describe.each(cases)('identity end to end on $name, identity calls $verify', ({ b, verify }) => {
   let idpStore: Store;
   let cpStore: Store;
   let idp: Awaited<ReturnType<typeof startIdentityAuthority>>;
@@ -59,7 +59,7 @@ describe.each(cases)('identity end to end on $name, presentations verified $veri
     cp = await startControlPlane({
       store: cpStore,
       env: { AGENT_IDP_URL: idpUrl, AGENT_IDENTITY_MODE: 'vc', AGENT_IDP_REVOCATION_POLL_MS: '200' },
-      ...(verify === 'in process' ? { verifyPresentationLocally: localVerifier(idp.authority) } : {}),
+      ...(verify === 'in process' ? { localIdentity: inProcessIdentity(idp.authority) } : {}),
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',
     });

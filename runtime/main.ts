@@ -8,7 +8,7 @@
  *   forward proxy       EGRESS_PROXY_ADDR (:9092)        model broker   BROKER_ADDR (:8080)
  *
  * AGENT_IDP_URL defaults to this process's identity authority, which turns on the regulated
- * delegation check and the forward proxy; presentations are then verified in process. The folder source (operator/folder) applies the custom
+ * delegation check and the forward proxy; the per-request identity calls are then in process. The folder source (operator/folder) applies the custom
  * resources of WRIT_POLICY_DIR, or of crds/examples/ unless WRIT_EXAMPLES=false, and follows
  * their edits without a restart. BROKER_ENABLED=false leaves the broker
  * out; the broker's decision and usage URLs default to this process's listeners.
@@ -25,7 +25,7 @@ import { startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
 import { startBroker } from './broker/server.js';
 import { createLocalDecisionClient } from './broker/decision-local.js';
 import { deliverUsageLocally } from './broker/usage-local.js';
-import { localVerifier } from './identity/fast-verify.js';
+import { inProcessIdentity } from './identity/in-process.js';
 import { startIdentityAuthority } from './identity/server.js';
 import { policyFolderConfig, startPolicyFolder } from '../operator/folder/embedded.js';
 
@@ -87,12 +87,12 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
     const cpEnv: Env = { ...env, AGENT_IDP_URL: idpUrl ?? `http://127.0.0.1:${idp.port}` };
     // The forward proxy and the approval queue ride on the control plane (they start because
     // AGENT_IDP_URL is set); they close before it so held requests are expired and audited.
-    // This process's authority verifies presentations in process (no loopback request), unless
-    // AGENT_IDP_URL names another one.
+    // This process's authority answers verify-presentation and delegation checks in process (no
+    // loopback request), unless AGENT_IDP_URL names another one.
     const run = await startControlPlaneWithEgress({
       store: cpStore,
       env: cpEnv,
-      ...(idpUrl ? {} : { verifyPresentationLocally: localVerifier(idp.authority) }),
+      ...(idpUrl ? {} : { localIdentity: inProcessIdentity(idp.authority) }),
     });
     closers.push({ name: 'control plane', close: () => run.close() });
     const cp = run.cp;

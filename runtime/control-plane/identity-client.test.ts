@@ -11,7 +11,7 @@ import { close, listen } from '../lib/http.js';
 import { openStore, type Store } from '../store/factory.js';
 import { createIdentityAuthority, type IdentityAuthority } from '../identity/server.js';
 import { presentationFor } from '../identity/client.js';
-import { localVerifier } from '../identity/fast-verify.js';
+import { inProcessIdentity } from '../identity/in-process.js';
 import { provisionAgent, jtiOf } from './proxy/testkit.js';
 import { createIdentityClient, type IdentityClient } from './identity-client.js';
 
@@ -114,10 +114,10 @@ describe('identity client over HTTP', () => {
     expect(Date.now() - t0).toBeLessThan(1000);
   });
 
-  it('verifies in process with localVerifier (the all-in-one): the answers HTTP gives, no request, cached and cut by revocation alike', async () => {
+  it('in process (the all-in-one): the presentation answers HTTP gives, no request, cached and cut by revocation alike', async () => {
     const { identity } = await provisionAgent(authority, 'local-bot');
     const observed: string[] = [];
-    const local = client({ verifyLocally: localVerifier(authority), onCall: (op, _s, outcome) => observed.push(`${op}:${outcome}`) });
+    const local = client({ local: inProcessIdentity(authority), onCall: (op, _s, outcome) => observed.push(`${op}:${outcome}`) });
     const remote = client();
     await Promise.all([local.pollRevocations(), remote.pollRevocations()]);
     const vp = await presentationFor(identity, { ttlSeconds: 600 });
@@ -129,16 +129,17 @@ describe('identity client over HTTP', () => {
     expect(await remote.verifyPresentation(vp)).toEqual(answer);
     expect(count('/v1/agents/verify-presentation')).toBe(before + 1);
     expect(local.cachedPresentation?.(vp)).toEqual(answer);
-    // Refused alike: another audience, garbage, a VP past the route's size limit.
+    // Refused alike: another audience, garbage; a VP past the route's size limit is its 422.
     for (const [v, aud] of [
       [vp, 'some-other-audience'],
       ['not.a.jwt', undefined],
-      [`${vp}${'A'.repeat(70_000)}`, undefined],
     ] as const) {
-      const [a, b] = [await local.verifyPresentation(v, aud), await remote.verifyPresentation(v, aud)];
-      expect([a.ok, b.ok]).toEqual([false, false]);
-      expect(a.reason).toMatch(/\S/);
+      expect(await local.verifyPresentation(v, aud)).toEqual(await remote.verifyPresentation(v, aud));
     }
+    const huge = `${vp}${'A'.repeat(70_000)}`;
+    const [a, b] = [await local.verifyPresentation(huge), await remote.verifyPresentation(huge)];
+    expect([a.ok, b.ok]).toEqual([false, false]);
+    for (const r of [a, b]) expect(r.reason).toMatch(/^identity authority answered 422/);
     expect(count('/v1/agents/verify-presentation')).toBe(before + 4);
     expect(local.cacheSize()).toBe(1);
     // A revocation cuts the cached answer (the watcher still polls over HTTP).
@@ -157,21 +158,18 @@ describe('identity client over HTTP', () => {
     expect(after).toMatchObject({ ok: false, reason: expect.stringMatching(/revoked/i) });
   });
 
-  it('in process, an authority that is not ready (its issuer key still loading) fails closed', async () => {
-    const { identity } = await provisionAgent(authority, 'cold-bot');
-    const vp = await presentationFor(identity, { ttlSeconds: 600 });
-    const loading = { ...authority, ready: () => false };
-    const c = client({ verifyLocally: localVerifier(loading) });
-    await c.pollRevocations();
-    expect(await c.verifyPresentation(vp)).toMatchObject({ ok: false, reason: expect.stringMatching(/unreachable: identity authority not ready/) });
-    expect(c.cacheSize()).toBe(0);
-  });
-
-  it('checks delegations live, with id, credential and expiry', async () => {
+  it('checks delegations live, with id, credential and expiry; in process, the same answers without a request', async () => {
     await provisionAgent(authority, 'deleg-bot');
     const c = client();
+    const local = client({ local: inProcessIdentity(authority) });
     const q = { actor: 'deleg-bot', task: 'T-1', action: 'ledger:read', resource: 'acct/7' };
-    expect(await c.checkDelegation(q)).toMatchObject({ ok: false });
+    const before = count('/v1/delegations/check');
+    const both = async (query = q) => {
+      const [http, inProcess] = [await c.checkDelegation(query), await local.checkDelegation(query)];
+      expect(inProcess).toEqual(http);
+      return http;
+    };
+    expect(await both()).toMatchObject({ ok: false });
     const req = await fetch(`${base}/v1/delegations/request`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -185,12 +183,25 @@ describe('identity client over HTTP', () => {
       body: JSON.stringify({ approver: 'alice@example.com' }),
     });
     expect(ok.status).toBe(200);
-    const yes = await c.checkDelegation(q);
+    const yes = await both();
     expect(yes).toMatchObject({ ok: true, delegationId: id });
     expect(typeof yes.vcJti).toBe('string');
     expect(yes.notAfter! - Date.now() / 1000).toBeGreaterThan(500);
+    // A query the route refuses (a task past its 512 characters): an answer not had, both ways.
+    expect(await both({ ...q, task: 'T'.repeat(513) })).toMatchObject({ ok: false, unavailable: true, reason: 'identity authority answered 422' });
     await fetch(`${base}/v1/revoke`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ vcJti: yes.vcJti }) });
-    expect(await c.checkDelegation(q)).toMatchObject({ ok: false });
+    expect(await both()).toMatchObject({ ok: false });
+    expect(count('/v1/delegations/check') - before).toBe(4);
+  });
+
+  it('in process, an authority that is not ready (its issuer key still loading) answers as its 503', async () => {
+    const { identity } = await provisionAgent(authority, 'cold-bot');
+    const vp = await presentationFor(identity, { ttlSeconds: 600 });
+    const c = client({ local: inProcessIdentity({ ...authority, ready: () => false }) });
+    await c.pollRevocations();
+    expect(await c.verifyPresentation(vp)).toEqual({ ok: false, reason: 'identity authority answered 503: identity authority not ready' });
+    expect(c.cacheSize()).toBe(0);
+    expect(await c.checkDelegation({ actor: 'cold-bot', task: 't', action: 'a', resource: 'r' })).toMatchObject({ ok: false, unavailable: true });
   });
 
   it('fails closed: a hanging authority times out, a dead one is unreachable, a stale watcher bypasses the cache', async () => {

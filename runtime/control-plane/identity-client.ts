@@ -1,8 +1,7 @@
 /**
  * The control plane's HTTP client of the identity authority (an IdentityPort).
  *
- * - `verifyPresentation` POSTs to /v1/agents/verify-presentation (or, in the all-in-one, calls the
- *   authority in process: `verifyLocally`). Successful answers are cached
+ * - `verifyPresentation` POSTs to /v1/agents/verify-presentation. Successful answers are cached
  *   by SHA-256 of (audience, token) until the earlier of the presentation's expiry (the `exp` the
  *   authority reports: min of VP and Membership VC expiry) and a short revalidation interval.
  *   Concurrent verifications of the same token share one request.
@@ -16,6 +15,9 @@
  * - A standing watcher polls /v1/governance/standing (ETag) every half revocation period (250 ms by
  *   default, also when the revocation watcher is off) and keeps every governed agent's status for
  *   the decision engine.
+ *
+ * In the all-in-one the two per-request calls (verify-presentation, the delegation check) are
+ * answered in process (`local`), the same answers without the loopback request.
  *
  * Every method resolves (never rejects); any error or timeout answers `{ok:false, reason}`.
  */
@@ -46,12 +48,19 @@ export interface IdentityClientOptions {
   /** Observes each call (metrics): operation, seconds, outcome. */
   onCall?: (operation: string, seconds: number, outcome: 'ok' | 'error' | 'timeout' | 'http_error') => void;
   /**
-   * Verifies a presentation in process, answering what `POST /v1/agents/verify-presentation`
-   * answers with 200 (the all-in-one, where the authority shares this process): the loopback
-   * request and its answer on both ends of this event loop are skipped. Cache, revocation and
-   * standing watchers and every other call are unchanged (over HTTP).
+   * The two calls made once per agent request, answered in process (the all-in-one, where the
+   * authority shares this process: identity/in-process.ts): the loopback request and its answer
+   * on both ends of this event loop are skipped. Each resolves with the route's 200 body, or
+   * rejects with the `status` the route would have answered instead, read as that status. Cache,
+   * revocation and standing watchers and every other call are unchanged (HTTP).
    */
-  verifyLocally?: (vp: string, audience?: string) => Promise<unknown>;
+  local?: LocalIdentity;
+}
+
+/** The identity authority's per-request calls in process (see `local`). */
+export interface LocalIdentity {
+  verifyPresentation(vp: string, audience?: string): Promise<unknown>;
+  checkDelegation(q: DelegationQuery): Promise<unknown>;
 }
 
 /** Metric label of a call: its route, never its query. */
@@ -180,24 +189,30 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
 
   const cacheTrusted = () => pollMs > 0 && now() - lastPollOk <= staleMs;
 
-  /** The authority's answer to one verification: in process when `verifyLocally` is set, else over HTTP. */
-  async function verifyCall(vp: string, audience: string | undefined): Promise<{ status: number; json: unknown }> {
-    const local = opts.verifyLocally;
-    if (!local) return call('POST', '/v1/agents/verify-presentation', JSON.stringify(audience ? { vp, audience } : { vp }));
+  /** A call answered in process (`local`): its body as a 200, or the status it was refused with. */
+  async function localCall(op: string, run: () => Promise<unknown>): Promise<{ status: number; json: unknown }> {
     const t0 = performance.now();
     try {
-      const json = await local(vp, audience);
-      opts.onCall?.('verify_presentation', (performance.now() - t0) / 1000, 'ok');
+      const json = await run();
+      opts.onCall?.(op, (performance.now() - t0) / 1000, 'ok');
       return { status: 200, json };
     } catch (e) {
-      opts.onCall?.('verify_presentation', (performance.now() - t0) / 1000, 'error');
-      throw e;
+      const status = (e as { status?: unknown }).status;
+      if (typeof status !== 'number') {
+        opts.onCall?.(op, (performance.now() - t0) / 1000, 'error');
+        throw e;
+      }
+      opts.onCall?.(op, (performance.now() - t0) / 1000, status >= 500 ? 'http_error' : 'ok');
+      return { status, json: { error: { message: errMsg(e) } } };
     }
   }
 
   async function verifyRemote(vp: string, audience: string | undefined, key: string): Promise<PresentationAnswer> {
     try {
-      const { status, json } = await verifyCall(vp, audience);
+      const local = opts.local;
+      const { status, json } = local
+        ? await localCall('verify_presentation', () => local.verifyPresentation(vp, audience))
+        : await call('POST', '/v1/agents/verify-presentation', JSON.stringify(audience ? { vp, audience } : { vp }));
       const b = (json ?? {}) as VerifyBody;
       if (status !== 200) {
         const err = (b as { error?: { message?: unknown } }).error;
@@ -252,8 +267,9 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
   async function checkDelegation(q: DelegationQuery): Promise<DelegationAnswer> {
     if (closed) return { ok: false, reason: 'identity client closed' };
     try {
+      const local = opts.local;
       const qs = new URLSearchParams({ actor: q.actor, task: q.task, action: q.action, resource: q.resource });
-      const { status, json } = await call('GET', `/v1/delegations/check?${qs}`);
+      const { status, json } = local ? await localCall('delegation_check', () => local.checkDelegation(q)) : await call('GET', `/v1/delegations/check?${qs}`);
       if (status !== 200) return { ok: false, unavailable: true, reason: `identity authority answered ${status}` };
       const b = (json ?? {}) as CheckBody;
       const out: DelegationAnswer = { ok: b.ok === true, reason: str(b.reason) ?? (b.ok === true ? 'delegation approved' : 'no delegation') };

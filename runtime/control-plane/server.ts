@@ -33,7 +33,7 @@ import type { DecisionSettings, IdentityMode } from './decision/types.js';
 import { callTicketKey, createCallTickets } from './tickets.js';
 import { trustedPeers } from '../lib/net.js';
 import type { IdentityPort } from './identity-port.js';
-import { createIdentityClient, type IdentityClient, type IdentityClientOptions } from './identity-client.js';
+import { createIdentityClient, type IdentityClient, type IdentityClientOptions, type LocalIdentity } from './identity-client.js';
 import { createMetrics, type ControlPlaneMetrics } from './metrics.js';
 import { createMgmtApp } from './mgmt.js';
 import { createOidcVerifier, oidcFromEnv } from './oidc.js';
@@ -76,11 +76,11 @@ export interface ControlPlaneOptions {
   /** An identity authority client; overrides AGENT_IDP_URL (tests inject an in-process one). */
   identity?: IdentityPort;
   /**
-   * The AGENT_IDP_URL client verifies presentations in process with this (the all-in-one, whose
-   * authority shares the process: identity/fast-verify.ts `localVerifier`); every other call and
-   * watcher stays HTTP.
+   * The AGENT_IDP_URL client's per-request calls (verify-presentation, the delegation check)
+   * answered in process (the all-in-one, whose authority shares the process:
+   * identity/in-process.ts); every other call and watcher stays HTTP.
    */
-  verifyPresentationLocally?: IdentityClientOptions['verifyLocally'];
+  localIdentity?: LocalIdentity;
   /** Clock for budgets, audit and registry (epoch ms); default Date.now. */
   now?: () => number;
   /** Mounts more routes on the management app, e.g. `(app, p) => registerEgressRoutes(app, {...})`. */
@@ -108,13 +108,13 @@ export interface ControlPlane extends ControlPlaneParts {
 }
 
 /** The HTTP identity authority client when AGENT_IDP_URL is set. */
-function identityFromEnv(env: Env, onCall?: IdentityClientOptions['onCall'], verifyLocally?: IdentityClientOptions['verifyLocally']): IdentityPort | undefined {
+function identityFromEnv(env: Env, onCall?: IdentityClientOptions['onCall'], local?: LocalIdentity): IdentityPort | undefined {
   const baseUrl = optional(env, 'AGENT_IDP_URL');
   if (!baseUrl) return undefined;
   return createIdentityClient({
     baseUrl,
     onCall,
-    verifyLocally,
+    local,
     timeoutMs: int(env, 'AGENT_IDP_TIMEOUT_MS', 2000),
     revalidateMs: int(env, 'AGENT_IDP_VP_CACHE_MS', 30_000),
     pollMs: int(env, 'AGENT_IDP_REVOCATION_POLL_MS', 500),
@@ -137,7 +137,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const identityCalls: { observe?: IdentityClientOptions['onCall'] } = {};
   const ownIdentity = opts.identity
     ? undefined
-    : identityFromEnv(env, (op, seconds, outcome) => identityCalls.observe?.(op, seconds, outcome), opts.verifyPresentationLocally);
+    : identityFromEnv(env, (op, seconds, outcome) => identityCalls.observe?.(op, seconds, outcome), opts.localIdentity);
   const identity = opts.identity ?? ownIdentity;
   const opa: OpaClient | undefined = opaUrl ? createOpaClient({ url: opaUrl, timeoutMs: opaTimeout }) : undefined;
 

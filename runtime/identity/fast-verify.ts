@@ -13,8 +13,7 @@ import type http from 'node:http';
 import { BRAND } from '../lib/brand.js';
 import { withSpan } from '../lib/tracing.js';
 import { MAX_JWT_CHARS } from './jws.js';
-import { verifyPresentation, type VerifyAnswer } from './routes-agents.js';
-import { VerifyRequestSchema } from './schemas.js';
+import { verifyPresentation } from './routes-agents.js';
 import type { IdentityAuthority } from './server.js';
 
 const PATH = '/v1/agents/verify-presentation';
@@ -22,7 +21,8 @@ const PATH = '/v1/agents/verify-presentation';
 const MAX_BODY = MAX_JWT_CHARS + 4096;
 const JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 const PRINTABLE = /^[\x20-\x7e]{1,1024}$/;
-const SPAN_ATTRS = { 'http.request.method': 'POST', 'http.route': PATH, 'http.response.status_code': 200, [`${BRAND}.operation`]: 'vp.verify' };
+/** The verify-presentation span's attributes (also the in-process path's, in-process.ts). */
+export const VERIFY_SPAN_ATTRS = { 'http.request.method': 'POST', 'http.route': PATH, 'http.response.status_code': 200, [`${BRAND}.operation`]: 'vp.verify' };
 
 interface Plain {
   vp: string;
@@ -89,7 +89,7 @@ export function withFastVerify(authority: IdentityAuthority, fallback: http.Requ
       const plain = body.length === len ? plainVerifyRequest(body) : undefined;
       if (!plain) return replay(req, res, body);
       const answer = () =>
-        withSpan('vp.verify', SPAN_ATTRS, () => verifyPresentation(ctx, plain.vp, plain.audience, plain.nonce)).then(
+        withSpan('vp.verify', VERIFY_SPAN_ATTRS, () => verifyPresentation(ctx, plain.vp, plain.audience, plain.nonce)).then(
           (a) => {
             const out = JSON.stringify(a);
             res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
@@ -103,23 +103,5 @@ export function withFastVerify(authority: IdentityAuthority, fallback: http.Requ
         () => replay(req, res, body),
       );
     });
-  };
-}
-
-/**
- * verify-presentation in process, for a control plane that shares this process (the all-in-one):
- * the route's input check, the same `verifyPresentation` and span, without the loopback request
- * and its answer. A request the route would refuse (400) is a rejected presentation; an authority
- * not ready rejects (the caller fails closed, as on a 503).
- */
-export function localVerifier(authority: IdentityAuthority): (vp: string, audience?: string) => Promise<VerifyAnswer> {
-  return async (vp, audience) => {
-    if (!authority.ready()) throw new Error('identity authority not ready');
-    const req = VerifyRequestSchema.safeParse(audience === undefined ? { vp } : { vp, audience });
-    if (!req.success) {
-      const reason = `invalid presentation request: ${req.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`;
-      return { ok: false, agentName: null, agentDid: null, reason, membershipJti: null, exp: null };
-    }
-    return withSpan('vp.verify', SPAN_ATTRS, () => verifyPresentation(authority.context, req.data.vp, req.data.audience));
   };
 }

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { ApiError, conflict, notFound } from '../lib/errors.js';
 import type { IdentityContext } from './context.js';
-import { checkDelegation } from './delegation-core.js';
+import { checkDelegation, type CheckQuery, type CheckVerdict } from './delegation-core.js';
 import { identityRepo, type DelegationRow } from './repo.js';
 import {
   ApprovedSchema,
@@ -22,6 +22,14 @@ import {
   json,
 } from './schemas.js';
 import { DELEGATION_TYPE, issueCredential } from './vc.js';
+
+/** GET /v1/delegations/check's answer: an approved, unexpired, unrevoked delegation for `q`, if any. */
+export async function delegationVerdict(ctx: IdentityContext, q: CheckQuery): Promise<CheckVerdict> {
+  const repo = identityRepo(ctx.store);
+  const rows = await repo.approvedFor(q.actor, q.task, q.action);
+  const revoked = await repo.revokedAmong(rows.map((r) => r.vcJti).filter((j): j is string => !!j));
+  return checkDelegation(rows, q, Math.floor(ctx.now() / 1000), (j) => revoked.has(j));
+}
 
 const IdParam = z.object({
   id: z
@@ -108,14 +116,7 @@ export function delegationRoutes(ctx: IdentityContext): OpenAPIHono {
       request: { query: CheckQuerySchema },
       responses: { 200: json(CheckResponseSchema), ...errors },
     }),
-    async (c) => {
-      const q = c.req.valid('query');
-      const repo = identityRepo(ctx.store);
-      const rows = await repo.approvedFor(q.actor, q.task, q.action);
-      const revoked = await repo.revokedAmong(rows.map((r) => r.vcJti).filter((j): j is string => !!j));
-      const v = checkDelegation(rows, q, Math.floor(ctx.now() / 1000), (j) => revoked.has(j));
-      return c.json(v, 200);
-    },
+    async (c) => c.json(await delegationVerdict(ctx, c.req.valid('query')), 200),
   );
 
   app.openapi(

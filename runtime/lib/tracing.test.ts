@@ -15,6 +15,7 @@ import { BRAND } from './brand.js';
 import { close } from './http.js';
 import { otlpReceiver, type OtlpSpan } from './otlp-testing.js';
 import { openStore, type Store } from '../store/factory.js';
+import { inProcessIdentity } from '../identity/in-process.js';
 import { startIdentityAuthority } from '../identity/server.js';
 import { presentationFor, type AgentIdentity } from '../identity/client.js';
 import { flushTracing, initTracing, injectTrace, otlpHeaders, shutdownTracing, startDecisionSpan, tracingFromEnv, tracingMode, withSpan } from './tracing.js';
@@ -196,6 +197,31 @@ describe('OTLP export of identity-authority and decision spans', () => {
     expect(BigInt(decision.end) > BigInt(decision.start)).toBe(true);
     // Both the SDK's spans and decision spans went as protobuf, the OTLP default.
     expect(new Set(rx.got.map((g) => g.headers['content-type']))).toEqual(new Set(['application/x-protobuf']));
+  });
+
+  it('in process (the all-in-one), the identity calls of a decision are its children, with their routes as attributes', async () => {
+    const gateway = newTraceparent();
+    const local = inProcessIdentity(idp.authority);
+    const span = startDecisionSpan('broker', gateway.traceparent);
+    // Each question asked within the decision's context, as the gatherer asks it (askingWithin).
+    await span.run(() => local.verifyPresentation('not.a.vp'));
+    await span.run(() => local.checkDelegation({ actor: 'tracer-bot', task: 't', action: 'read', resource: 'r' }));
+    span.end({ rule: 'identity', allow: false, status: 403 });
+    await flushTracing();
+    const inTrace = await eventually(() => {
+      const s = rx.spans.filter((x) => x.traceId === gateway.traceId);
+      return s.length >= 3 ? s : undefined;
+    }, 'the decision span and its two identity spans');
+    const decision = inTrace.find((x) => x.name === 'broker')!;
+    expect(decision.parentSpanId).toBe(gateway.spanId);
+    for (const [name, route] of [
+      ['vp.verify', '/v1/agents/verify-presentation'],
+      ['delegation.check', '/v1/delegations/check'],
+    ]) {
+      const child = inTrace.find((x) => x.name === name)!;
+      expect(child.parentSpanId, name).toBe(decision.spanId);
+      expect(child.attributes).toMatchObject({ [`${BRAND}.operation`]: name, 'http.route': route });
+    }
   });
 
   it('a question a decision asks after an await carries its span (askingWithin); the context is synchronous otherwise', async () => {
