@@ -19,7 +19,7 @@
  *   npx tsx bench/proxy.bench.ts    (BENCH_SECONDS=5 BENCH_WARMUP=1 BENCH_CONNECTIONS=32 BENCH_ROUNDS=3)
  *
  * Every row runs squid and Writ in interleaved rounds (median ratio): the machine is shared.
- * BENCH_ONLY=plain runs only that row; BENCH_PROFILE=<dir> writes CPU profiles of Writ there.
+ * BENCH_ONLY=plain (or fresh) runs only that row; BENCH_PROFILE=<dir> writes CPU profiles of Writ there.
  *
  * Targets: plain HTTP >= 1.0x squid, CONNECT >= 0.8x squid; with a fresh VP per request (as the
  * sidecar sends) >= 0.5x squid.
@@ -42,7 +42,7 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
 const PG_URL = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
 /** Plain-HTTP rounds (squid and Writ interleaved). */
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-/** BENCH_ONLY=plain: only the plain-HTTP row (profiling). */
+/** BENCH_ONLY=plain or fresh: only that plain-HTTP row, cached or fresh VP (profiling). */
 const ONLY = process.env.BENCH_ONLY;
 const BODY = Buffer.alloc(256, 'w');
 const self = fileURLToPath(import.meta.url);
@@ -493,9 +493,9 @@ async function drive(): Promise<void> {
   };
   let pair: Pair | undefined = await start('memory');
   try {
-    await contest('plain HTTP req/s', 1.0, pair, cached);
-    if (ONLY !== 'plain') {
-      await contest('plain, fresh VP', 0.5, pair, fresh);
+    if (ONLY !== 'fresh') await contest('plain HTTP req/s', 1.0, pair, cached);
+    if (ONLY !== 'plain') await contest('plain, fresh VP', 0.5, pair, fresh);
+    if (!ONLY) {
       // A cluster's control plane asks its identity authority over the network: the same row with
       // verification over (loopback) HTTP.
       const split = await start('memory:http');
