@@ -1,8 +1,9 @@
 /**
  * /authz throughput against a bare node:http server answering 200, measured in the same run.
- * The servers (bare baseline and the real control plane on in-memory PGlite, with a few registry
- * entries, audit chain and metrics) run in a child process; autocannon drives them from this one,
- * so the load generator does not share an event loop with the server under test.
+ * The servers (bare baseline and the real control plane on PGlite in a temporary data folder, as
+ * `npm start` keeps it, with a few registry entries, audit chain and metrics) run in a child
+ * process; autocannon drives them from this one, so the load generator does not share an event
+ * loop with the server under test.
  *
  *   npx tsx bench/authz.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=3, BENCH_CONNECTIONS=50)
  *

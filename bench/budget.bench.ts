@@ -3,7 +3,7 @@
  * `X-Writ-Reserve` (the decision reserves the completion's worst case against the agent's
  * `tokensPerHour` and `costUsdPerDay` in the shared ledger before it answers) against the same
  * egress decision without it, in the same run, rounds interleaved. The control plane runs on
- * in-memory PGlite (the reservation rows are written to it) in a child process, with the audit
+ * PGlite in a temporary data folder (the reservation rows are written to it) in a child process, with the audit
  * chain in memory and with it shipped to the store; autocannon drives it from this process.
  * The budgets are far above what the run spends, so every reservation is granted and left to
  * expire (no usage report settles it here: the broker's settle is its own post after the reply).

@@ -3,7 +3,9 @@
  * the part of its result the benches read, and asking a server process a question over IPC.
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import http from 'node:http';
 
 /** The median of `xs` (the mean of the middle two for an even count). */
@@ -110,7 +112,8 @@ export function allInOneEnv(dataDir: string, extra: Record<string, string> = {})
 }
 
 /**
- * The control plane twice on one in-memory PGlite store, as the `/authz` benches compare them:
+ * The control plane twice on one PGlite store in a data folder of its own (removed at exit), as
+ * `npm start` keeps its store, as the `/authz` benches compare them:
  * `durable` ships its audit chain to the store, `memory` keeps it in memory only. `services` are
  * applied through the durable plane and the other reloads them (rows written by one reach the
  * other's snapshot through NOTIFY). Then it answers the driver: `settle` waits until the durable
@@ -123,7 +126,8 @@ export async function servePlanePair(services: unknown[], also?: () => void): Pr
   const { startControlPlane } = (await import(from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
   const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
   setLogLevel('warn');
-  const store = await openStore({ backend: 'memory' });
+  const dataDir = mkdtempSync(join(tmpdir(), 'writ-bench-pglite-'));
+  const store = await openStore({ backend: 'pglite', dataDir });
   const durable = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
   const memory = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
   for (const s of services) await durable.plane.registry.upsert(s);
@@ -138,6 +142,7 @@ export async function servePlanePair(services: unknown[], also?: () => void): Pr
     await memory.close();
     await durable.close();
     await store.close();
+    rmSync(dataDir, { recursive: true, force: true });
     process.exit(0);
   });
   return { durable: durable.decisionPort, memory: memory.decisionPort };
