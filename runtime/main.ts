@@ -8,9 +8,10 @@
  *   forward proxy       EGRESS_PROXY_ADDR (:9092)        model broker   BROKER_ADDR (:8080)
  *
  * AGENT_IDP_URL defaults to this process's identity authority, which turns on the regulated
- * delegation check and the forward proxy; the per-request identity calls are then in process. The folder source (operator/folder) applies the custom
- * resources of WRIT_POLICY_DIR, or of crds/examples/ unless WRIT_EXAMPLES=false, and follows
- * their edits without a restart. BROKER_ENABLED=false leaves the broker
+ * delegation check and the forward proxy; the per-request identity calls (verify-presentation,
+ * delegation check) are then made in process. The folder source (operator/folder) applies the
+ * custom resources of WRIT_POLICY_DIR, or of crds/examples/ unless WRIT_EXAMPLES=false, and
+ * follows their edits without a restart. BROKER_ENABLED=false leaves the broker
  * out; the broker's decision and usage URLs default to this process's listeners.
  */
 import { BRAND, envName } from './lib/brand.js';

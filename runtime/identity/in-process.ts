@@ -50,7 +50,8 @@ export function inProcessIdentity(authority: IdentityAuthority): InProcessIdenti
   return {
     async verifyPresentation(vp, audience) {
       ready();
-      const req = VerifyRequestSchema.safeParse(audience === undefined ? { vp } : { vp, audience });
+      // As the HTTP client sends it: an empty audience is no audience.
+      const req = VerifyRequestSchema.safeParse(audience ? { vp, audience } : { vp });
       if (!req.success) throw invalid(req.error);
       return withSpan('vp.verify', VERIFY_SPAN_ATTRS, () => verifyPresentation(authority.context, req.data.vp, req.data.audience));
     },
