@@ -204,6 +204,34 @@ describe('identity client over HTTP', () => {
     expect(await c.checkDelegation({ actor: 'cold-bot', task: 't', action: 'a', resource: 'r' })).toMatchObject({ ok: false, unavailable: true });
   });
 
+  it('in process, a store that fails reads as the route 503 both ways, naming no SQL', async () => {
+    const s = await openStore({ backend: 'memory' });
+    const broken = createIdentityAuthority({ store: s, env: { IDP_ISSUER_HOST: 'idp.test' } });
+    await broken.whenReady();
+    const { identity } = await provisionAgent(broken, 'store-bot');
+    const vp = await presentationFor(identity, { ttlSeconds: 600 });
+    const srv = createAdaptorServer({ fetch: broken.app.fetch }) as http.Server;
+    const url = `http://127.0.0.1:${await listen(srv, '127.0.0.1:0')}`;
+    try {
+      const remote = client({ baseUrl: url, pollMs: 0 });
+      const local = client({ baseUrl: url, pollMs: 0, local: inProcessIdentity(broken) });
+      // verify-presentation reads its index from memory: shut the store, then a step-3 miss reads it.
+      await broken.close();
+      await s.close();
+      const q = { actor: 'store-bot', task: 't', action: 'a', resource: 'r' };
+      const [a, b] = [await local.checkDelegation(q), await remote.checkDelegation(q)];
+      expect(a).toEqual(b);
+      expect(a).toMatchObject({ ok: false, unavailable: true });
+      const [v, w] = [await local.verifyPresentation(vp), await remote.verifyPresentation(vp)];
+      expect(v).toEqual(w);
+      expect(v.ok).toBe(false);
+      for (const r of [a.reason, v.reason]) expect(r).not.toMatch(/select|insert|from /i);
+    } finally {
+      srv.closeAllConnections();
+      await close(srv);
+    }
+  });
+
   it('fails closed: a hanging authority times out, a dead one is unreachable, a stale watcher bypasses the cache', async () => {
     const hang = http.createServer(() => {});
     const hangPort = await listen(hang, '127.0.0.1:0');

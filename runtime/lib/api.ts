@@ -11,6 +11,7 @@ import { OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { Context, MiddlewareHandler } from 'hono';
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { IncomingMessage } from 'node:http';
 import { ApiError, envelope, isStoreError, zodDetail, type ValidationDetail } from './errors.js';
 import { parseJsonInSlices } from './json-slices.js';
@@ -198,24 +199,30 @@ export function validationHook(result: { success: boolean; error?: unknown; targ
   return detail.length ? c.json({ detail }, 422) : undefined;
 }
 
-export function onApiError(err: Error, c: Context): Response {
-  if (err instanceof ApiError) return c.json(envelope(err.code, err.message, err.extra), err.status);
+/** What a route answers when its handler throws `err` (status and body); logged as onApiError logs it. */
+export function apiErrorAnswer(err: Error, path: string): { status: number; body: { error: { message: string } } | { detail: unknown } } {
+  if (err instanceof ApiError) return { status: err.status, body: envelope(err.code, err.message, err.extra) };
   if (err instanceof HTTPException) {
     const status = err.status;
     if (status === 400 && /Malformed JSON/i.test(err.message)) {
-      return c.json({ detail: [{ loc: ['body'], msg: 'JSON decode error: body is not valid JSON', type: 'json_invalid' }] }, 422);
+      return { status: 422, body: { detail: [{ loc: ['body'], msg: 'JSON decode error: body is not valid JSON', type: 'json_invalid' }] } };
     }
-    if (status === 413) return c.json(envelope('payload_too_large', err.message || 'request body too large'), 413);
-    if (status === 415) return c.json(envelope('unsupported_media_type', 'Content-Type must be application/json'), 415);
-    return c.json(envelope('http_error', err.message || 'request failed'), status);
+    if (status === 413) return { status, body: envelope('payload_too_large', err.message || 'request body too large') };
+    if (status === 415) return { status, body: envelope('unsupported_media_type', 'Content-Type must be application/json') };
+    return { status, body: envelope('http_error', err.message || 'request failed') };
   }
   if (isStoreError(err)) {
     // Never the SQL parameters (errMsg leaves them out): they can hold a signed VC or a key hash.
-    log.warn('store error', { err: errMsg(err), path: c.req.path });
-    return c.json(envelope('store_unavailable', 'the store failed or did not answer in time; the operation did not complete, retry later'), 503);
+    log.warn('store error', { err: errMsg(err), path });
+    return { status: 503, body: envelope('store_unavailable', 'the store failed or did not answer in time; the operation did not complete, retry later') };
   }
-  log.error('unhandled error', { err: errMsg(err), stack: withoutParams(err.stack ?? ''), path: c.req.path });
-  return c.json(envelope('internal_error', 'internal error'), 500);
+  log.error('unhandled error', { err: errMsg(err), stack: withoutParams(err.stack ?? ''), path });
+  return { status: 500, body: envelope('internal_error', 'internal error') };
+}
+
+export function onApiError(err: Error, c: Context): Response {
+  const a = apiErrorAnswer(err, c.req.path);
+  return c.json(a.body, a.status as ContentfulStatusCode);
 }
 
 /**
