@@ -7,14 +7,15 @@
  *   tunnel setup CONNECT + "200 Connection Established" + close, back to back
  *
  * Processes: this one drives the load; `--upstream` serves the HTTP and TLS upstreams; `--writ`
- * runs the real control plane + egress gateway on in-memory PGlite (audit chain shipped to it).
- * Writ does the whole decision per request (and per tunnel): VP verification through the
- * production identity client (identity-client.ts, AGENT_IDP_URL) and its VP cache, against an
- * identity authority in the same process that verifies in process as `npm start` has it (the
- * `fresh VP, verify HTTP` row: over its loopback listener, as a cluster's separate control plane
- * does), registry match, egressAllow, budget, audit append, metrics. The main rows keep the audit chain in memory; the
- * last row ships it to the store as production does (PGlite here). squid (Debian package) runs from a
- * generated allow-all config in a temp dir: no cache, no access log, one worker.
+ * runs the real control plane + egress gateway on PGlite in a temporary data folder, as `npm
+ * start` keeps it. Writ does the whole decision per request (and per tunnel): VP verification
+ * through the production identity client (identity-client.ts, AGENT_IDP_URL) and its VP cache,
+ * against an identity authority in the same process that answers in process as `npm start` has
+ * it (the `fresh VP, verify HTTP` row: over its loopback listener, as a cluster's separate
+ * control plane does), registry match, egressAllow, budget, audit append, metrics. The main rows
+ * keep the audit chain in memory; the `audit->PGlite` rows ship it to the store as `npm start`
+ * does. squid (Debian package) runs from a generated allow-all config in a temp dir: no cache, no
+ * access log, one worker.
  *
  *   npx tsx bench/proxy.bench.ts    (BENCH_SECONDS=5 BENCH_WARMUP=1 BENCH_CONNECTIONS=32 BENCH_ROUNDS=3)
  *
@@ -80,7 +81,7 @@ async function serveUpstreams(): Promise<void> {
 
 async function serveWrit(): Promise<void> {
   const up = JSON.parse(process.argv[3] ?? '{}') as UpstreamPorts;
-  // memory: audit chain in memory; durable: shipped to the store (in-memory PGlite); postgres:
+  // memory: audit chain in memory; durable: shipped to the store (PGlite in a data folder); postgres:
   // shipped to PostgreSQL (BENCH_DATABASE_URL or TEST_DATABASE_URL, a schema of its own, dropped after).
   // A `:http` suffix verifies presentations over HTTP (a control plane of its own, as in a cluster)
   // instead of in process (the all-in-one, `npm start`).
@@ -96,8 +97,10 @@ async function serveWrit(): Promise<void> {
   // A test helper (not built): it drives the authority through its app, whichever build that is.
   const { provisionAgent } = await import('../runtime/control-plane/proxy/testkit.js');
   setLogLevel('warn');
-  const store =
-    mode === 'postgres' ? await openStore({ backend: 'postgres', url: PG_URL, schema: pgSchema, poolSize: 4 }) : await openStore({ backend: 'memory' });
+  const dataDir = mode === 'postgres' ? undefined : mkdtempSync(join(tmpdir(), 'writ-bench-pglite-'));
+  const store = dataDir
+    ? await openStore({ backend: 'pglite', dataDir })
+    : await openStore({ backend: 'postgres', url: PG_URL, schema: pgSchema, poolSize: 4 });
   // As `npm start` runs it: the identity authority on its own listener, the control plane reaching
   // it through AGENT_IDP_URL with the real HTTP client and its VP cache, presentations verified in
   // process (main.ts); with `:http` (or a build without identity/in-process) over HTTP too.
@@ -130,6 +133,7 @@ async function serveWrit(): Promise<void> {
       await rowsOf(store.db, sql.raw(`drop schema if exists ${pgSchema} cascade`)).catch(() => {});
     }
     await store.close();
+    if (dataDir) rmSync(dataDir, { recursive: true, force: true });
     process.exit(0);
   });
 }
@@ -465,9 +469,11 @@ async function drive(): Promise<void> {
   const rows: { name: string; squid: number; writ: number; target: number; ratio?: number; extra?: string }[] = [];
   const squidLoad = plainHttpLoad(squid.port, up.http, {}, squid.pid);
   // Fresh VP per request (the sidecar's way): pre-minted, each used once while the pool lasts.
+  // Past its end the pool starts over; it holds more VPs than the control plane's VP cache
+  // (10,000, oldest evicted first), so a VP met again has always left the cache: a miss, verified.
   const { presentationFor } = await import('../runtime/identity/client.js');
   const pool = async (identity: unknown) => {
-    const n = Math.ceil(SECONDS * (ROUNDS + 1) * 1500);
+    const n = Math.max(12_000, Math.ceil(SECONDS * (ROUNDS + 1) * 1500));
     const out: string[] = [];
     for (let i = 0; i < n; i++) out.push(await presentationFor(identity as never, { ttlSeconds: 3600 }));
     return out;
