@@ -21,9 +21,9 @@
  *
  * Every method resolves (never rejects); any error or timeout answers `{ok:false, reason}`.
  */
-import { createHash } from 'node:crypto';
 import { Pool } from 'undici';
 import { errMsg, logger } from '../lib/log.js';
+import { sha256 } from '../lib/sha256.js';
 import { injectTrace } from '../lib/tracing.js';
 import type { DelegationAnswer, DelegationQuery, GovernanceStanding, IdentityPort, PresentationAnswer } from './identity-port.js';
 
@@ -236,12 +236,7 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
     }
   }
 
-  const keyOf = (vp: string, audience: string | undefined) =>
-    createHash('sha256')
-      .update(audience ?? '')
-      .update('\n')
-      .update(vp)
-      .digest('base64url');
+  const keyOf = (vp: string, audience: string | undefined) => sha256(`${audience ?? ''}\n${vp}`, 'base64url');
 
   /** A live, trusted cached answer for `key`; a stale one is dropped. */
   function cached(key: string): PresentationAnswer | undefined {

@@ -18,6 +18,7 @@
  * The scope table (one place; runtime/README.md documents it):
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { sha256 } from './sha256.js';
 import type { Context, MiddlewareHandler } from 'hono';
 import { BRAND, envName } from './brand.js';
 import { oneOf, optional, type Env } from './config.js';
@@ -107,7 +108,7 @@ export const CREDENTIAL_CACHE_MS = 1000;
 export function cachedCheck(check: CredentialCheck, now: () => number = Date.now, max = 10_000): CredentialCheck {
   const seen = new Map<string, { at: number; p: Principal | undefined }>();
   return async (token) => {
-    const k = createHash('sha256').update(token).digest('base64url');
+    const k = sha256(token, 'base64url');
     const hit = seen.get(k);
     const t = now();
     if (hit && t - hit.at < CREDENTIAL_CACHE_MS) return hit.p;

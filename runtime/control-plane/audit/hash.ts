@@ -13,14 +13,10 @@
  * has seq 1 and prevHash = 64 zeros (GENESIS). Anyone can re-verify an exported log with a JCS
  * library and sha256sum.
  */
-import crypto from 'node:crypto';
+import { sha256 } from '../../lib/sha256.js';
 import { AUDIT_ACTIONS, type AuditEntry, type AuditRecord, type Rule } from '../types.js';
 
 export const GENESIS_HASH = '0'.repeat(64);
-
-/** Lower-case hex SHA-256 of the UTF-8 bytes of `s`; the one-shot `crypto.hash` where Node has it (>= 20.12). */
-const sha256Hex: (s: string) => string =
-  typeof crypto.hash === 'function' ? (s) => crypto.hash('sha256', s, 'hex') : (s) => crypto.createHash('sha256').update(s, 'utf8').digest('hex');
 
 /** The link before the first record a verification covers: seq 0 / GENESIS for a fresh chain. */
 export interface ChainAnchor {
@@ -140,7 +136,7 @@ function encodeValue(v: unknown): string | undefined {
 }
 
 export function hashRecord(r: Omit<AuditRecord, 'hash'> & { hash?: string }): string {
-  return sha256Hex(canonical(r));
+  return sha256(canonical(r), 'hex');
 }
 
 /** Builds the next record of a chain from a normalized entry. */

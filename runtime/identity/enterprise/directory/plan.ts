@@ -19,7 +19,7 @@
  *   is detected by a digest of the snapshot-owned columns (`sync_hash`), so the current state
  *   needed is small (no names, roles or entitlements are loaded).
  */
-import * as crypto from 'node:crypto';
+import { sha256 } from '../../../lib/sha256.js';
 import type { EmployeeRow, GroupRow, SyncError, Conflict } from './repo.js';
 import { parseGroupRefs, parseUser, sortedUnique, type Parsed, type ScimGroup, type ScimUser } from './scim.js';
 import { groupKey } from '../tenant.js';
@@ -109,10 +109,6 @@ function encList(l: readonly string[]): string {
   return out;
 }
 
-// One-shot crypto.hash (Node >= 20.12) avoids a Hash object per row; createHash otherwise.
-const oneShot = (crypto as { hash?: (alg: string, data: string, enc: 'base64url') => string }).hash;
-const sha256 = (s: string): string => (oneShot ? oneShot('sha256', s, 'base64url') : crypto.createHash('sha256').update(s).digest('base64url'));
-
 /** Digest of every snapshot-owned column; equal digests mean the row is not rewritten. */
 export function contentHash(c: Content): string {
   return hashFields(
@@ -168,6 +164,7 @@ function hashFields(
       encList(appAssignments) +
       enc(status) +
       enc(source),
+    'base64url',
   );
 }
 
