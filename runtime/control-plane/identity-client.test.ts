@@ -11,6 +11,7 @@ import { close, listen } from '../lib/http.js';
 import { openStore, type Store } from '../store/factory.js';
 import { createIdentityAuthority, type IdentityAuthority } from '../identity/server.js';
 import { presentationFor } from '../identity/client.js';
+import { notReady } from '../identity/context.js';
 import { inProcessIdentity } from '../identity/in-process.js';
 import { provisionAgent, jtiOf } from './proxy/testkit.js';
 import { createIdentityClient, type IdentityClient } from './identity-client.js';
@@ -134,17 +135,17 @@ describe('identity client over HTTP', () => {
     expect(await remote.verifyPresentation(vp)).toEqual(answer);
     expect(count('/v1/agents/verify-presentation')).toBe(before + 1);
     expect(local.cachedPresentation?.(vp)).toEqual(answer);
-    // Refused alike: another audience, garbage; a VP past the route's size limit is its 422.
+    // Refused alike: another audience, garbage, a VP past the route's size limit (its 422).
     for (const [v, aud] of [
       [vp, 'some-other-audience'],
       ['not.a.jwt', undefined],
+      [`${vp}${'A'.repeat(70_000)}`, undefined],
     ] as const) {
-      expect(await local.verifyPresentation(v, aud)).toEqual(await remote.verifyPresentation(v, aud));
+      const [a, b] = [await local.verifyPresentation(v, aud), await remote.verifyPresentation(v, aud)];
+      expect(a).toEqual(b);
+      expect(a.ok).toBe(false);
     }
-    const huge = `${vp}${'A'.repeat(70_000)}`;
-    const [a, b] = [await local.verifyPresentation(huge), await remote.verifyPresentation(huge)];
-    expect([a.ok, b.ok]).toEqual([false, false]);
-    for (const r of [a, b]) expect(r.reason).toMatch(/^identity authority answered 422/);
+    expect((await local.verifyPresentation(`${vp}${'A'.repeat(70_000)}`)).reason).toMatch(/^identity authority answered 422/);
     expect(count('/v1/agents/verify-presentation')).toBe(before + 4);
     expect(local.cacheSize()).toBe(1);
     // A revocation cuts the cached answer (the watcher still polls over HTTP).
@@ -183,9 +184,11 @@ describe('identity client over HTTP', () => {
     expect(yes.notAfter! - Date.now() / 1000).toBeGreaterThan(500);
     // A query the route refuses (a task past its 512 characters): an answer not had, both ways.
     expect(await both({ ...q, task: 'T'.repeat(513) })).toMatchObject({ ok: false, unavailable: true, reason: 'identity authority answered 422' });
+    // One that passes the schema but holds a NUL: the route's input check refuses it too.
+    expect(await both({ ...q, task: 'T-1\u0000' })).toMatchObject({ ok: false, unavailable: true, reason: 'identity authority answered 422' });
     await fetch(`${base}/v1/revoke`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ vcJti: yes.vcJti }) });
     expect(await both()).toMatchObject({ ok: false });
-    expect(count('/v1/delegations/check') - before).toBe(4);
+    expect(count('/v1/delegations/check') - before).toBe(5);
   });
 
   it('in process, an authority that is not ready (its issuer key still loading) answers as its 503', async () => {
@@ -193,7 +196,7 @@ describe('identity client over HTTP', () => {
     const vp = await presentationFor(identity, { ttlSeconds: 600 });
     const c = client({ local: inProcessIdentity({ ...authority, ready: () => false }) });
     await c.pollRevocations();
-    expect(await c.verifyPresentation(vp)).toEqual({ ok: false, reason: 'identity authority answered 503: identity authority not ready' });
+    expect(await c.verifyPresentation(vp)).toEqual({ ok: false, reason: `identity authority answered 503: ${notReady().message}` });
     expect(c.cacheSize()).toBe(0);
     expect(await c.checkDelegation({ actor: 'cold-bot', task: 't', action: 'a', resource: 'r' })).toMatchObject({ ok: false, unavailable: true });
   });

@@ -51,7 +51,7 @@ export interface IdentityClientOptions {
    * The two calls made once per agent request, answered in process (the all-in-one, where the
    * authority shares this process: identity/in-process.ts): the loopback request and its answer
    * on both ends of this event loop are skipped. Each resolves with the route's 200 body, or
-   * rejects with the `status` the route would have answered instead, read as that status. Cache,
+   * rejects with the `status` and `body` the route would have answered instead, read as that answer. Cache,
    * revocation and standing watchers and every other call are unchanged (HTTP).
    */
   local?: LocalIdentity;
@@ -189,7 +189,7 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
 
   const cacheTrusted = () => pollMs > 0 && now() - lastPollOk <= staleMs;
 
-  /** A call answered in process (`local`): its body as a 200, or the status it was refused with. */
+  /** A call answered in process (`local`): its body as a 200, or the status and body it was refused with. */
   async function localCall(op: string, run: () => Promise<unknown>): Promise<{ status: number; json: unknown }> {
     const t0 = performance.now();
     try {
@@ -197,13 +197,13 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
       opts.onCall?.(op, (performance.now() - t0) / 1000, 'ok');
       return { status: 200, json };
     } catch (e) {
-      const status = (e as { status?: unknown }).status;
-      if (typeof status !== 'number') {
+      const refusal = e as { status?: unknown; body?: unknown };
+      if (typeof refusal.status !== 'number') {
         opts.onCall?.(op, (performance.now() - t0) / 1000, 'error');
         throw e;
       }
-      opts.onCall?.(op, (performance.now() - t0) / 1000, status >= 500 ? 'http_error' : 'ok');
-      return { status, json: { error: { message: errMsg(e) } } };
+      opts.onCall?.(op, (performance.now() - t0) / 1000, refusal.status >= 500 ? 'http_error' : 'ok');
+      return { status: refusal.status, json: refusal.body };
     }
   }
 

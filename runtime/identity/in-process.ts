@@ -3,14 +3,16 @@
  * all-in-one): the two calls made once per agent request, verify-presentation and the delegation
  * check, answered as their routes answer them (the route's input check, the same function, the
  * same span), without a loopback request and its answer on both ends of one event loop. What a
- * route would answer instead of 200 (422 for bad input, 503 while the authority is not ready or
+ * route would answer instead of 200 (its validation's 422, 503 while the authority is not ready or
  * its store fails, as `onApiError` maps a thrown error) rejects with a `RouteRefusal` carrying
- * that status and message, which the client reads as it reads an HTTP status.
+ * that status and body, which the client reads as it reads an HTTP answer.
  * Every other call stays HTTP.
  */
-import { apiErrorAnswer } from '../lib/api.js';
+import type { ZodType } from 'zod';
+import { apiErrorAnswer, validationProblems } from '../lib/api.js';
 import { BRAND } from '../lib/brand.js';
 import { withSpan } from '../lib/tracing.js';
+import { notReady } from './context.js';
 import type { CheckVerdict } from './delegation-core.js';
 import { VERIFY_SPAN_ATTRS } from './fast-verify.js';
 import { verifyPresentation, type VerifyAnswer } from './routes-agents.js';
@@ -32,20 +34,20 @@ export interface InProcessIdentity {
   checkDelegation(q: { actor: string; task: string; action: string; resource: string }): Promise<CheckVerdict>;
 }
 
-/** The status a route would have answered instead of 200, and why. */
+/** What a route would have answered instead of 200: its status and body. */
 export class RouteRefusal extends Error {
   constructor(
     readonly status: number,
-    message: string,
+    readonly body: unknown,
   ) {
-    super(message);
+    super(`the route would answer ${status}`);
     this.name = 'RouteRefusal';
   }
 }
 
 /**
  * Runs a route's work and refuses as the route would answer: what its handler throws becomes the
- * status and message `onApiError` gives it (a store failure is a 503 that names no SQL).
+ * status and body `onApiError` gives it (not ready: 503; a store failure: a 503 that names no SQL).
  */
 async function asRoute<T>(path: string, work: () => Promise<T>): Promise<T> {
   try {
@@ -53,32 +55,35 @@ async function asRoute<T>(path: string, work: () => Promise<T>): Promise<T> {
   } catch (e) {
     if (e instanceof RouteRefusal) throw e;
     const a = apiErrorAnswer(e instanceof Error ? e : new Error(String(e)), path);
-    throw new RouteRefusal(a.status, 'error' in a.body ? a.body.error.message : 'request failed');
+    throw new RouteRefusal(a.status, a.body);
   }
 }
 
-const invalid = (e: { issues: { path: PropertyKey[]; message: string }[] }) =>
-  new RouteRefusal(422, `validation failed: ${e.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+/** `input` as the route's validation takes it (`target` as hono names it), or its 422. */
+function validated<T>(schema: ZodType<T>, input: unknown, target: 'json' | 'query'): T {
+  const result = schema.safeParse(input);
+  const problems = validationProblems(result, target);
+  if (problems) throw new RouteRefusal(422, problems);
+  return result.data as T;
+}
 
 export function inProcessIdentity(authority: IdentityAuthority): InProcessIdentity {
   const ready = () => {
-    if (!authority.ready()) throw new RouteRefusal(503, 'identity authority not ready');
+    if (!authority.ready()) throw notReady();
   };
   return {
     verifyPresentation: (vp, audience) =>
       asRoute(VERIFY_PATH, async () => {
         ready();
         // As the HTTP client sends it: an empty audience is no audience.
-        const req = VerifyRequestSchema.safeParse(audience ? { vp, audience } : { vp });
-        if (!req.success) throw invalid(req.error);
-        return withSpan('vp.verify', VERIFY_SPAN_ATTRS, () => verifyPresentation(authority.context, req.data.vp, req.data.audience));
+        const req = validated(VerifyRequestSchema, audience ? { vp, audience } : { vp }, 'json');
+        return withSpan('vp.verify', VERIFY_SPAN_ATTRS, () => verifyPresentation(authority.context, req.vp, req.audience));
       }),
     checkDelegation: (q) =>
       asRoute(CHECK_PATH, async () => {
         ready();
-        const req = CheckQuerySchema.safeParse(q);
-        if (!req.success) throw invalid(req.error);
-        return withSpan('delegation.check', CHECK_SPAN_ATTRS, () => delegationVerdict(authority.context, req.data));
+        const query = validated(CheckQuerySchema, q, 'query');
+        return withSpan('delegation.check', CHECK_SPAN_ATTRS, () => delegationVerdict(authority.context, query));
       }),
   };
 }

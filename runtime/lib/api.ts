@@ -192,11 +192,17 @@ export function slicedJsonBody(): MiddlewareHandler {
   };
 }
 
-export function validationHook(result: { success: boolean; error?: unknown; target: string; data?: unknown }, c: Context) {
-  const where = result.target === 'json' ? 'body' : result.target;
-  if (!result.success) return c.json({ detail: zodDetail(result.error as import('zod').ZodError, where) }, 422);
+/** The 422 body a route answers for a validation result (zod's issues, or problems in what it accepted); undefined when the input is fine. */
+export function validationProblems(result: { success: boolean; error?: unknown; data?: unknown }, target: string): { detail: ValidationDetail[] } | undefined {
+  const where = target === 'json' ? 'body' : target;
+  if (!result.success) return { detail: zodDetail(result.error as import('zod').ZodError, where) };
   const detail = inputProblems(result.data, where);
-  return detail.length ? c.json({ detail }, 422) : undefined;
+  return detail.length ? { detail } : undefined;
+}
+
+export function validationHook(result: { success: boolean; error?: unknown; target: string; data?: unknown }, c: Context) {
+  const problems = validationProblems(result, result.target);
+  return problems ? c.json(problems, 422) : undefined;
 }
 
 /** What a route answers when its handler throws `err` (status and body); logged as onApiError logs it. */
