@@ -6,7 +6,10 @@
  *     distinct VPs in this process, no VP cache, as a ratio of raw Ed25519 signature verifications
  *     per second (node:crypto verify). A VP check is two Ed25519 verifications plus parsing, so
  *     0.5x is the ceiling for a first-seen Membership VC; a known one is verified once per token and
- *     cached, so a known holder's VP costs one verification (ceiling 1.0x). Target >= 0.30x.
+ *     cached, so a known holder's VP costs one verification (ceiling 1.0x on one core). Target
+ *     >= 0.30x. The checks run 100 at a time, as a server's concurrent requests do, so their
+ *     Ed25519 verifications go to libuv's thread pool (identity/ed25519.ts) where the machine has
+ *     a core to spare: there the ratio to one core's raw verification can pass 1.0x.
  *     (a, http): POST /v1/agents/verify-presentation on a real identity authority over HTTP
  *     (in-memory PGlite; revocation and agent lookups answered from the in-memory verify index),
  *     as a ratio of raw Ed25519 verify measured before and after it. Target >= 0.30x.
@@ -160,28 +163,29 @@ function rawEd25519(msgLen: number): () => number {
 }
 
 /** Runs `batch` for `ms`; returns operations and elapsed seconds. */
-function slice(ms: number, batch: () => number): { n: number; s: number } {
+async function slice(ms: number, batch: () => number | Promise<number>): Promise<{ n: number; s: number }> {
   let n = 0;
   const t0 = performance.now();
   const end = t0 + ms;
-  while (performance.now() < end) n += batch();
+  while (performance.now() < end) n += await batch();
   return { n, s: (performance.now() - t0) / 1000 };
 }
 
-function rawEd25519PerSecond(msgLen: number): number {
-  const r = slice(CRYPTO_SECONDS * 1000, rawEd25519(msgLen));
+async function rawEd25519PerSecond(msgLen: number): Promise<number> {
+  const r = await slice(CRYPTO_SECONDS * 1000, rawEd25519(msgLen));
   return r.n / r.s;
 }
 
-/** checkPresentation over `vps` in batches of 100, cycling; each VP must verify. */
-function checker(vps: string[], opts: () => Parameters<typeof checkPresentation>[1]): () => number {
+/**
+ * checkPresentation over `vps` in batches of 100 checks at once (as a server's concurrent requests
+ * are), cycling; each VP must verify.
+ */
+function checker(vps: string[], opts: () => Parameters<typeof checkPresentation>[1]): () => Promise<number> {
   let i = 0;
-  return () => {
+  return async () => {
     const o = opts();
-    for (let k = 0; k < 100; k++) {
-      const r = checkPresentation(vps[i++ % vps.length], o);
-      if (!r.ok) throw new Error(`VP rejected: ${r.reason}`);
-    }
+    const rs = await Promise.all(Array.from({ length: 100 }, () => checkPresentation(vps[i++ % vps.length], o)));
+    for (const r of rs) if (!r.ok) throw new Error(`VP rejected: ${r.reason}`);
     return 100;
   };
 }
@@ -208,21 +212,21 @@ async function cold(): Promise<void> {
   // Interleaved 250 ms slices of raw verification and checkPresentation, so load changes on a
   // shared machine hit both alike. Known holders cycle over 20 000 distinct VPs.
   const raw = rawEd25519(vpLen);
-  slice(300, checker(warm, opts));
+  await slice(300, checker(warm, opts));
   const known1 = checker(vps, opts);
   const sums = { raw: { n: 0, s: 0 }, known: { n: 0, s: 0 } };
   const add = (t: { n: number; s: number }, r: { n: number; s: number }) => ((t.n += r.n), (t.s += r.s));
   for (let k = 0; k < CRYPTO_SECONDS * 4; k++) {
-    add(sums.raw, slice(250, raw));
-    add(sums.known, slice(250, known1));
+    add(sums.raw, await slice(250, raw));
+    add(sums.known, await slice(250, known1));
   }
   // First-seen holders: one pass, bracketed by raw slices.
-  const before = slice(500, raw);
+  const before = await slice(500, raw);
   const t0 = performance.now();
   const once = checker(freshVps, opts);
-  for (let k = 0; k < freshVps.length; k += 100) once();
+  for (let k = 0; k < freshVps.length; k += 100) await once();
   const freshRate = freshVps.length / ((performance.now() - t0) / 1000);
-  const after = slice(500, raw);
+  const after = await slice(500, raw);
   const base = sums.raw.n / sums.raw.s;
   const knownRate = sums.known.n / sums.known.s;
   const freshBase = (before.n + after.n) / (before.s + after.s);
@@ -289,10 +293,10 @@ async function drive(): Promise<void> {
       ],
     };
     // Raw verification measured before and after the HTTP runs; their mean is the baseline.
-    const raw1 = rawEd25519PerSecond(bodies[0]!.length);
+    const raw1 = await rawEd25519PerSecond(bodies[0]!.length);
     const bareP = await run('bare node:http, same POST bodies', ports.bare, '/', postEach);
     const http = await run('POST /v1/agents/verify-presentation', ports.idp, '/v1/agents/verify-presentation', postEach);
-    const raw = (raw1 + rawEd25519PerSecond(bodies[0]!.length)) / 2;
+    const raw = (raw1 + (await rawEd25519PerSecond(bodies[0]!.length))) / 2;
     console.log(
       `vp bench (a, http): verify-presentation over HTTP, distinct VPs from ${HTTP_AGENTS} agents, ${CONNECTIONS} connections, ${SECONDS} s after ${WARMUP} s warm-up`,
     );

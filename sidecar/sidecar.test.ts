@@ -209,7 +209,7 @@ describe('sidecar', () => {
     const vpA = a!.auth!.replace(/^Bearer /, '');
     const vpB = b!.auth!.replace(/^Bearer /, '');
     for (const vp of [vpA, vpB]) {
-      const v = verify(vp);
+      const v = await verify(vp);
       expect(v.ok).toBe(true);
       if (v.ok) expect(v.holderDid).toBe(agentDid);
       const p = decodeJwt(vp);
@@ -272,7 +272,7 @@ describe('sidecar', () => {
     const hit = proxied[n]!;
     expect(hit.kind).toBe('connect');
     expect(hit.target).toMatch(/^127\.0\.0\.1:\d+$/);
-    expect(verify(hit.auth!.replace(/^Bearer /, '')).ok).toBe(true);
+    expect((await verify(hit.auth!.replace(/^Bearer /, ''))).ok).toBe(true);
   });
 
   it("passes the proxy's denials through with the deny reason", async () => {

@@ -19,7 +19,7 @@ describe('agent client', () => {
     expect(typeof p.nonce).toBe('string');
     expect((p.exp as number) - (p.nbf as number)).toBe(300);
     expect((p.vp as { verifiableCredential: string[] }).verifiableCredential).toEqual([agent.membershipVc]);
-    const r = checkPresentation(vp, { issuerDid: issuer.did, issuerKey: issuer.publicKey, audience: VP_AUDIENCE, nowSec: Math.floor(Date.now() / 1000) });
+    const r = await checkPresentation(vp, { issuerDid: issuer.did, issuerKey: issuer.publicKey, audience: VP_AUDIENCE, nowSec: Math.floor(Date.now() / 1000) });
     expect(r).toMatchObject({ ok: true, holderDid: agent.did, membershipJti: agent.jti });
     const other = decodeJwt(await presentationFor(agent));
     expect(other.nonce).not.toBe(p.nonce);

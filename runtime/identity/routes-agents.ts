@@ -47,7 +47,7 @@ export async function verifyPresentation(ctx: IdentityContext, vp: string, audie
     exp: null,
   });
   const issuer = ctx.issuer();
-  const r = checkPresentation(vp, {
+  const r = await checkPresentation(vp, {
     issuerDid: issuer.did,
     issuerKey: issuer.publicKey,
     audience: audience ?? ctx.settings.defaultAudience,

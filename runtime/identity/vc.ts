@@ -4,9 +4,10 @@
  * nonce + validity, then the issuer-signed Membership VC for this holder). Revocation and the
  * DID -> agent mapping (step 3) need the store and are applied by the caller.
  */
-import { randomUUID, verify as edVerify, type KeyObject } from 'node:crypto';
+import { randomUUID, type KeyObject } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { W3C_VC_CONTEXT } from './client.js';
+import { verifyEd25519 } from './ed25519.js';
 import { DID_KEY_CHARS, didKeyVerificationMethod, publicKeyFromDidKey, publicKeyObject } from './did.js';
 import { parseJws, type Jws } from './jws.js';
 
@@ -71,17 +72,15 @@ type Json = Record<string, unknown>;
 
 export { parseJws, type Jws } from './jws.js';
 
-function signatureOk(jws: Jws, key: KeyObject): boolean {
+/** Whether `jws` is signed by `key` (EdDSA only; the verification itself is `verifyEd25519`'s, off the event loop where it can be). */
+function signatureOk(jws: Jws, key: KeyObject): Promise<boolean> {
   const alg = jws.header.alg;
-  if (alg !== 'EdDSA' && alg !== 'Ed25519') return false;
-  if ('crit' in jws.header || jws.header.b64 === false) return false;
-  if (jws.signature.length !== 64) return false;
-  try {
-    return edVerify(null, jws.signingInput, key, jws.signature);
-  } catch {
-    return false;
-  }
+  if (alg !== 'EdDSA' && alg !== 'Ed25519') return FALSE;
+  if ('crit' in jws.header || jws.header.b64 === false) return FALSE;
+  if (jws.signature.length !== 64) return FALSE;
+  return verifyEd25519(jws.signingInput, key, jws.signature);
 }
+const FALSE = Promise.resolve(false);
 
 // did:key -> KeyObject import is the one costly step besides the signatures; DIDs are few.
 const keyCache = new Map<string, KeyObject>();
@@ -149,7 +148,7 @@ function cacheFor(issuerKey: KeyObject): Map<string, Membership> {
 }
 
 /** The first Membership VC of `creds`, issuer-checked (cached), or the reason it fails. */
-function membershipOf(creds: unknown[], o: VerifyOptions): Membership | string {
+async function membershipOf(creds: unknown[], o: VerifyOptions): Promise<Membership | string> {
   const cache = cacheFor(o.issuerKey);
   for (const c of creds) {
     if (typeof c !== 'string') continue;
@@ -164,7 +163,7 @@ function membershipOf(creds: unknown[], o: VerifyOptions): Membership | string {
     if (!j || !typesOf(j.payload.vc).includes(MEMBERSHIP_TYPE)) continue;
     const p = j.payload;
     if (p.iss !== o.issuerDid) return 'membership credential not issued by this issuer';
-    if (!signatureOk(j, o.issuerKey)) return 'membership credential signature invalid';
+    if (!(await signatureOk(j, o.issuerKey))) return 'membership credential signature invalid';
     const m: Membership = {
       iss: o.issuerDid,
       sub: p.sub,
@@ -183,7 +182,7 @@ function membershipOf(creds: unknown[], o: VerifyOptions): Membership | string {
 }
 
 /** SPEC 4.4 steps 1-2 without the store: every failure is ok=false with a specific reason. */
-export function checkPresentation(vpJwt: unknown, o: VerifyOptions): PresentationCheck {
+export async function checkPresentation(vpJwt: unknown, o: VerifyOptions): Promise<PresentationCheck> {
   const skew = o.skewSec ?? 30;
   const vp = parseJws(vpJwt);
   if (!vp) return { ok: false, reason: 'presentation is not a compact JWT' };
@@ -197,7 +196,7 @@ export function checkPresentation(vpJwt: unknown, o: VerifyOptions): Presentatio
   if (kid !== undefined && kid !== didKeyVerificationMethod(holder) && kid !== holder) {
     return { ok: false, reason: 'presentation kid does not belong to the holder did', holderDid: holder };
   }
-  if (!signatureOk(vp, key)) return { ok: false, reason: 'presentation signature invalid', holderDid: holder };
+  if (!(await signatureOk(vp, key))) return { ok: false, reason: 'presentation signature invalid', holderDid: holder };
   if (p.sub !== undefined && p.sub !== holder) return { ok: false, reason: 'presentation sub differs from holder', holderDid: holder };
   if (!audOf(p.aud).includes(o.audience)) return { ok: false, reason: 'presentation audience mismatch', holderDid: holder };
   if (typeof p.nonce !== 'string' || p.nonce === '') return { ok: false, reason: 'presentation nonce missing', holderDid: holder };
@@ -215,7 +214,7 @@ export function checkPresentation(vpJwt: unknown, o: VerifyOptions): Presentatio
   const creds = Array.isArray(body.verifiableCredential) ? body.verifiableCredential : [];
 
   // Step 2: the Membership VC. Non-membership entries are ignored; the first membership decides.
-  const m = membershipOf(creds, o);
+  const m = await membershipOf(creds, o);
   if (typeof m === 'string') return { ok: false, reason: m, holderDid: holder };
   if (m.sub !== holder || (m.subjectId !== undefined && m.subjectId !== holder)) {
     return { ok: false, reason: 'membership credential not issued to the presentation holder', holderDid: holder };
