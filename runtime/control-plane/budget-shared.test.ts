@@ -168,6 +168,28 @@ describe('shared budget ledger (PGlite)', () => {
     expect(await ledger.read('undo', 'calls', now)).toBe(0);
   });
 
+  it('a call owed to the ledger and undone after its bucket turned comes off the bucket it was written in', async () => {
+    const ledger = createBudgetLedger(store);
+    const budgets: Record<string, Budget> = { owed: { callsPerHour: 100 } }; // a lease is 2 calls
+    let now = T0 + 29_900;
+    const m = createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => now, syncMs: 60_000 });
+    // No lease yet: the call is owed, and the next take writes it (with a lease of two) in this minute.
+    const release = m.reserveCall('owed', now);
+    await m.refresh('owed');
+    expect(await ledger.read('owed', 'calls', now)).toBe(3);
+    // The minute turns: the lease goes back to the last minute, a new one is charged in this one;
+    // then the call is undone.
+    now = T0 + 30_000;
+    await m.refresh('owed');
+    release();
+    expect(m.usage('owed', now).callsLastHour).toBe(0);
+    await m.close();
+    // Nothing is left counted: the undone call came off the last minute (a -1 in this minute's
+    // bucket is floored at zero by the ledger, and the call stayed counted for the hour).
+    expect(await ledger.read('owed', 'calls', now)).toBe(0);
+    expect(await ledger.read('owed', 'calls', now + HOUR_MS - 30_000)).toBe(0);
+  });
+
   it('audit mode counts past the ceiling and never refuses', async () => {
     const ledger = createBudgetLedger(store);
     const budgets: Record<string, Budget> = { aud: { callsPerHour: 3, mode: 'audit' } };

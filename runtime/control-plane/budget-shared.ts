@@ -44,6 +44,8 @@ interface DimState {
   debt: number;
   /** Debt on its way to the ledger (in a take not yet answered). */
   inflight: number;
+  /** The bucket the last take that wrote debt wrote it in (where a call owed and undone since comes off). */
+  wroteIn?: number;
   /** Units to give back to the buckets they were charged in (bucket -> units): counted in `view` until written. */
   returns: Map<number, number>;
   syncedAt: number;
@@ -153,6 +155,20 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   /** The dimensions with a ceiling (the only ones a decision reads) were read from the ledger lately. */
   const fresh = (st: AgentState, b: Budget | undefined, now: number) => DIMS.every((k) => limitOf(b, k) === 0 || now - st[k].syncedAt <= maxStaleMs);
 
+  /**
+   * What a take writes of the debt (which it clears). A negative debt is calls owed, written by an
+   * earlier take and undone since: they come off the bucket that take wrote them in (a give-back
+   * added to `giveBack`), not off this one, where the ledger floors the charge at zero and the
+   * calls would stay counted for the rest of the hour.
+   */
+  function owed(d: DimState, giveBack: { bucket: number; n: number }[]): number {
+    const add = d.debt;
+    d.debt = 0;
+    if (add >= 0 || d.wroteIn === undefined) return add;
+    giveBack.push({ bucket: d.wroteIn, n: -add });
+    return 0;
+  }
+
   /** Runs `fn` after the dimension's previous take (one take per agent and dimension at a time). */
   function serial<T>(d: DimState, fn: () => Promise<T>): Promise<T> {
     const p = d.chain.then(fn, fn);
@@ -168,11 +184,10 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     const b = bucketOf(dim, now);
     const budget = o.budgetOf(agent);
     const limit = enforcing(budget) ? limitOf(budget, dim) : 0;
-    const add = d.debt;
-    d.debt = 0;
-    d.inflight += add;
     const giveBack = [...d.returns].map(([bucket, n]) => ({ bucket, n }));
     d.returns.clear();
+    const add = owed(d, giveBack);
+    d.inflight += add;
     let aged: { bucket: number; n: number } | undefined;
     const idle = !ask && leaseIdle(st, dim, now);
     if (d.lease > 0 && (d.leaseBucket !== b || (dim === 'calls' && limit === 0) || idle)) {
@@ -189,6 +204,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       const r = await o.ledger.take({ agent, dim, now, add, giveBack, want, limit, atLeast: ask?.atLeast });
       d.inflight -= add;
       d.returning -= back;
+      if (add > 0) d.wroteIn = b;
       if (r.granted > 0) {
         // Any lease still held is of bucket `b`: older ones were given back above.
         d.lease += r.granted;
@@ -346,7 +362,8 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
         if (released) return;
         released = true;
         // A leased call goes back to the bucket its lease was charged in (the lease itself, unless
-        // that bucket has turned since); a call owed is owed no more.
+        // that bucket has turned since); a call owed is owed no more (`owed`: if a take has
+        // written it already, it comes off that take's bucket).
         if (fromLease && d.leaseBucket === bucket) d.lease += 1;
         else if (fromLease) d.returns.set(bucket, (d.returns.get(bucket) ?? 0) + 1);
         else d.debt -= 1;
@@ -412,9 +429,8 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
               const b = bucketOf(dim, clock());
               const giveBack = [...d.returns].map(([bucket, n]) => ({ bucket, n }));
               if (d.lease > 0 && d.leaseBucket <= b) giveBack.push({ bucket: d.leaseBucket, n: d.lease });
-              const add = d.debt;
-              d.debt = 0;
               d.returns.clear();
+              const add = owed(d, giveBack);
               await o.ledger.take({ agent, dim, now: clock(), add, giveBack, want: 0, limit: 0 });
               d.lease = 0;
             }).catch(logErr),
