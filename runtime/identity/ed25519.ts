@@ -15,6 +15,7 @@
 import { verify, type KeyObject } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 
+/** libuv's thread pool size: it reads `UV_THREADPOOL_SIZE` itself (default 4, at most 1024). */
 const POOL = Math.max(1, Math.min(1024, Number(process.env.UV_THREADPOOL_SIZE) || 4));
 /**
  * Verifications that may wait on the thread pool at once (0: always on the request thread): four
