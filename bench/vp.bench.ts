@@ -7,9 +7,9 @@
  *     per second (node:crypto verify). A VP check is two Ed25519 verifications plus parsing, so
  *     0.5x is the ceiling for a first-seen Membership VC; a known one is verified once per token and
  *     cached, so a known holder's VP costs one verification (ceiling 1.0x on one core). Target
- *     >= 0.30x. The checks run 100 at a time, as a server's concurrent requests do, so their
- *     Ed25519 verifications go to libuv's thread pool (identity/ed25519.ts) where the machine has
- *     a core to spare: there the ratio to one core's raw verification can pass 1.0x.
+ *     >= 0.30x. The checks run 100 at a time, as a saturated server's concurrent requests do, so
+ *     their Ed25519 verifications go to libuv's thread pool (identity/ed25519.ts): where the
+ *     machine has a core to spare, the ratio to one core's raw verification can pass 1.0x.
  *     (a, http): POST /v1/agents/verify-presentation on a real identity authority over HTTP
  *     (in-memory PGlite; revocation and agent lookups answered from the in-memory verify index),
  *     as a ratio of raw Ed25519 verify measured before and after it. Target >= 0.30x.

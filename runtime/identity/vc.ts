@@ -72,7 +72,7 @@ type Json = Record<string, unknown>;
 
 export { parseJws, type Jws } from './jws.js';
 
-/** Whether `jws` is signed by `key` (EdDSA only; the verification itself is `verifyEd25519`'s, off the event loop where it can be). */
+/** Whether `jws` is signed by `key` (EdDSA only; the verification itself is `verifyEd25519`'s, off the event loop while the request thread is saturated). */
 function signatureOk(jws: Jws, key: KeyObject): Promise<boolean> {
   const alg = jws.header.alg;
   if (alg !== 'EdDSA' && alg !== 'Ed25519') return FALSE;
