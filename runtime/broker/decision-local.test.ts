@@ -16,8 +16,18 @@ import { createDecisionClient, type DecisionQuery, type DecisionResult } from '.
 import { createLocalDecisionClient } from './decision-local.js';
 
 const reserve = (outputTokens: number) => ({ promptTokens: 10, outputTokens, priceInputPer1k: 0, priceOutputPer1k: 0 });
-/** A result with its reservation id reduced to whether there is one (each call reserves anew). */
-const shape = (r: DecisionResult) => (r.kind === 'allow' && r.reservation ? { ...r, reservation: { ...r.reservation, id: typeof r.reservation.id } } : r);
+/**
+ * A result with its reservation id reduced to whether there is one (each call reserves anew), and
+ * a refusal's retry-after to its type (counted from each call's own second: two calls in a row
+ * may straddle a second; `retryAfter` reads the values to compare).
+ */
+const shape = (r: DecisionResult) =>
+  r.kind === 'allow' && r.reservation
+    ? { ...r, reservation: { ...r.reservation, id: typeof r.reservation.id } }
+    : r.kind === 'refused'
+      ? { ...r, retryAfterSeconds: typeof r.retryAfterSeconds }
+      : r;
+const retryAfter = (r: DecisionResult) => (r.kind === 'refused' ? r.retryAfterSeconds : 0);
 
 describe('broker decisions in process', () => {
   let store: Store;
@@ -57,6 +67,9 @@ describe('broker decisions in process', () => {
       const viaLocal = cp.plane.audit.recent(1)[0]!;
       expect(overHttp.kind, what).toBe(kind);
       expect(shape(inProcess), what).toEqual(shape(overHttp));
+      // Asked a moment later, in-process: the same retry-after, or one second less.
+      expect(retryAfter(overHttp) - retryAfter(inProcess), what).toBeGreaterThanOrEqual(0);
+      expect(retryAfter(overHttp) - retryAfter(inProcess), what).toBeLessThanOrEqual(1);
       // One record each, alike but for their place in the chain.
       expect([viaHttp.seq, viaLocal.seq], what).toEqual([before + 1, before + 2]);
       const { seq: _s1, time: _t1, prevHash: _p1, hash: _h1, ...httpRecord } = viaHttp;
