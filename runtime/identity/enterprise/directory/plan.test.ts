@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { planSync, managerConflicts, type CurrentEmployee, type EmployeeWrite, type SyncPlan } from './plan.js';
+import { managerConflicts } from './conflicts.js';
+import { planSync, type CurrentEmployee, type EmployeeWrite, type SyncPlan } from './plan.js';
 import type { GroupRow } from './repo.js';
 import { ENTRA, entraSnapshot, entraUser, OKTA, oktaSnapshot } from './fixtures.js';
 import { parseGroup, parseUser, SCHEMA_GROUP } from './scim.js';

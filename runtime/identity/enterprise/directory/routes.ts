@@ -13,7 +13,7 @@ import type { Db } from '../../../store/factory.js';
 import type { ChangeFeed } from '../../change-feed.js';
 import { tenantOfGroupKey, tenantOfSubject } from '../tenant.js';
 import { body, errorResponse, invalid, json, Limit, TenantId } from './http.js';
-import { conflictsOfRows } from './plan.js';
+import { conflictsOfRows } from './conflicts.js';
 import { directoryRepo, directoryTenants, type EmployeeRecord, type GroupRecord, type SyncRunRecord } from './repo.js';
 import { ConflictSchema, EmployeeSchema, GroupSchema, SyncRequestSchema, SyncRunSchema } from './schemas.js';
 import { syncDirectory, type CascadeFn, type SyncStage } from './sync.js';
