@@ -139,7 +139,7 @@ export const SETTINGS: readonly Setting[] = [
   s('OTEL_EXPORTER_OTLP_PROTOCOL', 'tracing', { type: 'enum', values: OTLP_PROTOCOLS }),
   s('OTEL_SDK_DISABLED', 'tracing', bool),
   s('OTEL_TRACES_SAMPLER', 'tracing', { type: 'enum', values: TRACES_SAMPLERS }),
-  // A ratio in [0, 1], checked by lib/tracing.ts.
+  // A ratio in [0, 1], checked by lib/tracing-config.ts.
   s('OTEL_TRACES_SAMPLER_ARG', 'tracing', str),
   // audit log (control plane)
   s('AUDIT_CHAIN_ID', 'audit', str),

@@ -16,7 +16,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { Agent as UndiciAgent, type Dispatcher } from 'undici';
 import { Gauge, Counter, type Registry as PromRegistry } from 'prom-client';
-import { BRAND, header, metric } from '../../lib/brand.js';
+import { metric } from '../../lib/brand.js';
 import { errMsg, logger } from '../../lib/log.js';
 import type { ApprovalQueue } from '../approvals/queue.js';
 import type { Committed } from '../decision/commit.js';
@@ -24,8 +24,10 @@ import type { DecisionEngine } from '../decision/engine.js';
 import type { HoldAnswer, HoldRequest } from '../decision/types.js';
 import { H } from '../../lib/brand.js';
 import { decideProxy, type ProxyVerdict } from './decide.js';
-import { hasBody, rewriteRequestHeaders, rewriteResponseHeaders, safeHeaderValue } from './headers.js';
-import { parseAbsoluteTarget, parseConnectTarget, type ProxyTarget } from './target.js';
+import { hasBody, rewriteRequestHeaders, rewriteResponseHeaders } from './headers.js';
+import { DENY_REASON, REALM, denyBody, denyHeaders, rawReply, sendJson, upstreamError } from './responses.js';
+import { parseAbsoluteTarget, type ProxyTarget } from './target.js';
+import { createTunnels } from './tunnel.js';
 
 const log = logger('egress-proxy');
 
@@ -88,62 +90,7 @@ export interface ForwardProxy {
   close(graceMs?: number): Promise<void>;
 }
 
-const REALM = `${BRAND}-egress`;
-const DENY_REASON = header('Deny-Reason');
-const EGRESS_REQUEST = header('Egress-Request');
-
-class UpstreamTimeout extends Error {}
-
 function ignore(): void {}
-
-const TIMEOUT_CODES = new Set(['ETIMEDOUT', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
-
-function isTimeout(e: unknown): boolean {
-  if (e instanceof UpstreamTimeout) return true;
-  return TIMEOUT_CODES.has((e as { code?: string } | undefined)?.code ?? '');
-}
-
-/** 502/504 body text: the upstream failure without internals beyond the error code. */
-function upstreamError(t: ProxyTarget, e: unknown): { status: 502 | 504; message: string } {
-  if (isTimeout(e)) return { status: 504, message: `upstream ${t.hostPort} timed out: ${errMsg(e)}` };
-  const code = (e as { code?: string } | undefined)?.code;
-  return { status: 502, message: `upstream ${t.hostPort} failed: ${code ?? errMsg(e)}` };
-}
-
-function denyHeaders(o: Committed, requestId?: string): Record<string, string> {
-  const h: Record<string, string> = { [DENY_REASON]: safeHeaderValue(o.decision.reason) };
-  if (requestId) h[EGRESS_REQUEST] = requestId;
-  return h;
-}
-
-function denyBody(o: Committed, requestId?: string): object {
-  const b: Record<string, unknown> = { allow: false, reason: o.decision.reason, rule: o.decision.rule };
-  if (requestId) b.egressRequest = requestId;
-  return b;
-}
-
-/** A complete HTTP/1.1 response written straight to a socket (CONNECT replies), then closed. */
-function rawReply(socket: net.Socket, status: number, headers: Record<string, string>, body: object): void {
-  if (socket.destroyed) return;
-  const data = JSON.stringify(body);
-  let head = `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? 'Error'}\r\n`;
-  for (const [k, v] of Object.entries(headers)) head += `${k}: ${safeHeaderValue(v, 2048)}\r\n`;
-  head += `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(data)}\r\nConnection: close\r\n\r\n`;
-  socket.end(head + data);
-  // The peer closes on Connection: close; one that does not is cut off shortly.
-  const t = setTimeout(() => socket.destroy(), 2000);
-  t.unref();
-  socket.once('close', () => clearTimeout(t));
-}
-
-function sendJson(res: http.ServerResponse, status: number, body: object, headers: Record<string, string> = {}, close = false): void {
-  if (res.headersSent || res.destroyed) return;
-  const data = JSON.stringify(body);
-  const out: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data), ...headers };
-  if (close) out.connection = 'close';
-  res.writeHead(status, out);
-  res.end(res.req.method === 'HEAD' ? undefined : data);
-}
 
 export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   const engine = opts.engine;
@@ -153,7 +100,6 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   const clients = new Set<net.Socket>();
   const upstreamSockets = new Set<net.Socket>();
   const holds = new Set<AbortController>();
-  let tunnels = 0;
   let closing = false;
   let drained: (() => void) | undefined;
 
@@ -195,7 +141,7 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
       busy += connected - free;
       pooled += free;
     }
-    return { clients: clients.size, upstreams: upstreamSockets.size + busy, pooled, tunnels, held: holds.size };
+    return { clients: clients.size, upstreams: upstreamSockets.size + busy, pooled, tunnels: tunnels.open(), held: holds.size };
   }
 
   const server = http.createServer({
@@ -388,102 +334,12 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     replyPlain(req, res, t, v, v.requestId);
   }
 
-  // ---- CONNECT tunnels ----------------------------------------------------------------------
+  // ---- CONNECT tunnels (tunnel.ts) ---------------------------------------------------------
 
-  function openTunnel(socket: net.Socket, t: ProxyTarget, early: Buffer[], onData: (c: Buffer) => void): void {
-    if (socket.destroyed) return;
-    const up = net.connect({ host: t.connectHost, port: t.port });
-    upstreamSockets.add(up);
-    let established = false;
-    const connectTimer = setTimeout(() => up.destroy(new UpstreamTimeout(`no connection within ${limits.connectTimeoutMs} ms`)), limits.connectTimeoutMs);
-    const kill = () => {
-      socket.destroy();
-      up.destroy();
-    };
-    up.once('close', () => {
-      clearTimeout(connectTimer);
-      upstreamSockets.delete(up);
-      if (established) tunnels--;
-      // A clean upstream close was already forwarded by pipe (end); give the client leg its
-      // idle timeout to finish, and cut it at once after an error.
-      if (!socket.destroyed && !socket.writableEnded) socket.end();
-    });
-    up.on('error', (e) => {
-      if (!established) {
-        const f = upstreamError(t, e);
-        upstreamErrors.inc({ via: 'connect', status: String(f.status) });
-        log.warn('tunnel upstream failed', { target: t.hostPort, status: f.status, err: errMsg(e) });
-        socket.off('data', onData);
-        socket.resume();
-        rawReply(socket, f.status, {}, { error: f.message });
-      } else {
-        kill();
-      }
-    });
-    up.once('connect', () => {
-      clearTimeout(connectTimer);
-      if (socket.destroyed) return void up.destroy();
-      established = true;
-      tunnels++;
-      socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-      socket.off('data', onData);
-      for (const c of early) up.write(c);
-      early.length = 0;
-      socket.setTimeout(limits.idleTimeoutMs, kill);
-      up.setTimeout(limits.idleTimeoutMs, kill);
-      socket.pipe(up);
-      up.pipe(socket);
-    });
-    socket.once('close', () => {
-      if (!established) return void up.destroy();
-      if (!up.destroyed && !up.writableEnded) up.end();
-    });
-  }
-
-  function onConnect(req: http.IncomingMessage, socket: net.Socket, head: Buffer): void {
-    socket.on('error', () => socket.destroy());
-    // No bytes move while the tunnel is decided or held; the tunnel sets its own idle timeout.
-    socket.setTimeout(0);
-    const early: Buffer[] = head.length ? [head] : [];
-    let earlyBytes = head.length;
-    const onData = (c: Buffer) => {
-      early.push(c);
-      earlyBytes += c.length;
-      if (earlyBytes > limits.maxEarlyBytes) socket.pause();
-    };
-    // Reading while deciding is how a client that goes away is noticed (FIN/RST).
-    socket.on('data', onData);
-    const p = parseConnectTarget(req.url);
-    const refuse = (status: number, headers: Record<string, string>, body: object) => {
-      socket.off('data', onData);
-      early.length = 0;
-      socket.resume();
-      rawReply(socket, status, headers, body);
-    };
-    if (!p.ok) return refuse(400, {}, { error: p.error });
-    const t = p.target;
-    const reply = (v: ProxyVerdict, requestId?: string) => {
-      if (v.kind === 'allow') return openTunnel(socket, t, early, onData);
-      if (v.kind === 'challenge') return refuse(407, { 'Proxy-Authenticate': `Bearer realm="${REALM}"`, ...denyHeaders(v.outcome) }, denyBody(v.outcome));
-      if (v.kind === 'deny') return refuse(403, denyHeaders(v.outcome, requestId), denyBody(v.outcome, requestId));
-    };
-    const holdTunnel = (input: HoldRequest) =>
-      hold(input, (abort) => {
-        if (socket.destroyed) abort();
-        else socket.once('close', abort);
-        return () => socket.off('close', abort);
-      });
-    decideProxy({ via: 'connect', method: 'CONNECT', target: t, headers: req.headers, rawHeaders: req.rawHeaders }, engine, holdTunnel).then(
-      (v) => reply(v, v.requestId),
-      (e: unknown) => {
-        log.error('proxy decision failed', { err: errMsg(e) });
-        refuse(403, { [DENY_REASON]: 'internal decision error' }, { allow: false, reason: 'internal decision error', rule: 'inline' });
-      },
-    );
-  }
+  const tunnels = createTunnels({ engine, limits, upstreamSockets, upstreamErrors, hold });
 
   server.on('request', onRequest);
-  server.on('connect', onConnect);
+  server.on('connect', tunnels.onConnect);
   server.on('upgrade', (_req: http.IncomingMessage, socket: net.Socket) => {
     socket.on('error', () => socket.destroy());
     rawReply(socket, 501, {}, { error: 'protocol upgrade through the proxy is not supported; use CONNECT host:port' });
