@@ -22,8 +22,9 @@ import { sql, type SQL } from 'drizzle-orm';
 import { errMsg, logger } from '../lib/log.js';
 import { createShipper } from './audit/shipper.js';
 import { rowsOf, type Store } from '../store/factory.js';
+import { limitOf } from './budget-lease.js';
 import { bucketOf } from './budget-store.js';
-import { limitOf, type SharedBudgetMeter } from './budget-shared.js';
+import type { SharedBudgetMeter } from './budget-shared.js';
 import type { Budget } from './types.js';
 
 const log = logger('budget');

@@ -25,50 +25,12 @@
 import { errMsg, logger } from '../lib/log.js';
 import type { LedgerDimension } from '../store/schema/budget.js';
 import type { BudgetMeter, BudgetUsage } from './budget.js';
-import { bucketOf, LEDGER_WINDOWS, type BudgetLedger, type TakeResult } from './budget-store.js';
+import { DIMS, enforcing, inView, limitOf, newDim, owed, r9, serial, unwritten, usageOf, used, type AgentState } from './budget-lease.js';
+import { bucketOf, type BudgetLedger, type TakeResult } from './budget-store.js';
 import { overBudget } from './decision/egress.js';
 import type { Budget } from './types.js';
 
 const log = logger('budget');
-
-interface DimState {
-  dim: LedgerDimension;
-  /** The ledger's window total at the last take (every replica, leases included). */
-  view: number;
-  /** Units charged ahead, not yet used, all in `leaseBucket`. */
-  lease: number;
-  leaseBucket: number;
-  /** Units on their way back (an aged lease, `returns`): still counted in `view` until the take answers. */
-  returning: number;
-  /** Units used here and not yet written. */
-  debt: number;
-  /** Debt on its way to the ledger (in a take not yet answered). */
-  inflight: number;
-  /** The bucket the last take that wrote debt wrote it in (where a call owed and undone since comes off). */
-  wroteIn?: number;
-  /** Units to give back to the buckets they were charged in (bucket -> units): counted in `view` until written. */
-  returns: Map<number, number>;
-  syncedAt: number;
-  chain: Promise<unknown>;
-  /** Decisions that found the calls lease empty, gathering for the next take (refill). */
-  gathering?: { waiting: number; taken: Promise<unknown> };
-  /** The background refill started at half a lease, while it is queued or running. */
-  prefetching?: Promise<unknown>;
-}
-
-interface AgentState {
-  calls: DimState;
-  tokens: DimState;
-  cost: DimState;
-  touched: number;
-  /** The read of a stale view's other dimensions, shared by the decisions waiting for it. */
-  rereading?: Promise<unknown>;
-}
-
-const DIMS: readonly LedgerDimension[] = ['calls', 'tokens', 'cost'];
-
-export const limitOf = (b: Budget | undefined, dim: LedgerDimension): number =>
-  (dim === 'calls' ? b?.callsPerHour : dim === 'tokens' ? b?.tokensPerHour : b?.costUsdPerDay) ?? 0;
 
 export interface SharedBudgetOptions {
   ledger: BudgetLedger;
@@ -116,19 +78,6 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   const leaseOf = (b: Budget | undefined, dim: LedgerDimension) =>
     dim === 'cost' ? r9(limitOf(b, 'cost') * share) : Math.max(1, Math.ceil(limitOf(b, dim) * share));
   const leaseSize = (b: Budget | undefined) => leaseOf(b, 'calls');
-  const enforcing = (b: Budget | undefined) => !!b && b.mode !== 'audit';
-  const newDim = (dim: LedgerDimension): DimState => ({
-    dim,
-    view: 0,
-    lease: 0,
-    leaseBucket: 0,
-    returning: 0,
-    debt: 0,
-    inflight: 0,
-    returns: new Map(),
-    syncedAt: Number.NEGATIVE_INFINITY,
-    chain: Promise.resolve(),
-  });
   const stateOf = (agent: string): AgentState => {
     let st = agents.get(agent);
     if (!st) {
@@ -137,44 +86,8 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     }
     return st;
   };
-  /**
-   * Whether units charged to `bucket` are in the view: its bucket was in the window when it was
-   * read (the ledger drops a give-back that has slid out, and so must the meter).
-   */
-  const inView = (d: DimState, bucket: number) => Number.isFinite(d.syncedAt) && bucket >= bucketOf(d.dim, d.syncedAt) - LEDGER_WINDOWS[d.dim].buckets;
-  /** Units in `returns` that the view still counts. */
-  const returned = (d: DimState) => {
-    let n = 0;
-    for (const [bucket, units] of d.returns) if (inView(d, bucket)) n += units;
-    return n;
-  };
-  const used = (d: DimState) => Math.max(0, d.view - d.lease - d.returning - returned(d) + d.debt + d.inflight);
-  /** Calls allowed here beyond the lease and not yet in the ledger: capped at one lease size. */
-  const unwritten = (d: DimState) => d.debt + d.inflight;
-  const usageOf = (st: AgentState): BudgetUsage => ({ callsLastHour: used(st.calls), tokensLastHour: used(st.tokens), costUsdLastDay: used(st.cost) });
   /** The dimensions with a ceiling (the only ones a decision reads) were read from the ledger lately. */
   const fresh = (st: AgentState, b: Budget | undefined, now: number) => DIMS.every((k) => limitOf(b, k) === 0 || now - st[k].syncedAt <= maxStaleMs);
-
-  /**
-   * What a take writes of the debt (which it clears). A negative debt is calls owed, written by an
-   * earlier take and undone since: they come off the bucket that take wrote them in (a give-back
-   * added to `giveBack`), not off this one, where the ledger floors the charge at zero and the
-   * calls would stay counted for the rest of the hour.
-   */
-  function owed(d: DimState, giveBack: { bucket: number; n: number }[]): number {
-    const add = d.debt;
-    d.debt = 0;
-    if (add >= 0 || d.wroteIn === undefined) return add;
-    giveBack.push({ bucket: d.wroteIn, n: -add });
-    return 0;
-  }
-
-  /** Runs `fn` after the dimension's previous take (one take per agent and dimension at a time). */
-  function serial<T>(d: DimState, fn: () => Promise<T>): Promise<T> {
-    const p = d.chain.then(fn, fn);
-    d.chain = p.catch(() => {});
-    return p;
-  }
 
   /** One ledger take: writes the debt, returns an aged lease, refills (or `want`), reads the window. */
   async function takeNow(agent: string, dim: LedgerDimension, ask?: { want: number; atLeast?: number }): Promise<TakeResult> {
@@ -444,5 +357,4 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   };
 }
 
-const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
 const fmtAt = (now: number) => `at ${new Date(now).toISOString()}`;

@@ -7,7 +7,8 @@
  * Rows are durable (`egress_requests`), and every status change is one guarded
  * `update ... where status = 'pending'`, so exactly one of approve / deny / expire wins even across
  * replicas. A decision wakes the hold in this process directly and in other replicas through
- * NOTIFY; a slow poll of the held ids covers a lost notification (a listener reconnecting).
+ * NOTIFY; a slow poll of the held ids covers a lost notification (a listener reconnecting; the
+ * holds themselves: waiters.ts).
  * A decision is used once: the connection that takes it sets `used_at` in a guarded update.
  *
  * Restart (issue 15, item 9): a held connection dies with its process, its request does not.
@@ -20,7 +21,7 @@
  * Expiry always denies.
  */
 import { randomUUID } from 'node:crypto';
-import { and, desc, eq, inArray, isNull, lt, sql } from 'drizzle-orm';
+import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
 import { BRAND } from '../../lib/brand.js';
 import type { Env } from '../../lib/config.js';
 import { ApiError, conflict, notFound } from '../../lib/errors.js';
@@ -41,6 +42,7 @@ import {
   type EgressStatus,
   type HoldResult,
 } from './record.js';
+import { createWaiters } from './waiters.js';
 
 const log = logger('approvals');
 
@@ -99,10 +101,6 @@ export interface ApprovalQueue {
   close(): Promise<void>;
 }
 
-interface Waiter {
-  finish(status: HoldResult): void;
-}
-
 export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<ApprovalQueue> {
   const { store, audit } = opts;
   const env = opts.env ?? process.env;
@@ -113,17 +111,21 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
   const pollMs = opts.pollMs ?? 5000;
   const db = store.db;
   const t = egressRequests;
-  const waiters = new Map<string, Set<Waiter>>();
   let closed = false;
-  let poller: NodeJS.Timeout | undefined;
 
   const stamp = () => new Date(now()).toISOString();
 
-  const wake = (id: string, status: EgressStatus | HoldResult) => {
-    if (status === 'pending') return;
-    const set = waiters.get(id);
-    if (set) for (const w of [...set]) w.finish(status);
-  };
+  // getRow and expireOne are defined below; a hold calls them only once the queue is made.
+  const waiters = createWaiters({
+    db,
+    now,
+    timeoutMs,
+    pollMs,
+    closed: () => closed,
+    getRow: (id) => getRow(id),
+    expireOne: (id, why) => expireOne(id, why),
+  });
+  const { wake } = waiters;
 
   const announce = async (id: string, status: EgressStatus) => {
     wake(id, status);
@@ -179,30 +181,6 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
       .returning({ id: t.id });
     for (const r of rows) await announce(r.id, 'expired');
     return rows.length;
-  };
-
-  const poll = async () => {
-    const ids = [...waiters.keys()];
-    if (ids.length === 0) return;
-    try {
-      const rows = await db.select({ id: t.id, status: t.status }).from(t).where(inArray(t.id, ids));
-      for (const r of rows) wake(r.id, r.status);
-    } catch (e) {
-      log.warn('egress hold poll failed', { err: errMsg(e) });
-    }
-  };
-
-  const ensurePoller = () => {
-    if (poller || closed) return;
-    poller = setInterval(() => {
-      if (waiters.size === 0) {
-        clearInterval(poller);
-        poller = undefined;
-        return;
-      }
-      void poll();
-    }, pollMs);
-    poller.unref();
   };
 
   /**
@@ -328,58 +306,7 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
     },
 
     hold(id, signal) {
-      const waited = new Promise<HoldResult>((resolve, reject) => {
-        let done = false;
-        let timer: NodeJS.Timeout | undefined;
-        const cleanup = () => {
-          clearTimeout(timer);
-          signal?.removeEventListener('abort', onAbort);
-          const set = waiters.get(id);
-          set?.delete(w);
-          if (set && set.size === 0) waiters.delete(id);
-        };
-        const w: Waiter = {
-          finish(status) {
-            if (done) return;
-            done = true;
-            cleanup();
-            resolve(status);
-          },
-        };
-        const expire = (why: string) => {
-          if (done) return;
-          void expireOne(id, why).then((s) => w.finish(s));
-        };
-        const onAbort = () => expire('client disconnected while held');
-        // Register before reading the row, so a decision landing in between still wakes us.
-        let set = waiters.get(id);
-        if (!set) waiters.set(id, (set = new Set()));
-        set.add(w);
-        ensurePoller();
-        getRow(id).then(
-          (row) => {
-            if (done) return;
-            if (!row) {
-              done = true;
-              cleanup();
-              reject(notFound('egress request', id));
-              return;
-            }
-            if (row.status !== 'pending') return w.finish(row.status);
-            if (closed) return w.finish('released');
-            if (signal?.aborted) return onAbort();
-            signal?.addEventListener('abort', onAbort, { once: true });
-            const left = Math.max(0, Date.parse(row.expiresAt) - now());
-            timer = setTimeout(() => expire('approval timed out'), Math.min(left, timeoutMs));
-            timer.unref?.();
-          },
-          (e: unknown) => {
-            log.error('reading held egress request failed; expiring', { id, err: errMsg(e) });
-            expire('store unavailable while holding');
-          },
-        );
-      });
-      return waited.then((s) => use(id, s));
+      return waiters.wait(id, signal).then((s) => use(id, s));
     },
 
     approve: (id, approver) => decide(id, approver, 'approved', null),
@@ -401,20 +328,19 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
     },
 
     sweep,
-    holding: () => [...waiters.values()].reduce((n, s) => n + s.size, 0),
+    holding: waiters.holding,
 
     async close() {
       if (closed) return;
       closed = true;
-      clearInterval(poller);
-      poller = undefined;
+      waiters.stopPolling();
       // The requests stay: their connections are told so, and a retry elsewhere adopts them.
       try {
         await releaseWhere(db, sql`holder_instance = ${heartbeat.instance}`);
       } catch (e) {
         log.warn('releasing held egress requests failed; they are released once the heartbeat lapses', { err: errMsg(e) });
       }
-      for (const id of [...waiters.keys()]) wake(id, 'released');
+      waiters.releaseAll();
       await heartbeat.stop();
       try {
         await unlisten();

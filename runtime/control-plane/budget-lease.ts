@@ -1,0 +1,101 @@
+/**
+ * The shared budget meter's per-agent state (budget-shared.ts) and the pure arithmetic on it: for
+ * each agent and dimension, the window total last read from the ledger (`view`), the lease charged
+ * ahead, what goes back (`returning`, `returns`) and what is owed (`debt`, `inflight`); the usage a
+ * decision reads from them; what a take writes of the debt; one take at a time per dimension.
+ */
+import type { LedgerDimension } from '../store/schema/budget.js';
+import type { BudgetUsage } from './budget.js';
+import { bucketOf, LEDGER_WINDOWS } from './budget-store.js';
+import type { Budget } from './types.js';
+
+export interface DimState {
+  dim: LedgerDimension;
+  /** The ledger's window total at the last take (every replica, leases included). */
+  view: number;
+  /** Units charged ahead, not yet used, all in `leaseBucket`. */
+  lease: number;
+  leaseBucket: number;
+  /** Units on their way back (an aged lease, `returns`): still counted in `view` until the take answers. */
+  returning: number;
+  /** Units used here and not yet written. */
+  debt: number;
+  /** Debt on its way to the ledger (in a take not yet answered). */
+  inflight: number;
+  /** The bucket the last take that wrote debt wrote it in (where a call owed and undone since comes off). */
+  wroteIn?: number;
+  /** Units to give back to the buckets they were charged in (bucket -> units): counted in `view` until written. */
+  returns: Map<number, number>;
+  syncedAt: number;
+  chain: Promise<unknown>;
+  /** Decisions that found the calls lease empty, gathering for the next take (refill). */
+  gathering?: { waiting: number; taken: Promise<unknown> };
+  /** The background refill started at half a lease, while it is queued or running. */
+  prefetching?: Promise<unknown>;
+}
+
+export interface AgentState {
+  calls: DimState;
+  tokens: DimState;
+  cost: DimState;
+  touched: number;
+  /** The read of a stale view's other dimensions, shared by the decisions waiting for it. */
+  rereading?: Promise<unknown>;
+}
+
+export const DIMS: readonly LedgerDimension[] = ['calls', 'tokens', 'cost'];
+
+export const limitOf = (b: Budget | undefined, dim: LedgerDimension): number =>
+  (dim === 'calls' ? b?.callsPerHour : dim === 'tokens' ? b?.tokensPerHour : b?.costUsdPerDay) ?? 0;
+
+export const enforcing = (b: Budget | undefined) => !!b && b.mode !== 'audit';
+export const newDim = (dim: LedgerDimension): DimState => ({
+  dim,
+  view: 0,
+  lease: 0,
+  leaseBucket: 0,
+  returning: 0,
+  debt: 0,
+  inflight: 0,
+  returns: new Map(),
+  syncedAt: Number.NEGATIVE_INFINITY,
+  chain: Promise.resolve(),
+});
+/**
+ * Whether units charged to `bucket` are in the view: its bucket was in the window when it was
+ * read (the ledger drops a give-back that has slid out, and so must the meter).
+ */
+export const inView = (d: DimState, bucket: number) => Number.isFinite(d.syncedAt) && bucket >= bucketOf(d.dim, d.syncedAt) - LEDGER_WINDOWS[d.dim].buckets;
+/** Units in `returns` that the view still counts. */
+const returned = (d: DimState) => {
+  let n = 0;
+  for (const [bucket, units] of d.returns) if (inView(d, bucket)) n += units;
+  return n;
+};
+export const used = (d: DimState) => Math.max(0, d.view - d.lease - d.returning - returned(d) + d.debt + d.inflight);
+/** Calls allowed here beyond the lease and not yet in the ledger: capped at one lease size. */
+export const unwritten = (d: DimState) => d.debt + d.inflight;
+export const usageOf = (st: AgentState): BudgetUsage => ({ callsLastHour: used(st.calls), tokensLastHour: used(st.tokens), costUsdLastDay: used(st.cost) });
+
+/**
+ * What a take writes of the debt (which it clears). A negative debt is calls owed, written by an
+ * earlier take and undone since: they come off the bucket that take wrote them in (a give-back
+ * added to `giveBack`), not off this one, where the ledger floors the charge at zero and the
+ * calls would stay counted for the rest of the hour.
+ */
+export function owed(d: DimState, giveBack: { bucket: number; n: number }[]): number {
+  const add = d.debt;
+  d.debt = 0;
+  if (add >= 0 || d.wroteIn === undefined) return add;
+  giveBack.push({ bucket: d.wroteIn, n: -add });
+  return 0;
+}
+
+/** Runs `fn` after the dimension's previous take (one take per agent and dimension at a time). */
+export function serial<T>(d: DimState, fn: () => Promise<T>): Promise<T> {
+  const p = d.chain.then(fn, fn);
+  d.chain = p.catch(() => {});
+  return p;
+}
+
+export const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
