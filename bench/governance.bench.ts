@@ -16,7 +16,8 @@ import { authorityDelegations, governedAgents } from '../runtime/store/schema/go
 import { syntheticSnapshot } from '../runtime/identity/enterprise/directory/fixtures.js';
 import { syncDirectory } from '../runtime/identity/enterprise/directory/sync.js';
 import { runCascade } from '../runtime/identity/enterprise/governance/cascade.js';
-import { listAgents, summary } from '../runtime/identity/enterprise/governance/agents.js';
+import { listAgents } from '../runtime/identity/enterprise/governance/agents.js';
+import { summary } from '../runtime/identity/enterprise/governance/reports.js';
 import { setLogLevel } from '../runtime/lib/log.js';
 
 setLogLevel('warn');

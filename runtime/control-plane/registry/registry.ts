@@ -5,11 +5,11 @@
  *
  * One write path: `apply(desired, {owner})` diffs the owner's desired entries (plan.ts),
  * creates, updates and prunes what that owner owns, and does nothing at all (no transaction, no
- * version bump, no audit record) when nothing changed. A change set is one transaction: it takes
- * the `registry_state` row lock (writers serialize across replicas), re-plans against the locked
- * rows, bumps the version once, writes the rows, NOTIFYs the changed names and appends one
- * `registry.upsert` record per effective change; the snapshot changes after commit. The SPEC's
- * upsert and the delete route are that same path for one entry of owner `api`.
+ * version bump, no audit record) when nothing changed. A change set is one transaction
+ * (writer.ts): it takes the `registry_state` row lock (writers serialize across replicas),
+ * re-plans against the locked rows, bumps the version once, writes the rows, NOTIFYs the changed
+ * names and appends one `registry.upsert` record per effective change; the snapshot changes after
+ * commit. The SPEC's upsert and the delete route are that same path for one entry of owner `api`.
  *
  * Replicas on one PostgreSQL schema LISTEN on the schema's channel and reload the named rows
  * (an entry older than the one held never wins; a row gone at a version newer than the held
@@ -23,9 +23,10 @@ import { errMsg, logger } from '../../lib/log.js';
 import { rowsOf, type Store } from '../../store/factory.js';
 import { registryServices, registryState } from '../../store/schema/control-plane.js';
 import type { AuditEntry, Service } from '../types.js';
-import { contentKey, isNoop, planApply, type ApplyPlan, type CurrentEntry } from './plan.js';
-import { RegistryConflictError, deepFreeze, parseService, storedShape } from './service.js';
+import { isNoop, planApply, type ApplyPlan } from './plan.js';
+import { RegistryConflictError, parseService } from './service.js';
 import { createSnapshot, emptySnapshot, type RegistryEntry, type RegistrySnapshot } from './snapshot.js';
+import { createWriter, entryOf } from './writer.js';
 
 export interface ApplyResult {
   version: number;
@@ -89,10 +90,6 @@ export interface RegistryOptions {
 }
 
 const log = logger('registry');
-/** NOTIFY payloads must stay under 8000 bytes: changed names go in chunks. */
-const NOTIFY_BYTES = 7000;
-/** Rows per INSERT statement (6 parameters each, PostgreSQL allows 65535). */
-const INSERT_CHUNK = 1000;
 
 async function defaultChannel(store: Store): Promise<string> {
   const [row] = await rowsOf<{ s: string }>(store.db, sql`select current_schema() as s`);
@@ -100,30 +97,6 @@ async function defaultChannel(store: Store): Promise<string> {
   const ch = `${BRAND}_registry_${schema}`;
   // Channel names are identifiers (63 bytes max).
   return ch.length <= 63 ? ch : `${BRAND}_registry_${createHash('sha256').update(schema).digest('hex').slice(0, 24)}`;
-}
-
-function entryOf(doc: Service, owner: string, rev: number): RegistryEntry {
-  const svc = deepFreeze(storedShape(doc, doc.registeredAt ?? ''));
-  return { svc, owner, rev, key: contentKey(svc) };
-}
-
-/** NOTIFY payloads naming `names` at `version`, each under the size limit. */
-function notifyPayloads(version: number, names: string[]): string[] {
-  const out: string[] = [];
-  let chunk: string[] = [];
-  let bytes = 0;
-  for (const n of names) {
-    const b = Buffer.byteLength(n) + 3;
-    if (chunk.length && bytes + b > NOTIFY_BYTES) {
-      out.push(JSON.stringify({ v: version, n: chunk }));
-      chunk = [];
-      bytes = 0;
-    }
-    chunk.push(n);
-    bytes += b;
-  }
-  out.push(JSON.stringify({ v: version, n: chunk }));
-  return out;
 }
 
 function emptyResult(version: number, plan: ApplyPlan): ApplyResult {
@@ -241,101 +214,8 @@ export async function createRegistry(store: Store, opts: RegistryOptions = {}): 
   const resyncMs = opts.resyncMs ?? (store.kind === 'postgres' ? 30_000 : 0);
   const timer = resyncMs > 0 ? setInterval(() => enqueue(reload), resyncMs).unref() : undefined;
 
-  /**
-   * The write transaction: lock the version row, read the rows `names`, re-plan against them as
-   * they stand, then write (as `owner`), notify and audit. Returns the plan that was written
-   * (maybe a no-op) and the new entries.
-   */
-  async function write(
-    names: string[],
-    replan: (cur: ReadonlyMap<string, CurrentEntry>) => ApplyPlan,
-    owner: string,
-    by: string,
-  ): Promise<{ plan: ApplyPlan; version: number; written: Map<string, RegistryEntry> }> {
-    const audits: AuditEntry[] = [];
-    return store.db.transaction(async (tx) => {
-      const [st] = await tx.select({ version: registryState.version }).from(registryState).where(eq(registryState.id, 1)).for('update');
-      const base = Number(st?.version ?? 0);
-      const rows = names.length
-        ? await tx
-            .select({ name: registryServices.name, doc: registryServices.doc, owner: registryServices.managedBy, registeredAt: registryServices.registeredAt })
-            .from(registryServices)
-            .where(inArray(registryServices.name, names))
-        : [];
-      const cur = new Map<string, CurrentEntry & { registeredAt: string }>();
-      for (const r of rows) cur.set(r.name, { svc: r.doc, owner: r.owner, key: contentKey(r.doc), registeredAt: r.doc.registeredAt ?? r.registeredAt });
-      const plan = replan(cur);
-      if (isNoop(plan)) return { plan, version: base, written: new Map<string, RegistryEntry>() };
-
-      const version = base + 1;
-      const at = new Date(now()).toISOString();
-      await tx.update(registryState).set({ version, updatedAt: at }).where(eq(registryState.id, 1));
-      const written = new Map<string, RegistryEntry>();
-      const values = [];
-      for (const svc of [...plan.creates, ...plan.updates]) {
-        const existing = cur.get(svc.name);
-        const registeredAt = existing?.registeredAt ?? (svc.registeredAt ? new Date(svc.registeredAt).toISOString() : at);
-        const doc = storedShape(svc, registeredAt);
-        values.push({ name: doc.name, doc, rev: version, registeredAt, updatedAt: at, managedBy: owner });
-        written.set(doc.name, entryOf(doc, owner, version));
-        audits.push({
-          action: 'registry.upsert',
-          subject: by,
-          service: doc.name,
-          allow: true,
-          reason: `${existing ? 'updated' : 'registered'} by ${owner} (version ${version})`,
-        });
-      }
-      for (let i = 0; i < values.length; i += INSERT_CHUNK) {
-        await tx
-          .insert(registryServices)
-          .values(values.slice(i, i + INSERT_CHUNK))
-          .onConflictDoUpdate({
-            target: registryServices.name,
-            set: { doc: sql`excluded.doc`, rev: sql`excluded.rev`, updatedAt: sql`excluded.updated_at`, managedBy: sql`excluded.managed_by` },
-          });
-      }
-      for (let i = 0; i < plan.deletes.length; i += INSERT_CHUNK) {
-        await tx.delete(registryServices).where(inArray(registryServices.name, plan.deletes.slice(i, i + INSERT_CHUNK)));
-      }
-      for (const name of plan.deletes)
-        audits.push({ action: 'registry.upsert', subject: by, service: name, allow: true, reason: `deleted by ${owner} (version ${version})` });
-      for (const p of notifyPayloads(version, [...written.keys(), ...plan.deletes])) await tx.execute(sql`select pg_notify(${channel}, ${p})`);
-      // Last step inside the transaction: if the audit sink refuses, nothing is written.
-      appendAll(audits);
-      return { plan, version, written };
-    });
-  }
-
-  /** Records appended by the write in flight (writes are serialized). */
-  let appended: AuditEntry[] = [];
-  function appendAll(entries: AuditEntry[]): void {
-    appended = [];
-    for (const e of entries) {
-      opts.audit?.append(e);
-      appended.push(e);
-    }
-  }
-
-  /** Runs `write`; a commit that fails after records were appended says so in the chain too. */
-  async function committed(by: string, run: () => ReturnType<typeof write>) {
-    appended = [];
-    try {
-      return await run();
-    } catch (e) {
-      if (appended.length > 0) {
-        const entry: AuditEntry = { action: 'registry.upsert', subject: by, allow: false, reason: `not committed: ${errMsg(e)}` };
-        if (appended.length === 1 && appended[0]!.service) entry.service = appended[0]!.service;
-        else entry.reason = `not committed (${appended.length} changes): ${errMsg(e)}`;
-        try {
-          opts.audit?.append(entry);
-        } catch {}
-      }
-      throw e;
-    } finally {
-      appended = [];
-    }
-  }
+  // The write transaction and its audit records (writer.ts).
+  const { write, committed } = createWriter(store, channel, now, opts);
 
   function publishWrite(version: number, written: Map<string, RegistryEntry>, deletes: string[]): void {
     const entries = new Map(snap.entries);

@@ -1,20 +1,18 @@
 /**
- * Governed agents (SPEC 2.8, 3.1, 4.4): register, read with live owner health, transition,
- * transfer ownership, issues and the portal summary. Every write is one transaction under the
- * tenant's governance lock; every read and write goes through the tenant-scoped repositories.
+ * Governed agents (SPEC 2.8, 3.1, 4.4): register, read with live owner health, transition and
+ * transfer ownership (issues and the portal summary: reports.ts). Every write is one transaction
+ * under the tenant's governance lock; every read and write goes through the tenant-scoped
+ * repositories.
  */
 import { revokeMemberships } from './standing.js';
-import { count, notExists, eq, and } from 'drizzle-orm';
 import { badRequest, conflict, isUniqueViolation, notFound } from '../../../lib/errors.js';
 import type { Db } from '../../../store/factory.js';
 import type { ChangeFeed } from '../../change-feed.js';
-import { governedAgents, type HistoryEntry } from '../../../store/schema/governance.js';
-import { agents as identityAgents } from '../../../store/schema/identity.js';
+import type { HistoryEntry } from '../../../store/schema/governance.js';
 import { iso } from '../directory/repo.js';
 import { tenantOfSubject, type DbOrTx } from '../tenant.js';
 import { employeeHealth, groupKeyIn, lazyView, ownerHealth, preloadedView, type DirectoryView } from './directory-view.js';
 import { activationBlockers, AGENT_STATUSES, canTransition, INACTIVE_AGENT, TRANSITIONS, type AgentStatus, type OwnerType, type PartyHealth } from './model.js';
-import { departmentBucket, ownerBucket, postureOf, type Posture } from './policy.js';
 import { governanceRepo, governanceTenants, tenantOfAgent, type AgentRow, type GovernanceRepo, type LogEntry } from './repo.js';
 
 export interface GovDeps {
@@ -203,7 +201,8 @@ export async function getAgent(deps: GovDeps, name: string, tenantHint?: string)
   return agentOut(row, await healthOf(lazyView(deps.db, t), row));
 }
 
-async function tenantsOf(db: Db, tenant?: string): Promise<string[]> {
+/** The tenants a read covers: the one given, else every tenant with governance state (assembled per tenant). */
+export async function tenantsOf(db: Db, tenant?: string): Promise<string[]> {
   return tenant !== undefined ? [tenant] : governanceTenants(db);
 }
 
@@ -308,107 +307,4 @@ export async function transferOwnership(
     const updated = (await repo.getAgent(name))!;
     return agentOut(updated, await healthOf(view, updated));
   });
-}
-
-export interface IssueRecord {
-  agent_name: string;
-  tenant_id: string;
-  type: 'owner_missing' | 'owner_inactive' | 'incomplete_active';
-  detail: string;
-  status: AgentStatus;
-}
-
-/** Issues of non-retired agents, computed now from the directory (status = the agent's status). */
-export async function listIssues(deps: GovDeps, tenant?: string): Promise<IssueRecord[]> {
-  const out: IssueRecord[] = [];
-  for (const t of await tenantsOf(deps.db, tenant)) {
-    const rows = (await governanceRepo(deps.db, t).listAgents()).filter((r) => r.status !== 'retired');
-    if (!rows.length) continue;
-    const view = await preloadedView(deps.db, t);
-    for (const r of rows) {
-      const h = await healthOf(view, r);
-      const base = { agent_name: r.agentName, tenant_id: t, status: r.status };
-      if (!h.owner.ok) out.push({ ...base, type: 'owner_missing', detail: `owner ${r.ownerType}:${r.ownerRef} does not resolve in the tenant` });
-      else if (!h.owner.active) out.push({ ...base, type: 'owner_inactive', detail: `owner ${h.owner.display ?? r.ownerRef} is inactive` });
-      const rest = h.blockers.filter((x) => !x.startsWith('owner_'));
-      if (r.status === 'active' && rest.length) out.push({ ...base, type: 'incomplete_active', detail: `active without: ${rest.join(', ')}` });
-    }
-  }
-  return out;
-}
-
-type PostureCounts = Record<Posture, number>;
-const zeroPosture = (): PostureCounts => ({ owner_inactive: 0, blocked: 0, active_healthy: 0, other: 0 });
-
-/** Identity-authority agents (SPEC 2.5) with no governed record: the ungoverned fleet. */
-async function countUngoverned(db: Db, tenant?: string): Promise<number> {
-  // Same name in the same tenant: another tenant's governed agent of that name governs nothing here.
-  const noRecord = notExists(
-    db
-      .select({ n: governedAgents.agentName })
-      .from(governedAgents)
-      .where(and(eq(governedAgents.agentName, identityAgents.name), eq(governedAgents.tenantId, identityAgents.tenantId))),
-  );
-  const rows = await db
-    .select({ n: count() })
-    .from(identityAgents)
-    .where(tenant !== undefined ? and(eq(identityAgents.tenantId, tenant), noRecord) : noRecord);
-  return Number(rows[0]?.n ?? 0);
-}
-
-export async function summary(deps: GovDeps, tenant?: string) {
-  const posture = zeroPosture();
-  const byStatus: Record<string, number> = Object.fromEntries(AGENT_STATUSES.map((s) => [s, 0]));
-  const owners = new Map<
-    string,
-    { key: string; owner_type: string | null; owner_ref: string | null; display: string | null; agents: number; posture: PostureCounts }
-  >();
-  const depts = new Map<string, { key: string; agents: number; posture: PostureCounts }>();
-  let governed = 0;
-  let retired = 0;
-  for (const t of await tenantsOf(deps.db, tenant)) {
-    const rows = await governanceRepo(deps.db, t).listAgents();
-    if (!rows.length) continue;
-    const view = await preloadedView(deps.db, t);
-    for (const r of rows) {
-      byStatus[r.status] = (byStatus[r.status] ?? 0) + 1;
-      if (r.status === 'retired') {
-        retired++;
-        continue;
-      }
-      governed++;
-      const h = await healthOf(view, r);
-      const p = postureOf(r.status, h.owner, h.blockers);
-      posture[p]++;
-      // Owner refs embed their tenant (subjects, group keys), so tenants never merge except in sentinels.
-      const oKey = ownerBucket(r.ownerRef, h.owner);
-      const sentinel = oKey !== r.ownerRef;
-      const o = owners.get(oKey) ?? {
-        key: oKey,
-        owner_type: sentinel ? null : r.ownerType,
-        owner_ref: sentinel ? null : r.ownerRef,
-        display: sentinel ? null : h.owner.display,
-        agents: 0,
-        posture: zeroPosture(),
-      };
-      o.agents++;
-      o.posture[p]++;
-      owners.set(oKey, o);
-      const dk = departmentBucket(h.owner);
-      const d = depts.get(dk) ?? { key: dk, agents: 0, posture: zeroPosture() };
-      d.agents++;
-      d.posture[p]++;
-      depts.set(dk, d);
-    }
-  }
-  const order = <T extends { key: string; agents: number }>(m: Map<string, T>) =>
-    [...m.values()].sort((a, b) => b.agents - a.agents || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-  return {
-    tenant_id: tenant ?? null,
-    generated_at: new Date(deps.now()).toISOString(),
-    totals: { governed, ungoverned: await countUngoverned(deps.db, tenant), retired, by_status: byStatus },
-    posture,
-    by_owner: order(owners),
-    by_department: order(depts),
-  };
 }

@@ -6,9 +6,10 @@
 import { subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponse, invalid, json, body, Limit } from '../directory/http.js';
-import { getAgent, listAgents, listIssues, registerAgent, summary, transferOwnership, transitionAgent, type GovDeps } from './agents.js';
+import { getAgent, listAgents, registerAgent, transferOwnership, transitionAgent, type GovDeps } from './agents.js';
 import { cascadeNow, getDelegation, grantDelegation, listDelegations, revocationLog, revokeDelegation, usable } from './delegations.js';
 import { AGENT_STATUSES, DELEGATION_STATUSES } from './model.js';
+import { listIssues, summary } from './reports.js';
 import {
   AgentRecordSchema,
   CascadeCountsSchema,
