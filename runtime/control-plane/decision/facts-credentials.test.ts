@@ -1,0 +1,51 @@
+/**
+ * The facts a decision is asked about (SPEC 4.1): ingress or egress from the request headers,
+ * repeated scoping headers told by the raw header lines, and the credential helpers (bearer
+ * parsing, the VP shape, OAuth scopes).
+ */
+import { describe, expect, it } from 'vitest';
+import { H } from '../../lib/brand.js';
+import { factsFromHeaders, proxyFacts } from './facts.js';
+import { bearerToken, hasScopes, isVpJwt } from './credentials.js';
+import { fakeVpJwt } from './table-testing.js';
+
+describe('facts and credentials', () => {
+  it('X-Writ-Actor selects egress, everything else is ingress', () => {
+    const e = factsFromHeaders({ [H.actor]: 'bot', [H.service]: 'gpt', [H.targetKind]: 'model', authorization: 'Bearer x', host: 'h' });
+    expect(e).toMatchObject({ kind: 'egress', actor: 'bot', target: 'gpt', targetKind: 'model', authorization: 'Bearer x', via: 'authz' });
+    const trusted = factsFromHeaders({ host: 'web:80', 'x-forwarded-host': 'orders' }, { method: 'GET', path: '/a', trustedPeer: true });
+    expect(trusted).toEqual({ kind: 'ingress', service: undefined, host: 'orders', authorization: undefined, method: 'GET', requestPath: '/a' });
+    // From anyone else a forwarded host is ignored: it cannot pick the target.
+    expect(factsFromHeaders({ host: 'orders', 'x-forwarded-host': 'web' })).toMatchObject({ kind: 'ingress', host: 'orders' });
+    expect(factsFromHeaders({ [H.actor]: '' }).kind).toBe('egress');
+  });
+
+  it('a repeated scoping header is told from a value with a comma by the raw header lines', () => {
+    const joined = { [H.actor]: 'bot', [H.task]: 't-1', [H.resource]: 'index/a, secret/b' };
+    const twice = ['X-Writ-Actor', 'bot', 'X-Writ-Task', 't-1', 'X-Writ-Resource', 'index/a', 'x-writ-resource', 'secret/b'];
+    expect(factsFromHeaders(joined, { rawHeaders: twice })).toMatchObject({ kind: 'egress', repeated: H.resource });
+    const once = ['X-Writ-Actor', 'bot', 'X-Writ-Task', 't-1', 'X-Writ-Resource', 'index/a, secret/b'];
+    expect(factsFromHeaders(joined, { rawHeaders: once })).not.toHaveProperty('repeated');
+    // gRPC: no raw lines, nothing to tell a repeat by.
+    expect(factsFromHeaders(joined)).not.toHaveProperty('repeated');
+    expect(
+      proxyFacts({ [H.task]: 'a, b' }, { host: 'h', port: 80, hostPort: 'h:80', connect: false }, 'GET', 'http://h/', ['X-Writ-Task', 'a', 'X-Writ-Task', 'b']),
+    ).toMatchObject({
+      repeated: H.task,
+    });
+  });
+
+  it('bearer parsing, VP shape and scopes', () => {
+    expect(bearerToken('Bearer abc')).toBe('abc');
+    expect(bearerToken('bearer  abc ')).toBe('abc');
+    expect(bearerToken('Basic abc')).toBeUndefined();
+    expect(bearerToken('Bearer a b')).toBeUndefined();
+    expect(isVpJwt(fakeVpJwt({ vp: {} }))).toBe(true);
+    expect(isVpJwt(fakeVpJwt({ sub: 'x' }))).toBe(false);
+    expect(isVpJwt('a.b')).toBe(false);
+    expect(hasScopes({ scope: 'a b' }, 'b a')).toBe(true);
+    expect(hasScopes({ scp: ['a'] }, 'a b')).toBe(false);
+    expect(hasScopes({}, '')).toBe(true);
+    expect(hasScopes({}, 'a')).toBe(false);
+  });
+});

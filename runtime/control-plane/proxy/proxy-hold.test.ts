@@ -1,0 +1,186 @@
+/**
+ * The forward proxy's approval holds end to end with the real curl: an external host or a
+ * regulated target without a delegation is held, approved or denied through the management routes
+ * over HTTP, expired when the client goes away or the approval times out, and woken across
+ * replicas by LISTEN/NOTIFY. Agent VPs from a real identity authority (plane-testing.ts). On
+ * PGlite, and on PostgreSQL too when TEST_DATABASE_URL is set.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { H } from '../../lib/brand.js';
+import { close as closeServer, listen } from '../../lib/http.js';
+import type { Store } from '../../store/factory.js';
+import { openTestPostgres, testBackends, testSchema, TEST_DATABASE_URL } from '../../store/testing.js';
+import { createIdentityAuthority } from '../../identity/server.js';
+import { startControlPlaneWithEgress } from '../egress-gateway.js';
+import type { IdentityPort } from '../identity-port.js';
+import type { EgressRequest } from '../approvals/record.js';
+import { echoServer, post, startProxyPlane, type ProxyPlane } from './plane-testing.js';
+import { curl, inProcessIdentity, provisionAgent } from './testkit.js';
+import { eventually } from '../../lib/poll-testing.js';
+
+const DENY = H.denyReason;
+
+describe.each(testBackends())('forward proxy on $name', (b) => {
+  let plane: ProxyPlane | undefined;
+  let store: Store;
+  let identity: IdentityPort;
+  let proxy: string;
+  let mgmt: string;
+  let bot: string;
+  let certFile: string;
+  let ports: ProxyPlane['ports'];
+  let via: ProxyPlane['via'];
+  let pending: ProxyPlane['pending'];
+  let get: ProxyPlane['get'];
+  let audit: ProxyPlane['audit'];
+
+  beforeAll(async () => {
+    plane = await startProxyPlane(b);
+    ({ store, identity, proxy, mgmt, bot, certFile, ports, via, pending, get, audit } = plane);
+  });
+
+  afterAll(async () => {
+    await plane?.close();
+  });
+
+  it('an external host is held; approving it on the management route forwards', async () => {
+    const target = `127.0.0.1:${ports.ext}`;
+    const res = via(bot, [`http://${target}/hello`]);
+    const req = await pending(target);
+    expect(req).toMatchObject({ actor: 'bot', service: 'external', action: 'http:get', resource: `http://${target}/hello`, status: 'pending' });
+    expect(req.actorDid).toMatch(/^did:key:z/);
+    const a = await post(`${mgmt}/v1/egress/requests/${req.id}/approve`, { approver: 'alice' });
+    expect(a.status).toBe(200);
+    const r = await res;
+    expect(r.status).toBe(200);
+    expect(JSON.parse(r.body)).toMatchObject({ url: '/hello' });
+    const rows = await audit();
+    expect(rows.find((x) => x.action === 'egress.approval' && x.reason.includes(req.id))).toMatchObject({ subject: 'alice', allow: true });
+    expect(rows.filter((x) => x.action === 'egress.proxy' && x.reason.includes(req.id))).toEqual([
+      expect.objectContaining({ allow: true, rule: 'delegation', actor: 'bot', service: 'external' }),
+    ]);
+  });
+
+  it('a CONNECT to an external host is held; once approved the TLS tunnel opens end to end', async () => {
+    const target = `localhost:${ports.tls}`;
+    const res = via(bot, ['--cacert', certFile, `https://${target}/held`]);
+    const req = await pending(target);
+    expect(req).toMatchObject({ service: 'external', action: 'http:connect', resource: target });
+    expect((await post(`${mgmt}/v1/egress/requests/${req.id}/approve`, { approver: 'alice' })).status).toBe(200);
+    const r = await res;
+    expect(r.connect).toBe(200);
+    expect(r.body).toBe('tls hello /held');
+  });
+
+  it('a regulated target without a delegation is held; denying it answers 403 with the reason', async () => {
+    const target = `localhost:${ports.echo}`;
+    const res = via(bot, ['-H', `${H.task}: t-1`, `http://${target}/acct`]);
+    const req = await pending(target);
+    expect(req).toMatchObject({ service: 'ledger', reason: expect.stringContaining('needs approval') });
+    expect((await post(`${mgmt}/v1/egress/requests/${req.id}/deny`, { approver: 'bob', reason: 'not for this task' })).status).toBe(200);
+    const r = await res;
+    expect(r.status).toBe(403);
+    expect(r.headers).toContain(`${DENY}: egress request ${req.id} denied: bob: not for this task`);
+    expect(JSON.parse(r.body)).toMatchObject({ egressRequest: req.id });
+  });
+
+  it('a scoping header sent twice is denied at once, never held for a human', async () => {
+    const target = `localhost:${ports.echo}`;
+    const r = await via(bot, ['-H', `${H.task}: t-1`, '-H', `${H.resource}: acct/1`, '-H', `${H.resource}: other/2`, `http://${target}/acct`]);
+    expect(r.status).toBe(403);
+    expect(r.headers).toContain(`${DENY}: ${H.resource} sent more than once`);
+  });
+
+  it('the client going away while held expires the request', async () => {
+    const target = `127.0.0.1:${ports.ext}`;
+    const ac = new AbortController();
+    const killer = curl(['-x', proxy, '--proxy-header', `Proxy-Authorization: Bearer ${bot}`, `http://${target}/killed`], { signal: ac.signal });
+    const req = await eventually(async () => {
+      const list = (await (await fetch(`${mgmt}/v1/egress/requests?status=pending`)).json()) as EgressRequest[];
+      return list.find((r) => r.resource.endsWith('/killed'));
+    }, 'the held request');
+    ac.abort();
+    await killer.catch(() => {});
+    const done = await eventually(async () => {
+      const r = await get(req.id);
+      return r?.status === 'expired' ? r : undefined;
+    }, 'the request to expire');
+    expect(done.denyReason).toBe('client disconnected while held');
+    expect(done.target).toBe(target);
+  });
+
+  it('a short approval timeout expires the hold: 403, request expired; the audit chain verifies', async () => {
+    // A second plane on the same store is a second replica: its own audit chain id.
+    const short = await startControlPlaneWithEgress({
+      store,
+      env: { AUDIT_CHAIN_ID: `short-${b.name}` },
+      identity,
+      decisionAddr: '127.0.0.1:0',
+      mgmtAddr: '127.0.0.1:0',
+      proxyAddr: '127.0.0.1:0',
+      queue: { timeoutMs: 300, replicaId: `short-${b.name}` },
+    });
+    try {
+      const r = await curl([
+        '-x',
+        `http://127.0.0.1:${short.gateway.port}`,
+        '--proxy-header',
+        `Proxy-Authorization: Bearer ${bot}`,
+        `http://127.0.0.1:${ports.ext}/late`,
+      ]);
+      expect(r.status).toBe(403);
+      expect(r.headers).toMatch(new RegExp(`${DENY}: egress request [0-9a-f-]+ expired: approval timed out`));
+      const id = JSON.parse(r.body).egressRequest as string;
+      expect((await short.gateway.queue!.get(id))?.status).toBe('expired');
+    } finally {
+      await short.close();
+    }
+    expect(await (await fetch(`${mgmt}/v1/audit/verify`)).json()).toEqual({ ok: true, brokenAtSeq: -1 });
+  });
+});
+
+describe.skipIf(!TEST_DATABASE_URL)('forward proxy across replicas on postgres', () => {
+  it('an approval made on another replica wakes the held request (LISTEN/NOTIFY)', async () => {
+    const schema = testSchema();
+    const sa = await openTestPostgres({ schema, keepSchema: true });
+    const sb = await openTestPostgres({ schema });
+    const authority = createIdentityAuthority({ store: sa, env: { IDP_ISSUER_HOST: 'idp.test' } });
+    const identity = inProcessIdentity(authority);
+    const ext = echoServer();
+    const extPort = await listen(ext, '127.0.0.1:0');
+    const opts = (store: Store, replicaId: string) => ({
+      store,
+      // Each replica writes its own audit chain.
+      env: { AUDIT_CHAIN_ID: replicaId },
+      identity,
+      decisionAddr: '127.0.0.1:0',
+      mgmtAddr: '127.0.0.1:0',
+      proxyAddr: '127.0.0.1:0',
+      // Only the notification can wake the hold within the test.
+      queue: { timeoutMs: 60_000, replicaId, pollMs: 600_000 },
+    });
+    const a = await startControlPlaneWithEgress(opts(sa, 'replica-a'));
+    const b = await startControlPlaneWithEgress(opts(sb, 'replica-b'));
+    try {
+      const { vp } = await provisionAgent(authority, 'bot');
+      await a.cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: [] });
+      const res = curl(['-x', `http://127.0.0.1:${a.gateway.port}`, '--proxy-header', `Proxy-Authorization: Bearer ${vp}`, `http://127.0.0.1:${extPort}/x`]);
+      const bMgmt = `http://127.0.0.1:${b.cp.mgmtPort}`;
+      const req = await eventually(async () => {
+        const list = (await (await fetch(`${bMgmt}/v1/egress/requests?status=pending`)).json()) as EgressRequest[];
+        return list[0];
+      }, 'the pending request on replica b');
+      expect((await post(`${bMgmt}/v1/egress/requests/${req.id}/approve`, { approver: 'carol' })).status).toBe(200);
+      const r = await res;
+      expect(r.status).toBe(200);
+      expect(JSON.parse(r.body)).toMatchObject({ url: '/x' });
+    } finally {
+      await a.close();
+      await b.close();
+      await closeServer(ext);
+      await authority.close();
+      await sa.close();
+      await sb.close();
+    }
+  });
+});
