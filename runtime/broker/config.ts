@@ -7,17 +7,14 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { RegistryName } from '../control-plane/types.js';
 
 export const PROVIDERS = ['openai'] as const;
 
 export const ModelSchema = z
   .object({
     /** Logical name: the registry name of the `kind: model` service. */
-    name: z
-      .string()
-      .min(1)
-      .max(253)
-      .regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'name: letters, digits and . _ : / - only'),
+    name: RegistryName,
     /** Wire protocol of the upstream; `openai` covers every OpenAI-compatible server. */
     provider: z.enum(PROVIDERS).default('openai'),
     /** Provider-side model id sent upstream. */

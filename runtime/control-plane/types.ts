@@ -23,15 +23,18 @@ export const BudgetSchema = z
   .strict();
 export type Budget = z.infer<typeof BudgetSchema>;
 
+/** A registry name (a service, agent, model or tool; the broker's model names are the same names). */
+export const RegistryName = z
+  .string()
+  .min(1)
+  .max(253)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'letters, digits and . _ : / - only, starting with a letter or digit');
+
 const nameList = z.array(z.string().min(1).max(253)).max(10_000);
 
 export const ServiceSchema = z
   .object({
-    name: z
-      .string()
-      .min(1)
-      .max(253)
-      .regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'name: letters, digits and . _ : / - only'),
+    name: RegistryName,
     upstream: z
       .string()
       .regex(UPSTREAM_RE, 'upstream must be host:port')

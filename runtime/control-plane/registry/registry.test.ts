@@ -139,6 +139,7 @@ describe.each(testBackends())('registry on $name', (b) => {
       [{ name: 'orders', upstream: 'orders.svc:80', registeredAt: 'yesterday' }, 'registeredAt'],
       [{ upstream: 'orders.svc:80' }, 'name'],
       [{ name: '', upstream: 'orders.svc:80' }, 'name'],
+      [{ name: '-orders', upstream: 'orders.svc:80' }, 'name: letters, digits and . _ : / - only'],
       [{ name: 'orders' }, 'upstream'],
       [null, 'expected object'],
       [[{ name: 'orders', upstream: 'orders.svc:80' }], 'expected object'],
@@ -151,6 +152,7 @@ describe.each(testBackends())('registry on $name', (b) => {
       );
       expect(err, JSON.stringify(input)).toBeInstanceOf(RegistryValidationError);
       expect((err as Error).message, JSON.stringify(input)).toContain(field);
+      expect((err as Error).message, 'a field is named once').not.toMatch(/(\w+): \1:/);
       expect((err as RegistryValidationError).issues.length).toBeGreaterThan(0);
     }
     expect(await rowCount(store)).toBe(before.rows);
