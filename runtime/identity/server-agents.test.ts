@@ -1,48 +1,32 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { decodeJwt, decodeProtectedHeader } from 'jose';
 import { VP_AUDIENCE } from '../lib/brand.js';
-import { rowsOf, type Store } from '../store/factory.js';
+import { rowsOf } from '../store/factory.js';
 import { testBackends } from '../store/testing.js';
 import { presentationFor } from './client.js';
 import { publicKeyFromDidKey } from './did.js';
-import type { IdentityAuthority } from './server.js';
-import { expectDetail, expectEnvelope, openAuthority, provisioner, type Client, type Json } from './server-testing.js';
+import { expectDetail, expectEnvelope, provisioner, type Json, useAuthority } from './server-testing.js';
 import { makeAgent, makeIssuer } from './testkit.js';
 
 describe.each(testBackends())('identity authority on $name', (b) => {
-  let store: Store;
-  let auth: IdentityAuthority;
-  let api: Client;
-  let clock = Date.now();
-  const now = () => clock;
+  const t = useAuthority(b);
 
-  beforeAll(async () => {
-    // From the real time this block starts (collection ran long before on a slow machine, and
-    // VPs minted at the real time would be "not yet valid" beyond the 30 s skew).
-    clock = Date.now();
-    ({ store, auth, api } = await openAuthority(b, now));
-  });
-  afterAll(async () => {
-    await auth.close();
-    await store.close();
-  });
-
-  const provisioned = provisioner(() => api);
+  const provisioned = provisioner(() => t.api);
 
   describe('agents', () => {
     it('registers idempotently, lists and gets without keys, 404s unknown', async () => {
       const body = { name: 'ag-1', role: 'analyst', capabilities: [{ action: 'crm:read', resource: 'crm/*', constraints: { max: 3 } }] };
-      expect(await api.post('/v1/agents', body)).toMatchObject({ status: 201, json: { name: 'ag-1', status: 'registered' } });
-      expect(await api.post('/v1/agents', body)).toMatchObject({ status: 201, json: { name: 'ag-1', status: 'registered' } });
-      const one = await api.get('/v1/agents/ag-1');
+      expect(await t.api.post('/v1/agents', body)).toMatchObject({ status: 201, json: { name: 'ag-1', status: 'registered' } });
+      expect(await t.api.post('/v1/agents', body)).toMatchObject({ status: 201, json: { name: 'ag-1', status: 'registered' } });
+      const one = await t.api.get('/v1/agents/ag-1');
       expect(one.json).toEqual({ name: 'ag-1', role: 'analyst', did: null, capabilities: body.capabilities, provisioned: false });
-      const list = await api.get('/v1/agents');
+      const list = await t.api.get('/v1/agents');
       expect(list.json.filter((a: Json) => a.name === 'ag-1')).toHaveLength(1);
-      const nf = await api.get('/v1/agents/nobody');
+      const nf = await t.api.get('/v1/agents/nobody');
       expect(nf.status).toBe(404);
       expectEnvelope(nf, 'not_found');
-      const pnf = await api.post('/v1/agents/nobody/provision');
+      const pnf = await t.api.post('/v1/agents/nobody/provision');
       expect(pnf.status).toBe(404);
       expectEnvelope(pnf);
     });
@@ -58,9 +42,9 @@ describe.each(testBackends())('identity authority on $name', (b) => {
         [],
         'null',
       ]) {
-        expectDetail(await api.post('/v1/agents', bad));
+        expectDetail(await t.api.post('/v1/agents', bad));
       }
-      const names = (await api.get('/v1/agents')).json.map((a: Json) => a.name);
+      const names = (await t.api.get('/v1/agents')).json.map((a: Json) => a.name);
       for (const n of ['x', 'y', 'z', 'bad name']) expect(names).not.toContain(n);
     });
 
@@ -72,23 +56,23 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       expect(p.did).toMatch(/^did:key:z6Mk[1-9A-HJ-NP-Za-km-z]+$/);
       expect(publicKeyFromDidKey(p.did)).toHaveLength(32);
       expect(Buffer.from(p.privateKeyB64, 'base64')).toHaveLength(32);
-      expect(p.issuerDid).toBe(auth.issuerDid);
+      expect(p.issuerDid).toBe(t.auth.issuerDid);
       expect(p.capabilityVcs).toHaveLength(2);
       const h = decodeProtectedHeader(p.membershipVc);
-      expect(h).toMatchObject({ alg: 'EdDSA', kid: `${auth.issuerDid}#key-1` });
+      expect(h).toMatchObject({ alg: 'EdDSA', kid: `${t.auth.issuerDid}#key-1` });
       const m = decodeJwt(p.membershipVc) as Json;
-      expect(m).toMatchObject({ iss: auth.issuerDid, sub: p.did, jti: p.membershipJti });
+      expect(m).toMatchObject({ iss: t.auth.issuerDid, sub: p.did, jti: p.membershipJti });
       expect(m.exp).toBeGreaterThan(m.nbf);
       expect(m.vc.type).toEqual(['VerifiableCredential', 'AgentMembershipCredential']);
       expect(m.vc.credentialSubject.id).toBe(p.did);
       const c = decodeJwt(p.capabilityVcs[1]) as Json;
       expect(c.vc.credentialSubject).toMatchObject({ id: p.did, action: 'a:2', resource: 'r/*' });
-      const rec = (await api.get('/v1/agents/ag-2')).json;
+      const rec = (await t.api.get('/v1/agents/ag-2')).json;
       expect(rec).toMatchObject({ did: p.did, provisioned: true });
       expect(JSON.stringify(rec)).not.toContain(p.privateKeyB64);
       const dump =
-        JSON.stringify(await rowsOf(store.db, sql`select * from identity_agents`)) +
-        JSON.stringify(await rowsOf(store.db, sql`select * from identity_credentials`));
+        JSON.stringify(await rowsOf(t.store.db, sql`select * from identity_agents`)) +
+        JSON.stringify(await rowsOf(t.store.db, sql`select * from identity_credentials`));
       expect(dump).not.toContain(p.privateKeyB64);
       expect(dump).not.toContain(Buffer.from(p.privateKeyB64, 'base64').toString('base64url'));
     });
@@ -96,14 +80,14 @@ describe.each(testBackends())('identity authority on $name', (b) => {
     it('re-provisioning rotates the key and revokes the previous credentials', async () => {
       const first = await provisioned('ag-3');
       const vpOld = await presentationFor(first);
-      expect((await api.post('/v1/agents/verify-presentation', { vp: vpOld })).json.ok).toBe(true);
-      const second = (await api.post('/v1/agents/ag-3/provision')).json;
+      expect((await t.api.post('/v1/agents/verify-presentation', { vp: vpOld })).json.ok).toBe(true);
+      const second = (await t.api.post('/v1/agents/ag-3/provision')).json;
       expect(second.did).not.toBe(first.did);
-      const old = (await api.post('/v1/agents/verify-presentation', { vp: vpOld })).json;
+      const old = (await t.api.post('/v1/agents/verify-presentation', { vp: vpOld })).json;
       expect(old).toMatchObject({ ok: false, reason: 'membership credential revoked' });
-      const revoked = (await api.get('/v1/revocations')).json.revoked;
+      const revoked = (await t.api.get('/v1/revocations')).json.revoked;
       expect(revoked).toContain(first.membershipJti);
-      expect((await api.post('/v1/agents/verify-presentation', { vp: await presentationFor(second) })).json).toMatchObject({
+      expect((await t.api.post('/v1/agents/verify-presentation', { vp: await presentationFor(second) })).json).toMatchObject({
         ok: true,
         agentName: 'ag-3',
         agentDid: second.did,
@@ -114,15 +98,15 @@ describe.each(testBackends())('identity authority on $name', (b) => {
   describe('verify-presentation', () => {
     it('accepts a good VP and reports name, DID, membership jti and expiry', async () => {
       const p = await provisioned('vp-ok');
-      const vp = await presentationFor(p, { ttlSeconds: 60, now: clock });
-      const r = await api.post('/v1/agents/verify-presentation', { vp });
+      const vp = await presentationFor(p, { ttlSeconds: 60, now: t.clock });
+      const r = await t.api.post('/v1/agents/verify-presentation', { vp });
       expect(r.status).toBe(200);
       expect(r.json).toMatchObject({ ok: true, agentName: 'vp-ok', agentDid: p.did, reason: 'verified', membershipJti: p.membershipJti });
-      expect(r.json.exp).toBe(Math.floor(clock / 1000) + 60);
+      expect(r.json.exp).toBe(Math.floor(t.clock / 1000) + 60);
       const custom = await presentationFor(p, { audience: 'other-aud' });
-      expect((await api.post('/v1/agents/verify-presentation', { vp: custom, audience: 'other-aud' })).json.ok).toBe(true);
+      expect((await t.api.post('/v1/agents/verify-presentation', { vp: custom, audience: 'other-aud' })).json.ok).toBe(true);
       const withNonce = await presentationFor(p, { nonce: 'n-42' });
-      expect((await api.post('/v1/agents/verify-presentation', { vp: withNonce, nonce: 'n-42' })).json.ok).toBe(true);
+      expect((await t.api.post('/v1/agents/verify-presentation', { vp: withNonce, nonce: 'n-42' })).json.ok).toBe(true);
     });
 
     it('rejects every bad presentation with a specific reason', async () => {
@@ -130,7 +114,7 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       const other = await provisioned('vp-other');
       const foreign = makeIssuer('evil.example');
       const foreignAgent = await makeAgent(foreign);
-      const verify = async (vp: string, extra: Record<string, string> = {}) => (await api.post('/v1/agents/verify-presentation', { vp, ...extra })).json;
+      const verify = async (vp: string, extra: Record<string, string> = {}) => (await t.api.post('/v1/agents/verify-presentation', { vp, ...extra })).json;
       const good = await presentationFor(p);
       const [h, pl, s] = good.split('.') as [string, string, string];
       const tamperedPayload = { ...decodeJwt(good), aud: VP_AUDIENCE, nonce: 'changed' };
@@ -138,7 +122,7 @@ describe.each(testBackends())('identity authority on $name', (b) => {
         ['wrong audience', verify(await presentationFor(p, { audience: 'elsewhere' })), /audience/],
         ['explicit audience mismatch', verify(good, { audience: 'elsewhere' }), /audience/],
         ['wrong nonce', verify(await presentationFor(p, { nonce: 'a' }), { nonce: 'b' }), /nonce mismatch/],
-        ['expired', verify(await presentationFor(p, { ttlSeconds: 10, now: clock - 3600_000 })), /presentation expired/],
+        ['expired', verify(await presentationFor(p, { ttlSeconds: 10, now: t.clock - 3600_000 })), /presentation expired/],
         ['tampered payload', verify(`${h}.${Buffer.from(JSON.stringify(tamperedPayload)).toString('base64url')}.${s}`), /signature invalid/],
         ['tampered signature', verify(`${h}.${pl}.${s.slice(0, -4)}AAAA`), /signature invalid/],
         ['vc from another issuer', verify(await presentationFor(foreignAgent)), /not issued by this issuer/],
@@ -153,20 +137,20 @@ describe.each(testBackends())('identity authority on $name', (b) => {
         expect(r.agentName, name).toBeNull();
       }
       // Forged membership VC: right issuer DID, wrong key.
-      const forger = { ...makeIssuer('x'), did: auth.issuerDid };
+      const forger = { ...makeIssuer('x'), did: t.auth.issuerDid };
       const forged = await makeAgent(forger);
       expect((await verify(await presentationFor(forged))).reason).toMatch(/membership credential signature invalid/);
       // A valid VC for an unregistered holder (issued by us, agent never registered): signature ok, unknown agent.
-      expectDetail(await api.post('/v1/agents/verify-presentation', {}));
-      expectDetail(await api.post('/v1/agents/verify-presentation', { vp: 5 }));
+      expectDetail(await t.api.post('/v1/agents/verify-presentation', {}));
+      expectDetail(await t.api.post('/v1/agents/verify-presentation', { vp: 5 }));
     });
 
     it('a revoked Membership VC fails verification', async () => {
       const p = await provisioned('vp-rev');
       const vp = await presentationFor(p);
-      expect((await api.post('/v1/agents/verify-presentation', { vp })).json.ok).toBe(true);
-      expect(await api.post('/v1/revoke', { vcJti: p.membershipJti })).toMatchObject({ status: 200, json: { revoked: true, vcJti: p.membershipJti } });
-      expect((await api.post('/v1/agents/verify-presentation', { vp })).json).toMatchObject({
+      expect((await t.api.post('/v1/agents/verify-presentation', { vp })).json.ok).toBe(true);
+      expect(await t.api.post('/v1/revoke', { vcJti: p.membershipJti })).toMatchObject({ status: 200, json: { revoked: true, vcJti: p.membershipJti } });
+      expect((await t.api.post('/v1/agents/verify-presentation', { vp })).json).toMatchObject({
         ok: false,
         reason: 'membership credential revoked',
         agentDid: p.did,
@@ -178,28 +162,28 @@ describe.each(testBackends())('identity authority on $name', (b) => {
     it('revoke is idempotent, 404s unknown jtis, 422s bad bodies; lists and status list with ETag', async () => {
       const p = await provisioned('rv-1');
       const capJti = (decodeJwt(p.capabilityVcs[0]) as Json).jti;
-      const e1 = (await api.get('/status/default')).headers.get('etag')!;
-      expect(await api.post('/v1/revoke', { vcJti: capJti })).toMatchObject({ status: 200, json: { revoked: true, vcJti: capJti } });
-      expect(await api.post('/v1/revoke', { vcJti: capJti })).toMatchObject({ status: 200, json: { revoked: true, vcJti: capJti } });
-      const unk = await api.post('/v1/revoke', { vcJti: 'urn:uuid:never-issued' });
+      const e1 = (await t.api.get('/status/default')).headers.get('etag')!;
+      expect(await t.api.post('/v1/revoke', { vcJti: capJti })).toMatchObject({ status: 200, json: { revoked: true, vcJti: capJti } });
+      expect(await t.api.post('/v1/revoke', { vcJti: capJti })).toMatchObject({ status: 200, json: { revoked: true, vcJti: capJti } });
+      const unk = await t.api.post('/v1/revoke', { vcJti: 'urn:uuid:never-issued' });
       expect(unk.status).toBe(404);
       expectEnvelope(unk, 'unknown_credential');
-      expectDetail(await api.post('/v1/revoke', {}));
-      expectDetail(await api.post('/v1/revoke', { vcJti: '' }));
-      const all = (await api.get('/v1/revocations')).json.revoked;
+      expectDetail(await t.api.post('/v1/revoke', {}));
+      expectDetail(await t.api.post('/v1/revoke', { vcJti: '' }));
+      const all = (await t.api.get('/v1/revocations')).json.revoked;
       expect(all.filter((j: string) => j === capJti)).toHaveLength(1);
       expect(all).not.toContain('urn:uuid:never-issued');
-      const st = await api.get('/status/default');
+      const st = await t.api.get('/status/default');
       expect(st.json.revoked).toContain(capJti);
       const e2 = st.headers.get('etag')!;
       expect(e2).not.toBe(e1);
-      expect((await api.get('/status/default', { 'if-none-match': e2 })).status).toBe(304);
-      expect((await api.get('/status', { 'if-none-match': e2 })).status).toBe(304);
-      expect((await api.get('/status/default', { 'if-none-match': e1 })).status).toBe(200);
-      const re = (await api.get('/v1/revocations')).headers.get('etag')!;
-      expect((await api.get('/v1/revocations', { 'if-none-match': re })).status).toBe(304);
-      expect((await api.get('/status/other')).json).toEqual({ revoked: [] });
-      expectDetail(await api.get('/status/bad%20list'));
+      expect((await t.api.get('/status/default', { 'if-none-match': e2 })).status).toBe(304);
+      expect((await t.api.get('/status', { 'if-none-match': e2 })).status).toBe(304);
+      expect((await t.api.get('/status/default', { 'if-none-match': e1 })).status).toBe(200);
+      const re = (await t.api.get('/v1/revocations')).headers.get('etag')!;
+      expect((await t.api.get('/v1/revocations', { 'if-none-match': re })).status).toBe(304);
+      expect((await t.api.get('/status/other')).json).toEqual({ revoked: [] });
+      expectDetail(await t.api.get('/status/bad%20list'));
     });
   });
 });

@@ -1,48 +1,33 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
-import { rowsOf, type Store } from '../store/factory.js';
+import { rowsOf } from '../store/factory.js';
 import { testBackends } from '../store/testing.js';
 import { presentationFor } from './client.js';
-import { createIdentityAuthority, type IdentityAuthority } from './server.js';
-import { client, expectDetail, expectEnvelope, openAuthority, type Client } from './server-testing.js';
+import { createIdentityAuthority } from './server.js';
+import { client, expectDetail, expectEnvelope, useAuthority } from './server-testing.js';
 
 describe.each(testBackends())('identity authority on $name', (b) => {
-  let store: Store;
-  let auth: IdentityAuthority;
-  let api: Client;
-  let clock = Date.now();
-  const now = () => clock;
-
-  beforeAll(async () => {
-    // From the real time this block starts (collection ran long before on a slow machine, and
-    // VPs minted at the real time would be "not yet valid" beyond the 30 s skew).
-    clock = Date.now();
-    ({ store, auth, api } = await openAuthority(b, now));
-  });
-  afterAll(async () => {
-    await auth.close();
-    await store.close();
-  });
+  const t = useAuthority(b);
 
   describe('discovery', () => {
     it('healthz, readyz, did.json, issuer, openapi, docs', async () => {
-      expect(await api.get('/healthz')).toMatchObject({ status: 200, json: { status: 'ok' } });
-      expect(await api.get('/readyz')).toMatchObject({ status: 200, json: { status: 'ready' } });
-      expect(auth.issuerDid).toBe('did:web:idp.example.com%3A8443');
-      const iss = await api.get('/v1/issuer');
-      expect(iss.json.issuerDid).toBe(auth.issuerDid);
+      expect(await t.api.get('/healthz')).toMatchObject({ status: 200, json: { status: 'ok' } });
+      expect(await t.api.get('/readyz')).toMatchObject({ status: 200, json: { status: 'ready' } });
+      expect(t.auth.issuerDid).toBe('did:web:idp.example.com%3A8443');
+      const iss = await t.api.get('/v1/issuer');
+      expect(iss.json.issuerDid).toBe(t.auth.issuerDid);
       expect(iss.json.issuerPubMultibase).toMatch(/^z6Mk/);
-      const doc = (await api.get('/.well-known/did.json')).json;
-      expect(doc.id).toBe(auth.issuerDid);
+      const doc = (await t.api.get('/.well-known/did.json')).json;
+      expect(doc.id).toBe(t.auth.issuerDid);
       expect(doc['@context'][0]).toBe('https://www.w3.org/ns/did/v1');
       expect(doc.verificationMethod[0]).toEqual({
-        id: `${auth.issuerDid}#key-1`,
+        id: `${t.auth.issuerDid}#key-1`,
         type: 'Ed25519VerificationKey2020',
-        controller: auth.issuerDid,
+        controller: t.auth.issuerDid,
         publicKeyMultibase: iss.json.issuerPubMultibase,
       });
-      expect(doc.assertionMethod).toEqual([`${auth.issuerDid}#key-1`]);
-      const oa = await api.get('/openapi.json');
+      expect(doc.assertionMethod).toEqual([`${t.auth.issuerDid}#key-1`]);
+      const oa = await t.api.get('/openapi.json');
       expect(oa.json.openapi).toBe('3.1.0');
       for (const p of [
         '/healthz',
@@ -67,26 +52,26 @@ describe.each(testBackends())('identity authority on $name', (b) => {
         expect(oa.json.paths[p], p).toBeDefined();
       }
       expect(oa.json.paths['/v1/agents'].post.requestBody.required).toBe(true);
-      const docs = await api.get('/docs');
+      const docs = await t.api.get('/docs');
       expect(docs.status).toBe(200);
       expect(docs.text).toMatch(/swagger/i);
     });
 
     it('unknown route and malformed JSON use the error shapes', async () => {
-      const nf = await api.get('/v1/nope');
+      const nf = await t.api.get('/v1/nope');
       expect(nf.status).toBe(404);
       expectEnvelope(nf, 'not_found');
-      const bad = await api.post('/v1/agents', '{not json');
+      const bad = await t.api.post('/v1/agents', '{not json');
       expectDetail(bad);
       expect(bad.json.detail[0].type).toBe('json_invalid');
     });
 
     it('bodies over 1 MiB are 413, except a SCIM snapshot, which may be larger', async () => {
       const big = JSON.stringify({ name: 'x'.repeat(2 * 1024 * 1024) });
-      const tooBig = await api.post('/v1/agents', big);
+      const tooBig = await t.api.post('/v1/agents', big);
       expect(tooBig.status).toBe(413);
       expectEnvelope(tooBig, 'payload_too_large');
-      const sync = await api.post('/v1/directory/sync', JSON.stringify({ pad: 'x'.repeat(2 * 1024 * 1024) }));
+      const sync = await t.api.post('/v1/directory/sync', JSON.stringify({ pad: 'x'.repeat(2 * 1024 * 1024) }));
       expect(sync.status).not.toBe(413);
       expect(sync.status).toBeLessThan(500);
     });

@@ -2,7 +2,7 @@
  * Test helper: what the identity authority tests (server-*.test.ts) share. An in-process client
  * for its app, the two error shapes, the authority started on a test store, and agent provisioning.
  */
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import type { Store } from '../store/factory.js';
 import type { TestBackend } from '../store/testing.js';
 import { createIdentityAuthority, type IdentityAuthority } from './server.js';
@@ -61,6 +61,33 @@ export async function openAuthority(b: TestBackend, now: () => number): Promise<
     await store.close();
     throw e;
   }
+}
+
+/** The authority a test file's suite runs against, with the clock it reads (tests move `clock`). */
+export interface AuthorityUnderTest {
+  store: Store;
+  auth: IdentityAuthority;
+  api: Client;
+  clock: number;
+}
+
+/**
+ * Opens an authority (`openAuthority`) on `b` before the suite's tests and closes it after them;
+ * the returned holder is filled in once they start. Its clock starts at the real time the suite
+ * starts (collection ran long before on a slow machine, and VPs minted at the real time would be
+ * "not yet valid" beyond the 30 s skew).
+ */
+export function useAuthority(b: TestBackend): AuthorityUnderTest {
+  const t = { clock: Date.now() } as AuthorityUnderTest;
+  beforeAll(async () => {
+    t.clock = Date.now();
+    Object.assign(t, await openAuthority(b, () => t.clock));
+  });
+  afterAll(async () => {
+    await t.auth?.close();
+    await t.store?.close();
+  });
+  return t;
 }
 
 /** `provisioned(name, caps)`: registers agent `name` (role worker) and provisions it; returns the provision response. */

@@ -4,29 +4,18 @@
  * governance route in /openapi.json. Delegations: routes-delegations.test.ts; the cascade's
  * reason codes: routes-cascade.test.ts.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Store } from '../../../store/factory.js';
+import { describe, expect, it } from 'vitest';
 import { testBackends } from '../../../store/testing.js';
 import { ENTRA } from '../directory/fixtures.js';
 import { AGENT_STATUSES, TRANSITIONS, type AgentStatus } from './model.js';
 import { agents as identityAgents } from '../../../store/schema/identity.js';
-import { governedAgentCalls, openGovernance, S, T, T0, type GovernanceApi } from './routes-testing.js';
+import { governedAgentCalls, S, T, useGovernance } from './routes-testing.js';
 import { seedAgent, seedEmployee, seedGroup, subjectOf } from './testkit.js';
 
 describe.each(testBackends())('governance routes on $name', (b) => {
-  let store: Store;
-  let api: GovernanceApi;
-  const clock = T0;
+  const gov = useGovernance(b);
 
-  beforeAll(async () => {
-    ({ store, api } = await openGovernance(b, () => clock));
-  });
-  afterAll(async () => {
-    await api?.close();
-    await store?.close();
-  });
-
-  const { register, move, activeAgent } = governedAgentCalls(() => api);
+  const { register, move, activeAgent } = governedAgentCalls(() => gov.api);
 
   describe('governed agents', () => {
     it('registers draft with the canonical owner subject and live enrichment', async () => {
@@ -53,9 +42,9 @@ describe.each(testBackends())('governance routes on $name', (b) => {
         activation_blockers: [],
       });
       expect(r.body.history).toEqual([{ at: '2026-03-01T09:00:00.000Z', action: 'registered', by: 'alice@contoso.com', detail: `owner ${S(ENTRA.alice)}` }]);
-      const got = await api.get('/v1/governance/agents/reporter');
+      const got = await gov.api.get('/v1/governance/agents/reporter');
       expect(got).toEqual({ status: 200, body: r.body });
-      expect((await api.get(`/v1/governance/agents/reporter?tenant=fabrikam`)).status).toBe(404);
+      expect((await gov.api.get(`/v1/governance/agents/reporter?tenant=fabrikam`)).status).toBe(404);
       const dup = await register({ agentName: 'reporter' });
       expect(dup.status).toBe(409);
       expect(dup.body.error.code).toBe('agent_exists');
@@ -82,7 +71,7 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       }
       expect((await register({ agentName: 'bad-team', ownerType: 'team', ownerRef: 'fabrikam:fabgrp' })).status).toBe(400);
       expect((await register({ agentName: 'bad-sponsor', businessSponsor: subjectOf('fabrikam', 'fab1') })).body.error.code).toBe('sponsor_unresolved');
-      expect((await api.get('/v1/governance/agents/bad-team')).status).toBe(404);
+      expect((await gov.api.get('/v1/governance/agents/bad-team')).status).toBe(404);
       const team = await register({ agentName: 'team-bot', ownerType: 'team', ownerRef: ENTRA.gFin });
       expect(team.status).toBe(201);
       expect(team.body).toMatchObject({ owner_ref: `${T}:${ENTRA.gFin}`, owner_display: 'Finance', owner_ok: true, owner_active: true });
@@ -91,7 +80,7 @@ describe.each(testBackends())('governance routes on $name', (b) => {
     it('names are unique across tenants: concurrent registrations in two tenants yield one 201 and one 409', async () => {
       const [x, y] = await Promise.all([
         register({ agentName: 'raced' }),
-        api.post('/v1/governance/agents', { agentName: 'raced', tenantId: 'fabrikam', ownerType: 'employee', ownerRef: subjectOf('fabrikam', 'fab1') }),
+        gov.api.post('/v1/governance/agents', { agentName: 'raced', tenantId: 'fabrikam', ownerType: 'employee', ownerRef: subjectOf('fabrikam', 'fab1') }),
       ]);
       expect([x.status, y.status].sort()).toEqual([201, 409]);
       expect((x.status === 409 ? x : y).body.error.code).toBe('agent_exists');
@@ -104,25 +93,25 @@ describe.each(testBackends())('governance routes on $name', (b) => {
         { agentName: 'ok', tenantId: T, ownerType: 'robot', ownerRef: 'a' },
         'not json',
       ]) {
-        const r = await api.post('/v1/governance/agents', body);
+        const r = await gov.api.post('/v1/governance/agents', body);
         expect(r.status).toBe(422);
         expect(r.body.detail[0]).toMatchObject({ loc: expect.any(Array), msg: expect.any(String), type: expect.any(String) });
       }
       expect((await register({ agentName: 'rt', riskTier: 'extreme' })).status).toBe(422);
       for (const p of ['/v1/governance/agents/nope', '/v1/authority/delegations/nope', '/v1/authority/delegations/nope/usable']) {
-        const r = await api.get(p);
+        const r = await gov.api.get(p);
         expect(r.status).toBe(404);
         expect(r.body.error.code).toBe('not_found');
       }
       expect((await move('nope', 'active')).status).toBe(404);
-      expect((await api.post('/v1/authority/delegations/nope/revoke', {})).status).toBe(404);
-      expect((await api.get('/v1/governance/agents?status=bogus')).status).toBe(422);
+      expect((await gov.api.post('/v1/authority/delegations/nope/revoke', {})).status).toBe(404);
+      expect((await gov.api.get('/v1/governance/agents?status=bogus')).status).toBe(422);
     });
 
     const pairs = AGENT_STATUSES.flatMap((from) => AGENT_STATUSES.map((to) => ({ from, to, ok: TRANSITIONS[from].includes(to) })));
     it.each(pairs)('transition $from -> $to: allowed=$ok', async ({ from, to, ok }) => {
       const name = `tr-${from}-${to}`;
-      await seedAgent(store.db, T, { agentName: name, ownerRef: S(ENTRA.cto), businessSponsor: S(ENTRA.engMgr), status: from as AgentStatus });
+      await seedAgent(gov.store.db, T, { agentName: name, ownerRef: S(ENTRA.cto), businessSponsor: S(ENTRA.engMgr), status: from as AgentStatus });
       const r = await move(name, to);
       if (ok) {
         expect(r.status).toBe(200);
@@ -131,7 +120,7 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       } else {
         expect(r.status).toBe(409);
         expect(r.body.error).toMatchObject({ code: 'bad_transition', from, to, allowed: [...TRANSITIONS[from]] });
-        expect((await api.get(`/v1/governance/agents/${name}`)).body.status).toBe(from);
+        expect((await gov.api.get(`/v1/governance/agents/${name}`)).body.status).toBe(from);
       }
     });
 
@@ -146,14 +135,15 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       const r = await move('gated', 'active');
       expect(r.status).toBe(409);
       expect(r.body.error).toMatchObject({ code: 'activation_blocked', blockers: ['sponsor_missing', 'approved_runtime_missing'] });
-      await seedAgent(store.db, T, { agentName: 'gated-owner-gone', ownerRef: S(ENTRA.dave), businessSponsor: S(ENTRA.cto), status: 'suspended' });
+      await seedAgent(gov.store.db, T, { agentName: 'gated-owner-gone', ownerRef: S(ENTRA.dave), businessSponsor: S(ENTRA.cto), status: 'suspended' });
       expect((await move('gated-owner-gone', 'active')).body.error).toMatchObject({ code: 'activation_blocked', blockers: ['owner_inactive'] });
       await activeAgent('gated-ok');
-      expect((await api.get('/v1/governance/agents/gated-ok')).body.status).toBe('active');
+      expect((await gov.api.get('/v1/governance/agents/gated-ok')).body.status).toBe('active');
     });
 
     it('transfer-ownership: new owner must resolve in the tenant and be active', async () => {
-      const to = (ownerType: string, ownerRef: string) => api.post('/v1/governance/agents/reporter/transfer-ownership', { ownerType, ownerRef, by: 'erin' });
+      const to = (ownerType: string, ownerRef: string) =>
+        gov.api.post('/v1/governance/agents/reporter/transfer-ownership', { ownerType, ownerRef, by: 'erin' });
       expect((await to('employee', S(ENTRA.dave))).body.error.code).toBe('owner_inactive');
       expect((await to('employee', S('nobody'))).status).toBe(400);
       expect((await to('employee', subjectOf('fabrikam', 'fab1'))).body.error.code).toBe('owner_cross_tenant');
@@ -168,26 +158,26 @@ describe.each(testBackends())('governance routes on $name', (b) => {
         detail: `employee:${S(ENTRA.alice)} -> employee:${S(ENTRA.bob)}`,
       });
       expect(r.body.history).toHaveLength(2);
-      expect((await api.post('/v1/governance/agents/nope/transfer-ownership', { ownerType: 'employee', ownerRef: S(ENTRA.bob) })).status).toBe(404);
+      expect((await gov.api.post('/v1/governance/agents/nope/transfer-ownership', { ownerType: 'employee', ownerRef: S(ENTRA.bob) })).status).toBe(404);
     });
   });
 
   describe('issues, summary, openapi', () => {
     it('issues and the summary buckets', async () => {
       const t = 'sumco';
-      await seedEmployee(store.db, { tenant: t, ext: 'ann', department: 'Sales' });
-      await seedEmployee(store.db, { tenant: t, ext: 'ned', department: null });
-      await seedEmployee(store.db, { tenant: t, ext: 'old', active: false });
-      await seedGroup(store.db, t, 'squad', ['ann']);
-      await seedEmployee(store.db, { tenant: t, ext: 'ann', department: 'Sales', groups: ['squad'] });
+      await seedEmployee(gov.store.db, { tenant: t, ext: 'ann', department: 'Sales' });
+      await seedEmployee(gov.store.db, { tenant: t, ext: 'ned', department: null });
+      await seedEmployee(gov.store.db, { tenant: t, ext: 'old', active: false });
+      await seedGroup(gov.store.db, t, 'squad', ['ann']);
+      await seedEmployee(gov.store.db, { tenant: t, ext: 'ann', department: 'Sales', groups: ['squad'] });
       const sp = subjectOf(t, 'ann');
-      await seedAgent(store.db, t, { agentName: 's-healthy', ownerRef: subjectOf(t, 'ann'), businessSponsor: sp });
-      await seedAgent(store.db, t, { agentName: 's-incomplete', ownerRef: subjectOf(t, 'ann'), businessSponsor: null });
-      await seedAgent(store.db, t, { agentName: 's-noDept', ownerRef: subjectOf(t, 'ned'), businessSponsor: sp, status: 'suspended' });
-      await seedAgent(store.db, t, { agentName: 's-inactive', ownerRef: subjectOf(t, 'old'), businessSponsor: sp, status: 'draft' });
-      await seedAgent(store.db, t, { agentName: 's-ghost', ownerRef: subjectOf(t, 'ghost'), businessSponsor: sp, status: 'quarantined' });
-      await seedAgent(store.db, t, { agentName: 's-team', ownerType: 'team', ownerRef: `${t}:squad`, businessSponsor: sp, status: 'approved' });
-      await seedAgent(store.db, t, { agentName: 's-retired', ownerRef: subjectOf(t, 'ghost'), status: 'retired' });
+      await seedAgent(gov.store.db, t, { agentName: 's-healthy', ownerRef: subjectOf(t, 'ann'), businessSponsor: sp });
+      await seedAgent(gov.store.db, t, { agentName: 's-incomplete', ownerRef: subjectOf(t, 'ann'), businessSponsor: null });
+      await seedAgent(gov.store.db, t, { agentName: 's-noDept', ownerRef: subjectOf(t, 'ned'), businessSponsor: sp, status: 'suspended' });
+      await seedAgent(gov.store.db, t, { agentName: 's-inactive', ownerRef: subjectOf(t, 'old'), businessSponsor: sp, status: 'draft' });
+      await seedAgent(gov.store.db, t, { agentName: 's-ghost', ownerRef: subjectOf(t, 'ghost'), businessSponsor: sp, status: 'quarantined' });
+      await seedAgent(gov.store.db, t, { agentName: 's-team', ownerType: 'team', ownerRef: `${t}:squad`, businessSponsor: sp, status: 'approved' });
+      await seedAgent(gov.store.db, t, { agentName: 's-retired', ownerRef: subjectOf(t, 'ghost'), status: 'retired' });
 
       // Agents known to the identity authority (SPEC 2.5) without a governed record are ungoverned.
       const idAgent = (name: string) => ({
@@ -198,12 +188,12 @@ describe.each(testBackends())('governance routes on $name', (b) => {
         createdAt: '2026-03-01T09:00:00Z',
         updatedAt: '2026-03-01T09:00:00Z',
       });
-      await store.db.insert(identityAgents).values([idAgent('shadow-1'), idAgent('s-healthy')]);
-      const issues = (await api.get(`/v1/governance/issues?tenant=${t}`)).body;
+      await gov.store.db.insert(identityAgents).values([idAgent('shadow-1'), idAgent('s-healthy')]);
+      const issues = (await gov.api.get(`/v1/governance/issues?tenant=${t}`)).body;
       expect(issues.map((i: { agent_name: string; type: string; status: string }) => `${i.agent_name}:${i.type}:${i.status}`).sort()).toEqual(
         ['s-ghost:owner_missing:quarantined', 's-inactive:owner_inactive:draft', 's-incomplete:incomplete_active:active'].sort(),
       );
-      const s = (await api.get(`/v1/governance/summary?tenant=${t}`)).body;
+      const s = (await gov.api.get(`/v1/governance/summary?tenant=${t}`)).body;
       expect(s.tenant_id).toBe(t);
       expect(s.totals).toMatchObject({ governed: 6, retired: 1, ungoverned: 1 });
       expect(s.totals.by_status).toMatchObject({ active: 2, suspended: 1, draft: 1, quarantined: 1, approved: 1, retired: 1 });
@@ -212,13 +202,13 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       expect(owners).toEqual({ [subjectOf(t, 'ann')]: 2, [subjectOf(t, 'ned')]: 1, [subjectOf(t, 'old')]: 1, '(unattributed)': 1, '(team-owned)': 1 });
       const depts = Object.fromEntries(s.by_department.map((o: { key: string; agents: number }) => [o.key, o.agents]));
       expect(depts).toEqual({ Sales: 2, '(unassigned)': 1, Engineering: 1, '(unattributed)': 1, '(team-owned)': 1 });
-      const all = (await api.get('/v1/governance/summary')).body;
+      const all = (await gov.api.get('/v1/governance/summary')).body;
       expect(all.tenant_id).toBeNull();
       expect(all.totals.governed).toBeGreaterThan(s.totals.governed);
     });
 
     it('serves every governance route in /openapi.json', async () => {
-      const doc = (await api.get('/openapi.json')).body;
+      const doc = (await gov.api.get('/openapi.json')).body;
       for (const p of [
         '/v1/governance/agents',
         '/v1/governance/agents/{name}',

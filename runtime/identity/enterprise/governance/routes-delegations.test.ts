@@ -3,33 +3,22 @@
  * grant basis and denial, break-glass, revoke/usable/log, and the directory sync running the
  * cascade in its own transaction (which invalidates grants made here, so the two share a suite).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Store } from '../../../store/factory.js';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { testBackends } from '../../../store/testing.js';
 import { ENTRA, entraSnapshot, entraUser } from '../directory/fixtures.js';
 import { syncDirectory } from '../directory/sync.js';
 import { runCascade } from './cascade.js';
-import { governedAgentCalls, openGovernance, S, T, T0, type GovernanceApi } from './routes-testing.js';
+import { governedAgentCalls, S, T, T0, useGovernance } from './routes-testing.js';
 import { seedAgent, seedDelegation, subjectOf } from './testkit.js';
 
 describe.each(testBackends())('governance routes on $name', (b) => {
-  let store: Store;
-  let api: GovernanceApi;
-  let clock = T0;
+  const gov = useGovernance(b);
 
-  beforeAll(async () => {
-    ({ store, api } = await openGovernance(b, () => clock));
-  });
-  afterAll(async () => {
-    await api?.close();
-    await store?.close();
-  });
-
-  const { register, move, activeAgent } = governedAgentCalls(() => api);
+  const { register, move, activeAgent } = governedAgentCalls(() => gov.api);
 
   describe('authority delegations', () => {
     const grant = (o: Record<string, unknown>) =>
-      api.post('/v1/authority/delegations', { tenantId: T, agentId: 'alice-agent', action: 'read', resource: 'crm/accounts/*', ...o });
+      gov.api.post('/v1/authority/delegations', { tenantId: T, agentId: 'alice-agent', action: 'read', resource: 'crm/accounts/*', ...o });
 
     beforeAll(async () => {
       await activeAgent('alice-agent');
@@ -66,7 +55,7 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       expect(r.body.authority_evidence).toMatchObject({ basis, break_glass: false });
       expect(r.body.policy_decision).toMatchObject({ decision: 'allow' });
       expect(r.body.history.map((h: { action: string }) => h.action)).toEqual(['requested', 'granted']);
-      expect(await api.get(`/v1/authority/delegations/${r.body.delegation_id}/usable`)).toEqual({
+      expect(await gov.api.get(`/v1/authority/delegations/${r.body.delegation_id}/usable`)).toEqual({
         status: 200,
         body: { usable: true, status: 'active', reason: null },
       });
@@ -117,16 +106,16 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       { why: 'an agent of another tenant', o: { tenantId: 'fabrikam', approverRef: subjectOf('fabrikam', 'fab1') }, status: 404, code: 'not_found' },
       { why: 'approverRef and grantedBy disagreeing', o: { approverRef: S(ENTRA.alice), grantedBy: S(ENTRA.cto) }, status: 400, code: 'ambiguous_approver' },
     ])('denies $why ($code), storing nothing', async ({ o, status, code }) => {
-      const before = (await api.get('/v1/authority/delegations')).body.length;
+      const before = (await gov.api.get('/v1/authority/delegations')).body.length;
       const r = await grant(o);
       expect(r.status).toBe(status);
       expect(r.body.error.code).toBe(code);
       if (status === 403) expect(r.body.error.policy_decision).toMatchObject({ decision: 'deny', code });
-      expect((await api.get('/v1/authority/delegations')).body.length).toBe(before);
+      expect((await gov.api.get('/v1/authority/delegations')).body.length).toBe(before);
     });
 
     it('rejects a body without approver or required fields with 422', async () => {
-      expect((await api.post('/v1/authority/delegations', { tenantId: T, agentId: 'alice-agent', action: 'read', resource: 'x' })).status).toBe(422);
+      expect((await gov.api.post('/v1/authority/delegations', { tenantId: T, agentId: 'alice-agent', action: 'read', resource: 'x' })).status).toBe(422);
       expect((await grant({ approverRef: S(ENTRA.alice), resource: undefined })).status).toBe(422);
       expect((await grant({ approverRef: S(ENTRA.alice), expiresInSeconds: 0 })).status).toBe(422);
       const noApprover = await grant({});
@@ -135,48 +124,48 @@ describe.each(testBackends())('governance routes on $name', (b) => {
     });
 
     it('lists newest first with filters; revoke with a reason; 409 once not live; log row', async () => {
-      clock += 1000;
+      gov.clock += 1000;
       const first = (await grant({ approverRef: S(ENTRA.alice), action: 'write' })).body;
-      clock += 1000;
+      gov.clock += 1000;
       const second = (await grant({ approverRef: S(ENTRA.alice), action: 'delete' })).body;
-      const list = (await api.get(`/v1/authority/delegations?tenant=${T}&agent=alice-agent`)).body;
+      const list = (await gov.api.get(`/v1/authority/delegations?tenant=${T}&agent=alice-agent`)).body;
       expect(list[0].delegation_id).toBe(second.delegation_id);
       expect(list[1].delegation_id).toBe(first.delegation_id);
-      expect((await api.get(`/v1/authority/delegations?agent=team-agent`)).body.every((d: { agent_id: string }) => d.agent_id === 'team-agent')).toBe(true);
-      expect((await api.get(`/v1/authority/delegations/${first.delegation_id}?tenant=fabrikam`)).status).toBe(404);
-      expect((await api.get(`/v1/authority/delegations/${first.delegation_id}`)).body).toEqual(first);
+      expect((await gov.api.get(`/v1/authority/delegations?agent=team-agent`)).body.every((d: { agent_id: string }) => d.agent_id === 'team-agent')).toBe(true);
+      expect((await gov.api.get(`/v1/authority/delegations/${first.delegation_id}?tenant=fabrikam`)).status).toBe(404);
+      expect((await gov.api.get(`/v1/authority/delegations/${first.delegation_id}`)).body).toEqual(first);
 
-      expect((await api.post(`/v1/authority/delegations/${first.delegation_id}/revoke`, { reason: 'not_a_reason' })).status).toBe(422);
+      expect((await gov.api.post(`/v1/authority/delegations/${first.delegation_id}/revoke`, { reason: 'not_a_reason' })).status).toBe(422);
       // A tenant guard naming another tenant cannot reach this tenant's records (404, nothing changes).
-      expect((await api.post(`/v1/authority/delegations/${first.delegation_id}/revoke?tenant=fabrikam`, {})).status).toBe(404);
-      expect((await api.post('/v1/governance/agents/alice-agent/transition?tenant=fabrikam', { status: 'retired' })).status).toBe(404);
+      expect((await gov.api.post(`/v1/authority/delegations/${first.delegation_id}/revoke?tenant=fabrikam`, {})).status).toBe(404);
+      expect((await gov.api.post('/v1/governance/agents/alice-agent/transition?tenant=fabrikam', { status: 'retired' })).status).toBe(404);
       expect(
-        (await api.post('/v1/governance/agents/alice-agent/transfer-ownership?tenant=fabrikam', { ownerType: 'employee', ownerRef: S(ENTRA.bob) })).status,
+        (await gov.api.post('/v1/governance/agents/alice-agent/transfer-ownership?tenant=fabrikam', { ownerType: 'employee', ownerRef: S(ENTRA.bob) })).status,
       ).toBe(404);
-      expect((await api.get('/v1/governance/agents/alice-agent')).body).toMatchObject({ status: 'active', owner_ref: S(ENTRA.alice) });
-      const r = await api.post(`/v1/authority/delegations/${first.delegation_id}/revoke`, { reason: 'owner_transferred', by: 'erin' });
+      expect((await gov.api.get('/v1/governance/agents/alice-agent')).body).toMatchObject({ status: 'active', owner_ref: S(ENTRA.alice) });
+      const r = await gov.api.post(`/v1/authority/delegations/${first.delegation_id}/revoke`, { reason: 'owner_transferred', by: 'erin' });
       expect(r.status).toBe(200);
       expect(r.body).toMatchObject({ status: 'revoked', vc_status: 'revoked', revocation_reason: 'owner_transferred', revoked_at: expect.any(String) });
       expect(r.body.history.at(-1)).toMatchObject({ action: 'revoke', by: 'erin', detail: 'owner_transferred' });
-      expect((await api.get(`/v1/authority/delegations/${first.delegation_id}/usable`)).body).toEqual({
+      expect((await gov.api.get(`/v1/authority/delegations/${first.delegation_id}/usable`)).body).toEqual({
         usable: false,
         status: 'revoked',
         reason: 'owner_transferred',
       });
-      const again = await api.post(`/v1/authority/delegations/${first.delegation_id}/revoke`);
+      const again = await gov.api.post(`/v1/authority/delegations/${first.delegation_id}/revoke`);
       expect(again.status).toBe(409);
       expect(again.body.error.code).toBe('not_live');
       // An empty body with a JSON content type is an empty revoke request, not a decode error.
       const dflt = {
         body: (await (
-          await fetch(`${api.base}/v1/authority/delegations/${second.delegation_id}/revoke`, {
+          await fetch(`${gov.api.base}/v1/authority/delegations/${second.delegation_id}/revoke`, {
             method: 'POST',
             headers: { 'content-type': 'application/json' },
           })
         ).json()) as any,
       };
       expect(dflt.body.revocation_reason).toBe('manual_admin_revocation');
-      const log = (await api.get(`/v1/revocation/log?tenant=${T}`)).body;
+      const log = (await gov.api.get(`/v1/revocation/log?tenant=${T}`)).body;
       expect(log[0]).toMatchObject({
         kind: 'delegation_revoke',
         reason_code: 'manual_admin_revocation',
@@ -185,13 +174,13 @@ describe.each(testBackends())('governance routes on $name', (b) => {
         by: 'admin',
       });
       expect(log[1]).toMatchObject({ kind: 'delegation_revoke', reason_code: 'owner_transferred', delegation_id: first.delegation_id, by: 'erin' });
-      expect((await api.get(`/v1/authority/delegations?tenant=${T}&status=revoked`)).body.length).toBeGreaterThanOrEqual(2);
+      expect((await gov.api.get(`/v1/authority/delegations?tenant=${T}&status=revoked`)).body.length).toBeGreaterThanOrEqual(2);
     });
 
     it('usable is false once expired, and for a non-active agent', async () => {
       const d = (await grant({ approverRef: S(ENTRA.alice), expiresInSeconds: 60 })).body;
-      clock += 61_000;
-      expect((await api.get(`/v1/authority/delegations/${d.delegation_id}/usable`)).body).toEqual({
+      gov.clock += 61_000;
+      expect((await gov.api.get(`/v1/authority/delegations/${d.delegation_id}/usable`)).body).toEqual({
         usable: false,
         status: 'active',
         reason: 'delegation_expired',
@@ -201,23 +190,23 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       await register({ agentName: 'approved-only' });
       for (const st of ['pending_approval', 'approved']) await move('approved-only', st);
       const pre = (await grant({ agentId: 'approved-only', approverRef: S(ENTRA.alice) })).body;
-      expect((await api.get(`/v1/authority/delegations/${pre.delegation_id}/usable`)).body.usable).toBe(true);
-      await seedDelegation(store.db, T, { delegationId: 'slipped', agentId: 'susp-agent', grantedBy: S(ENTRA.alice), expiresAt: null });
-      expect((await api.get('/v1/authority/delegations/slipped/usable')).body).toEqual({ usable: false, status: 'active', reason: 'agent_suspended' });
-      expect((await api.post(`/v1/revocation/cascade?tenant=${T}`)).body.by_reason.agent_inactive).toBeGreaterThanOrEqual(1);
-      expect((await api.get('/v1/authority/delegations/slipped')).body).toMatchObject({ status: 'invalidated', revocation_reason: 'agent_inactive' });
+      expect((await gov.api.get(`/v1/authority/delegations/${pre.delegation_id}/usable`)).body.usable).toBe(true);
+      await seedDelegation(gov.store.db, T, { delegationId: 'slipped', agentId: 'susp-agent', grantedBy: S(ENTRA.alice), expiresAt: null });
+      expect((await gov.api.get('/v1/authority/delegations/slipped/usable')).body).toEqual({ usable: false, status: 'active', reason: 'agent_suspended' });
+      expect((await gov.api.post(`/v1/revocation/cascade?tenant=${T}`)).body.by_reason.agent_inactive).toBeGreaterThanOrEqual(1);
+      expect((await gov.api.get('/v1/authority/delegations/slipped')).body).toMatchObject({ status: 'invalidated', revocation_reason: 'agent_inactive' });
     });
 
     it("a manual suspend invalidates the agent's live delegations (agent_inactive)", async () => {
       await activeAgent('to-suspend');
       const d = (await grant({ agentId: 'to-suspend', approverRef: S(ENTRA.alice) })).body;
       expect((await move('to-suspend', 'suspended', 'secops')).status).toBe(200);
-      expect((await api.get(`/v1/authority/delegations/${d.delegation_id}`)).body).toMatchObject({
+      expect((await gov.api.get(`/v1/authority/delegations/${d.delegation_id}`)).body).toMatchObject({
         status: 'invalidated',
         vc_status: 'revoked',
         revocation_reason: 'agent_inactive',
       });
-      const log = (await api.get(`/v1/revocation/log?tenant=${T}`)).body;
+      const log = (await gov.api.get(`/v1/revocation/log?tenant=${T}`)).body;
       expect(log[0]).toMatchObject({ kind: 'delegation_invalidate', reason_code: 'agent_inactive', agent_id: 'to-suspend', source: 'admin', by: 'secops' });
     });
   });
@@ -226,23 +215,23 @@ describe.each(testBackends())('governance routes on $name', (b) => {
     it('a sync that fails after its cascade rolls the cascade back with it', async () => {
       const t = 'rollco';
       const users = [entraUser({ oid: 'o1', upn: 'o1@r.example', given: 'O', family: 'One' })];
-      await syncDirectory({ db: store.db, now: () => clock }, { tenantId: t, idp: 'idp_a', mode: 'snapshot', users });
-      await seedAgent(store.db, t, { agentName: 'roll-agent', ownerRef: `idp_a:${t}:o1` });
-      await seedDelegation(store.db, t, { delegationId: 'roll-del', agentId: 'roll-agent', grantedBy: `idp_a:${t}:o1`, expiresAt: null });
+      await syncDirectory({ db: gov.store.db, now: () => gov.clock }, { tenantId: t, idp: 'idp_a', mode: 'snapshot', users });
+      await seedAgent(gov.store.db, t, { agentName: 'roll-agent', ownerRef: `idp_a:${t}:o1` });
+      await seedDelegation(gov.store.db, t, { delegationId: 'roll-del', agentId: 'roll-agent', grantedBy: `idp_a:${t}:o1`, expiresAt: null });
       const off = [entraUser({ oid: 'o1', upn: 'o1@r.example', given: 'O', family: 'One', active: false })];
       const failing = {
-        db: store.db,
-        now: () => clock,
+        db: gov.store.db,
+        now: () => gov.clock,
         cascade: runCascade,
         failpoint: (st: string) => {
           if (st === 'run') throw new Error('disk full');
         },
       };
       await expect(syncDirectory(failing, { tenantId: t, idp: 'idp_a', mode: 'snapshot', users: off })).rejects.toThrow('disk full');
-      expect((await api.get('/v1/governance/agents/roll-agent')).body).toMatchObject({ status: 'active', owner_active: true });
-      expect((await api.get('/v1/authority/delegations/roll-del')).body.status).toBe('active');
-      expect((await api.get(`/v1/revocation/log?tenant=${t}`)).body).toEqual([]);
-      const ok = await api.post('/v1/directory/sync', { tenantId: t, users: off });
+      expect((await gov.api.get('/v1/governance/agents/roll-agent')).body).toMatchObject({ status: 'active', owner_active: true });
+      expect((await gov.api.get('/v1/authority/delegations/roll-del')).body.status).toBe('active');
+      expect((await gov.api.get(`/v1/revocation/log?tenant=${t}`)).body).toEqual([]);
+      const ok = await gov.api.post('/v1/directory/sync', { tenantId: t, users: off });
       expect(ok.body.cascade).toMatchObject({ agents_suspended: 1, delegations_revoked: 1, by_reason: { owner_inactive: 2 } });
     });
 
@@ -250,13 +239,13 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       await activeAgent('bob-agent', { ownerRef: S(ENTRA.bob) });
       await activeAgent('erin-agent', { ownerRef: S(ENTRA.engMgr), businessSponsor: S(ENTRA.cto) });
       const own = (
-        await api.post('/v1/authority/delegations', { tenantId: T, agentId: 'bob-agent', approverRef: S(ENTRA.bob), action: 'read', resource: 'wiki/*' })
+        await gov.api.post('/v1/authority/delegations', { tenantId: T, agentId: 'bob-agent', approverRef: S(ENTRA.bob), action: 'read', resource: 'wiki/*' })
       ).body;
       const viaMgr = (
-        await api.post('/v1/authority/delegations', { tenantId: T, agentId: 'bob-agent', approverRef: S(ENTRA.engMgr), action: 'read', resource: 'jira/*' })
+        await gov.api.post('/v1/authority/delegations', { tenantId: T, agentId: 'bob-agent', approverRef: S(ENTRA.engMgr), action: 'read', resource: 'jira/*' })
       ).body;
       const granted = (
-        await api.post('/v1/authority/delegations', {
+        await gov.api.post('/v1/authority/delegations', {
           tenantId: T,
           agentId: 'erin-agent',
           approverRef: S(ENTRA.cto),
@@ -266,7 +255,7 @@ describe.each(testBackends())('governance routes on $name', (b) => {
         })
       ).body;
       const underGroup = (
-        await api.post('/v1/authority/delegations', {
+        await gov.api.post('/v1/authority/delegations', {
           tenantId: 'contoso',
           agentId: 'erin-agent',
           approverRef: S(ENTRA.engMgr),
@@ -277,37 +266,40 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       ).body;
       expect([own, viaMgr, granted, underGroup].every((d) => d.status === 'active')).toBe(true);
 
-      clock += 60_000;
+      gov.clock += 60_000;
       const snap = entraSnapshot();
       const bob = snap.users.find((u) => u.externalId === ENTRA.bob)!;
       bob.active = false;
-      const r = await api.post('/v1/directory/sync', { tenantId: T, ...snap });
+      const r = await gov.api.post('/v1/directory/sync', { tenantId: T, ...snap });
       expect(r.status).toBe(200);
       expect(r.body.counts.users_deactivated).toBe(1);
       expect(r.body.cascade).toMatchObject({ agents_suspended: 1, agents_quarantined: 0, delegations_revoked: 2 });
       expect(r.body.cascade.by_reason.owner_inactive).toBe(3);
       // Bob approved a required-group grant on alice-agent earlier: he lost the authority behind it.
       expect(r.body.cascade.by_reason.delegation_grantor_lost_authority).toBeGreaterThanOrEqual(1);
-      expect((await api.get('/v1/governance/agents/bob-agent')).body).toMatchObject({ status: 'suspended', owner_active: false });
-      expect((await api.get('/v1/governance/agents/bob-agent')).body.history.at(-1)).toMatchObject({ action: 'cascade_suspend', by: 'directory-sync' });
+      expect((await gov.api.get('/v1/governance/agents/bob-agent')).body).toMatchObject({ status: 'suspended', owner_active: false });
+      expect((await gov.api.get('/v1/governance/agents/bob-agent')).body.history.at(-1)).toMatchObject({ action: 'cascade_suspend', by: 'directory-sync' });
       for (const d of [own, viaMgr]) {
-        expect((await api.get(`/v1/authority/delegations/${d.delegation_id}`)).body).toMatchObject({ status: 'revoked', revocation_reason: 'owner_inactive' });
+        expect((await gov.api.get(`/v1/authority/delegations/${d.delegation_id}`)).body).toMatchObject({
+          status: 'revoked',
+          revocation_reason: 'owner_inactive',
+        });
       }
       // Bob only requested `granted`; the granter (the CTO) is still active, so it stands.
-      expect((await api.get(`/v1/authority/delegations/${granted.delegation_id}`)).body.status).toBe('active');
-      const runs = (await api.get(`/v1/directory/syncs?tenant=${T}`)).body;
+      expect((await gov.api.get(`/v1/authority/delegations/${granted.delegation_id}`)).body.status).toBe('active');
+      const runs = (await gov.api.get(`/v1/directory/syncs?tenant=${T}`)).body;
       expect(runs[0].cascade).toEqual(r.body.cascade);
-      const log = (await api.get(`/v1/revocation/log?tenant=${T}`)).body;
+      const log = (await gov.api.get(`/v1/revocation/log?tenant=${T}`)).body;
       expect(log[0]).toMatchObject({ source: 'auto', by: 'directory-sync' });
       // Erin leaves the approver group: the delegation she granted under it is invalidated.
-      clock += 60_000;
+      gov.clock += 60_000;
       const snap2 = entraSnapshot();
       snap2.users.find((u) => u.externalId === ENTRA.bob)!.active = false;
       const eng = snap2.groups.find((g) => g.externalId === ENTRA.gEng)!;
       eng.members = (eng.members as { value: string }[]).filter((m) => m.value !== ENTRA.engMgr);
-      const r2 = await api.post('/v1/directory/sync', { tenantId: T, ...snap2 });
+      const r2 = await gov.api.post('/v1/directory/sync', { tenantId: T, ...snap2 });
       expect(r2.body.cascade).toMatchObject({ delegations_invalidated: 1, by_reason: { group_removed: 1 } });
-      expect((await api.get(`/v1/authority/delegations/${underGroup.delegation_id}`)).body).toMatchObject({
+      expect((await gov.api.get(`/v1/authority/delegations/${underGroup.delegation_id}`)).body).toMatchObject({
         status: 'invalidated',
         revocation_reason: 'group_removed',
       });

@@ -3,7 +3,7 @@
  * routes over real HTTP on a store holding the Entra fixture directory (tenant `contoso`) and a
  * one-employee `fabrikam`, and the register / transition calls those tests build agents with.
  */
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import type { Store } from '../../../store/factory.js';
 import type { TestBackend } from '../../../store/testing.js';
 import { ENTRA, entraSnapshot } from '../directory/fixtures.js';
@@ -32,6 +32,26 @@ export async function openGovernance(b: TestBackend, now: () => number): Promise
     await store.close();
     throw e;
   }
+}
+
+/** The routes a test file's suite runs against, with the clock they read (from T0; tests move `clock`). */
+export interface GovernanceUnderTest {
+  store: Store;
+  api: GovernanceApi;
+  clock: number;
+}
+
+/** Opens the routes (`openGovernance`) on `b` before the suite's tests and closes them after; the holder is filled in once they start. */
+export function useGovernance(b: TestBackend): GovernanceUnderTest {
+  const t = { clock: T0 } as GovernanceUnderTest;
+  beforeAll(async () => {
+    Object.assign(t, await openGovernance(b, () => t.clock));
+  });
+  afterAll(async () => {
+    await t.api?.close();
+    await t.store?.close();
+  });
+  return t;
 }
 
 /** Register (a `contoso` agent owned by Alice, sponsored by her manager), transition, and both to active. */
