@@ -13,8 +13,7 @@
  * Bounds: PGlite (single-threaded WASM) runs 10k always and 100k only with BENCH_PGLITE_100K=1,
  * because 100k there alone takes longer than this benchmark's 90 s budget on a shared 2-core box.
  */
-import { randomBytes } from 'node:crypto';
-import postgres from 'postgres';
+import { onPostgresSchema } from './lib.js';
 import { openStore, type Store } from '../runtime/store/factory.js';
 import { syntheticSnapshot } from '../runtime/identity/enterprise/directory/fixtures.js';
 import { syncDirectory } from '../runtime/identity/enterprise/directory/sync.js';
@@ -22,19 +21,6 @@ import { directoryRepo } from '../runtime/identity/enterprise/directory/repo.js'
 import { setLogLevel } from '../runtime/lib/log.js';
 
 setLogLevel('warn');
-const PG_URL = process.env.TEST_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
-
-async function reachable(url: string): Promise<boolean> {
-  const sql = postgres(url, { max: 1, connect_timeout: 3, onnotice: () => {} });
-  try {
-    await sql`select 1`;
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await sql.end({ timeout: 1 });
-  }
-}
 
 const RESYNCS = Math.max(1, Number(process.env.BENCH_DIR_RESYNCS) || 3);
 
@@ -85,21 +71,14 @@ async function main(): Promise<void> {
   } finally {
     await lite.close();
   }
-  if (!(await reachable(PG_URL))) {
-    console.log(`postgres: skipped, ${PG_URL.replace(/\/\/[^@]*@/, '//')} is unreachable (set TEST_DATABASE_URL)`);
-    return;
-  }
-  const schema = `bench_dir_${randomBytes(4).toString('hex')}`;
-  const pg = await openStore({ url: PG_URL, schema });
-  try {
-    await run('postgres', pg, 10_000);
-    await run('postgres', pg, 100_000);
-  } finally {
-    await pg.close();
-    const admin = postgres(PG_URL, { max: 1, onnotice: () => {} });
-    await admin.unsafe(`drop schema if exists "${schema}" cascade`);
-    await admin.end();
-  }
+  await onPostgresSchema(
+    'bench_dir',
+    (url, schema) => openStore({ url, schema }),
+    async (pg) => {
+      await run('postgres', pg, 10_000);
+      await run('postgres', pg, 100_000);
+    },
+  );
 }
 
 main().catch((e) => {

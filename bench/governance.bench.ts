@@ -9,8 +9,7 @@
  * PGlite always; PostgreSQL too when reachable (TEST_DATABASE_URL, else the local default).
  * Knobs: BENCH_GOV_USERS (default 5000), BENCH_GOV_AGENTS (1000), BENCH_GOV_DELEGATIONS (2000).
  */
-import { randomBytes } from 'node:crypto';
-import postgres from 'postgres';
+import { onPostgresSchema } from './lib.js';
 import { openStore, type Store } from '../runtime/store/factory.js';
 import { authorityDelegations, governedAgents } from '../runtime/store/schema/governance.js';
 import { syntheticSnapshot } from '../runtime/identity/enterprise/directory/fixtures.js';
@@ -21,22 +20,9 @@ import { summary } from '../runtime/identity/enterprise/governance/reports.js';
 import { setLogLevel } from '../runtime/lib/log.js';
 
 setLogLevel('warn');
-const PG_URL = process.env.TEST_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
 const N = Number(process.env.BENCH_GOV_USERS) || 5000;
 const A = Number(process.env.BENCH_GOV_AGENTS) || 1000;
 const D = Number(process.env.BENCH_GOV_DELEGATIONS) || 2000;
-
-async function reachable(url: string): Promise<boolean> {
-  const sql = postgres(url, { max: 1, connect_timeout: 3, onnotice: () => {} });
-  try {
-    await sql`select 1`;
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await sql.end({ timeout: 1 });
-  }
-}
 
 const time = async <T>(f: () => Promise<T>): Promise<[number, T]> => {
   const t0 = performance.now();
@@ -118,20 +104,11 @@ async function main(): Promise<void> {
   } finally {
     await lite.close();
   }
-  if (!(await reachable(PG_URL))) {
-    console.log(`postgres: skipped (${PG_URL} unreachable)`);
-    return;
-  }
-  const schema = `bench_${randomBytes(4).toString('hex')}`;
-  const pg = await openStore({ url: PG_URL, schema });
-  try {
-    await run('postgres', pg);
-  } finally {
-    await pg.close();
-    const sql = postgres(PG_URL, { max: 1, onnotice: () => {} });
-    await sql.unsafe(`drop schema if exists "${schema}" cascade`);
-    await sql.end();
-  }
+  await onPostgresSchema(
+    'bench_gov',
+    (url, schema) => openStore({ url, schema }),
+    (pg) => run('postgres', pg),
+  );
 }
 
 main().catch((e) => {

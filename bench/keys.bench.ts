@@ -15,11 +15,10 @@
 import { fork } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import postgres from 'postgres';
 import { parseKey, pepperFromEnv, secretMatches } from '../runtime/identity/enterprise/keys/secret.js';
 import { keyService } from '../runtime/identity/enterprise/keys/service.js';
 import { createChangeFeed } from '../runtime/identity/change-feed.js';
-import { bareServer, loadAutocannon } from './lib.js';
+import { bareServer, loadAutocannon, onPostgresSchema } from './lib.js';
 import { setLogLevel } from '../runtime/lib/log.js';
 import { sql } from 'drizzle-orm';
 import { openStore, rowsOf, type Store } from '../runtime/store/factory.js';
@@ -27,7 +26,6 @@ import { openStore, rowsOf, type Store } from '../runtime/store/factory.js';
 setLogLevel('warn');
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8);
-const PG_URL = process.env.TEST_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
 const PEPPER = randomBytes(32).toString('base64');
 
 function rawHmacPerSecond(): number {
@@ -167,18 +165,6 @@ async function overHttp(): Promise<void> {
   }
 }
 
-async function reachable(url: string): Promise<boolean> {
-  const probe = postgres(url, { max: 1, connect_timeout: 3, onnotice: () => {} });
-  try {
-    await probe`select 1`;
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await probe.end({ timeout: 1 });
-  }
-}
-
 if (process.argv.includes('--serve')) {
   await serveHttp();
 } else {
@@ -192,19 +178,10 @@ async function main(): Promise<void> {
   } finally {
     await lite.close();
   }
-  if (await reachable(PG_URL)) {
-    const schema = `bench_keys_${randomBytes(4).toString('hex')}`;
-    const pg = await openStore({ url: PG_URL, schema });
-    try {
-      await run('postgres', pg);
-    } finally {
-      await pg.close();
-      const admin = postgres(PG_URL, { max: 1, onnotice: () => {} });
-      await admin.unsafe(`drop schema if exists "${schema}" cascade`);
-      await admin.end();
-    }
-  } else {
-    console.log(`postgres: skipped, ${PG_URL.replace(/\/\/[^@]*@/, '//')} is unreachable (set TEST_DATABASE_URL)`);
-  }
+  await onPostgresSchema(
+    'bench_keys',
+    (url, schema) => openStore({ url, schema }),
+    (pg) => run('postgres', pg),
+  );
   await overHttp();
 }

@@ -1,12 +1,15 @@
 /**
  * Pieces the benchmarks share: the bare node:http baseline server, the autocannon loader with
- * the part of its result the benches read, and asking a server process a question over IPC.
+ * the part of its result the benches read, asking a server process a question over IPC, and a
+ * throwaway PostgreSQL schema for the benches that also run on PostgreSQL.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import http from 'node:http';
+import { randomBytes } from 'node:crypto';
+import postgres from 'postgres';
 
 /** The median of `xs` (the mean of the middle two for an even count). */
 export function median(xs: readonly number[]): number {
@@ -146,4 +149,48 @@ export async function servePlanePair(services: unknown[], also?: () => void): Pr
     process.exit(0);
   });
   return { durable: durable.decisionPort, memory: memory.decisionPort };
+}
+
+/** The PostgreSQL the store benches also run on: TEST_DATABASE_URL, else the local default. */
+export const BENCH_PG_URL = process.env.TEST_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
+
+async function pgReachable(url: string): Promise<boolean> {
+  const probe = postgres(url, { max: 1, connect_timeout: 3, onnotice: () => {} });
+  try {
+    await probe`select 1`;
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await probe.end({ timeout: 1 });
+  }
+}
+
+/**
+ * Runs `fn` on a store that `open` makes in a fresh schema (`<prefix>_<random>`) of BENCH_PG_URL,
+ * then closes it and drops the schema; says the PostgreSQL rows are skipped when it is unreachable.
+ */
+export async function onPostgresSchema<S extends { close(): Promise<void> }>(
+  prefix: string,
+  open: (url: string, schema: string) => Promise<S>,
+  fn: (store: S) => Promise<void>,
+): Promise<void> {
+  const url = BENCH_PG_URL;
+  if (!(await pgReachable(url))) {
+    console.log(`postgres: skipped, ${url.replace(/\/\/[^@]*@/, '//')} is unreachable (set TEST_DATABASE_URL)`);
+    return;
+  }
+  const schema = `${prefix}_${randomBytes(4).toString('hex')}`;
+  const store = await open(url, schema);
+  try {
+    await fn(store);
+  } finally {
+    await store.close();
+    const admin = postgres(url, { max: 1, onnotice: () => {} });
+    try {
+      await admin.unsafe(`drop schema if exists "${schema}" cascade`);
+    } finally {
+      await admin.end();
+    }
+  }
 }
