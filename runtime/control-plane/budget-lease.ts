@@ -22,8 +22,8 @@ export interface DimState {
   debt: number;
   /** Debt on its way to the ledger (in a take not yet answered). */
   inflight: number;
-  /** The bucket the last take that wrote debt wrote it in (where a call owed and undone since comes off). */
-  wroteIn?: number;
+  /** The calls in `debt` (allowed beyond the lease): a take that writes them tells each its bucket. */
+  owing: OwedCall[];
   /** Units to give back to the buckets they were charged in (bucket -> units): counted in `view` until written. */
   returns: Map<number, number>;
   syncedAt: number;
@@ -32,6 +32,12 @@ export interface DimState {
   gathering?: { waiting: number; taken: Promise<unknown> };
   /** The background refill started at half a lease, while it is queued or running. */
   prefetching?: Promise<unknown>;
+}
+
+/** A call allowed beyond the lease: the bucket a take wrote it in, once written; undone while that take ran. */
+export interface OwedCall {
+  bucket?: number;
+  undone?: boolean;
 }
 
 export interface AgentState {
@@ -57,6 +63,7 @@ export const newDim = (dim: LedgerDimension): DimState => ({
   returning: 0,
   debt: 0,
   inflight: 0,
+  owing: [],
   returns: new Map(),
   syncedAt: Number.NEGATIVE_INFINITY,
   chain: Promise.resolve(),
@@ -77,18 +84,34 @@ export const used = (d: DimState) => Math.max(0, d.view - d.lease - d.returning 
 export const unwritten = (d: DimState) => d.debt + d.inflight;
 export const usageOf = (st: AgentState): BudgetUsage => ({ callsLastHour: used(st.calls), tokensLastHour: used(st.tokens), costUsdLastDay: used(st.cost) });
 
-/**
- * What a take writes of the debt (which it clears). A negative debt is calls owed, written by an
- * earlier take and undone since: they come off the bucket that take wrote them in (a give-back
- * added to `giveBack`), not off this one, where the ledger floors the charge at zero and the
- * calls would stay counted for the rest of the hour.
- */
-export function owed(d: DimState, giveBack: { bucket: number; n: number }[]): number {
+/** What a take writes of the debt (which it clears), and the owed calls among it. */
+export function owed(d: DimState): { add: number; calls: OwedCall[] } {
   const add = d.debt;
   d.debt = 0;
-  if (add >= 0 || d.wroteIn === undefined) return add;
-  giveBack.push({ bucket: d.wroteIn, n: -add });
-  return 0;
+  return { add, calls: d.owing.splice(0) };
+}
+
+/** Units to give back to `bucket` at the next take (counted as free in the view meanwhile). */
+export function giveBackLater(d: DimState, bucket: number, n: number): void {
+  d.returns.set(bucket, (d.returns.get(bucket) ?? 0) + n);
+}
+
+/**
+ * Undoes an owed call. Not yet written, it is owed no more. Written, it comes off the bucket its
+ * take wrote it in: not off a later take's bucket, where a call made since would then leave the
+ * window a minute early, nor off the current one, where the ledger floors the charge at zero and
+ * the call would stay counted for the hour. In the take running now, it is given back once a take
+ * has written it and so knows the bucket (that one, or the next if that one fails).
+ */
+export function undoOwed(d: DimState, c: OwedCall): void {
+  if (c.bucket !== undefined) return giveBackLater(d, c.bucket, 1);
+  const i = d.owing.indexOf(c);
+  if (i === -1) {
+    c.undone = true;
+    return;
+  }
+  d.owing.splice(i, 1);
+  d.debt -= 1;
 }
 
 /** Runs `fn` after the dimension's previous take (one take per agent and dimension at a time). */

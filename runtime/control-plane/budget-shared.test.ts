@@ -10,7 +10,7 @@ import type { Store } from '../store/factory.js';
 import { openTestPglite, openTestPostgres, testSchema, TEST_DATABASE_URL } from '../store/testing.js';
 import { HOUR_MS } from './budget.js';
 import { createSharedBudgetMeter } from './budget-shared.js';
-import { bucketOf, createBudgetLedger } from './budget-store.js';
+import { bucketOf, createBudgetLedger, type BudgetLedger } from './budget-store.js';
 import { startControlPlane, type RunningControlPlane } from './server.js';
 import type { Budget } from './types.js';
 
@@ -188,6 +188,64 @@ describe('shared budget ledger (PGlite)', () => {
     // bucket is floored at zero by the ledger, and the call stayed counted for the hour).
     expect(await ledger.read('owed', 'calls', now)).toBe(0);
     expect(await ledger.read('owed', 'calls', now + HOUR_MS - 30_000)).toBe(0);
+  });
+
+  it('a call owed and undone after a later take wrote other owed calls elsewhere comes off its own bucket', async () => {
+    const ledger = createBudgetLedger(store);
+    const budgets: Record<string, Budget> = { owed2: { callsPerHour: 10 } }; // a lease is 1 call
+    let now = T0 + 29_900;
+    const m = createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => now, syncMs: 60_000 });
+    // No lease yet: call A is owed, and the take it starts writes it in this minute.
+    const releaseA = m.reserveCall('owed2', now);
+    await m.refresh('owed2');
+    // The minute turns. Call B takes the lease; call C, right behind it, finds it empty and is
+    // owed: the refill B started writes C in this minute.
+    now = T0 + 30_000;
+    await m.refresh('owed2');
+    m.reserveCall('owed2', now);
+    m.reserveCall('owed2', now);
+    await m.refresh('owed2');
+    // Now A is undone: it comes off the last minute, where it was written, not off this one.
+    releaseA();
+    expect(m.usage('owed2', now).callsLastHour).toBe(2);
+    await m.close();
+    expect(await ledger.read('owed2', 'calls', now)).toBe(2);
+    // Once the last minute has left the window (an hour of minutes plus the current one), B and C
+    // are still counted: had A come off this minute, one of them would leave the window early.
+    expect(await ledger.read('owed2', 'calls', now + HOUR_MS)).toBe(2);
+  });
+
+  it('a call owed and undone while the take writing it runs: given back once written, dropped if the take fails', async () => {
+    const real = createBudgetLedger(store);
+    let gate: Promise<void> | undefined;
+    let fail = false;
+    const ledger: BudgetLedger = {
+      ...real,
+      async take(r) {
+        await gate;
+        if (fail) throw new Error('ledger unavailable');
+        return real.take(r);
+      },
+    };
+    const budgets: Record<string, Budget> = { flight: { callsPerHour: 10 } }; // a lease is 1 call
+    const m = createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => T0, syncMs: 60_000 });
+    for (const failing of [false, true]) {
+      let open!: () => void;
+      gate = new Promise<void>((r) => (open = r));
+      fail = failing;
+      // No lease: the call is owed, and the refill it starts takes it along, then waits at the gate.
+      const release = m.reserveCall('flight', T0);
+      await new Promise((r) => setImmediate(r));
+      release();
+      open();
+      gate = undefined;
+      await m.refresh('flight').catch(() => {});
+      fail = false;
+      await m.refresh('flight');
+      expect(m.usage('flight', T0).callsLastHour, failing ? 'take failed' : 'take wrote it').toBe(0);
+    }
+    await m.close();
+    expect(await real.read('flight', 'calls', T0)).toBe(0);
   });
 
   it('audit mode counts past the ceiling and never refuses', async () => {

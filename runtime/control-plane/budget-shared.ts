@@ -25,7 +25,23 @@
 import { errMsg, logger } from '../lib/log.js';
 import type { LedgerDimension } from '../store/schema/budget.js';
 import type { BudgetMeter, BudgetUsage } from './budget.js';
-import { DIMS, enforcing, inView, limitOf, newDim, owed, r9, serial, unwritten, usageOf, used, type AgentState } from './budget-lease.js';
+import {
+  DIMS,
+  enforcing,
+  giveBackLater,
+  inView,
+  limitOf,
+  newDim,
+  owed,
+  r9,
+  serial,
+  undoOwed,
+  unwritten,
+  usageOf,
+  used,
+  type AgentState,
+  type OwedCall,
+} from './budget-lease.js';
 import { bucketOf, type BudgetLedger, type TakeResult } from './budget-store.js';
 import { overBudget } from './decision/egress.js';
 import type { Budget } from './types.js';
@@ -99,7 +115,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     const limit = enforcing(budget) ? limitOf(budget, dim) : 0;
     const giveBack = [...d.returns].map(([bucket, n]) => ({ bucket, n }));
     d.returns.clear();
-    const add = owed(d, giveBack);
+    const { add, calls } = owed(d);
     d.inflight += add;
     let aged: { bucket: number; n: number } | undefined;
     const idle = !ask && leaseIdle(st, dim, now);
@@ -117,7 +133,11 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       const r = await o.ledger.take({ agent, dim, now, add, giveBack, want, limit, atLeast: ask?.atLeast });
       d.inflight -= add;
       d.returning -= back;
-      if (add > 0) d.wroteIn = b;
+      // The owed calls written now learn their bucket; one undone while the take ran goes back to it.
+      for (const c of calls) {
+        c.bucket = b;
+        if (c.undone) giveBackLater(d, b, 1);
+      }
       if (r.granted > 0) {
         // Any lease still held is of bucket `b`: older ones were given back above.
         d.lease += r.granted;
@@ -129,8 +149,10 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     } catch (e) {
       d.inflight -= add;
       d.debt += add;
+      // Not written: owed still (one undone meanwhile is written and given back by the next take).
+      d.owing.unshift(...calls);
       d.returning -= back;
-      for (const g of giveBack) if (g !== aged) d.returns.set(g.bucket, (d.returns.get(g.bucket) ?? 0) + g.n);
+      for (const g of giveBack) if (g !== aged) giveBackLater(d, g.bucket, g.n);
       if (aged) {
         d.lease += aged.n;
         d.leaseBucket = aged.bucket;
@@ -267,19 +289,21 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       const d = st.calls;
       const fromLease = d.lease >= 1;
       const bucket = d.leaseBucket;
-      if (fromLease) d.lease -= 1;
-      else d.debt += 1;
+      const owedCall: OwedCall | undefined = fromLease ? undefined : {};
+      if (owedCall) {
+        d.debt += 1;
+        d.owing.push(owedCall);
+      } else d.lease -= 1;
       prefetch(agent, st, o.budgetOf(agent));
       let released = false;
       return () => {
         if (released) return;
         released = true;
         // A leased call goes back to the bucket its lease was charged in (the lease itself, unless
-        // that bucket has turned since); a call owed is owed no more (`owed`: if a take has
-        // written it already, it comes off that take's bucket).
-        if (fromLease && d.leaseBucket === bucket) d.lease += 1;
-        else if (fromLease) d.returns.set(bucket, (d.returns.get(bucket) ?? 0) + 1);
-        else d.debt -= 1;
+        // that bucket has turned since); a call owed comes off its bucket if written (`undoOwed`).
+        if (owedCall) undoOwed(d, owedCall);
+        else if (d.leaseBucket === bucket) d.lease += 1;
+        else giveBackLater(d, bucket, 1);
       };
     },
     recordUsage(agent, tokens, costUsd, now) {
@@ -343,7 +367,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
               const giveBack = [...d.returns].map(([bucket, n]) => ({ bucket, n }));
               if (d.lease > 0 && d.leaseBucket <= b) giveBack.push({ bucket: d.leaseBucket, n: d.lease });
               d.returns.clear();
-              const add = owed(d, giveBack);
+              const { add } = owed(d);
               await o.ledger.take({ agent, dim, now: clock(), add, giveBack, want: 0, limit: 0 });
               d.lease = 0;
             }).catch(logErr),
