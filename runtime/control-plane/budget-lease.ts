@@ -22,8 +22,8 @@ export interface DimState {
   debt: number;
   /** Debt on its way to the ledger (in a take not yet answered). */
   inflight: number;
-  /** The calls in `debt` (allowed beyond the lease): a take that writes them tells each its bucket. */
-  owing: OwedCall[];
+  /** The calls in `debt` (allowed beyond the lease) as one group: the take that writes them tells it its bucket. */
+  owing?: OwedCalls;
   /** Units to give back to the buckets they were charged in (bucket -> units): counted in `view` until written. */
   returns: Map<number, number>;
   syncedAt: number;
@@ -34,10 +34,16 @@ export interface DimState {
   prefetching?: Promise<unknown>;
 }
 
-/** A call allowed beyond the lease: the bucket a take wrote it in, once written; undone while that take ran. */
-export interface OwedCall {
+/**
+ * The calls allowed beyond the lease between two takes: one object per take, not per call (a
+ * budget with no calls ceiling owes every call). `bucket` once a take has written them; `undone`
+ * while that take ran (given back once it answers); `movedTo` when it failed (the next take
+ * writes them, in that group).
+ */
+export interface OwedCalls {
   bucket?: number;
-  undone?: boolean;
+  undone: number;
+  movedTo?: OwedCalls;
 }
 
 export interface AgentState {
@@ -63,7 +69,6 @@ export const newDim = (dim: LedgerDimension): DimState => ({
   returning: 0,
   debt: 0,
   inflight: 0,
-  owing: [],
   returns: new Map(),
   syncedAt: Number.NEGATIVE_INFINITY,
   chain: Promise.resolve(),
@@ -85,10 +90,18 @@ export const unwritten = (d: DimState) => d.debt + d.inflight;
 export const usageOf = (st: AgentState): BudgetUsage => ({ callsLastHour: used(st.calls), tokensLastHour: used(st.tokens), costUsdLastDay: used(st.cost) });
 
 /** What a take writes of the debt (which it clears), and the owed calls among it. */
-export function owed(d: DimState): { add: number; calls: OwedCall[] } {
+export function owed(d: DimState): { add: number; calls: OwedCalls | undefined } {
   const add = d.debt;
+  const calls = d.owing;
   d.debt = 0;
-  return { add, calls: d.owing.splice(0) };
+  d.owing = undefined;
+  return { add, calls };
+}
+
+/** Counts a call allowed beyond the lease: the group it is undone through. */
+export function oweCall(d: DimState): OwedCalls {
+  d.debt += 1;
+  return (d.owing ??= { undone: 0 });
 }
 
 /** Units to give back to `bucket` at the next take (counted as free in the view meanwhile). */
@@ -103,15 +116,25 @@ export function giveBackLater(d: DimState, bucket: number, n: number): void {
  * the call would stay counted for the hour. In the take running now, it is given back once a take
  * has written it and so knows the bucket (that one, or the next if that one fails).
  */
-export function undoOwed(d: DimState, c: OwedCall): void {
-  if (c.bucket !== undefined) return giveBackLater(d, c.bucket, 1);
-  const i = d.owing.indexOf(c);
-  if (i === -1) {
-    c.undone = true;
+export function undoOwed(d: DimState, group: OwedCalls): void {
+  let g = group;
+  while (g.movedTo) g = g.movedTo;
+  if (g.bucket !== undefined) giveBackLater(d, g.bucket, 1);
+  else if (g === d.owing) d.debt -= 1;
+  else g.undone += 1;
+}
+
+/** After a take: the owed calls it wrote learn their bucket (those undone meanwhile go back to it), or, failed, move to the next. */
+export function settleOwed(d: DimState, calls: OwedCalls | undefined, bucket: number | undefined): void {
+  if (!calls) return;
+  if (bucket !== undefined) {
+    calls.bucket = bucket;
+    if (calls.undone > 0) giveBackLater(d, bucket, calls.undone);
     return;
   }
-  d.owing.splice(i, 1);
-  d.debt -= 1;
+  const next = (d.owing ??= { undone: 0 });
+  next.undone += calls.undone;
+  calls.movedTo = next;
 }
 
 /** Runs `fn` after the dimension's previous take (one take per agent and dimension at a time). */

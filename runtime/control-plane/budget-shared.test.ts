@@ -215,37 +215,37 @@ describe('shared budget ledger (PGlite)', () => {
     expect(await ledger.read('owed2', 'calls', now + HOUR_MS)).toBe(2);
   });
 
-  it('a call owed and undone while the take writing it runs: given back once written, dropped if the take fails', async () => {
+  it('a call owed and undone while the take writing it runs: given back once written, even after that take failed', async () => {
     const real = createBudgetLedger(store);
     let gate: Promise<void> | undefined;
-    let fail = false;
+    let failures = 0;
     const ledger: BudgetLedger = {
       ...real,
       async take(r) {
         await gate;
-        if (fail) throw new Error('ledger unavailable');
+        if (failures > 0 && failures--) throw new Error('ledger unavailable');
         return real.take(r);
       },
     };
-    const budgets: Record<string, Budget> = { flight: { callsPerHour: 10 } }; // a lease is 1 call
+    const budgets: Record<string, Budget> = { 'flight-ok': { callsPerHour: 10 }, 'flight-fail': { callsPerHour: 10 } }; // a lease is 1 call
     const m = createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => T0, syncMs: 60_000 });
-    for (const failing of [false, true]) {
+    for (const agent of ['flight-ok', 'flight-fail']) {
       let open!: () => void;
       gate = new Promise<void>((r) => (open = r));
-      fail = failing;
+      failures = agent === 'flight-fail' ? 1 : 0;
       // No lease: the call is owed, and the refill it starts takes it along, then waits at the gate.
-      const release = m.reserveCall('flight', T0);
+      const release = m.reserveCall(agent, T0);
       await new Promise((r) => setImmediate(r));
       release();
       open();
       gate = undefined;
-      await m.refresh('flight').catch(() => {});
-      fail = false;
-      await m.refresh('flight');
-      expect(m.usage('flight', T0).callsLastHour, failing ? 'take failed' : 'take wrote it').toBe(0);
+      await m.refresh(agent).catch(() => {});
+      await m.refresh(agent);
+      expect(m.usage(agent, T0).callsLastHour, agent).toBe(0);
     }
     await m.close();
-    expect(await real.read('flight', 'calls', T0)).toBe(0);
+    expect(await real.read('flight-ok', 'calls', T0)).toBe(0);
+    expect(await real.read('flight-fail', 'calls', T0)).toBe(0);
   });
 
   it('audit mode counts past the ceiling and never refuses', async () => {

@@ -33,14 +33,15 @@ import {
   limitOf,
   newDim,
   owed,
+  oweCall,
   r9,
   serial,
+  settleOwed,
   undoOwed,
   unwritten,
   usageOf,
   used,
   type AgentState,
-  type OwedCall,
 } from './budget-lease.js';
 import { bucketOf, type BudgetLedger, type TakeResult } from './budget-store.js';
 import { overBudget } from './decision/egress.js';
@@ -133,11 +134,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       const r = await o.ledger.take({ agent, dim, now, add, giveBack, want, limit, atLeast: ask?.atLeast });
       d.inflight -= add;
       d.returning -= back;
-      // The owed calls written now learn their bucket; one undone while the take ran goes back to it.
-      for (const c of calls) {
-        c.bucket = b;
-        if (c.undone) giveBackLater(d, b, 1);
-      }
+      settleOwed(d, calls, b);
       if (r.granted > 0) {
         // Any lease still held is of bucket `b`: older ones were given back above.
         d.lease += r.granted;
@@ -149,8 +146,8 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     } catch (e) {
       d.inflight -= add;
       d.debt += add;
-      // Not written: owed still (one undone meanwhile is written and given back by the next take).
-      d.owing.unshift(...calls);
+      // Not written: owed still (those undone meanwhile are written and given back by the next take).
+      settleOwed(d, calls, undefined);
       d.returning -= back;
       for (const g of giveBack) if (g !== aged) giveBackLater(d, g.bucket, g.n);
       if (aged) {
@@ -289,11 +286,8 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       const d = st.calls;
       const fromLease = d.lease >= 1;
       const bucket = d.leaseBucket;
-      const owedCall: OwedCall | undefined = fromLease ? undefined : {};
-      if (owedCall) {
-        d.debt += 1;
-        d.owing.push(owedCall);
-      } else d.lease -= 1;
+      const owedCall = fromLease ? undefined : oweCall(d);
+      if (fromLease) d.lease -= 1;
       prefetch(agent, st, o.budgetOf(agent));
       let released = false;
       return () => {
