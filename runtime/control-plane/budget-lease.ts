@@ -104,9 +104,9 @@ export function oweCall(d: DimState): OwedCalls {
   return (d.owing ??= { undone: 0 });
 }
 
-/** Units to give back to `bucket` at the next take (counted as free in the view meanwhile). */
+/** Units to give back to `bucket` at the next take (counted as free in the view meanwhile; dollars rounded as `r9`). */
 export function giveBackLater(d: DimState, bucket: number, n: number): void {
-  d.returns.set(bucket, (d.returns.get(bucket) ?? 0) + n);
+  d.returns.set(bucket, r9((d.returns.get(bucket) ?? 0) + n));
 }
 
 /**

@@ -340,7 +340,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       if (!(n > 0)) return;
       const d = stateOf(agent)[dim];
       if (d.leaseBucket === bucket && bucket === bucketOf(dim, clock())) d.lease = r9(d.lease + n);
-      else d.returns.set(bucket, r9((d.returns.get(bucket) ?? 0) + n));
+      else giveBackLater(d, bucket, n);
     },
     size: () => agents.size,
     async flush() {
