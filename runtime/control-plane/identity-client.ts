@@ -236,7 +236,18 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
     }
   }
 
-  const keyOf = (vp: string, audience: string | undefined) => sha256(`${audience ?? ''}\n${vp}`, 'base64url');
+  // The cache key of the last VP asked about: a miss in `cachedPresentation` (the decision's sync
+  // look) is followed by `verifyPresentation` of the same VP, which would hash it again.
+  let lastVp = '';
+  let lastAudience: string | undefined;
+  let lastKey = '';
+  const keyOf = (vp: string, audience: string | undefined): string => {
+    if (lastKey !== '' && vp === lastVp && audience === lastAudience) return lastKey;
+    lastKey = sha256(`${audience ?? ''}\n${vp}`, 'base64url');
+    lastVp = vp;
+    lastAudience = audience;
+    return lastKey;
+  };
 
   /** A live, trusted cached answer for `key`; a stale one is dropped. */
   function cached(key: string): PresentationAnswer | undefined {
