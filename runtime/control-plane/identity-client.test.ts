@@ -92,6 +92,29 @@ describe('identity client over HTTP', () => {
     expect(c.cacheSize()).toBe(1);
   });
 
+  it("answers each VP for its own agent when VPs of the same length are asked in turn (the cache key is never another VP's)", async () => {
+    const a = await provisionAgent(authority, 'turn-bot-a');
+    const b = await provisionAgent(authority, 'turn-bot-b');
+    const c = client();
+    await c.pollRevocations();
+    const vpA = await presentationFor(a.identity, { ttlSeconds: 600 });
+    const vpB = await presentationFor(b.identity, { ttlSeconds: 600 });
+    expect(vpA.length).toBe(vpB.length);
+    // The decision's order: a synchronous look (a miss), then the verification of the same VP.
+    expect(c.cachedPresentation?.(vpA)).toBeUndefined();
+    expect(c.cachedPresentation?.(vpB)).toBeUndefined();
+    expect(await c.verifyPresentation(vpA)).toMatchObject({ ok: true, agentName: 'turn-bot-a' });
+    expect(c.cachedPresentation?.(vpB)).toBeUndefined();
+    expect(await c.verifyPresentation(vpB)).toMatchObject({ ok: true, agentName: 'turn-bot-b' });
+    for (let i = 0; i < 3; i++) {
+      expect(c.cachedPresentation?.(vpA)).toMatchObject({ agentName: 'turn-bot-a' });
+      expect(c.cachedPresentation?.(vpB)).toMatchObject({ agentName: 'turn-bot-b' });
+      expect(c.cachedPresentation?.(vpA, 'some-other-audience')).toBeUndefined();
+      expect(await c.verifyPresentation(vpA)).toMatchObject({ agentName: 'turn-bot-a' });
+    }
+    expect(c.cacheSize()).toBe(2);
+  });
+
   it('revalidates after the revalidation interval', async () => {
     const { identity } = await provisionAgent(authority, 'reval-bot');
     const c = client({ revalidateMs: 100 });
