@@ -11,6 +11,7 @@ import { BodyTooLarge, readBody } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { ReserveAsk } from '../lib/reservation-header.js';
 import { startDecisionSpan } from '../lib/tracing.js';
+import { REGISTRY_NAME_MAX, REGISTRY_NAME_RE } from '../control-plane/types.js';
 import type { ModelEntry } from './config.js';
 import { firstHeader, PASSTHROUGH_HEADERS, type DecisionClient } from './decision-client.js';
 import {
@@ -38,7 +39,6 @@ import type { UsageReporter } from './usage-reporter.js';
 
 const log = logger('broker');
 
-const ACTOR_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,252}$/;
 const MAX_UPSTREAM_ERROR_BYTES = 64 * 1024;
 export const JSON_TYPE = 'application/json';
 /** Upstream response headers worth handing to the agent (never the provider's rate-limit state of our key). */
@@ -176,7 +176,7 @@ export async function chat(req: http.IncomingMessage, res: http.ServerResponse, 
     req.resume();
     return sendError(res, missingActor(H.actor));
   }
-  if (!ACTOR_RE.test(actor)) {
+  if (actor.length > REGISTRY_NAME_MAX || !REGISTRY_NAME_RE.test(actor)) {
     req.resume();
     return sendError(res, invalidRequest(`${H.actor} must be one agent name (letters, digits and . _ : / -)`, 'invalid_actor'));
   }

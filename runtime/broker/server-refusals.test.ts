@@ -108,6 +108,10 @@ describe('model broker: refusals and errors', () => {
     const r = await t.post(JSON.stringify({ model: 'gpt-mini', messages: [{ role: 'user', content: 'x' }] }), { [H.actor]: 'a,b' });
     expect(r.status).toBe(400);
     expect(((await r.json()) as { error: { code: string } }).error.code).toBe('invalid_actor');
+    // One registry name: at most 253 characters.
+    const long = await t.post(JSON.stringify({ model: 'gpt-mini', messages: [{ role: 'user', content: 'x' }] }), { [H.actor]: 'a'.repeat(254) });
+    expect(long.status).toBe(400);
+    expect(((await long.json()) as { error: { code: string } }).error.code).toBe('invalid_actor');
   });
 
   it('maps upstream 500 to 502, 429 to 429 with retry-after, 401 to a broker-key error, bad JSON to 502', async () => {

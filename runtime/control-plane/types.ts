@@ -23,12 +23,16 @@ export const BudgetSchema = z
   .strict();
 export type Budget = z.infer<typeof BudgetSchema>;
 
+/** The characters of a registry name (at most `REGISTRY_NAME_MAX` of them). */
+export const REGISTRY_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]*$/;
+export const REGISTRY_NAME_MAX = 253;
+
 /** A registry name (a service, agent, model or tool; the broker's model names are the same names). */
 export const RegistryName = z
   .string()
   .min(1)
-  .max(253)
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'letters, digits and . _ : / - only, starting with a letter or digit');
+  .max(REGISTRY_NAME_MAX)
+  .regex(REGISTRY_NAME_RE, 'letters, digits and . _ : / - only, starting with a letter or digit');
 
 const nameList = z.array(z.string().min(1).max(253)).max(10_000);
 
