@@ -18,8 +18,8 @@
  * parentbased_traceidratio`, `OTEL_TRACES_SAMPLER_ARG=0.1`).
  *
  *   npx tsx bench/tracing.bench.ts    (BENCH_SECONDS=4 per round, BENCH_ROUNDS=6, BENCH_SETTLE=1, BENCH_RATE, BENCH_CONNECTIONS=50,
- *                                      BENCH_CASES=egress to run one case, BENCH_VARIANTS=sampled,ratio to run
- *                                      some of sampled|json|unsampled|ratio beside "off", BENCH_PROFILE=<dir> for CPU profiles)
+ *                                      BENCH_CASES=egress to run one case, BENCH_VARIANTS=again,sampled to run
+ *                                      some of again|sampled|json|unsampled|ratio beside "off", BENCH_PROFILE=<dir> for CPU profiles)
  *
  * Prints req/s, the server process's CPU time per request (from process.cpuUsage, robust to other
  * load on a shared machine, where req/s is not), p50, p99 per variant and the ratios on/off of
@@ -151,9 +151,12 @@ async function drive(): Promise<void> {
       headers: { [H.actor]: 'bot', [H.service]: 'gpt', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' },
     },
   ].filter((c) => !process.env.BENCH_CASES || process.env.BENCH_CASES.split(',').includes(c.name));
-  type Variant = { key: 'off' | 'sampled' | 'json' | 'unsampled' | 'ratio'; label: string; tracing: Tracing; traceparent?: string };
+  type Variant = { key: 'off' | 'again' | 'sampled' | 'json' | 'unsampled' | 'ratio'; label: string; tracing: Tracing; traceparent?: string };
   const all: Variant[] = [
     { key: 'off', label: 'tracing off', tracing: { tracing: 'off' }, traceparent: sampled },
+    // The same as off, read as if it were a variant: how far two readings of the same thing
+    // differ in this run (A/A), the yardstick for the ratios below it.
+    { key: 'again', label: 'tracing off again (A/A)', tracing: { tracing: 'off' }, traceparent: sampled },
     { key: 'sampled', label: 'on, every request sampled', tracing: { tracing: 'on' }, traceparent: sampled },
     { key: 'json', label: 'the same, http/json', tracing: { tracing: 'on', env: { OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' } }, traceparent: sampled },
     { key: 'unsampled', label: 'on, gateway not sampling', tracing: { tracing: 'on' }, traceparent: unsampled },
