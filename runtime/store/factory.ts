@@ -34,6 +34,13 @@ export interface Store {
   listen(channel: string, onPayload: (payload: string) => void, onReconnect?: () => void): Promise<() => Promise<void>>;
   notify(channel: string, payload: string): Promise<void>;
   close(): Promise<void>;
+  /**
+   * PGlite only: loads rows written as COPY text (`copy-text.ts`) into `columns` of `table` with
+   * one `COPY` statement (atomic: one refused row refuses them all). For many rows it costs the
+   * engine thread, which shares this process's cores, well under an insert of the same rows from
+   * a JSON parameter. Unset on PostgreSQL, where callers insert (see audit/store.ts).
+   */
+  copyRows?: (table: string, columns: readonly string[], text: string) => Promise<void>;
   /** PGlite only: a dump of the data dir (for cheap copies in tests). */
   dump?: () => Promise<Blob | File>;
 }
@@ -152,6 +159,10 @@ async function openPglite(backend: Backend, opts: StoreOptions): Promise<Store> 
     kind: 'pglite',
     db,
     dump: () => pg.dumpDataDir(),
+    copyRows: async (table, columns, text) => {
+      for (const name of [table, ...columns]) if (!IDENT.test(name)) throw new Error(`invalid identifier ${name}`);
+      await pg.query(`copy ${table} (${columns.join(', ')}) from '/dev/blob'`, [], { blob: new Blob([text]) });
+    },
     exec: (text, o) => pg.exec(text, o),
     listen: (channel, onPayload) => pg.listen(channel, onPayload),
     notify: async (channel, payload) => {

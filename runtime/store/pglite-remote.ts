@@ -34,7 +34,7 @@ export interface Init {
 
 export type Request =
   | { id: number; op: 'open'; init: Init }
-  | { id: number; db: number; op: 'query'; tx?: number; sql: string; params: unknown[]; rowMode: 'array' | 'object'; rawTypes: number[] }
+  | { id: number; db: number; op: 'query'; tx?: number; sql: string; params: unknown[]; rowMode: 'array' | 'object'; rawTypes: number[]; blob?: Blob }
   | { id: number; db: number; op: 'exec'; tx?: number; sql: string; transaction?: boolean }
   | { id: number; db: number; op: 'begin' }
   | { id: number; db: number; op: 'end'; tx: number; commit: boolean }
@@ -68,6 +68,8 @@ type Message = { id: number; ok: true; value: unknown } | { id: number; ok: fals
 interface QueryOptions {
   rowMode?: 'array' | 'object';
   parsers?: Record<number, (value: string, typeId: number) => unknown>;
+  /** What `COPY ... FROM '/dev/blob'` reads (PGlite's own option; a Blob crosses the port). */
+  blob?: Blob;
 }
 
 type Result<T> = { rows: T[]; fields: { name: string; dataTypeID: number }[]; affectedRows?: number };
@@ -225,7 +227,7 @@ export class RemotePglite implements RemoteClient {
 
   query<T>(sql: string, params: unknown[] = [], options: QueryOptions = {}, tx?: number): Promise<Result<T>> {
     const rowMode = options.rowMode ?? 'object';
-    return this.call({ db: this.db, op: 'query', tx, sql, params, rowMode, rawTypes: rawTypes(options.parsers) });
+    return this.call({ db: this.db, op: 'query', tx, sql, params, rowMode, rawTypes: rawTypes(options.parsers), blob: options.blob });
   }
 
   exec(sql: string, opts: { transaction?: boolean } = {}, tx?: number): Promise<void> {

@@ -114,7 +114,7 @@ class Database {
     switch (r.op) {
       case 'query': {
         const parsers = Object.fromEntries(r.rawTypes.map((t) => [t, (v: string) => v]));
-        return this.on(r.tx).query(r.sql, r.params, { rowMode: r.rowMode, parsers });
+        return this.on(r.tx).query(r.sql, r.params, { rowMode: r.rowMode, parsers, blob: r.blob });
       }
       case 'exec':
         if (r.transaction) await this.pg.transaction((tx) => tx.exec(r.sql));

@@ -4,6 +4,7 @@
  */
 import { and, desc, eq, inArray, sql } from 'drizzle-orm';
 import { rowsOf, type Store } from '../../store/factory.js';
+import { copyText, type CopyValue } from '../../store/copy-text.js';
 import { auditLog } from '../../store/schema/control-plane.js';
 import { isUniqueViolation } from '../../lib/errors.js';
 import type { AuditAction, AuditRecord, Rule } from '../types.js';
@@ -59,19 +60,22 @@ export async function insertBatch(store: Store, chain: string, batch: AuditRecor
   // The records as they are, one JSON parameter expanded server-side: far cheaper than 15 bind
   // parameters per row, and exact (strings are already storable; numbers round-trip through
   // their shortest decimal). A field a record lacks is a NULL column, as fromRow reads it back.
-  const insert = sql`insert into audit_log (chain, seq, time, action, subject, actor, task, service, allow, reason, rule, delegation_id, delegation_exp, prev_hash, hash)
+  const insert = () => sql`insert into audit_log (${sql.raw(STORED_COLUMNS.join(', '))})
         select ${chain}, seq, time, action, subject, actor, task, service, allow, reason, rule, "delegationId", "delegationExp", "prevHash", hash
         from jsonb_to_recordset(${JSON.stringify(batch)}::jsonb) as x(seq bigint, time text, action text, subject text, actor text, task text,
           service text, allow boolean, reason text, rule text, "delegationId" text, "delegationExp" double precision, "prevHash" text, hash text)`;
   try {
-    await store.db.execute(insert);
+    // PGlite: the same rows as COPY text, a quarter to a half less of the engine's time per row
+    // for batches of 100-400 (the shipper's under load).
+    if (store.copyRows) await store.copyRows('audit_log', STORED_COLUMNS, copyText(batch.map((r) => storedValues(chain, r))));
+    else await store.db.execute(insert());
     return;
   } catch (e) {
     if (!isUniqueViolation(e)) throw e;
   }
   // In one transaction: a batch refused here leaves none of its rows behind.
   await store.db.transaction(async (tx) => {
-    const inserted = await rowsOf<{ seq: string | number }>(tx, sql`${insert} on conflict (chain, seq) do nothing returning seq`);
+    const inserted = await rowsOf<{ seq: string | number }>(tx, sql`${insert()} on conflict (chain, seq) do nothing returning seq`);
     if (inserted.length === batch.length) return;
     const got = new Set(inserted.map((r) => Number(r.seq)));
     const missing = batch.filter((r) => !got.has(r.seq));
@@ -95,6 +99,44 @@ export async function insertBatch(store: Store, chain: string, batch: AuditRecor
     }
   });
 }
+
+/** The audit_log columns a batch writes, in the order of `storedValues`. */
+const STORED_COLUMNS = [
+  'chain',
+  'seq',
+  'time',
+  'action',
+  'subject',
+  'actor',
+  'task',
+  'service',
+  'allow',
+  'reason',
+  'rule',
+  'delegation_id',
+  'delegation_exp',
+  'prev_hash',
+  'hash',
+] as const;
+
+/** A record's row: what the JSON insert stores, a field the record lacks NULL. */
+const storedValues = (chain: string, r: AuditRecord): CopyValue[] => [
+  chain,
+  r.seq,
+  r.time,
+  r.action,
+  r.subject,
+  r.actor,
+  r.task,
+  r.service,
+  r.allow,
+  r.reason,
+  r.rule,
+  r.delegationId,
+  r.delegationExp,
+  r.prevHash,
+  r.hash,
+];
 
 /** The newest `n` records of a chain, oldest first. */
 export async function loadTail(store: Store, chain: string, n: number): Promise<AuditRecord[]> {
