@@ -100,43 +100,18 @@ export async function insertBatch(store: Store, chain: string, batch: AuditRecor
   });
 }
 
-/** The audit_log columns a batch writes, in the order of `storedValues`. */
-const STORED_COLUMNS = [
-  'chain',
-  'seq',
-  'time',
-  'action',
-  'subject',
-  'actor',
-  'task',
-  'service',
-  'allow',
-  'reason',
-  'rule',
-  'delegation_id',
-  'delegation_exp',
-  'prev_hash',
-  'hash',
-] as const;
+/** A record's fields in RECORD_COLUMNS' order. */
+const RECORD_FIELDS = Object.keys(RECORD_COLUMNS) as (keyof typeof RECORD_COLUMNS)[];
 
-/** A record's row: what the JSON insert stores, a field the record lacks NULL. */
-const storedValues = (chain: string, r: AuditRecord): CopyValue[] => [
-  chain,
-  r.seq,
-  r.time,
-  r.action,
-  r.subject,
-  r.actor,
-  r.task,
-  r.service,
-  r.allow,
-  r.reason,
-  r.rule,
-  r.delegationId,
-  r.delegationExp,
-  r.prevHash,
-  r.hash,
-];
+/** The audit_log columns a batch writes: the chain id, then each field's column. */
+const STORED_COLUMNS = ['chain', ...Object.values(RECORD_COLUMNS).map((c) => c.name)];
+
+/** A record's row, in STORED_COLUMNS' order: what the JSON insert stores, a field the record lacks NULL. */
+function storedValues(chain: string, r: AuditRecord): CopyValue[] {
+  const row: CopyValue[] = [chain];
+  for (const k of RECORD_FIELDS) row.push(r[k]);
+  return row;
+}
 
 /** The newest `n` records of a chain, oldest first. */
 export async function loadTail(store: Store, chain: string, n: number): Promise<AuditRecord[]> {
