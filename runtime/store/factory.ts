@@ -38,7 +38,9 @@ export interface Store {
    * PGlite only: loads rows written as COPY text (`copy-text.ts`) into `columns` of `table` with
    * one `COPY` statement (atomic: one refused row refuses them all). For many rows it costs the
    * engine thread, which shares this process's cores, well under an insert of the same rows from
-   * a JSON parameter. Unset on PostgreSQL, where callers insert (see audit/store.ts).
+   * a JSON parameter. Unset on PostgreSQL, where callers insert: with postgres.js 3.4 a COPY the
+   * server refuses once its data is sent never settles its stream, and callers need the refusal
+   * (audit/store.ts retries a batch refused as a duplicate the careful way).
    */
   copyRows?: (table: string, columns: readonly string[], text: string) => Promise<void>;
   /** PGlite only: a dump of the data dir (for cheap copies in tests). */
