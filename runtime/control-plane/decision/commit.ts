@@ -112,7 +112,8 @@ async function reserveTokens(ev: Evaluation, t: NonNullable<Effects['reserveToke
     return { ev: denied(ev, a.message, { [H.reservation]: formatReservation({ kind: 'refused', retryAfterSeconds: retry }), 'retry-after': String(retry) }) };
   }
   const id = a.id;
-  const headers = { ...ev.decision.headers, [H.reservation]: formatReservation({ kind: 'reserved', id, outputTokens: a.outputTokens }) };
+  const headers: Record<string, string> = Object.assign({}, ev.decision.headers);
+  headers[H.reservation] = formatReservation({ kind: 'reserved', id, outputTokens: a.outputTokens });
   const undo = id ? () => void rs.settle(id, t.agent, 0, 0).catch((e: unknown) => log.error('reservation not released', { id, err: errMsg(e) })) : undefined;
   return { ev: { ...ev, decision: { ...ev.decision, headers } }, undo };
 }
@@ -153,7 +154,10 @@ function record(ev: Committed, sinks: Sinks, startedAt: number, release: (() => 
 /** The headers every answer of a decision carries (HTTP /authz and gRPC Check alike). */
 export function answerHeaders(c: Committed): Record<string, string> {
   const d = c.decision;
-  const headers: Record<string, string> = { ...d.headers, [H.policyVersion]: String(c.version) };
+  // Copied with Object.assign: a spread of the decisions' header objects, which come in several
+  // shapes, took ~0.5 µs per answer, Object.assign ~0.07 (measured alone).
+  const headers: Record<string, string> = Object.assign({}, d.headers);
+  headers[H.policyVersion] = String(c.version);
   if (d.needsApproval) headers[H.needsApproval] = 'true';
   return headers;
 }

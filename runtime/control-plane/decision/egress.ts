@@ -216,8 +216,9 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     if (over) overAudit = `over budget (audit mode): ${over}`;
   }
   run.pass(run.explain ? overAudit || (ticketed ? 'within budget (call counted by the proxy hop)' : 'within budget') : '');
-  const reserve: Pick<Effects, 'reserveCall' | 'reserveTokens'> = ticketed ? {} : { reserveCall: { agent: actorName, budget: actor.budget } };
-  if (ask) reserve.reserveTokens = { ...ask, agent: actorName };
+  // What the allow adds to its effects (a ticket below); built in place, never copied.
+  const extra: Pick<Effects, 'reserveCall' | 'reserveTokens' | 'ticket'> = ticketed ? {} : { reserveCall: { agent: actorName, budget: actor.budget } };
+  if (ask) extra.reserveTokens = { ...ask, agent: actorName };
 
   // 4c. Delegation (task-based access control) for regulated targets, on every call; an
   //     unlisted external host through the proxy waits for a human instead.
@@ -306,7 +307,7 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
   if (agentDid) headers[H.agentDid] = agentDid;
   // A call ticket only where a next hop can present it: an upstream that also serves a model (a
   // broker asking /authz for the same agent's completion).
-  const extra = { ...reserve, ...(proxy && target && servesModel(reg, target.upstream) ? { ticket: { actor: actorName, upstream: target.upstream } } : {}) };
+  if (proxy && target && servesModel(reg, target.upstream)) extra.ticket = { actor: actorName, upstream: target.upstream };
   const ev = end(run.allow(rule, overAudit ? `${overAudit}; ${reason}` : reason, headers), extra, delegation ? { delegation } : {});
   if (delegation) {
     ev.effects.audit.delegationId = delegation.id;
