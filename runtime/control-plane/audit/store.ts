@@ -51,9 +51,10 @@ export function fromRow(row: Row): AuditRecord {
  * match, and anything else means a second writer on the same chain id, which is an error (and
  * nothing of the batch is stored).
  *
- * The first attempt is a plain insert: conflict arbitration and `returning` cost PGlite's engine
- * about a fifth of its time per row, for a case that only a retry meets. A batch refused with a
- * unique violation is written again the careful way (nothing of the refused statement stayed).
+ * The first attempt is a plain write (COPY on PGlite, an insert on PostgreSQL): conflict
+ * arbitration and `returning` cost PGlite's engine about a fifth of its time per row, for a case
+ * that only a retry meets. A batch refused with a unique violation is written again the careful
+ * way (nothing of the refused statement stayed).
  */
 export async function insertBatch(store: Store, chain: string, batch: AuditRecord[]): Promise<void> {
   if (batch.length === 0) return;
