@@ -12,7 +12,7 @@ import { budgetStatus, type BudgetUsage } from './budget.js';
 import { retryAfterSeconds, type Reservations } from './budget-reservations.js';
 import { BUDGET_DIMENSIONS } from './metrics.js';
 import { mgmtHook } from './mgmt-errors.js';
-import { BUDGET_MODES, type Budget } from './types.js';
+import { BUDGET_MODES, REGISTRY_NAME_MAX, type Budget } from './types.js';
 
 export interface BudgetSources {
   registry: { get(name: string): { kind?: string; budget?: Budget } | undefined; list(): readonly { name: string; kind?: string; budget?: Budget }[] };
@@ -76,7 +76,7 @@ export function budgetRoutes(src: BudgetSources): OpenAPIHono {
     createRoute({
       method: 'get',
       path: '/v1/budgets/{agent}',
-      request: { params: z.object({ agent: z.string().min(1).max(253) }) },
+      request: { params: z.object({ agent: z.string().min(1).max(REGISTRY_NAME_MAX) }) },
       responses: {
         200: { content: { 'application/json': { schema: BudgetView } }, description: 'The agent budget now, per dimension.' },
         404: { content: { 'application/json': { schema: Err } }, description: 'No registry entry of kind agent by that name.' },
@@ -99,7 +99,7 @@ export function budgetRoutes(src: BudgetSources): OpenAPIHono {
         method: 'post',
         path: '/v1/budgets/{agent}/reservations',
         request: {
-          params: z.object({ agent: z.string().min(1).max(253) }),
+          params: z.object({ agent: z.string().min(1).max(REGISTRY_NAME_MAX) }),
           body: { content: { 'application/json': { schema: ReserveBody } }, required: true },
         },
         responses: {

@@ -34,7 +34,7 @@ export const RegistryName = z
   .max(REGISTRY_NAME_MAX)
   .regex(REGISTRY_NAME_RE, 'letters, digits and . _ : / - only, starting with a letter or digit');
 
-const nameList = z.array(z.string().min(1).max(253)).max(10_000);
+const nameList = z.array(z.string().min(1).max(REGISTRY_NAME_MAX)).max(10_000);
 
 export const ServiceSchema = z
   .object({
