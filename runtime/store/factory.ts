@@ -15,7 +15,7 @@ import { drizzle as drizzlePg } from 'drizzle-orm/postgres-js';
 import { drizzle as drizzleLite } from 'drizzle-orm/pglite';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { migrate } from './migrate.js';
-import { createListener, guardedClient } from './pg-guard.js';
+import { createListener, guardedClient, InFlight } from './pg-guard.js';
 import { RemotePglite } from './pglite-remote.js';
 
 export type Db = PgDatabase<PgQueryResultHKT>;
@@ -122,9 +122,10 @@ async function openPostgres(opts: StoreOptions): Promise<Store> {
     fetch_types: false,
   };
   const sql = postgres(opts.url, { ...options, max: opts.poolSize ?? 10 });
-  const client = guardedClient(sql, { queryMs: queryMs + 1000, txMs: opts.transactionTimeoutMs ?? DEFAULT_TRANSACTION_TIMEOUT_MS });
+  const inFlight = new InFlight();
+  const client = guardedClient(sql, { queryMs: queryMs + 1000, txMs: opts.transactionTimeoutMs ?? DEFAULT_TRANSACTION_TIMEOUT_MS }, inFlight);
   // Migrations and DDL: no statement timeout (a migration may wait for another replica's lock).
-  const slow = guardedClient(sql, { queryMs: 600_000, txMs: 600_000 });
+  const slow = guardedClient(sql, { queryMs: 600_000, txMs: 600_000 }, inFlight);
   const listener = createListener(opts.url, options);
   const db = drizzlePg(client) as unknown as Db;
   return {
@@ -140,7 +141,10 @@ async function openPostgres(opts: StoreOptions): Promise<Store> {
     },
     close: async () => {
       await listener.close();
-      await sql.end({ timeout: 5 });
+      // What callers still wait on finishes first (at most 5 s), then the pool ends at once: with
+      // its server gone a connection never drains, and `end` would wait out its whole timeout.
+      await inFlight.settled(5000);
+      await sql.end({ timeout: 0 });
     },
   };
 }

@@ -13,6 +13,7 @@
  *
  * Skips where no PostgreSQL server binaries are installed.
  */
+import { sql } from 'drizzle-orm';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { syntheticSnapshot } from '../identity/enterprise/directory/fixtures.js';
@@ -153,6 +154,34 @@ describe.skipIf(!BIN)('PostgreSQL outage', () => {
     expect(reconnects).toBe(1);
     await unlisten();
     await other.close();
+    admin = postgres(pg.url, { max: 1, onnotice: () => {} });
+  }, 60_000);
+
+  it('closing lets calls in flight finish, and does not wait for a database that has gone', async () => {
+    // Healthy: the query and the transaction in flight get their answers before the pool ends.
+    const healthy = await openStore({ url: pg.url, migrate: false });
+    // (drizzle's queries are thenables that run when awaited: Promise.resolve starts them.)
+    const query = Promise.resolve(healthy.db.execute(sql`select pg_sleep(0.3), 42 as n`));
+    const tx = healthy.db.transaction(async (t) => {
+      await t.execute(sql`select pg_sleep(0.3)`);
+      return (await t.execute(sql`select 7 as n`)) as unknown as { n: number }[];
+    });
+    await new Promise((r) => setTimeout(r, 50));
+    await healthy.close();
+    expect(((await query) as unknown as { n: number }[])[0]!.n).toBe(42);
+    expect((await tx)[0]!.n).toBe(7);
+    // Gone: a connection asked to end while its query fails against the stopped server never
+    // drains, and postgres.js's end used to wait out its whole timeout (5 s) for it.
+    const orphan = await openStore({ url: pg.url, migrate: false });
+    await orphan.db.execute(sql`select 1`);
+    await admin.end({ timeout: 1 });
+    await pg.stop('immediate');
+    const refused = Promise.resolve(orphan.db.execute(sql`select 1`));
+    const t0 = Date.now();
+    await orphan.close();
+    expect(Date.now() - t0).toBeLessThan(2_000);
+    await expect(refused).rejects.toThrow();
+    await pg.start();
     admin = postgres(pg.url, { max: 1, onnotice: () => {} });
   }, 60_000);
 });

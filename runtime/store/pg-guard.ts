@@ -41,23 +41,54 @@ export function lostConnection(e: unknown): boolean {
   return false;
 }
 
+/**
+ * The calls whose callers still wait for an answer. Closing the store lets them finish first (each
+ * within its deadline), then ends the pool at once: postgres.js's `end` otherwise waits out its
+ * whole timeout for a connection that lost its server (a query it failed, or a transaction body
+ * left unsettled on purpose, above, keeps that connection from ever draining).
+ */
+export class InFlight {
+  #count = 0;
+  #waiters: (() => void)[] = [];
+
+  track<T>(p: Promise<T>): Promise<T> {
+    this.#count++;
+    const done = () => {
+      if (--this.#count === 0) for (const w of this.#waiters.splice(0)) w();
+    };
+    p.then(done, done);
+    return p;
+  }
+
+  /** Resolves once no call is in flight, or after `ms` (a migration may run for minutes). */
+  settled(ms: number): Promise<void> {
+    if (this.#count === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.#waiters.push(() => (clearTimeout(timer), resolve()));
+    });
+  }
+}
+
 /** The query, awaited no longer than `ms`: past it the query is cancelled (dropped if still queued). */
-function withDeadline(q: PendingQuery, ms: number): PendingQuery {
+function withDeadline(q: PendingQuery, ms: number, inFlight: InFlight): PendingQuery {
   const then = q.then;
   let raced: Promise<unknown> | undefined;
   // drizzle awaits the query (after `.values()`, which returns the query itself): race on first use.
   q.then = function (this: PendingQuery, onOk?: unknown, onErr?: unknown) {
-    raced ??= new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(new StoreTimeoutError(`store query exceeded its ${ms} ms deadline`));
-        void Promise.resolve(q.cancel()).catch(() => {});
-      }, ms);
-      then.call(
-        q,
-        (v: unknown) => (clearTimeout(timer), resolve(v)),
-        (e: unknown) => (clearTimeout(timer), reject(e)),
-      );
-    });
+    raced ??= inFlight.track(
+      new Promise((resolve, reject) => {
+        const timer = setTimeout(() => {
+          reject(new StoreTimeoutError(`store query exceeded its ${ms} ms deadline`));
+          void Promise.resolve(q.cancel()).catch(() => {});
+        }, ms);
+        then.call(
+          q,
+          (v: unknown) => (clearTimeout(timer), resolve(v)),
+          (e: unknown) => (clearTimeout(timer), reject(e)),
+        );
+      }),
+    );
     return raced.then(onOk as never, onErr as never);
   } as typeof q.then;
   return q;
@@ -90,7 +121,7 @@ function expiring(tx: postgres.TransactionSql, expired: () => boolean, dead: () 
   });
 }
 
-function guardedBegin(sql: Sql, d: Deadlines) {
+function guardedBegin(sql: Sql, d: Deadlines, inFlight: InFlight) {
   return <T>(fn: (tx: postgres.TransactionSql) => T | Promise<T>): Promise<T> => {
     let expired = false;
     let bodyDone = false;
@@ -142,16 +173,16 @@ function guardedBegin(sql: Sql, d: Deadlines) {
     work.catch(() => {
       dead = true;
     });
-    return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
+    return inFlight.track(Promise.race([work, deadline]).finally(() => clearTimeout(timer)));
   };
 }
 
 /** The client drizzle is given: the pool with deadlines on queries and transactions. */
-export function guardedClient(sql: Sql, d: Deadlines): Sql {
-  const begin = guardedBegin(sql, d);
+export function guardedClient(sql: Sql, d: Deadlines, inFlight: InFlight): Sql {
+  const begin = guardedBegin(sql, d, inFlight);
   return new Proxy(sql, {
     get(t, p, r) {
-      if (p === 'unsafe') return (...a: Parameters<Sql['unsafe']>) => withDeadline(t.unsafe(...a), d.queryMs);
+      if (p === 'unsafe') return (...a: Parameters<Sql['unsafe']>) => withDeadline(t.unsafe(...a), d.queryMs, inFlight);
       if (p === 'begin') return (fn: (tx: postgres.TransactionSql) => unknown) => begin(fn);
       return Reflect.get(t, p, r);
     },
