@@ -89,6 +89,16 @@ describe('budget mode and visibility', () => {
     }
   });
 
+  it('a reservation with figures no call makes is a 400 and charges nothing', async () => {
+    const before = await (await fetch(`${mgmt}/v1/budgets/watched`)).json();
+    const ok = { promptTokens: 1, outputTokens: 1, priceInputPer1k: 0, priceOutputPer1k: 0 };
+    for (const bad of [{ priceOutputPer1k: 1e308 }, { priceInputPer1k: 2e6 }, { outputTokens: 2e9 }]) {
+      const r = await post(`${mgmt}/v1/budgets/watched/reservations`, { ...ok, ...bad });
+      expect(r.status, JSON.stringify(bad)).toBe(400);
+    }
+    expect(await (await fetch(`${mgmt}/v1/budgets/watched`)).json()).toEqual(before);
+  });
+
   it('/metrics: budget_remaining per agent and dimension with a ceiling', async () => {
     const text = await (await fetch(`${mgmt}/metrics`)).text();
     const name = metric('budget_remaining');

@@ -10,7 +10,7 @@ import { openTestPglite } from '../store/testing.js';
 import { openAuditChain, type AuditChain } from './audit/chain.js';
 import { createMgmtApp, METRICS_CONTENT_TYPE, MGMT_BODY_LIMIT, type MgmtDeps } from './mgmt.js';
 import { createRegistry, type Registry } from './registry/registry.js';
-import { USAGE_BATCH_MAX, type UsageReport } from './types.js';
+import { USAGE_BATCH_MAX, USAGE_COST_MAX, USAGE_TOKENS_MAX, type UsageReport } from './types.js';
 
 setLogLevel('error');
 
@@ -131,6 +131,34 @@ describe('management API over HTTP', () => {
     expect(audit.stats().lastSeq).toBe(seq);
   });
 
+  it('a write must declare JSON: a form, text/plain or no type is refused and changes nothing (a cross-site page cannot write)', async () => {
+    const svc = JSON.stringify({ name: 'csrf-demo', upstream: 'evil.example:443', public: true });
+    const bytes = new TextEncoder().encode(svc);
+    for (const headers of <Record<string, string>[]>[
+      { 'content-type': 'text/plain' },
+      { 'content-type': 'application/x-www-form-urlencoded' },
+      { 'content-type': 'multipart/form-data; boundary=x' },
+      {},
+    ]) {
+      // A Uint8Array body goes out with no Content-Type unless one is given.
+      const r = await req(base + '/v1/registry/services', { method: 'POST', body: bytes, headers });
+      expect(r.status, JSON.stringify(headers)).toBe(415);
+      expect(await r.json()).toEqual({ error: 'Content-Type must be application/json' });
+      const u = await req(base + '/v1/usage', {
+        method: 'POST',
+        body: new TextEncoder().encode(JSON.stringify({ agent: 'a', model: 'm', tokens: 1 })),
+        headers,
+      });
+      expect(u.status).toBe(400);
+      expect(await u.json()).toEqual({ error: 'invalid body' });
+    }
+    // A bodiless POST too (no preflight either); JSON with parameters and a +json type are JSON.
+    expect((await req(base + '/v1/registry/services', { method: 'POST' })).status).toBe(415);
+    expect((await get('/v1/registry/services/csrf-demo')).status).toBe(404);
+    expect((await post('/v1/registry/services', svc, { 'content-type': 'application/json; charset=utf-8' })).status).toBe(200);
+    expect((await post('/v1/registry/services', svc, { 'content-type': 'application/merge-patch+json' })).status).toBe(200);
+  });
+
   it('oversize bodies are refused with 413 (declared or streamed), nothing stored', async () => {
     const big = JSON.stringify({ name: 'huge', upstream: 'h.svc:1', owner: 'x'.repeat(MGMT_BODY_LIMIT) });
     const declared = await post('/v1/registry/services', big);
@@ -169,6 +197,10 @@ describe('management API over HTTP', () => {
       JSON.stringify({ agent: 'a', model: 'gpt', tokens: 1, costUsd: -1 }),
       JSON.stringify({ agent: 'a', model: 'gpt', tokens: 1, costUsd: 0, extra: true }),
       JSON.stringify({ agent: '', model: 'gpt', tokens: 1, costUsd: 0 }),
+      // Figures no call makes, which the meters would add up to Infinity (or past exact integers).
+      '{"agent":"a","model":"gpt","tokens":1,"costUsd":1e308}',
+      JSON.stringify({ agent: 'a', model: 'gpt', tokens: USAGE_TOKENS_MAX + 1, costUsd: 0 }),
+      JSON.stringify({ agent: 'a', model: 'gpt', tokens: 1, costUsd: USAGE_COST_MAX * 2 }),
       // A batch with one bad report records none of it; an oversize batch is refused whole.
       JSON.stringify([
         { agent: 'a', model: 'gpt', tokens: 1, costUsd: 0 },
@@ -304,7 +336,11 @@ describe('management API over HTTP', () => {
     await down.close();
     const other = await serveApp({ registry: reg, audit, usage: () => {}, metricsText: async () => '', ready: () => true });
     try {
-      const r = await req(other.base + '/v1/registry/services', { method: 'POST', body: JSON.stringify({ name: 'x', upstream: 'x.svc:1' }) });
+      const r = await req(other.base + '/v1/registry/services', {
+        method: 'POST',
+        body: JSON.stringify({ name: 'x', upstream: 'x.svc:1' }),
+        headers: { 'content-type': 'application/json' },
+      });
       expect(r.status).toBe(503);
       expect(await r.json()).toEqual({ error: 'registry store unavailable' });
     } finally {

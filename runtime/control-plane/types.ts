@@ -60,12 +60,20 @@ export const ServiceSchema = z
   .strict();
 export type Service = z.infer<typeof ServiceSchema>;
 
+/**
+ * Most tokens and dollars one report may carry (far beyond any model call): the meters and the
+ * shared ledger add them up, and an unbounded figure would overflow them (Infinity, or past the
+ * integers a double holds exactly) and deny the agent for the rest of the window.
+ */
+export const USAGE_TOKENS_MAX = 1e9;
+export const USAGE_COST_MAX = 1e6;
+
 export const UsageSchema = z
   .object({
     agent: z.string().min(1).max(253),
     model: z.string().max(253),
-    tokens: z.number().int().nonnegative(),
-    costUsd: z.number().nonnegative().finite(),
+    tokens: z.number().int().nonnegative().max(USAGE_TOKENS_MAX),
+    costUsd: z.number().nonnegative().max(USAGE_COST_MAX),
     /** The broker's budget reservation this report settles (issue 14); absent: plain usage. */
     reservation: z.string().min(1).max(64).optional(),
   })

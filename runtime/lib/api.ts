@@ -106,7 +106,7 @@ export function urlProblems(url: string): ValidationDetail[] {
 export function rejectBadInput(reject: (c: Context, detail: ValidationDetail[]) => Response): MiddlewareHandler {
   return async (c, next) => {
     let detail = urlProblems(c.req.url);
-    if (!detail.length && /^application\/([\w.-]+\+)?json/i.test(c.req.header('content-type') ?? '')) {
+    if (!detail.length && isJson(c.req.header('content-type'))) {
       let body: unknown;
       try {
         body = await c.req.json();
@@ -120,6 +120,9 @@ export function rejectBadInput(reject: (c: Context, detail: ValidationDetail[]) 
 }
 
 const JSON_MEDIA = /^application\/([\w.-]+\+)?json$/i;
+
+/** Does a Content-Type header declare JSON (`application/json` or `application/<x>+json`, any parameters)? */
+export const isJson = (contentType: string | undefined): boolean => JSON_MEDIA.test((contentType ?? '').split(';')[0]!.trim());
 
 /**
  * A request body of at most `max` bytes, else 413. A Content-Length (without Transfer-Encoding) is
@@ -168,8 +171,7 @@ const bodyRead = (c: Context): boolean => incomingOf(c)?.readableEnded === true 
  */
 export function slicedJsonBody(): MiddlewareHandler {
   return async (c, next) => {
-    const media = (c.req.header('content-type') ?? '').split(';')[0]!.trim();
-    if (!JSON_MEDIA.test(media)) return next();
+    if (!isJson(c.req.header('content-type'))) return next();
     const detail: ValidationDetail[] = [];
     const check = (v: unknown, loc: (string | number)[]) => {
       if (detail.length < 10) detail.push(...inputProblems(v, loc).slice(0, 10 - detail.length));

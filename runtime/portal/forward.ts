@@ -10,6 +10,7 @@
  * 503 no identity authority configured, 504 timeout, 502 unreachable.
  */
 import type { Context, Hono } from 'hono';
+import { isJson } from '../lib/api.js';
 import { errMsg, logger } from '../lib/log.js';
 
 const log = logger('portal');
@@ -70,7 +71,7 @@ export function registerIdentityForwarder(app: Hono, prefix: string, opts: Forwa
     }
     let body: string | undefined;
     if (rule.method === 'POST') {
-      if (!/^application\/json\b/i.test(c.req.header('content-type') ?? '')) {
+      if (!isJson(c.req.header('content-type'))) {
         return c.json({ error: 'content-type must be application/json' }, 415);
       }
       body = await c.req.text();
