@@ -104,4 +104,22 @@ describe('X-Writ-Reserve on /authz', () => {
     expect(d.headers[H.reservation]).toBeUndefined();
     expect(await used('dry')).toEqual({ tokens: 0, calls: 0 });
   });
+
+  it('the dry-run reads a proxy host as the proxy does: a host that is none is a 400', async () => {
+    const dry = (host: string) =>
+      fetch(`${mgmt}/v1/decisions/dry-run`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ headers: {}, proxy: { host, port: 80 } }),
+      });
+    for (const host of ['-', 'a..b', '*.example.com', '256.0.0.1']) {
+      const r = await dry(host);
+      expect(r.status, host).toBe(400);
+      expect(((await r.json()) as { error: string }).error).toMatch(/proxy\.host/);
+    }
+    // An address in any spelling is decided (here: no VP, so the proxy's identity deny).
+    const ok = await dry('0x7f.1');
+    expect(ok.status).toBe(200);
+    expect(((await ok.json()) as { decision: { allow: boolean } }).decision.allow).toBe(false);
+  });
 });

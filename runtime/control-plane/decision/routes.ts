@@ -8,6 +8,7 @@ import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import { mgmtHook } from '../mgmt-errors.js';
 import { dryRun, type DecisionEngine } from './engine.js';
 import { factsFromHeaders, proxyFacts } from './facts.js';
+import { normaliseHost } from '../proxy/target.js';
 
 const HeaderValue = z.string().max(64 * 1024);
 const DryRunBody = z
@@ -53,7 +54,9 @@ export function decisionRoutes(engine: DecisionEngine): OpenAPIHono {
       for (const [k, v] of Object.entries(b.headers)) headers[k.toLowerCase()] = v;
       let facts = factsFromHeaders(headers, { method: b.method, path: b.path, trustedPeer: false });
       if (b.proxy) {
-        const host = b.proxy.host.toLowerCase();
+        // The host as the proxy reads it from a request target: refused, or in its one spelling.
+        const host = normaliseHost(b.proxy.host);
+        if (!host) return c.json({ error: `invalid request: proxy.host: not a host name or IP address (${JSON.stringify(b.proxy.host.slice(0, 200))})` }, 400);
         const hostPort = `${host}:${b.proxy.port}`;
         facts = proxyFacts(
           headers,

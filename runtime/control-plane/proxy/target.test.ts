@@ -41,6 +41,24 @@ describe('request targets', () => {
     expect(parseConnectTarget('[2001:db8::1]:443')).toMatchObject({ ok: true, target: { connectHost: '2001:db8::1' } });
     for (const a of ['h', 'h:', ':443', 'h:99999', 'http://h:443', 'u@h:443', '[zz]:443', '']) expect(parseConnectTarget(a).ok, a).toBe(false);
   });
+
+  it('writes an IP address one way, however the request spells it (the resolver reads them all alike)', () => {
+    // Each of these reaches 127.0.0.1 through getaddrinfo (inet_aton): matched, held and shown as that.
+    for (const h of ['2130706433', '0x7f.1', '127.1', '0177.0.0.1', '0x7f000001', '127.0.0.1.']) {
+      expect(parseAbsoluteTarget(`http://${h}:8080/x`), h).toMatchObject({
+        ok: true,
+        target: { host: '127.0.0.1', hostPort: '127.0.0.1:8080', connectHost: '127.0.0.1' },
+      });
+      expect(parseConnectTarget(`${h}:443`), h).toMatchObject({ ok: true, target: { hostPort: '127.0.0.1:443' } });
+    }
+    expect(parseConnectTarget('[::FFFF:127.0.0.1]:443')).toMatchObject({ ok: true, target: { hostPort: '[::ffff:7f00:1]:443', connectHost: '::ffff:7f00:1' } });
+    expect(parseConnectTarget('[0:0:0:0:0:0:0:1]:443')).toMatchObject({ ok: true, target: { hostPort: '[::1]:443' } });
+    // Numbers that are no address are refused, not handed to the resolver; names stay names.
+    for (const h of ['08', '256.1.1.1', '1.2.3.4.5', 'svc.123']) expect(parseAbsoluteTarget(`http://${h}/`).ok, h).toBe(false);
+    expect(parseAbsoluteTarget('http://0x/')).toMatchObject({ ok: true, target: { host: '0.0.0.0' } });
+    expect(parseAbsoluteTarget('http://1e100.net/')).toMatchObject({ ok: true, target: { host: '1e100.net' } });
+    expect(parseAbsoluteTarget('http://10.0.0.1/')).toMatchObject({ ok: true, target: { host: '10.0.0.1' } });
+  });
 });
 
 describe('hop-by-hop rewriting', () => {
