@@ -131,16 +131,16 @@ describe('management API over HTTP', () => {
     expect(audit.stats().lastSeq).toBe(seq);
   });
 
-  it('a write must declare JSON: a form, text/plain or no type is refused and changes nothing (a cross-site page cannot write)', async () => {
+  it('a write a web page could make a browser send from another site is refused, and changes nothing', async () => {
     const svc = JSON.stringify({ name: 'csrf-demo', upstream: 'evil.example:443', public: true });
     const bytes = new TextEncoder().encode(svc);
+    // A body that does not say it is JSON: what a cross-site form, text/plain or no-cors fetch sends.
     for (const headers of <Record<string, string>[]>[
       { 'content-type': 'text/plain' },
       { 'content-type': 'application/x-www-form-urlencoded' },
       { 'content-type': 'multipart/form-data; boundary=x' },
-      {},
+      {}, // a Uint8Array body goes out with no Content-Type unless one is given
     ]) {
-      // A Uint8Array body goes out with no Content-Type unless one is given.
       const r = await req(base + '/v1/registry/services', { method: 'POST', body: bytes, headers });
       expect(r.status, JSON.stringify(headers)).toBe(415);
       expect(await r.json()).toEqual({ error: 'Content-Type must be application/json' });
@@ -152,11 +152,30 @@ describe('management API over HTTP', () => {
       expect(u.status).toBe(400);
       expect(await u.json()).toEqual({ error: 'invalid body' });
     }
-    // A bodiless POST too (no preflight either); JSON with parameters and a +json type are JSON.
-    expect((await req(base + '/v1/registry/services', { method: 'POST' })).status).toBe(415);
+    // A browser's cross-origin write, JSON or not, body or none (Go's CrossOriginProtection rules).
+    const host = new URL(base).host;
+    for (const headers of <Record<string, string>[]>[
+      { 'sec-fetch-site': 'cross-site' },
+      { 'sec-fetch-site': 'same-site', origin: 'http://localhost:3000' },
+      { origin: 'http://evil.example' },
+      { origin: 'null' },
+    ]) {
+      const json = await req(base + '/v1/registry/services', { method: 'POST', body: svc, headers: { ...headers, 'content-type': 'application/json' } });
+      expect(json.status, JSON.stringify(headers)).toBe(403);
+      expect(await json.json()).toEqual({ error: 'cross-origin request refused: a web page may not write to this API' });
+      expect((await req(base + '/v1/registry/services/csrf-demo', { method: 'DELETE', headers })).status).toBe(403);
+    }
     expect((await get('/v1/registry/services/csrf-demo')).status).toBe(404);
-    expect((await post('/v1/registry/services', svc, { 'content-type': 'application/json; charset=utf-8' })).status).toBe(200);
-    expect((await post('/v1/registry/services', svc, { 'content-type': 'application/merge-patch+json' })).status).toBe(200);
+    // The portal's own calls (same origin, or the Origin of this host), and any client that is no
+    // browser; JSON with parameters and a +json type are JSON.
+    for (const headers of <Record<string, string>[]>[
+      { 'content-type': 'application/json; charset=utf-8', 'sec-fetch-site': 'same-origin', origin: base },
+      { 'content-type': 'application/json', origin: `http://${host}` },
+      { 'content-type': 'application/merge-patch+json' },
+    ])
+      expect((await post('/v1/registry/services', svc, headers)).status, JSON.stringify(headers)).toBe(200);
+    // Reads are never refused.
+    expect((await req(base + '/v1/registry/services/csrf-demo', { headers: { 'sec-fetch-site': 'cross-site' } })).status).toBe(200);
   });
 
   it('oversize bodies are refused with 413 (declared or streamed), nothing stored', async () => {

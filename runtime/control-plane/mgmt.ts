@@ -14,7 +14,7 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { Context, Hono, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import { isJson, rejectBadInput } from '../lib/api.js';
+import { rejectBadInput, writeRefusal } from '../lib/api.js';
 import { BRAND_TITLE } from '../lib/brand.js';
 import { auditRoutes, type AuditRoutesReader } from './audit/routes.js';
 import { MGMT_BODY_LIMIT, mgmtHook, mgmtOnError, USAGE_PATH } from './mgmt-errors.js';
@@ -103,19 +103,12 @@ export function createMgmtApp(deps: MgmtDeps): OpenAPIHono {
     }),
   );
 
-  // A POST, and any request with a body, must say it is JSON (415 otherwise, as the identity
-  // authority answers). A web page can make a browser send a cross-site POST without asking first
-  // (no CORS preflight) only as a form, as text/plain or with no type at all: with
-  // WRIT_API_AUTH=off (the network is the only guard) a page the operator visits could otherwise
-  // register a service or approve a held request here.
+  // Writes a web page could make a browser send from another site (lib/api.ts writeRefusal).
   app.use('*', async (c, next) => {
-    const m = c.req.method;
-    const hasBody = c.req.header('transfer-encoding') !== undefined || (c.req.header('content-length') ?? '0') !== '0';
-    if ((m === 'POST' || (hasBody && m !== 'GET' && m !== 'HEAD')) && !isJson(c.req.header('content-type'))) {
-      // The usage report's one error is the SPEC's 400 (4.3).
-      return c.req.path === USAGE_PATH ? c.json({ error: 'invalid body' }, 400) : c.json({ error: 'Content-Type must be application/json' }, 415);
-    }
-    await next();
+    const no = writeRefusal(c.req.method, (h) => c.req.header(h));
+    if (!no) return next();
+    // A usage report's one body error is the SPEC's 400 (4.3).
+    return no.status === 415 && c.req.path === USAGE_PATH ? c.json({ error: 'invalid body' }, 400) : c.json({ error: no.message }, no.status);
   });
   // NUL, unpaired surrogates, over-deep JSON: 400 here (lib/api.ts), never a store error later.
   app.use(

@@ -31,6 +31,34 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       expectEnvelope(pnf);
     });
 
+    it('a web page cannot make a browser re-provision an agent or start a cascade: cross-origin writes are refused', async () => {
+      await provisioned('csrf-1');
+      const did = (await t.api.get('/v1/agents/csrf-1')).json.did;
+      const send = async (path: string, headers: Record<string, string>, body?: string) => {
+        const r = await t.auth.app.request(path, { method: 'POST', headers, body });
+        return { status: r.status, json: (await r.json()) as Json };
+      };
+      for (const headers of <Record<string, string>[]>[
+        { 'sec-fetch-site': 'cross-site' },
+        { 'sec-fetch-site': 'same-site' },
+        { origin: 'http://evil.example' },
+      ]) {
+        for (const path of ['/v1/agents/csrf-1/provision', '/v1/revocation/cascade']) {
+          const r = await send(path, headers);
+          expect(r.status, `${path} ${JSON.stringify(headers)}`).toBe(403);
+          expectEnvelope(r, 'cross_origin');
+        }
+      }
+      // A body a cross-site form or text/plain post carries (in process: its length said as a socket would).
+      const form = await send('/v1/agents/csrf-1/provision', { 'content-type': 'text/plain', 'content-length': '2' }, '{}');
+      expect(form.status).toBe(415);
+      expectEnvelope(form, 'unsupported_media_type');
+      expect((await t.api.get('/v1/agents/csrf-1')).json.did).toBe(did);
+      // What is no browser (curl -X POST, an SDK) sends neither header: it works as before.
+      expect((await send('/v1/agents/csrf-1/provision', {})).status).toBe(200);
+      expect((await t.api.get('/v1/agents/csrf-1')).json.did).not.toBe(did);
+    });
+
     it('rejects bad bodies with 422 and writes nothing', async () => {
       for (const bad of [
         {},

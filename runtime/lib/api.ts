@@ -233,15 +233,50 @@ export function onApiError(err: Error, c: Context): Response {
   return c.json(a.body, a.status as ContentfulStatusCode);
 }
 
-/**
- * An OpenAPIHono app with the shared error shapes and a request body limit: `bodyLimit` bytes
- * (default DEFAULT_BODY_LIMIT), or what `bodyLimitFor(path)` says for a path that needs more.
- */
 /** A sub-app of an API (its routes, same validation hook), composed into one with `app.route('/', sub)`. */
 export function subApi(): OpenAPIHono {
   return new OpenAPIHono({ defaultHook: validationHook });
 }
 
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/** Does an Origin header name the host this request was sent to? */
+function sameOrigin(origin: string, host: string | undefined): boolean {
+  try {
+    return host !== undefined && new URL(origin).host === host.toLowerCase();
+  } catch {
+    return false; // `null` (a sandboxed frame, a file) and anything unparsable
+  }
+}
+
+/**
+ * Why a write must be refused before it is read, or undefined. Both management listeners ask it
+ * first, so with WRIT_API_AUTH=off, where the network is the only guard, a web page the operator
+ * has open cannot make the browser write here (re-provision an agent, start a revocation cascade,
+ * approve a held request, register a service):
+ * - a browser's cross-origin write, as Go's `http.CrossOriginProtection` tells it: `Sec-Fetch-Site`
+ *   other than `same-origin` or `none` (typed by the user), or without that header an `Origin`
+ *   that is not this host: 403. Clients that are no browser (curl, SDKs, Writ's own) send neither;
+ * - a body that does not declare JSON: 415. A browser sends a body cross-site without a CORS
+ *   preflight only as a form, as text/plain or with no type; every route here reads JSON.
+ */
+export function writeRefusal(method: string, header: (name: string) => string | undefined): { status: 403 | 415; message: string } | undefined {
+  if (SAFE_METHODS.has(method)) return undefined;
+  const site = header('sec-fetch-site');
+  const origin = header('origin');
+  if (site !== undefined ? site !== 'same-origin' && site !== 'none' : origin !== undefined && !sameOrigin(origin, header('host'))) {
+    return { status: 403, message: 'cross-origin request refused: a web page may not write to this API' };
+  }
+  const hasBody = header('transfer-encoding') !== undefined || (header('content-length') ?? '0') !== '0';
+  if (hasBody && !isJson(header('content-type'))) return { status: 415, message: 'Content-Type must be application/json' };
+  return undefined;
+}
+
+/**
+ * An OpenAPIHono app with the shared error shapes and a request body limit: `bodyLimit` bytes
+ * (default DEFAULT_BODY_LIMIT), or what `bodyLimitFor(path)` says for a path that needs more.
+ * Writes a browser could be made to send from another site are refused (`writeRefusal`).
+ */
 export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: string) => number | undefined } = {}): OpenAPIHono {
   const app = new OpenAPIHono({ defaultHook: validationHook });
   const max = opts.bodyLimit ?? DEFAULT_BODY_LIMIT;
@@ -261,6 +296,11 @@ export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: stri
     await next();
     const hasBody = c.req.header('transfer-encoding') !== undefined || Number(c.req.header('content-length') ?? 0) > 0;
     if (hasBody && (c.res.status === 413 || !bodyRead(c))) c.res.headers.set('connection', 'close');
+  });
+  app.use('*', (c, next) => {
+    const no = writeRefusal(c.req.method, (h) => c.req.header(h));
+    if (!no) return next();
+    return Promise.resolve(c.json(envelope(no.status === 403 ? 'cross_origin' : 'unsupported_media_type', no.message), no.status));
   });
   const fixed = limiter(max);
   const pick = opts.bodyLimitFor;
