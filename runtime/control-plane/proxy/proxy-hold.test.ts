@@ -109,6 +109,22 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
     expect(done.target).toBe(target);
   });
 
+  it('a CONNECT client going away while held expires the request too (its half-close is noticed)', async () => {
+    // Not a registry upstream (127.0.0.1:<tls> is one) nor approved by a test above (localhost:<tls>).
+    const target = `[::1]:${ports.tls}`;
+    const ac = new AbortController();
+    const killer = curl(['-x', proxy, '--proxy-header', `Proxy-Authorization: Bearer ${bot}`, `https://${target}/killed`], { signal: ac.signal });
+    const req = await pending(target);
+    expect(req).toMatchObject({ action: 'http:connect', resource: target });
+    ac.abort();
+    await killer.catch(() => {});
+    const done = await eventually(async () => {
+      const r = await get(req.id);
+      return r?.status === 'expired' ? r : undefined;
+    }, 'the request to expire');
+    expect(done.denyReason).toBe('client disconnected while held');
+  });
+
   it('a short approval timeout expires the hold: 403, request expired; the audit chain verifies', async () => {
     // A second plane on the same store is a second replica: its own audit chain id.
     const short = await startControlPlaneWithEgress({

@@ -117,11 +117,13 @@ export function createTunnels(deps: TunnelDeps): Tunnels {
       if (v.kind === 'challenge') return refuse(407, { 'Proxy-Authenticate': `Bearer realm="${REALM}"`, ...denyHeaders(v.outcome) }, denyBody(v.outcome));
       if (v.kind === 'deny') return refuse(403, denyHeaders(v.outcome, requestId), denyBody(v.outcome, requestId));
     };
+    // A client that goes away half-closes first: the server's sockets allow half-open, so its FIN
+    // is an 'end' long before any 'close'.
     const holdTunnel = (input: HoldRequest) =>
       hold(input, (abort) => {
-        if (socket.destroyed) abort();
-        else socket.once('close', abort);
-        return () => socket.off('close', abort);
+        if (socket.destroyed || socket.readableEnded) abort();
+        else socket.once('end', abort).once('close', abort);
+        return () => socket.off('end', abort).off('close', abort);
       });
     decideProxy({ via: 'connect', method: 'CONNECT', target: t, headers: req.headers, rawHeaders: req.rawHeaders }, engine, holdTunnel).then(
       (v) => reply(v, v.requestId),
