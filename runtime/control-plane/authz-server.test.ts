@@ -1,5 +1,6 @@
 /** The /authz listener over a real socket, with in-memory registry and audit fakes. */
 import http from 'node:http';
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../lib/brand.js';
 import { close, listen } from '../lib/http.js';
@@ -152,6 +153,21 @@ describe('/authz listener', () => {
     const r = await call(port, 'POST', '/authz', { [H.service]: 'web' }, 'x'.repeat(5000));
     expect(r.status).toBe(413);
     expect(audit.length).toBe(before);
+  });
+
+  it('a request whose body never finishes gets 408 and loses its connection (request deadline)', async () => {
+    const quick = createAuthzServer(engineOf(services), { requestTimeoutMs: 300 });
+    const quickPort = await listen(quick, '127.0.0.1:0');
+    try {
+      const socket = net.connect(quickPort, '127.0.0.1');
+      let answer = '';
+      socket.on('data', (c: Buffer) => (answer += c.toString()));
+      socket.write(`POST /authz HTTP/1.1\r\nhost: x\r\n${H.service}: web\r\ncontent-length: 100\r\n\r\nabc`);
+      await new Promise((resolve) => socket.once('close', resolve));
+      expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+    } finally {
+      await close(quick);
+    }
   });
 
   it('other paths are 404; /healthz answers', async () => {
