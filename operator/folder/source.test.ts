@@ -74,6 +74,23 @@ describe('folder source', () => {
     expect(st.conditions.find((c) => c.type === 'Accepted')).toMatchObject({ status: 'False', reason: 'Invalid' });
   });
 
+  it('an alias bomb is the problem of its own document only: the rest applies, edits meanwhile apply, and so does its removal', async () => {
+    // 101 aliases of a 1,000-item list: what `toJS` refuses (maxAliasCount 100) rather than expand.
+    const bomb = `a: &a [${Array.from({ length: 1000 }, () => 'x').join(',')}]\nb: [${Array.from({ length: 101 }, () => '*a').join(',')}]\n`;
+    writeFileSync(join(dir, 'bomb.yaml'), `${svcDoc('beside-bomb', 'b.svc:1')}---\n${bomb}`);
+    const s = start();
+    await s.ready;
+    expect(t.registry.get('beside-bomb')).toBeDefined();
+    expect(t.registry.get('web')).toBeDefined();
+    expect(s.problems()).toEqual([{ file: 'bomb.yaml', line: expect.any(Number), message: expect.stringContaining('alias') }]);
+    // While it is there, another file's deletion still withdraws its grants.
+    rmSync(join(dir, 'agents/research-agent.yaml'));
+    await until(() => t.registry.get('research-agent') === undefined, 'the deletion beside the bomb');
+    rmSync(join(dir, 'bomb.yaml'));
+    await until(() => t.registry.get('beside-bomb') === undefined && s.problems().length === 0, 'the bomb file gone');
+    expect(t.registry.get('web')).toBeDefined();
+  });
+
   it('the periodic rescan alone (no watch events) picks up a change, and a resync with nothing changed writes nothing', async () => {
     const s = start(0);
     await s.ready;

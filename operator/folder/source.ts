@@ -77,8 +77,9 @@ export function startFolderSource(opts: FolderSourceOptions): FolderSource {
 
   /** The observed set of the last scan; the same array while no file changed (the applier memoizes on it). */
   let observedSet: Observed[] = [];
+  /** `files` changed since `observedSet` was built (kept across a scan that failed half way). */
+  let stale = false;
   async function scan(): Promise<Observed[]> {
-    let changed = false;
     let names: string[];
     try {
       names = listYamlFiles(dir);
@@ -92,36 +93,37 @@ export function startFolderSource(opts: FolderSourceOptions): FolderSource {
     for (const f of [...files.keys()])
       if (!seen.has(f)) {
         files.delete(f);
-        changed = true;
+        stale = true;
       }
     for (const f of names) {
       const path = join(dir, f);
       const stamp = stampOf(path);
       const cur = files.get(f);
       if (stamp === undefined) {
-        if (files.delete(f)) changed = true;
+        if (files.delete(f)) stale = true;
         continue;
       }
       if (cur && cur.stamp === stamp && !dirty.has(f)) continue;
-      let text: string;
+      let r: ReturnType<typeof readYamlText>;
       try {
-        text = await readFile(path, 'utf8');
+        r = readYamlText(await readFile(path, 'utf8'), f);
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-          if (files.delete(f)) changed = true;
+          if (files.delete(f)) stale = true;
           continue;
         }
-        throw e;
+        // Unreadable (permissions, a directory named *.yaml): this file's problem, as invalid YAML is.
+        r = { resources: [], problems: [{ file: f, line: 1, message: `cannot read: ${errMsg(e)}` }] };
       }
-      changed = true;
-      const r = readYamlText(text, f);
+      stale = true;
       files.set(f, { stamp, resources: r.resources, problems: r.problems });
       for (const p of r.problems) log.warn('invalid resource', { file: p.file, line: p.line, error: p.message });
     }
     dirty.clear();
-    if (changed) {
+    if (stale) {
       problems = [...files.values()].flatMap((e) => e.problems);
       observedSet = [...files.values()].flatMap((e) => e.resources);
+      stale = false;
     }
     return observedSet;
   }

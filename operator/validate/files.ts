@@ -70,7 +70,14 @@ export function readYamlText(text: string, file: string): { resources: Observed[
       for (const e of doc.errors) problems.push({ file, line: e.linePos?.[0]?.line ?? start, message: `YAML: ${e.message.split('\n')[0]}` });
       continue;
     }
-    const value: unknown = doc.toJS({ maxAliasCount: 100 });
+    let value: unknown;
+    try {
+      value = doc.toJS({ maxAliasCount: 100 });
+    } catch (e) {
+      // An alias bomb (and anything else the conversion refuses) is this document's problem only.
+      problems.push({ file, line: start, message: `YAML: ${e instanceof Error ? e.message.split('\n')[0] : String(e)}` });
+      continue;
+    }
     if (value === null || value === undefined) continue; // an empty document (a trailing ---)
     const checked = checkResource(value, `${file}:${start}`);
     for (const e of checked.errors)
