@@ -23,6 +23,7 @@ import { int, optional, parseAddr, str, type Env } from '../runtime/lib/config.j
 import { close as closeServer, listen } from '../runtime/lib/http.js';
 import { errMsg, logger } from '../runtime/lib/log.js';
 import { loadIdentity, presentationFor, type LoadedIdentity } from '../runtime/identity/client.js';
+import { AgentName } from '../runtime/identity/schemas.js';
 
 const log = logger('sidecar');
 
@@ -99,6 +100,10 @@ export function readIdentityFile(path: string | undefined): { identity: LoadedId
   try {
     const identity = loadIdentity(raw);
     const name = (raw as { name?: unknown }).name;
+    // Sent as the actor header on every call: an agent name as the identity authority allows it.
+    if (name !== undefined && name !== null && name !== '' && !AgentName.safeParse(name).success) {
+      throw new Error('name: not an agent name (letters, digits and . _ @ : - only, starting with a letter or digit)');
+    }
     return { identity, name: typeof name === 'string' && name ? name : undefined };
   } catch (e) {
     const msg =
@@ -286,7 +291,13 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
         if (!res.writableFinished) connect.destroy();
       });
       connect.end();
-    })();
+    })().catch((e: unknown) => {
+      // Never an unhandled rejection (it would end the process): the call fails, the sidecar stays.
+      log.error('forward failed', { err: errMsg(e) });
+      req.resume();
+      if (!res.headersSent) sendError(res, 502, 'sidecar_error', 'the sidecar could not forward the call');
+      else res.destroy();
+    });
   };
 
   // A re-provisioned identity (a rotated secret) is picked up without a restart; a file that

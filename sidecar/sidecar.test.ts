@@ -360,14 +360,20 @@ describe('sidecar', () => {
     const other = await makeAgent(issuer, { name: 'other' });
     const me = await makeAgent(issuer, { name: 'bot' });
     writeFileSync(wrong, JSON.stringify({ ...me, privateKeyB64: other.privateKeyB64 }));
+    // A name that could not go in the actor header (it crashed the first request).
+    const oddName = join(dir, 'odd-name.json');
+    writeFileSync(oddName, JSON.stringify({ ...me, name: 'bot\u2028x' }));
     const common = { REAL_BROKER_URL: 'http://broker.test', EGRESS_PROXY_URL: proxyUrl, SIDECAR_ADDR: '127.0.0.1:0' };
-    const [none, missing, notJson, mismatch, open] = await Promise.all([
+    const [none, missing, notJson, mismatch, open, odd] = await Promise.all([
       runMain(common),
       runMain({ ...common, [IDENTITY_FILE_VAR]: join(dir, 'nope.json') }),
       runMain({ ...common, [IDENTITY_FILE_VAR]: bad }),
       runMain({ ...common, [IDENTITY_FILE_VAR]: wrong }),
       runMain({ ...common, [IDENTITY_FILE_VAR]: idFile, SIDECAR_ADDR: '0.0.0.0:0' }),
+      runMain({ ...common, [IDENTITY_FILE_VAR]: oddName }),
     ]);
+    expect(odd.code).toBe(1);
+    expect(odd.stderr).toMatch(/not a valid agent identity \(name: not an agent name/);
     expect(none.code).toBe(1);
     expect(none.stderr).toContain(`${IDENTITY_FILE_VAR} is not set`);
     expect(missing.code).toBe(1);
