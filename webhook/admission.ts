@@ -23,7 +23,15 @@ export interface Container {
 }
 export interface Pod {
   metadata?: { name?: string; generateName?: string; namespace?: string; labels?: Record<string, string> };
-  spec?: { containers?: Container[] };
+  spec?: { containers?: Container[]; initContainers?: Container[]; ephemeralContainers?: Container[] };
+}
+
+/** The container lists of a pod spec: every one of them runs the agent's code. */
+const CONTAINER_LISTS = ['containers', 'initContainers', 'ephemeralContainers'] as const;
+
+/** Each container with the JSON Pointer of its list (`/spec/initContainers`) and its index. */
+function eachContainer(pod: Pod): { c: Container; at: string }[] {
+  return CONTAINER_LISTS.flatMap((list) => (pod.spec?.[list] ?? []).map((c, i) => ({ c, at: `/spec/${list}/${i}` })));
 }
 
 export interface AdmissionRequest {
@@ -88,11 +96,16 @@ export function podOf(req: AdmissionRequest): Pod | string {
   const labels = (o.metadata as Record<string, unknown> | undefined)?.labels;
   if (labels !== undefined && !isObj(labels)) return 'metadata.labels is not an object';
   if (!isObj(o.spec) || !Array.isArray(o.spec.containers)) return 'spec.containers is not a list';
-  for (const [i, c] of (o.spec.containers as unknown[]).entries()) {
-    if (!isObj(c)) return `spec.containers[${i}] is not an object`;
-    if (c.env !== undefined && c.env !== null && !Array.isArray(c.env)) return `spec.containers[${i}].env is not a list`;
-    for (const e of (c.env as unknown[] | undefined | null) ?? [])
-      if (!isObj(e) || typeof e.name !== 'string') return `spec.containers[${i}].env has an entry without a name`;
+  for (const list of CONTAINER_LISTS) {
+    const cs = o.spec[list];
+    if (cs === undefined || cs === null) continue;
+    if (!Array.isArray(cs)) return `spec.${list} is not a list`;
+    for (const [i, c] of (cs as unknown[]).entries()) {
+      if (!isObj(c)) return `spec.${list}[${i}] is not an object`;
+      if (c.env !== undefined && c.env !== null && !Array.isArray(c.env)) return `spec.${list}[${i}].env is not a list`;
+      for (const e of (c.env as unknown[] | undefined | null) ?? [])
+        if (!isObj(e) || typeof e.name !== 'string') return `spec.${list}[${i}].env has an entry without a name`;
+    }
   }
   return o as Pod;
 }
@@ -106,14 +119,14 @@ export const isAgentPod = (pod: Pod): boolean => pod.metadata?.labels?.[AGENT_LA
  */
 export function mutatePatch(pod: Pod, proxyEnv: Record<(typeof PROXY_VARS)[number], string>): JsonPatchOp[] {
   const ops: JsonPatchOp[] = [];
-  (pod.spec?.containers ?? []).forEach((c, i) => {
+  for (const { c, at } of eachContainer(pod)) {
     const env = c.env ?? [];
     const names = new Set(env.map((e) => e.name));
-    if (names.has('HTTPS_PROXY')) return;
+    if (names.has('HTTPS_PROXY')) continue;
     const add = PROXY_VARS.filter((n) => !names.has(n)).map((n) => ({ name: n, value: proxyEnv[n] }));
-    if (c.env === undefined || c.env === null) ops.push({ op: 'add', path: `/spec/containers/${i}/env`, value: add });
-    else for (const v of add) ops.push({ op: 'add', path: `/spec/containers/${i}/env/-`, value: v });
-  });
+    if (c.env === undefined || c.env === null) ops.push({ op: 'add', path: `${at}/env`, value: add });
+    else for (const v of add) ops.push({ op: 'add', path: `${at}/env/-`, value: v });
+  }
   return ops;
 }
 
@@ -121,12 +134,12 @@ export function mutatePatch(pod: Pod, proxyEnv: Record<(typeof PROXY_VARS)[numbe
 export function agentNameOf(pod: Pod): { name: string } | { error: string } {
   const fromEnv = new Set<string>();
   let indirect = false;
-  for (const c of pod.spec?.containers ?? []) {
-    for (const e of c.env ?? []) {
-      if (e.name !== AGENT_NAME_ENV) continue;
-      if (typeof e.value === 'string' && e.value !== '') fromEnv.add(e.value);
-      else indirect = true;
-    }
+  for (const { c } of eachContainer(pod)) {
+    // A name listed twice takes its last entry, as the kubelet does.
+    const e = (c.env ?? []).findLast((x) => x.name === AGENT_NAME_ENV);
+    if (!e) continue;
+    if (typeof e.value === 'string' && e.value !== '') fromEnv.add(e.value);
+    else indirect = true;
   }
   const fromLabel = pod.metadata?.labels?.[AGENT_NAME_LABEL];
   if (fromEnv.size > 1) return { error: `containers name different agents in ${AGENT_NAME_ENV}: ${[...fromEnv].sort().join(', ')}` };

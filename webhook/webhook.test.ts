@@ -201,6 +201,19 @@ describe('admission webhook over HTTPS', () => {
       ]);
     });
 
+    it('puts init containers behind the proxy too: they run the code of the agent before the main ones', async () => {
+      const pod = agentPod({ env: null });
+      pod.spec!.initContainers = [{ name: 'fetch', env: [{ name: 'X', value: '1' }] }, { name: 'setup' }];
+      const patched = applyPatch(pod, patchOf(await call(main.port, pki.ca, '/mutate', reviewOf(pod)))!);
+      expect(patched.spec!.initContainers![0]!.env!.map((e) => e.name)).toEqual(['X', 'HTTPS_PROXY', 'HTTP_PROXY', 'NO_PROXY']);
+      expect(patched.spec!.initContainers![1]!.env).toEqual([
+        { name: 'HTTPS_PROXY', value: PROXY },
+        { name: 'HTTP_PROXY', value: PROXY },
+        { name: 'NO_PROXY', value: settings.proxyEnv.NO_PROXY },
+      ]);
+      expect((await call(main.port, pki.ca, '/mutate', reviewOf(patched))).body.response).toEqual({ uid: `uid-${uidSeq}`, allowed: true });
+    });
+
     it('does not patch a pod without writ.io/agent=true', async () => {
       const pod = agentPod({ env: null, labels: { [AGENT_LABEL]: 'false' } });
       const r = await call(main.port, pki.ca, '/mutate', reviewOf(pod));
@@ -256,6 +269,18 @@ describe('admission webhook over HTTPS', () => {
       expect(r.body.response.status.message).toContain('disagree');
       const bad = await call(main.port, pki.ca, '/validate', reviewOf(agentPod({ labels: { [AGENT_NAME_LABEL]: '../admin' } })));
       expect(bad.body.response).toMatchObject({ allowed: false, status: { code: 403 } });
+      // An init container names its agent like any other container.
+      const init = agentPod({ env: [{ name: AGENT_NAME_ENV, value: 'ready-agent' }] });
+      init.spec!.initContainers = [{ name: 'i', env: [{ name: AGENT_NAME_ENV, value: 'ghost' }] }];
+      const r2 = await call(main.port, pki.ca, '/validate', reviewOf(init));
+      expect(r2.body.response.allowed).toBe(false);
+      expect(r2.body.response.status.message).toContain('containers name different agents');
+      // A name listed twice runs with its last entry (the kubelet's rule): here a reference.
+      const twice = agentPod({ env: [{ name: AGENT_NAME_ENV, value: 'ready-agent' }] });
+      twice.spec!.containers![0]!.env!.push({ name: AGENT_NAME_ENV, valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } } as never);
+      const r3 = await call(main.port, pki.ca, '/validate', reviewOf(twice));
+      expect(r3.body.response.allowed).toBe(false);
+      expect(r3.body.response.status.message).toContain('set from a reference');
     });
 
     it('admits pods that are not agents without asking, and DELETE reviews', async () => {
