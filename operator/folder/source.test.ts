@@ -1,4 +1,4 @@
-import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -89,6 +89,33 @@ describe('folder source', () => {
     rmSync(join(dir, 'bomb.yaml'));
     await until(() => t.registry.get('beside-bomb') === undefined && s.problems().length === 0, 'the bomb file gone');
     expect(t.registry.get('web')).toBeDefined();
+  });
+
+  it('a ConfigMap volume (files are links into ..data, swapped on update) is read and followed; link loops are read once', async () => {
+    // The kubelet's layout: ..<timestamp>/ holds the files, ..data links to it, each key links into ..data.
+    const cm = mkdtempSync(join(tmpdir(), 'writ-configmap-'));
+    try {
+      mkdirSync(join(cm, '..2026_11_27_1'));
+      writeFileSync(join(cm, '..2026_11_27_1', 'svc.yaml'), svcDoc('from-configmap', 'cm.svc:1'));
+      symlinkSync('..2026_11_27_1', join(cm, '..data'));
+      symlinkSync('..data/svc.yaml', join(cm, 'svc.yaml'));
+      mkdirSync(join(cm, 'loop'));
+      symlinkSync('..', join(cm, 'loop', 'up'));
+      symlinkSync('nowhere.yaml', join(cm, 'dangling.yaml'));
+      const s = startFolderSource({ dir: cm, rescanMs: 50, applier: (owner) => createApplier({ owner, registry: t.registryPort, identity: t.identity }) });
+      src = s;
+      await s.ready;
+      expect(t.registry.get('from-configmap')?.upstream).toBe('cm.svc:1');
+      expect(s.problems()).toEqual([]);
+      // An update: a new timestamped folder, then ..data swapped to it (atomically, by rename).
+      mkdirSync(join(cm, '..2026_11_27_2'));
+      writeFileSync(join(cm, '..2026_11_27_2', 'svc.yaml'), svcDoc('from-configmap', 'cm.svc:2'));
+      symlinkSync('..2026_11_27_2', join(cm, '..data_tmp'));
+      renameSync(join(cm, '..data_tmp'), join(cm, '..data'));
+      await until(() => t.registry.get('from-configmap')?.upstream === 'cm.svc:2', 'the swapped ConfigMap');
+    } finally {
+      rmSync(cm, { recursive: true, force: true });
+    }
   });
 
   it('the periodic rescan alone (no watch events) picks up a change, and a resync with nothing changed writes nothing', async () => {

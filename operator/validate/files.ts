@@ -3,7 +3,7 @@
  * skipped) into checked resources, each with its file and line, so `writ validate` and the folder
  * source report `file:line: path: message`.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, realpathSync, statSync, type Stats } from 'node:fs';
 import { join, relative } from 'node:path';
 import { isMap, isSeq, LineCounter, parseAllDocuments, type Document } from 'yaml';
 import { checkResource, type Observed } from '../resource.js';
@@ -24,15 +24,40 @@ export interface FolderRead {
 
 const YAML_FILE = /\.ya?ml$/i;
 
-/** Every *.yaml / *.yml under dir (recursively, sorted, dot-entries skipped), relative to dir. */
+/** What a symbolic link leads to; undefined when it leads nowhere (dangling, or a loop of links). */
+function followed(path: string): Stats | undefined {
+  try {
+    return statSync(path);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Every *.yaml / *.yml under dir (recursively, sorted, dot-entries skipped), relative to dir.
+ * Symbolic links are followed: a ConfigMap volume's files are links into its `..data` folder
+ * (skipped itself, as a dot-entry), and git-sync swaps a link to each checkout. A folder reached
+ * twice (a link loop) is read once; a dangling link is no file.
+ */
 export function listYamlFiles(dir: string): string[] {
   const out: string[] = [];
+  const walked = new Set<string>();
   const walk = (d: string) => {
+    const real = realpathSync(d);
+    if (walked.has(real)) return;
+    walked.add(real);
     for (const e of readdirSync(d, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
       if (e.name.startsWith('.')) continue;
       const p = join(d, e.name);
-      if (e.isDirectory()) walk(p);
-      else if (e.isFile() && YAML_FILE.test(e.name)) out.push(relative(dir, p));
+      let isDir = e.isDirectory();
+      let isFile = e.isFile();
+      if (e.isSymbolicLink()) {
+        const target = followed(p);
+        isDir = target?.isDirectory() ?? false;
+        isFile = target?.isFile() ?? false;
+      }
+      if (isDir) walk(p);
+      else if (isFile && YAML_FILE.test(e.name)) out.push(relative(dir, p));
     }
   };
   if (statSync(dir).isDirectory()) walk(dir);
