@@ -73,13 +73,16 @@ function typeOk(v: unknown, t: Schema['type']): boolean {
 
 const show = (v: unknown) => JSON.stringify(v);
 
+/** The schema of field `k`: only the schema's own (`__proto__` or `constructor` is no field of ours). */
+const propertyOf = (s: Schema, k: string): Schema | undefined => (s.properties && Object.hasOwn(s.properties, k) ? s.properties[k] : undefined);
+
 /** CEL values: integer-typed nodes become ints (bigint), everything else as JSON gives it. */
 function toCel(v: unknown, s: Schema): unknown {
   if (s.type === 'integer' && typeof v === 'number') return BigInt(v);
   if (Array.isArray(v)) return v.map((x) => toCel(x, s.items ?? {}));
   if (isObj(v)) {
     const out: Record<string, unknown> = {};
-    for (const [k, x] of Object.entries(v)) out[k] = toCel(x, s.properties?.[k] ?? {});
+    for (const [k, x] of Object.entries(v)) out[k] = toCel(x, propertyOf(s, k) ?? {});
     return out;
   }
   return v;
@@ -126,7 +129,7 @@ function checkNode(v: unknown, s: Schema, path: FieldError['path'], old: unknown
     for (const r of s.required ?? []) if (v[r] === undefined) at('required field is missing', [...path, r]);
     for (const [k, x] of Object.entries(v)) {
       if (x === undefined) continue; // absent (a JS key without a value), reported by required
-      const ps = s.properties?.[k];
+      const ps = propertyOf(s, k);
       if (!ps) {
         if (s.properties) at('unknown field', [...path, k]);
         continue;

@@ -31,7 +31,7 @@ describe('writ validate', () => {
     const io = capture();
     expect(await main(['validate', INVALID], io)).toBe(1);
     const rel = relative(process.cwd(), INVALID);
-    expect(io.stderr.length).toBe(25);
+    expect(io.stderr.length).toBe(27);
     expect(io.stderr.every((l) => l.startsWith(`${rel}:`))).toBe(true);
     expect(io.stderr).toContain(`${rel}:13: RegistryService no-upstream: spec.upstream: required field is missing`);
     expect(io.stderr.find((l) => l.includes('selfish'))).toMatch(
@@ -99,7 +99,7 @@ describe('writ diff (the apply route dry run)', () => {
     expect(cp.plane.registry.version).toBe(0);
   });
 
-  it('after an apply: no change (exit 0); an edit shows the changed field; an api-owned name is a conflict', async () => {
+  it('after an apply: no change (exit 0); an edit shows the changed field; an api-owned name is a conflict (exit 2)', async () => {
     const { reconcile } = await import('../../operator/reconcile.js');
     const { readFolder } = await import('../../operator/validate/files.js');
     const { folderOwner } = await import('../../operator/folder/source.js');
@@ -113,11 +113,14 @@ describe('writ diff (the apply route dry run)', () => {
     const f = join(dir, 'services.yaml');
     writeFileSync(f, (await import('node:fs')).readFileSync(f, 'utf8').replace('upstream: web.default.svc:80', 'upstream: web.default.svc:81'));
     io = capture();
-    expect(await main(['diff', dir, '--server', server], io)).toBe(1);
+    // A resource another owner holds would not be written: the gate fails (2), changes or not.
+    expect(await main(['diff', dir, '--server', server], io)).toBe(2);
     expect(io.stdout).toEqual(
       expect.arrayContaining(['~ web', '    upstream: "web.default.svc:80" -> "web.default.svc:81"', '! taken (owned by api: not written)']),
     );
     expect(cp.plane.registry.get('web')!.upstream).toBe('web.default.svc:80');
+    rmSync(join(dir, 'extra.yaml'));
+    expect(await main(['diff', dir, '--server', server], capture())).toBe(1);
   });
 
   it('a bad server URL is a usage error', async () => {

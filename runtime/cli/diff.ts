@@ -6,7 +6,8 @@
  *
  * Prints `+ name` (created), `~ name` with the changed fields, `- name` (pruned), `! name` (held
  * by another owner), `x name` (rejected), and file:line problems. Exit codes follow `kubectl
- * diff`: 0 no changes, 1 changes, 2 invalid resources or an error.
+ * diff`: 0 no changes, 1 changes, 2 invalid resources, resources another owner holds (they would
+ * not be written: a CI gate must not pass them) or an error.
  */
 import { resolve } from 'node:path';
 import { folderOwner } from '../../operator/folder/source.js';
@@ -105,6 +106,6 @@ export async function run(args: string[], io: Io): Promise<number> {
   }
   const changes = result.created.length + result.updated.length + result.deleted.length;
   io.out(`${changes} change(s), ${result.unchanged.length} unchanged, ${result.conflicts.length} conflict(s), ${result.invalid.length} rejected`);
-  if (problems.length || result.invalid.length) return 2;
+  if (problems.length || result.invalid.length || result.conflicts.length) return 2;
   return changes > 0 ? 1 : 0;
 }
