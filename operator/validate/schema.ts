@@ -63,7 +63,8 @@ function typeOk(v: unknown, t: Schema['type']): boolean {
     case 'boolean':
       return typeof v === 'boolean';
     case 'integer':
-      return typeof v === 'number' && Number.isInteger(v);
+      // Exact in a double, as the management API's schemas take it (past 2^53, 1e26 reads as an integer).
+      return typeof v === 'number' && Number.isSafeInteger(v);
     case 'number':
       return typeof v === 'number' && Number.isFinite(v);
     default:
