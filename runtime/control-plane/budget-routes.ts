@@ -12,7 +12,8 @@ import { budgetStatus, type BudgetUsage } from './budget.js';
 import { retryAfterSeconds, type Reservations } from './budget-reservations.js';
 import { BUDGET_DIMENSIONS } from './metrics.js';
 import { mgmtHook } from './mgmt-errors.js';
-import { BUDGET_MODES, REGISTRY_NAME_MAX, USAGE_COST_MAX, USAGE_TOKENS_MAX, type Budget } from './types.js';
+import { BUDGET_MODES, REGISTRY_NAME_MAX, type Budget } from './types.js';
+import { MAX_CALL_TOKENS, MAX_PRICE_PER_1K } from '../lib/reservation-header.js';
 
 export interface BudgetSources {
   registry: { get(name: string): { kind?: string; budget?: Budget } | undefined; list(): readonly { name: string; kind?: string; budget?: Budget }[] };
@@ -42,10 +43,10 @@ const BudgetView = z
 const Err = z.object({ error: z.string() });
 const ReserveBody = z
   .object({
-    promptTokens: z.number().int().min(0).max(USAGE_TOKENS_MAX).openapi({ description: 'Upper bound of the prompt tokens.' }),
-    outputTokens: z.number().int().min(1).max(USAGE_TOKENS_MAX).openapi({ description: 'Output tokens wanted: max_tokens, or the model output cap.' }),
-    priceInputPer1k: z.number().nonnegative().max(USAGE_COST_MAX),
-    priceOutputPer1k: z.number().nonnegative().max(USAGE_COST_MAX),
+    promptTokens: z.number().int().min(0).max(MAX_CALL_TOKENS).openapi({ description: 'Upper bound of the prompt tokens.' }),
+    outputTokens: z.number().int().min(1).max(MAX_CALL_TOKENS).openapi({ description: 'Output tokens wanted: max_tokens, or the model output cap.' }),
+    priceInputPer1k: z.number().nonnegative().max(MAX_PRICE_PER_1K),
+    priceOutputPer1k: z.number().nonnegative().max(MAX_PRICE_PER_1K),
     partial: z.boolean().optional().openapi({ description: 'Accept a smaller output allowance (a stream the broker cuts at it).' }),
     ttlMs: z
       .number()

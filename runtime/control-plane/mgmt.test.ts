@@ -10,7 +10,8 @@ import { openTestPglite } from '../store/testing.js';
 import { openAuditChain, type AuditChain } from './audit/chain.js';
 import { createMgmtApp, METRICS_CONTENT_TYPE, MGMT_BODY_LIMIT, type MgmtDeps } from './mgmt.js';
 import { createRegistry, type Registry } from './registry/registry.js';
-import { USAGE_BATCH_MAX, USAGE_COST_MAX, USAGE_TOKENS_MAX, type UsageReport } from './types.js';
+import { MAX_CALL_TOKENS } from '../lib/reservation-header.js';
+import { USAGE_BATCH_MAX, USAGE_COST_MAX, type UsageReport } from './types.js';
 
 setLogLevel('error');
 
@@ -218,7 +219,7 @@ describe('management API over HTTP', () => {
       JSON.stringify({ agent: '', model: 'gpt', tokens: 1, costUsd: 0 }),
       // Figures no call makes, which the meters would add up to Infinity (or past exact integers).
       '{"agent":"a","model":"gpt","tokens":1,"costUsd":1e308}',
-      JSON.stringify({ agent: 'a', model: 'gpt', tokens: USAGE_TOKENS_MAX + 1, costUsd: 0 }),
+      JSON.stringify({ agent: 'a', model: 'gpt', tokens: MAX_CALL_TOKENS + 1, costUsd: 0 }),
       JSON.stringify({ agent: 'a', model: 'gpt', tokens: 1, costUsd: USAGE_COST_MAX * 2 }),
       // A batch with one bad report records none of it; an oversize batch is refused whole.
       JSON.stringify([

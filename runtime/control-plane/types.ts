@@ -3,6 +3,7 @@
  * type everything else; the decision core and the stores use the inferred types.
  */
 import { z } from '@hono/zod-openapi';
+import { MAX_CALL_TOKENS } from '../lib/reservation-header.js';
 
 export const KINDS = ['', 'service', 'agent', 'model', 'tool'] as const;
 export const DATA_CLASSES = ['', 'public', 'internal', 'regulated'] as const;
@@ -61,18 +62,17 @@ export const ServiceSchema = z
 export type Service = z.infer<typeof ServiceSchema>;
 
 /**
- * Most tokens and dollars one report may carry (far beyond any model call): the meters and the
- * shared ledger add them up, and an unbounded figure would overflow them (Infinity, or past the
- * integers a double holds exactly) and deny the agent for the rest of the window.
+ * Most dollars one report may carry (tokens: MAX_CALL_TOKENS, what one call may reserve): the
+ * meters and the shared ledger add them up, and an unbounded figure would overflow them
+ * (Infinity, or past the integers a double holds exactly) and deny the agent for the window.
  */
-export const USAGE_TOKENS_MAX = 1e9;
 export const USAGE_COST_MAX = 1e6;
 
 export const UsageSchema = z
   .object({
-    agent: z.string().min(1).max(253),
-    model: z.string().max(253),
-    tokens: z.number().int().nonnegative().max(USAGE_TOKENS_MAX),
+    agent: z.string().min(1).max(REGISTRY_NAME_MAX),
+    model: z.string().max(REGISTRY_NAME_MAX),
+    tokens: z.number().int().nonnegative().max(MAX_CALL_TOKENS),
     costUsd: z.number().nonnegative().max(USAGE_COST_MAX),
     /** The broker's budget reservation this report settles (issue 14); absent: plain usage. */
     reservation: z.string().min(1).max(64).optional(),

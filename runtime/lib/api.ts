@@ -15,7 +15,7 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { IncomingMessage } from 'node:http';
 import { ApiError, envelope, isStoreError, zodDetail, type ValidationDetail } from './errors.js';
 import { parseJsonInSlices } from './json-slices.js';
-import { readBody } from './http.js';
+import { hasBody, readBody } from './http.js';
 import { errMsg, logger, withoutParams } from './log.js';
 
 const log = logger('api');
@@ -267,8 +267,8 @@ export function writeRefusal(method: string, header: (name: string) => string | 
   if (site !== undefined ? site !== 'same-origin' && site !== 'none' : origin !== undefined && !sameOrigin(origin, header('host'))) {
     return { status: 403, message: 'cross-origin request refused: a web page may not write to this API' };
   }
-  const hasBody = header('transfer-encoding') !== undefined || (header('content-length') ?? '0') !== '0';
-  if (hasBody && !isJson(header('content-type'))) return { status: 415, message: 'Content-Type must be application/json' };
+  if (hasBody({ 'content-length': header('content-length'), 'transfer-encoding': header('transfer-encoding') }) && !isJson(header('content-type')))
+    return { status: 415, message: 'Content-Type must be application/json' };
   return undefined;
 }
 
@@ -294,8 +294,11 @@ export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: stri
   // told keep-alive must not see that next request dropped.
   app.use('*', async (c, next) => {
     await next();
-    const hasBody = c.req.header('transfer-encoding') !== undefined || Number(c.req.header('content-length') ?? 0) > 0;
-    if (hasBody && (c.res.status === 413 || !bodyRead(c))) c.res.headers.set('connection', 'close');
+    if (
+      hasBody({ 'content-length': c.req.header('content-length'), 'transfer-encoding': c.req.header('transfer-encoding') }) &&
+      (c.res.status === 413 || !bodyRead(c))
+    )
+      c.res.headers.set('connection', 'close');
   });
   app.use('*', (c, next) => {
     const no = writeRefusal(c.req.method, (h) => c.req.header(h));

@@ -25,6 +25,13 @@ export function close(server: http.Server): Promise<void> {
   });
 }
 
+/** True when a request announces a body (Content-Length > 0 or any Transfer-Encoding). */
+export function hasBody(h: { 'content-length'?: string; 'transfer-encoding'?: string }): boolean {
+  if (h['transfer-encoding'] !== undefined) return true;
+  const cl = h['content-length'];
+  return cl !== undefined && cl !== '0';
+}
+
 export class BodyTooLarge extends Error {}
 
 /**

@@ -23,8 +23,9 @@ export interface ReserveAsk {
 export type ReservationAnswer =
   { kind: 'reserved'; id: string | null; outputTokens: number } | { kind: 'refused'; retryAfterSeconds: number } | { kind: 'unavailable' };
 
-const MAX_TOKENS = 1e9;
-const MAX_PRICE = 1e6;
+/** Most tokens one model call may ask for or report (far beyond any model), and most USD per 1k tokens. */
+export const MAX_CALL_TOKENS = 1e9;
+export const MAX_PRICE_PER_1K = 1e6;
 const INT = /^\d{1,10}$/;
 const DECIMAL = /^\d{1,7}(\.\d{1,12})?(e-\d{1,2})?$/;
 const ID = /^[A-Za-z0-9-]{1,64}$/;
@@ -53,12 +54,12 @@ export function parseReserve(v: string): ReserveAsk | { error: string } {
   if (!m) return { error: 'empty or repeated parameter' };
   const int = (k: string, min: number): number | string => {
     const s = m.get(k);
-    if (s === undefined || !INT.test(s) || Number(s) < min || Number(s) > MAX_TOKENS) return `${k} must be an integer from ${min} to ${MAX_TOKENS}`;
+    if (s === undefined || !INT.test(s) || Number(s) < min || Number(s) > MAX_CALL_TOKENS) return `${k} must be an integer from ${min} to ${MAX_CALL_TOKENS}`;
     return Number(s);
   };
   const price = (k: string): number | string => {
     const s = m.get(k);
-    if (s === undefined || !DECIMAL.test(s) || !(Number(s) <= MAX_PRICE)) return `${k} must be a decimal from 0 to ${MAX_PRICE}`;
+    if (s === undefined || !DECIMAL.test(s) || !(Number(s) <= MAX_PRICE_PER_1K)) return `${k} must be a decimal from 0 to ${MAX_PRICE_PER_1K}`;
     return Number(s);
   };
   const prompt = int('prompt', 0);

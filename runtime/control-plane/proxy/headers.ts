@@ -98,13 +98,6 @@ export function rewriteResponseHeaders(raw: readonly Buffer[]): string[] {
   return rewrite(h, named, {});
 }
 
-/** True when a request announces a body (Content-Length > 0 or any Transfer-Encoding). */
-export function hasBody(h: { 'content-length'?: string; 'transfer-encoding'?: string }): boolean {
-  if (h['transfer-encoding'] !== undefined) return true;
-  const cl = h['content-length'];
-  return cl !== undefined && cl !== '0';
-}
-
 /** A header value node will accept: no CR/LF or other control characters, bounded length. */
 export function safeHeaderValue(s: string, max = 512): string {
   // eslint-disable-next-line no-control-regex

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { hasBody, rewriteHeaders, safeHeaderValue } from './headers.js';
+import { hasBody } from '../../lib/http.js';
+import { rewriteHeaders, safeHeaderValue } from './headers.js';
 import { parseAbsoluteTarget, parseConnectTarget } from './target.js';
 
 describe('request targets', () => {
