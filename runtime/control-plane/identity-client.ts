@@ -103,7 +103,7 @@ export interface IdentityClient extends IdentityPort {
   /** Runs one governance-standing fetch now; resolves true when the authority answered. */
   pollStanding(): Promise<boolean>;
   /** POST /v1/keys/verify: the key's id and scopes when it is a valid, active key; undefined otherwise. */
-  verifyApiKey(key: string): Promise<{ id: string; scopes: string[] } | undefined>;
+  verifyApiKey(key: string): Promise<{ id: string; scopes: string[]; tenantId: string | null } | undefined>;
   close(): Promise<void>;
 }
 
@@ -364,11 +364,14 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
   };
   if (pollMs > 0) void loop();
 
-  async function verifyApiKey(key: string): Promise<{ id: string; scopes: string[] } | undefined> {
+  async function verifyApiKey(key: string): Promise<{ id: string; scopes: string[]; tenantId: string | null } | undefined> {
     const { status, json } = await call('POST', '/v1/keys/verify', JSON.stringify({ key }));
-    const out = json as { valid?: unknown; key?: { id?: unknown; scopes?: unknown } } | undefined;
+    const out = json as { valid?: unknown; key?: { id?: unknown; scopes?: unknown; tenantId?: unknown } } | undefined;
     if (status !== 200 || out?.valid !== true || typeof out.key?.id !== 'string' || !Array.isArray(out.key.scopes)) return undefined;
-    return { id: out.key.id, scopes: out.key.scopes.filter((s): s is string => typeof s === 'string') };
+    const t = out.key.tenantId;
+    // A tenant that is not a string, or absent from an answer that should carry it, binds the key to something unknown.
+    const tenantId = t === null ? null : typeof t === 'string' ? t : '?';
+    return { id: out.key.id, scopes: out.key.scopes.filter((s): s is string => typeof s === 'string'), tenantId };
   }
 
   return {

@@ -190,7 +190,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const parts: ControlPlaneParts = { registry, audit, budget, reservations, metrics, engine, identity, now };
   let closed = false;
   // WRIT_API_AUTH=keys: API keys are checked at the identity authority (POST /v1/keys/verify),
-  // workforce OIDC tokens by the OIDC verifier; each answer is trusted for CREDENTIAL_CACHE_MS.
+  // every time (a revoked key stops at once), workforce OIDC tokens by the OIDC verifier.
   const verifyKey = (identity as Partial<IdentityClient> | undefined)?.verifyApiKey;
   const check = credentialCheck({ oidc, verifyKey }, now);
   const guard = apiAuth({ ...authFromEnv(env), check, deny: (c, status, message) => c.json({ error: message }, status) });

@@ -122,7 +122,7 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
       oidc: oidcFromEnv(env),
       verifyKey: async (token) => {
         const r = await keys.verify(token);
-        return r.valid && r.key ? { id: r.key.id, scopes: r.key.scopes } : undefined;
+        return r.valid && r.key ? { id: r.key.id, scopes: r.key.scopes, tenantId: r.key.tenantId } : undefined;
       },
     },
     now,

@@ -1,5 +1,6 @@
+import { Hono } from 'hono';
 import { describe, expect, it } from 'vitest';
-import { cachedCheck, credentialCheck, CREDENTIAL_CACHE_MS, type Principal } from './api-auth.js';
+import { apiAuth, cachedCheck, credentialCheck, CREDENTIAL_CACHE_MS, holdsAll, type Principal } from './api-auth.js';
 
 const principal = (id: string): Principal => ({ kind: 'key', id, scopes: new Set() });
 
@@ -53,6 +54,40 @@ describe('credentialCheck', () => {
     const k = await check('writ_key');
     expect(k?.id).toBe('key:k1');
     expect(await check('writ_other')).toBeUndefined();
+  });
+
+  it('asks the key verifier every time (a revoked key stops at once) and remembers OIDC answers', async () => {
+    let keyAsks = 0;
+    let oidcAsks = 0;
+    const check = credentialCheck({
+      oidc: { verify: async (t) => (oidcAsks++, oidc.verify(t)) },
+      verifyKey: async (t) => (keyAsks++, verifyKey(t)),
+    });
+    await check('writ_key');
+    await check('writ_key');
+    await check('h.good.s');
+    await check('h.good.s');
+    expect([keyAsks, oidcAsks]).toEqual([2, 1]);
+  });
+
+  it('carries the tenant a key is bound to, and apiAuth refuses such a key', async () => {
+    const check = credentialCheck({ verifyKey: async () => ({ id: 'k2', scopes: ['admin'], tenantId: 'acme' }) });
+    expect((await check('writ_t'))?.tenant).toBe('acme');
+    expect((await credentialCheck({ verifyKey })('writ_key'))?.tenant).toBeUndefined();
+    const app = new Hono();
+    app.use('*', apiAuth({ mode: 'keys', check, deny: (c, status, message) => c.json({ error: message }, status) }));
+    app.get('/v1/registry/services', (c) => c.json([]));
+    const res = await app.request('/v1/registry/services', { headers: { authorization: 'Bearer writ_t' } });
+    expect(res.status).toBe(403);
+    expect(((await res.json()) as { error: string }).error).toMatch(/bound to tenant "acme"/);
+  });
+
+  it('holdsAll: a caller holds what its scopes list or admin holds; no caller (auth off) holds all', () => {
+    const p = (...s: string[]): Principal => ({ kind: 'key', id: 'k', scopes: new Set(s) });
+    expect(holdsAll(p('keys:admin'), ['keys:admin'])).toBe(true);
+    expect(holdsAll(p('keys:admin'), ['keys:admin', 'admin'])).toBe(false);
+    expect(holdsAll(p('admin'), ['anything', 'admin'])).toBe(true);
+    expect(holdsAll(undefined, ['admin'])).toBe(true);
   });
 
   it('denies when the key verifier fails and when there is no verifier', async () => {

@@ -12,8 +12,11 @@
  *   - a Writ API key (SPEC 4.5, `<brand>_live_` / `<brand>_test_`): its `scopes` list;
  *   - a workforce OIDC bearer token (when the listener has an OIDC verifier): the scopes in its
  *     `scope` (space-separated) or `scp` (list) claim.
- * Verified credentials are remembered for at most CREDENTIAL_CACHE_MS, so a revoked or rotated key
- * stops working within that bound on every replica.
+ * An API key is checked by the identity authority's key service on every request (its rows follow
+ * the change feed), so a revoked or rotated key stops working at once; a verified OIDC token, which
+ * nothing revokes before it expires, is remembered for CREDENTIAL_CACHE_MS. A key bound to a tenant
+ * (`tenantId`) is that tenant's credential for `/v1/keys/verify`, never a management credential:
+ * the management routes span tenants, so it is refused (403) rather than trusted across them.
  *
  * The scope table (one place; runtime/README.md documents it):
  */
@@ -32,6 +35,8 @@ export interface Principal {
   id: string;
   /** Granted scopes; `admin` grants every scope. */
   scopes: ReadonlySet<string>;
+  /** An API key bound to a tenant: not a management credential (refused by `apiAuth`). */
+  tenant?: string;
 }
 
 export const PUBLIC = 'public';
@@ -98,10 +103,18 @@ export function grants(p: Principal, scope: string): boolean {
   return scope === 'authenticated' || p.scopes.has(ADMIN) || p.scopes.has(scope);
 }
 
+/**
+ * Whether the caller holds every one of `scopes` (auth off: no caller, nothing to hold): what a
+ * credential it mints or rotates may carry, so no key can make a key stronger than itself.
+ */
+export function holdsAll(p: Principal | undefined, scopes: readonly string[]): boolean {
+  return p === undefined || p.scopes.has(ADMIN) || scopes.every((s) => p.scopes.has(s));
+}
+
 /** Checks a bearer credential that is not the bootstrap key: a principal, or undefined when invalid. */
 export type CredentialCheck = (token: string) => Promise<Principal | undefined>;
 
-/** How long a verified credential is trusted without asking again (ms): revoke and rotate take effect within it. */
+/** How long a verified OIDC token is trusted without verifying it again (ms). */
 export const CREDENTIAL_CACHE_MS = 1000;
 
 /** Remembers `check`'s answers for CREDENTIAL_CACHE_MS (bounded; keyed by a digest, not the secret). */
@@ -128,20 +141,26 @@ export interface OidcVerifier {
 
 /**
  * The credential check of a listener: a JWT goes to the workforce OIDC verifier when there is one
- * (its scopes from `scope`/`scp`), anything else to the API-key verifier; each answer cached.
+ * (its scopes from `scope`/`scp`; answers cached), anything else to the API-key verifier, asked
+ * every time (a revoke or rotate is effective at once).
  */
 export function credentialCheck(
-  o: { oidc?: OidcVerifier; verifyKey?: (token: string) => Promise<{ id: string; scopes: readonly string[] } | undefined> },
+  o: { oidc?: OidcVerifier; verifyKey?: (token: string) => Promise<{ id: string; scopes: readonly string[]; tenantId?: string | null } | undefined> },
   now: () => number = Date.now,
 ): CredentialCheck {
-  return cachedCheck(async (token) => {
-    if (o.oidc && token.split('.').length === 3 && !token.startsWith(`${BRAND}_`)) {
-      const a = await o.oidc.verify(token);
-      return a.ok ? { kind: 'oidc', id: `oidc:${a.subject}`, scopes: oidcScopes(a.claims) } : undefined;
-    }
+  const oidc = o.oidc;
+  const checkOidc = oidc
+    ? cachedCheck(async (token) => {
+        const a = await oidc.verify(token);
+        return a.ok ? { kind: 'oidc', id: `oidc:${a.subject}`, scopes: oidcScopes(a.claims) } : undefined;
+      }, now)
+    : undefined;
+  return async (token) => {
+    if (checkOidc && token.split('.').length === 3 && !token.startsWith(`${BRAND}_`)) return checkOidc(token);
     const k = o.verifyKey ? await o.verifyKey(token).catch(() => undefined) : undefined;
-    return k ? { kind: 'key', id: `key:${k.id}`, scopes: new Set(k.scopes) } : undefined;
-  }, now);
+    if (!k) return undefined;
+    return { kind: 'key', id: `key:${k.id}`, scopes: new Set(k.scopes), ...(k.tenantId ? { tenant: k.tenantId } : {}) };
+  };
 }
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
@@ -185,14 +204,14 @@ export async function authorizedFor(
   if (o.mode === 'off') return true;
   const token = bearer(authorization);
   const p = token ? await authenticate(o.bootstrapKey ? digest(o.bootstrapKey) : undefined, check, token) : undefined;
-  return p !== undefined && grants(p, scope);
+  return p !== undefined && p.tenant === undefined && grants(p, scope);
 }
 
 export interface ApiAuthOptions {
   mode: AuthMode;
   /** WRIT_BOOTSTRAP_ADMIN_KEY: accepted with every scope. */
   bootstrapKey?: string;
-  /** API keys and OIDC tokens (already cached: see cachedCheck). */
+  /** API keys and OIDC tokens (see credentialCheck). */
   check: CredentialCheck;
   /** The listener's error shape. */
   deny: (c: Context, status: 401 | 403, message: string) => Response;
@@ -218,6 +237,9 @@ export function apiAuth(o: ApiAuthOptions): MiddlewareHandler {
     if (!p) {
       c.header('WWW-Authenticate', 'Bearer error="invalid_token"');
       return o.deny(c, 401, 'invalid, revoked or expired credential');
+    }
+    if (p.tenant !== undefined) {
+      return o.deny(c, 403, `the key is bound to tenant ${JSON.stringify(p.tenant)}: a tenant's key is not a management credential (the management API spans tenants)`);
     }
     if (!grants(p, scope)) return o.deny(c, 403, `credential lacks the scope ${scope} for ${c.req.method} ${c.req.path}`);
     c.set('principal' as never, p as never);

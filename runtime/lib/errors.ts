@@ -28,6 +28,7 @@ export class ApiError extends Error {
 export const notFound = (what: string, id: string): ApiError => new ApiError(404, 'not_found', `${what} ${JSON.stringify(id)} not found`);
 export const conflict = (code: string, message: string, extra: Record<string, unknown> = {}): ApiError => new ApiError(409, code, message, extra);
 export const badRequest = (code: string, message: string): ApiError => new ApiError(400, code, message);
+export const forbidden = (code: string, message: string): ApiError => new ApiError(403, code, message);
 
 /** A unique or primary-key violation (SQLSTATE 23505), however deep the driver wrapped it. */
 export function isUniqueViolation(e: unknown): boolean {

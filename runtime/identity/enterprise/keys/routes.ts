@@ -1,9 +1,10 @@
 /** API-key routes (SPEC 4.5) plus list/get (safe views) and POST /v1/keys/verify. */
+import { holdsAll, principalOf } from '../../../lib/api-auth.js';
 import { subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { body, errorResponse, invalid, json, TenantId } from '../directory/http.js';
 import { KEY_ENVS } from './secret.js';
-import { keyService, type KeyService, type KeyServiceDeps } from './service.js';
+import { keyService, scopeEscalation, type KeyService, type KeyServiceDeps } from './service.js';
 
 const Scope = z.string().min(1).max(200).regex(/^\S+$/, 'no whitespace');
 const Actor = z.string().min(1).max(320);
@@ -68,11 +69,13 @@ export function keyRoutes(deps: KeyServiceDeps, svc: KeyService = keyService(dep
       tags: ['keys'],
       summary: 'Mint an API key; the plaintext is in this response only',
       request: { body: body(CreateBody) },
-      responses: { 201: json(Minted, 'Key record and its plaintext (shown once)'), ...invalid },
+      responses: { 201: json(Minted, 'Key record and its plaintext (shown once)'), 403: errorResponse('A scope the caller does not hold'), ...invalid },
     }),
     async (c) => {
       const b = c.req.valid('json');
-      return c.json(await svc.create({ ...b, scopes: [...new Set(b.scopes)] }), 201);
+      const scopes = [...new Set(b.scopes)];
+      if (!holdsAll(principalOf(c), scopes)) throw scopeEscalation('mint this key');
+      return c.json(await svc.create({ ...b, scopes }), 201);
     },
   );
 
@@ -107,9 +110,19 @@ export function keyRoutes(deps: KeyServiceDeps, svc: KeyService = keyService(dep
       tags: ['keys'],
       summary: 'New secret (new record, rotatedFrom = this id); this key stops working at once',
       request: { params: IdParam, query: Guard, body: body(z.object({ by: Actor }).openapi('ApiKeyRotate')) },
-      responses: { 200: json(Minted, 'New key record and plaintext'), 404: errorResponse('Unknown key'), 409: errorResponse('Key not active'), ...invalid },
+      responses: {
+        200: json(Minted, 'New key record and plaintext'),
+        403: errorResponse('The key holds a scope the caller does not'),
+        404: errorResponse('Unknown key'),
+        409: errorResponse('Key not active'),
+        ...invalid,
+      },
     }),
-    async (c) => c.json(await svc.rotate(c.req.valid('param').key_id, c.req.valid('json').by, c.req.valid('query').tenant), 200),
+    async (c) => {
+      const p = principalOf(c);
+      const may = (scopes: readonly string[]) => holdsAll(p, scopes);
+      return c.json(await svc.rotate(c.req.valid('param').key_id, c.req.valid('json').by, c.req.valid('query').tenant, may), 200);
+    },
   );
 
   app.openapi(

@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { and, desc, eq, isNull, lt, or, sql } from 'drizzle-orm';
-import { conflict, notFound } from '../../../lib/errors.js';
+import { conflict, forbidden, notFound } from '../../../lib/errors.js';
 import { logger } from '../../../lib/log.js';
 import { rowsOf, type Db } from '../../../store/factory.js';
 import { apiKeyPepper, apiKeys } from '../../../store/schema/keys.js';
@@ -61,6 +61,10 @@ export function keyOut(r: KeyRow): KeyRecord {
 }
 
 /** Tenant-scoped key repository: every statement carries the bound tenant (or `tenant_id is null`). */
+/** A caller may mint or rotate only a key whose scopes it holds itself (`admin` holds them all). */
+export const scopeEscalation = (what: string) =>
+  forbidden('scope_escalation', `cannot ${what}: a credential may mint or rotate only keys whose scopes it holds itself`);
+
 export function keysRepo(db: DbOrTx, tenantId: string | null) {
   const K = apiKeys;
   const inTenant = tenantId === null ? isNull(K.tenantId) : eq(K.tenantId, tenantId);
@@ -209,13 +213,15 @@ export function keyService(deps: KeyServiceDeps) {
     },
 
     /** New secret in a new record (`rotatedFrom` = old id); the old record turns `rotated` in the same transaction. */
-    async rotate(id: string, by: string, guard?: string) {
+    async rotate(id: string, by: string, guard?: string, mayRotate: (scopes: readonly string[]) => boolean = () => true) {
       const p = await pepper();
       const out = await db.transaction(async (tx) => {
         const repo = await scoped(tx, id, guard);
         const old = await repo.get(id, true);
         if (!old) throw notFound('key', id);
         if (old.status !== 'active') throw conflict('key_not_active', `key ${id} is ${old.status}; only an active key can be rotated`);
+        // Its new secret is handed to the caller: only one who holds every scope of the key.
+        if (!mayRotate(old.scopes)) throw scopeEscalation(`rotate key ${id}`);
         const at = stamp();
         await repo.update(id, { status: 'rotated', rotatedAt: at });
         const m = mint(old.env, p);
