@@ -225,6 +225,27 @@ describe('WRIT_API_AUTH=keys on the all-in-one', () => {
     expect(JSON.parse(v.text).valid).toBe(true);
   });
 
+  it('an authority grant needs approvals:decide and names the key that asserted it; records name the caller, not the body', async () => {
+    const owner = 'idp_a:example:e1a2b3c4-0000-4000-8000-000000000002';
+    const grant = { tenantId: 'example', agentId: 'research-agent', approverRef: owner, action: 'payments.write', resource: 'ledger/*' };
+    const writer = await keyFor('identity:write');
+    const refused = await call(idp, 'POST', '/v1/authority/delegations', writer.plaintext, grant);
+    expect(refused.status, refused.text).toBe(403);
+    const decider = await keyFor('approvals:decide');
+    const ok = await call(idp, 'POST', '/v1/authority/delegations', decider.plaintext, grant);
+    expect(ok.status, ok.text).toBe(201);
+    const d = JSON.parse(ok.text) as Json;
+    expect(d.granted_by).toBe(owner);
+    expect(d.authority_evidence.asserted_by).toBe(`key:${decider.id}`);
+    const admin = await keyFor('identity:admin');
+    const revoked = await call(idp, 'POST', `/v1/authority/delegations/${d.delegation_id}/revoke`, admin.plaintext, { by: 'the-CISO' });
+    expect(revoked.status, revoked.text).toBe(200);
+    expect(JSON.stringify((JSON.parse(revoked.text) as Json).history)).not.toContain('the-CISO');
+    expect(JSON.stringify((JSON.parse(revoked.text) as Json).history)).toContain(`key:${admin.id}`);
+    const minted = await call(idp, 'POST', '/v1/keys', BOOT, { name: 'who-made-me', scopes: [], createdBy: 'someone-else' });
+    expect((JSON.parse(minted.text) as Json).key.createdBy).toBe('bootstrap');
+  });
+
   it('a delegation approval names the authenticated caller, never the body field', async () => {
     const writer = await keyFor('identity:write');
     const approverKey = await keyFor('approvals:decide');

@@ -1,6 +1,6 @@
 /** Task-scoped delegations (SPEC 3.3, 4.4): request, list, get, approve, deny, vc, check. */
 import { subApi } from '../lib/api.js';
-import { principalOf } from '../lib/api-auth.js';
+import { actorOf } from '../lib/api-auth.js';
 import { randomUUID } from 'node:crypto';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { ApiError, conflict, notFound } from '../lib/errors.js';
@@ -148,7 +148,7 @@ export function delegationRoutes(ctx: IdentityContext): OpenAPIHono {
     async (c) => {
       const { id } = c.req.valid('param');
       // With WRIT_API_AUTH=keys the approver is the authenticated caller, never the body's field.
-      const approver = principalOf(c)?.id ?? c.req.valid('json').approver;
+      const approver = actorOf(c, c.req.valid('json').approver);
       const repo = identityRepo(ctx.store);
       const issuer = ctx.issuer();
       const nowSec = Math.floor(ctx.now() / 1000);
@@ -193,7 +193,7 @@ export function delegationRoutes(ctx: IdentityContext): OpenAPIHono {
     async (c) => {
       const { id } = c.req.valid('param');
       const given = c.req.valid('json');
-      const b = { ...given, approver: principalOf(c)?.id ?? given.approver };
+      const b = { ...given, approver: actorOf(c, given.approver) };
       const repo = identityRepo(ctx.store);
       const row = await repo.denyDelegation(id, b, ctx.now());
       if (!row) {

@@ -70,6 +70,9 @@ export const ROUTE_SCOPES: readonly RouteScope[] = [
   r(GET, /^\/v1\/(delegations\/check|revocations|governance\/standing|authority\/delegations\/[^/]+\/usable)$/, 'identity:verify'),
   // Identity authority: people and credentials.
   r(['POST'], /^\/v1\/delegations\/[^/]+\/(approve|deny)$/, 'approvals:decide'),
+  // Granting authority is an approval: its approver must be the caller (OIDC) or asserted by a
+  // system trusted to record approvals.
+  r(['POST'], /^\/v1\/authority\/delegations$/, 'approvals:decide'),
   r(['POST'], /^\/v1\/(revoke|revocation\/cascade|authority\/delegations\/[^/]+\/revoke)$/, 'identity:admin'),
   r(GET, /^\/v1\/(agents|delegations|revocation|identity|authority)(\/|$)/, 'identity:read'),
   r(['POST'], /^\/v1\/(agents|delegations|identity|authority)(\/|$)/, 'identity:write'),
@@ -239,7 +242,11 @@ export function apiAuth(o: ApiAuthOptions): MiddlewareHandler {
       return o.deny(c, 401, 'invalid, revoked or expired credential');
     }
     if (p.tenant !== undefined) {
-      return o.deny(c, 403, `the key is bound to tenant ${JSON.stringify(p.tenant)}: a tenant's key is not a management credential (the management API spans tenants)`);
+      return o.deny(
+        c,
+        403,
+        `the key is bound to tenant ${JSON.stringify(p.tenant)}: a tenant's key is not a management credential (the management API spans tenants)`,
+      );
     }
     if (!grants(p, scope)) return o.deny(c, 403, `credential lacks the scope ${scope} for ${c.req.method} ${c.req.path}`);
     c.set('principal' as never, p as never);
@@ -250,4 +257,12 @@ export function apiAuth(o: ApiAuthOptions): MiddlewareHandler {
 /** The authenticated caller of this request, when auth is on. */
 export function principalOf(c: Context): Principal | undefined {
   return c.get('principal' as never) as Principal | undefined;
+}
+
+/**
+ * Who did it, as a record names them: with auth on, the authenticated caller, never what the
+ * request says (`given`, a body or query field, is only the auth-off posture's account).
+ */
+export function actorOf<T extends string | undefined>(c: Context, given: T): string | T {
+  return principalOf(c)?.id ?? given;
 }

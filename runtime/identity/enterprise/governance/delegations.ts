@@ -4,7 +4,8 @@
  * under the tenant's governance lock, so a grant cannot interleave with a cascade or a transition.
  */
 import { randomUUID } from 'node:crypto';
-import { ApiError, conflict, notFound } from '../../../lib/errors.js';
+import type { Principal } from '../../../lib/api-auth.js';
+import { ApiError, conflict, forbidden, notFound } from '../../../lib/errors.js';
 import type { HistoryEntry } from '../../../store/schema/governance.js';
 import { iso } from '../directory/repo.js';
 import type { EmployeeRecord } from '../directory/repo.js';
@@ -115,8 +116,13 @@ async function person(view: DirectoryView, ref: string): Promise<{ fact: PersonF
  * Grant = decision + record. Denials are 403 with the failed check's code and the whole decision
  * (nothing is stored); an unknown agent of the tenant is 404. Granted delegations start `active`:
  * the approver's approval is the grant itself.
+ *
+ * `caller` (auth on): a workforce OIDC caller grants as itself, so the approver named must be the
+ * employee its token's subject resolves to (else 403 `approver_not_caller`); an API key (the route
+ * needs `approvals:decide`, the scope of systems trusted to record a human's approval) asserts the
+ * approver, and the evidence and history name the key as `asserted_by`.
  */
-export async function grantDelegation(deps: GovDeps, b: GrantInput): Promise<DelegationRecord> {
+export async function grantDelegation(deps: GovDeps, b: GrantInput, caller?: Principal): Promise<DelegationRecord> {
   const t = b.tenantId;
   return deps.db.transaction(async (tx) => {
     const repo = governanceRepo(tx, t);
@@ -126,6 +132,13 @@ export async function grantDelegation(deps: GovDeps, b: GrantInput): Promise<Del
     const view = lazyView(tx, t);
     const approverRef = b.approverRef ?? b.grantedBy!;
     const approver = await person(view, approverRef);
+    if (caller?.kind === 'oidc') {
+      const me = await person(view, caller.id.slice('oidc:'.length));
+      if (!me.fact.subject || me.fact.subject !== approver.fact.subject) {
+        throw forbidden('approver_not_caller', `a signed-in employee grants as themselves: ${approverRef} is not ${caller.id}`);
+      }
+    }
+    const assertedBy = caller && caller.kind !== 'oidc' ? caller.id : undefined;
     if (b.approverRef !== undefined && b.grantedBy !== undefined) {
       const other = await person(view, b.grantedBy);
       if (other.fact.subject !== approver.fact.subject) {
@@ -188,12 +201,13 @@ export async function grantDelegation(deps: GovDeps, b: GrantInput): Promise<Del
       ...(managerLevel ? { manager_chain: chain.slice(0, managerLevel), manager_level: managerLevel } : {}),
       ...(requiredGroup ? { required_group: requiredGroup.key ?? requiredGroup.ref } : {}),
       ...(breakGlass ? { ttl_capped_at: BREAK_GLASS_MAX_TTL } : {}),
+      ...(assertedBy ? { asserted_by: assertedBy } : {}),
     };
     const id = randomUUID();
     const requesterSubject = requester.fact.subject!;
     const history: HistoryEntry[] = [
       { at, action: 'requested', by: requesterSubject, detail: `${b.action} on ${b.resource}${b.taskId ? ` for task ${b.taskId}` : ''}` },
-      { at, action: 'granted', by: approverSubject!, detail: `basis ${basis}` },
+      { at, action: 'granted', by: approverSubject!, detail: `basis ${basis}${assertedBy ? `; approval asserted by ${assertedBy}` : ''}` },
     ];
     if (b.breakGlass) {
       history.push({

@@ -8,6 +8,7 @@ import { testBackends } from '../../../store/testing.js';
 import { ENTRA, entraSnapshot, entraUser } from '../directory/fixtures.js';
 import { syncDirectory } from '../directory/sync.js';
 import { runCascade } from './cascade.js';
+import { grantDelegation } from './delegations.js';
 import { governedAgentCalls, S, T, T0, useGovernance } from './routes-testing.js';
 import { seedAgent, seedDelegation, subjectOf } from './testkit.js';
 
@@ -112,6 +113,26 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       expect(r.body.error.code).toBe(code);
       if (status === 403) expect(r.body.error.policy_decision).toMatchObject({ decision: 'deny', code });
       expect((await gov.api.get('/v1/authority/delegations')).body.length).toBe(before);
+    });
+
+    it('with auth on: an OIDC caller grants only as itself; a key caller is recorded as asserting the approval', async () => {
+      const deps = { db: gov.store.db, now: () => gov.clock };
+      const input = { tenantId: T, agentId: 'alice-agent', breakGlass: false, action: 'read', resource: 'crm/leads/*' };
+      const bob = { kind: 'oidc' as const, id: `oidc:${ENTRA.bob}`, scopes: new Set(['approvals:decide']) };
+      // Bob signed in names Alice (the owner) as the approver: refused, nothing stored.
+      const before = (await gov.api.get('/v1/authority/delegations')).body.length;
+      await expect(grantDelegation(deps, { ...input, approverRef: S(ENTRA.alice) }, bob)).rejects.toMatchObject({ status: 403, code: 'approver_not_caller' });
+      expect((await gov.api.get('/v1/authority/delegations')).body.length).toBe(before);
+      // Alice signed in grants as herself.
+      const alice = { kind: 'oidc' as const, id: `oidc:${ENTRA.alice}`, scopes: new Set(['approvals:decide']) };
+      const own = await grantDelegation(deps, { ...input, approverRef: S(ENTRA.alice) }, alice);
+      expect(own).toMatchObject({ granted_by: S(ENTRA.alice), authority_basis: 'agent_owner' });
+      expect(own.authority_evidence.asserted_by).toBeUndefined();
+      // A key (a system trusted to record approvals) asserts the approver; the record says which key.
+      const key = { kind: 'key' as const, id: 'key:itsm', scopes: new Set(['approvals:decide']) };
+      const asserted = await grantDelegation(deps, { ...input, approverRef: S(ENTRA.alice) }, key);
+      expect(asserted.authority_evidence.asserted_by).toBe('key:itsm');
+      expect(asserted.history.find((h) => h.action === 'granted')?.detail).toContain('asserted by key:itsm');
     });
 
     it('rejects a body without approver or required fields with 422', async () => {

@@ -3,6 +3,7 @@
  * on-demand revocation cascade and the revocation log. Handlers are thin: zod validates (422
  * {detail}), the service functions decide and write, ApiErrors become {error:{code,message}}.
  */
+import { actorOf, principalOf } from '../../../lib/api-auth.js';
 import { subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponse, invalid, json, body, Limit } from '../directory/http.js';
@@ -52,7 +53,10 @@ export function governanceRoutes(deps: GovDeps): OpenAPIHono {
         ...invalid,
       },
     }),
-    async (c) => c.json((await registerAgent(deps, c.req.valid('json'))) as AgentOut, 201),
+    async (c) => {
+      const b = c.req.valid('json');
+      return c.json((await registerAgent(deps, { ...b, createdBy: actorOf(c, b.createdBy) })) as AgentOut, 201);
+    },
   );
 
   app.openapi(
@@ -95,7 +99,7 @@ export function governanceRoutes(deps: GovDeps): OpenAPIHono {
     }),
     async (c) => {
       const b = c.req.valid('json');
-      return c.json((await transitionAgent(deps, c.req.valid('param').name, b.status, b.by, c.req.valid('query').tenant)) as AgentOut, 200);
+      return c.json((await transitionAgent(deps, c.req.valid('param').name, b.status, actorOf(c, b.by), c.req.valid('query').tenant)) as AgentOut, 200);
     },
   );
 
@@ -114,7 +118,10 @@ export function governanceRoutes(deps: GovDeps): OpenAPIHono {
         ...invalid,
       },
     }),
-    async (c) => c.json((await transferOwnership(deps, c.req.valid('param').name, c.req.valid('json'), c.req.valid('query').tenant)) as AgentOut, 200),
+    async (c) => {
+      const b = c.req.valid('json');
+      return c.json((await transferOwnership(deps, c.req.valid('param').name, { ...b, by: actorOf(c, b.by) }, c.req.valid('query').tenant)) as AgentOut, 200);
+    },
   );
 
   app.openapi(
@@ -156,7 +163,7 @@ export function governanceRoutes(deps: GovDeps): OpenAPIHono {
         ...invalid,
       },
     }),
-    async (c) => c.json((await grantDelegation(deps, c.req.valid('json'))) as DelegationOut, 201),
+    async (c) => c.json((await grantDelegation(deps, c.req.valid('json'), principalOf(c))) as DelegationOut, 201),
   );
 
   app.openapi(
@@ -225,7 +232,8 @@ export function governanceRoutes(deps: GovDeps): OpenAPIHono {
       },
     }),
     async (c) => {
-      return c.json((await revokeDelegation(deps, c.req.valid('param').id, c.req.valid('json') ?? {}, c.req.valid('query').tenant)) as DelegationOut, 200);
+      const b = c.req.valid('json') ?? {};
+      return c.json((await revokeDelegation(deps, c.req.valid('param').id, { ...b, by: actorOf(c, b.by) }, c.req.valid('query').tenant)) as DelegationOut, 200);
     },
   );
 
@@ -240,7 +248,7 @@ export function governanceRoutes(deps: GovDeps): OpenAPIHono {
     }),
     async (c) => {
       const { tenant, by } = c.req.valid('query');
-      return c.json(await cascadeNow(deps, tenant, by ?? 'admin'), 200);
+      return c.json(await cascadeNow(deps, tenant, actorOf(c, by) ?? 'admin'), 200);
     },
   );
 

@@ -1,5 +1,5 @@
 /** API-key routes (SPEC 4.5) plus list/get (safe views) and POST /v1/keys/verify. */
-import { holdsAll, principalOf } from '../../../lib/api-auth.js';
+import { actorOf, holdsAll, principalOf } from '../../../lib/api-auth.js';
 import { subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { body, errorResponse, invalid, json, TenantId } from '../directory/http.js';
@@ -75,7 +75,7 @@ export function keyRoutes(deps: KeyServiceDeps, svc: KeyService = keyService(dep
       const b = c.req.valid('json');
       const scopes = [...new Set(b.scopes)];
       if (!holdsAll(principalOf(c), scopes)) throw scopeEscalation('mint this key');
-      return c.json(await svc.create({ ...b, scopes }), 201);
+      return c.json(await svc.create({ ...b, scopes, createdBy: actorOf(c, b.createdBy) }), 201);
     },
   );
 
@@ -121,7 +121,7 @@ export function keyRoutes(deps: KeyServiceDeps, svc: KeyService = keyService(dep
     async (c) => {
       const p = principalOf(c);
       const may = (scopes: readonly string[]) => holdsAll(p, scopes);
-      return c.json(await svc.rotate(c.req.valid('param').key_id, c.req.valid('json').by, c.req.valid('query').tenant, may), 200);
+      return c.json(await svc.rotate(c.req.valid('param').key_id, actorOf(c, c.req.valid('json').by), c.req.valid('query').tenant, may), 200);
     },
   );
 
@@ -140,7 +140,7 @@ export function keyRoutes(deps: KeyServiceDeps, svc: KeyService = keyService(dep
     }),
     async (c) => {
       const b = (c.req.valid('json') as { by?: string } | undefined) ?? {};
-      return c.json(await svc.revoke(c.req.valid('param').key_id, b.by, c.req.valid('query').tenant), 200);
+      return c.json(await svc.revoke(c.req.valid('param').key_id, actorOf(c, b.by), c.req.valid('query').tenant), 200);
     },
   );
 
