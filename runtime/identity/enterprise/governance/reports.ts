@@ -43,15 +43,15 @@ export async function listIssues(deps: GovDeps, tenant?: string): Promise<IssueR
 type PostureCounts = Record<Posture, number>;
 const zeroPosture = (): PostureCounts => ({ owner_inactive: 0, blocked: 0, active_healthy: 0, other: 0 });
 
-/** Identity-authority agents (SPEC 2.5) with no governed record: the ungoverned fleet. */
+/**
+ * Identity-authority agents (SPEC 2.5) with no governed record: the ungoverned fleet. A governed
+ * record governs the identity agent of its name whatever tenant it is in: names are unique across
+ * tenants and the standing the data plane enforces is applied by name (standing.ts), while the
+ * identity authority keeps its agents in one tenant of its own. `tenant` filters the identity
+ * agents by their tenant.
+ */
 async function countUngoverned(db: Db, tenant?: string): Promise<number> {
-  // Same name in the same tenant: another tenant's governed agent of that name governs nothing here.
-  const noRecord = notExists(
-    db
-      .select({ n: governedAgents.agentName })
-      .from(governedAgents)
-      .where(and(eq(governedAgents.agentName, identityAgents.name), eq(governedAgents.tenantId, identityAgents.tenantId))),
-  );
+  const noRecord = notExists(db.select({ n: governedAgents.agentName }).from(governedAgents).where(eq(governedAgents.agentName, identityAgents.name)));
   const rows = await db
     .select({ n: count() })
     .from(identityAgents)

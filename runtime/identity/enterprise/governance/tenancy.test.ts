@@ -1,8 +1,7 @@
 /**
  * Tenancy of governed agents (issue 15 item 7), over a real socket: a `teamRef` naming another
- * tenant's group is a 400 (SPEC 7: a cross-tenant reference denies), an unknown team too, and one
- * tenant's summary never moves when another tenant registers a governed agent of the same name as
- * one of its ungoverned identity agents.
+ * tenant's group is a 400 (SPEC 7: a cross-tenant reference denies), an unknown team too, and an
+ * identity agent counts as governed once any tenant governs its name (the name standing applies to).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Store } from '../../../store/factory.js';
@@ -52,12 +51,16 @@ describe.each(testBackends())('governance tenancy on $name', (b) => {
     expect(ok.body.team_ref).toBe('ta:team');
   });
 
-  it("one tenant's ungoverned count does not change when another tenant governs an agent of the same name", async () => {
+  it('an identity agent is governed by the governed record of its name, whatever tenant holds that record', async () => {
+    // The identity authority keeps its agents in a tenant of its own (default); governed records
+    // live in their directory tenant; standing is applied by name (names are unique across tenants).
     const now = '2026-03-01T09:00:00Z';
-    await store.db.insert(identityAgents).values({ tenantId: 'ta', name: 'shadow', role: 'worker', capabilities: [], createdAt: now, updatedAt: now });
-    const before = (await api.get('/v1/governance/summary?tenant=ta')).body.totals.ungoverned;
+    await store.db.insert(identityAgents).values({ tenantId: 'default', name: 'shadow', role: 'worker', capabilities: [], createdAt: now, updatedAt: now });
+    const before = (await api.get('/v1/governance/summary')).body.totals.ungoverned;
     expect(before).toBeGreaterThanOrEqual(1);
     expect((await register('tb', 'shadow')).status).toBe(201);
-    expect((await api.get('/v1/governance/summary?tenant=ta')).body.totals.ungoverned).toBe(before);
+    expect((await api.get('/v1/governance/summary')).body.totals.ungoverned).toBe(before - 1);
+    // The name is taken for every tenant: standing could not tell two records apart.
+    expect((await register('ta', 'shadow')).status).toBe(409);
   });
 });
