@@ -6,6 +6,7 @@
 import { and, asc, desc, eq, inArray, or, sql } from 'drizzle-orm';
 import type { Store } from '../store/factory.js';
 import { rowsOf } from '../store/factory.js';
+import { governedAgents } from '../store/schema/governance.js';
 import { agents, credentials, delegations, revocations, type Capability } from '../store/schema/identity.js';
 
 export type AgentRow = typeof agents.$inferSelect;
@@ -62,19 +63,28 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
     /**
      * Binds a new key to the agent: revokes its previous membership and capability credentials,
      * records the new ones, in one transaction (row lock on the agent serializes re-provisions).
+     * `guard` sees the locked row (its current DID and Membership VC) and the agent's governance
+     * status (undefined: not governed) before anything is written, and throws to refuse: checked
+     * under the lock, so concurrent calls cannot all pass a check made on a read before it.
+     * Resolves with the replaced identity, or undefined for an unknown agent.
      */
     async provision(
       name: string,
       p: { did: string; publicKey: string; membershipJti: string; membershipExp: number; creds: NewCredential[] },
       nowMs: number,
-    ): Promise<boolean> {
+      guard: (current: { did: string | null; membershipJti: string | null }, governance: string | undefined) => void = () => {},
+    ): Promise<{ did: string | null; membershipJti: string | null } | undefined> {
       return db.transaction(async (tx) => {
         const locked = await tx
-          .select({ name: agents.name })
+          .select({ did: agents.did, membershipJti: agents.membershipJti })
           .from(agents)
           .where(and(eq(agents.tenantId, tenant), eq(agents.name, name)))
           .for('update');
-        if (!locked.length) return false;
+        const current = locked[0];
+        if (!current) return undefined;
+        // Governed agent names are unique across tenants: the standing the data plane applies by name.
+        const gov = await tx.select({ s: governedAgents.status }).from(governedAgents).where(eq(governedAgents.agentName, name)).limit(1);
+        guard(current, gov[0]?.s);
         const old = await tx
           .select({ jti: credentials.jti })
           .from(credentials)
@@ -97,8 +107,14 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
           })
           .where(and(eq(agents.tenantId, tenant), eq(agents.name, name)));
         await tx.insert(credentials).values(p.creds.map((c) => ({ ...c, delegationId: c.delegationId ?? null, tenantId: tenant, issuedAt: iso(nowMs) })));
-        return true;
+        return current;
       });
+    },
+
+    /** The agent's governance status (names are unique across tenants), or undefined when not governed. */
+    async governanceStatus(name: string): Promise<string | undefined> {
+      const rows = await db.select({ s: governedAgents.status }).from(governedAgents).where(eq(governedAgents.agentName, name)).limit(1);
+      return rows[0]?.s;
     },
 
     async insertDelegation(d: Omit<typeof delegations.$inferInsert, 'tenantId' | 'seq'>): Promise<DelegationRow> {

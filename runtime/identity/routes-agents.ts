@@ -2,11 +2,12 @@
 import { subApi } from '../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { generateKeyPairSync, createPublicKey } from 'node:crypto';
-import { ApiError, notFound } from '../lib/errors.js';
+import { ApiError, conflict, notFound } from '../lib/errors.js';
 import { grants, principalOf } from '../lib/api-auth.js';
 import type { Capability } from '../store/schema/identity.js';
 import type { IdentityContext } from './context.js';
 import { didKeyFromPublicKey, rawPrivateSeed, rawPublicKey } from './did.js';
+import { INACTIVE_AGENT, type AgentStatus } from './enterprise/governance/model.js';
 import { identityRepo, type AgentRow, type NewCredential } from './repo.js';
 import {
   AgentCreateSchema,
@@ -133,6 +134,7 @@ export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
         200: json(ProvisionSchema),
         403: err('Already provisioned, and the caller lacks identity:admin (WRIT_API_AUTH=keys)'),
         404: err('Unknown agent'),
+        409: err('The agent is suspended, quarantined or retired (governance): no new identity'),
         ...errors,
       },
     }),
@@ -141,15 +143,22 @@ export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
       const repo = identityRepo(ctx.store);
       const agent = await repo.getAgent(name);
       if (!agent) throw notFound('agent', name);
-      // Re-provisioning replaces a live identity (its credentials are revoked): with
-      // WRIT_API_AUTH=keys it needs identity:admin, not only the identity:write of a first one.
       const caller = principalOf(c);
-      if (caller && agent.did !== null && !grants(caller, 'identity:admin'))
-        throw new ApiError(
-          403,
-          'forbidden',
-          `agent ${name} is already provisioned: re-provisioning (which revokes its credentials) needs the identity:admin scope`,
-        );
+      const guard = (current: { did: string | null }, governance: string | undefined) => {
+        // Re-provisioning replaces a live identity (its credentials are revoked): with
+        // WRIT_API_AUTH=keys it needs identity:admin, not only the identity:write of a first one.
+        if (caller && current.did !== null && !grants(caller, 'identity:admin'))
+          throw new ApiError(
+            403,
+            'forbidden',
+            `agent ${name} is already provisioned: re-provisioning (which revokes its credentials) needs the identity:admin scope`,
+          );
+        // A suspended, quarantined or retired agent acts for no one: a new identity would undo the
+        // Membership VC revocation its standing made.
+        if (governance !== undefined && INACTIVE_AGENT.has(governance as AgentStatus))
+          throw conflict('agent_not_in_standing', `agent ${name} is ${governance} (governance): it gets no new identity`);
+      };
+      guard(agent, undefined); // refused before any signing; checked again under the lock
       const issuer = ctx.issuer();
       const { privateKey } = generateKeyPairSync('ed25519');
       const pub = rawPublicKey(createPublicKey(privateKey));
@@ -180,15 +189,16 @@ export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
         { jti: membership.jti, kind: 'membership', subjectDid: did, agentName: name, exp: membership.exp },
         ...caps.map((v) => ({ jti: v.jti, kind: 'capability' as const, subjectDid: did, agentName: name, exp: v.exp })),
       ];
-      const ok = await repo.provision(
+      const replaced = await repo.provision(
         name,
         { did, publicKey: Buffer.from(pub).toString('base64'), membershipJti: membership.jti, membershipExp: membership.exp, creds },
         ctx.now(),
+        guard,
       );
-      if (!ok) throw notFound('agent', name);
+      if (!replaced) throw notFound('agent', name);
       // This replica knows at once; the others through the change feed.
       ctx.verifyIndex?.noteProvisioned(name, did);
-      if (agent.membershipJti) ctx.verifyIndex?.noteRevoked(agent.membershipJti);
+      if (replaced.membershipJti) ctx.verifyIndex?.noteRevoked(replaced.membershipJti);
       await ctx.changes?.settled(); // answer once every replica has the new binding
       return c.json(
         {
@@ -199,7 +209,7 @@ export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
           capabilityVcs: caps.map((v) => v.jwt),
           issuerDid: issuer.did,
           membershipJti: membership.jti,
-          ...(agent.membershipJti ? { revokedMembershipJti: agent.membershipJti } : {}),
+          ...(replaced.membershipJti ? { revokedMembershipJti: replaced.membershipJti } : {}),
         },
         200,
       );

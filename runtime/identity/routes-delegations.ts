@@ -6,6 +6,7 @@ import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { ApiError, conflict, notFound } from '../lib/errors.js';
 import type { IdentityContext } from './context.js';
 import { checkDelegation, type CheckQuery, type CheckVerdict } from './delegation-core.js';
+import { INACTIVE_AGENT, type AgentStatus } from './enterprise/governance/model.js';
 import { identityRepo, type DelegationRow } from './repo.js';
 import {
   ApprovedSchema,
@@ -60,6 +61,14 @@ export function delegationRecord(d: DelegationRow) {
   };
 }
 
+/** A suspended, quarantined or retired governed agent receives no delegation (SPEC 4.4): 409. */
+async function inStanding(repo: ReturnType<typeof identityRepo>, agent: string): Promise<void> {
+  const status = await repo.governanceStatus(agent);
+  if (status !== undefined && INACTIVE_AGENT.has(status as AgentStatus)) {
+    throw conflict('agent_not_in_standing', `agent ${agent} is ${status} (governance): it receives no delegation`);
+  }
+}
+
 const notPending = (d: DelegationRow) => conflict('not_pending', `delegation ${d.id} is ${d.status}, not pending`);
 
 export function delegationRoutes(ctx: IdentityContext): OpenAPIHono {
@@ -71,7 +80,12 @@ export function delegationRoutes(ctx: IdentityContext): OpenAPIHono {
       tags: ['delegations'],
       summary: 'Request a task-scoped delegation for a provisioned agent',
       request: { body: body(DelegationRequestSchema) },
-      responses: { 201: json(DelegationSchema, 'Created (pending)'), 404: err('Unknown or unprovisioned agent'), ...errors },
+      responses: {
+        201: json(DelegationSchema, 'Created (pending)'),
+        404: err('Unknown or unprovisioned agent'),
+        409: err('The agent is suspended, quarantined or retired (governance)'),
+        ...errors,
+      },
     }),
     async (c) => {
       const b = c.req.valid('json');
@@ -79,6 +93,7 @@ export function delegationRoutes(ctx: IdentityContext): OpenAPIHono {
       const agent = await repo.getAgent(b.actorName);
       if (!agent) throw notFound('agent', b.actorName);
       if (!agent.did) throw new ApiError(404, 'agent_not_provisioned', `agent ${JSON.stringify(b.actorName)} is not provisioned`);
+      await inStanding(repo, agent.name);
       const row = await repo.insertDelegation({
         id: randomUUID(),
         status: 'pending',
@@ -143,13 +158,16 @@ export function delegationRoutes(ctx: IdentityContext): OpenAPIHono {
       tags: ['delegations'],
       summary: 'Approve a pending delegation: issues the delegation VC bound to the actor DID, task, action and resource',
       request: { params: IdParam, body: body(ApproveSchema) },
-      responses: { 200: json(ApprovedSchema), 404: err('Unknown delegation'), 409: err('Not pending'), ...errors },
+      responses: { 200: json(ApprovedSchema), 404: err('Unknown delegation'), 409: err('Not pending, or the agent is not in standing'), ...errors },
     }),
     async (c) => {
       const { id } = c.req.valid('param');
       // With WRIT_API_AUTH=keys the approver is the authenticated caller, never the body's field.
       const approver = actorOf(c, c.req.valid('json').approver);
       const repo = identityRepo(ctx.store);
+      // Read before the approving transaction (PGlite has one connection, which it holds).
+      const asked = await repo.getDelegation(id);
+      if (asked) await inStanding(repo, asked.actorName);
       const issuer = ctx.issuer();
       const nowSec = Math.floor(ctx.now() / 1000);
       // Signed inside the approving transaction, from the locked pending row, and answered only

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { sql } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
 import { decodeJwt, decodeProtectedHeader } from 'jose';
 import { VP_AUDIENCE } from '../lib/brand.js';
 import { rowsOf } from '../store/factory.js';
@@ -8,6 +8,8 @@ import { presentationFor } from './client.js';
 import { publicKeyFromDidKey } from './did.js';
 import { expectDetail, expectEnvelope, provisioner, type Json, useAuthority } from './server-testing.js';
 import { makeAgent, makeIssuer } from './testkit.js';
+import { seedAgent } from './enterprise/governance/testkit.js';
+import { governedAgents } from '../store/schema/governance.js';
 
 describe.each(testBackends())('identity authority on $name', (b) => {
   const t = useAuthority(b);
@@ -120,6 +122,40 @@ describe.each(testBackends())('identity authority on $name', (b) => {
         agentName: 'ag-3',
         agentDid: second.did,
       });
+    });
+  });
+
+  describe('governance standing and concurrency', () => {
+    it('a suspended, quarantined or retired governed agent gets no new identity and no task delegation (409)', async () => {
+      const first = await provisioned('gov-susp');
+      await seedAgent(t.store.db, 'example', { agentName: 'gov-susp', ownerRef: 'idp_a:example:o', status: 'active' });
+      const req = { actorName: 'gov-susp', task: 't', action: 'read', resource: 'r', reason: 'why' };
+      const pending = await t.api.post('/v1/delegations/request', req);
+      expect(pending.status).toBe(201);
+      for (const status of ['suspended', 'quarantined', 'retired']) {
+        await t.store.db.update(governedAgents).set({ status }).where(eq(governedAgents.agentName, 'gov-susp'));
+        const again = await t.api.post('/v1/agents/gov-susp/provision');
+        expect(again.status, status).toBe(409);
+        expectEnvelope(again, 'agent_not_in_standing');
+        expect((await t.api.post('/v1/delegations/request', req)).status, status).toBe(409);
+        expect((await t.api.post(`/v1/delegations/${pending.json.id}/approve`, { approver: 'alice' })).status, status).toBe(409);
+      }
+      // The identity it had is untouched, and the request is still pending.
+      expect((await t.api.get('/v1/agents/gov-susp')).json.did).toBe(first.did);
+      expect((await t.api.get(`/v1/delegations/${pending.json.id}`)).json.status).toBe('pending');
+    });
+
+    it('concurrent re-provisions each revoke the identity they replaced, and name it', async () => {
+      const first = await provisioned('race-1');
+      const answers = (await Promise.all([0, 1, 2, 3].map(() => t.api.post('/v1/agents/race-1/provision')))).map((r) => r.json);
+      const replaced = answers.map((a: Json) => a.revokedMembershipJti);
+      // Each call replaced exactly one identity: the first one, or one of the others.
+      expect(new Set(replaced).size).toBe(4);
+      expect(replaced).toContain(first.membershipJti);
+      const revoked = (await t.api.get('/v1/revocations')).json.revoked;
+      for (const j of replaced) expect(revoked).toContain(j);
+      const current = (await t.api.get('/v1/agents/race-1')).json.did;
+      expect(answers.filter((a: Json) => a.did === current)).toHaveLength(1);
     });
   });
 
