@@ -132,7 +132,7 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       const req = { actorName: 'gov-susp', task: 't', action: 'read', resource: 'r', reason: 'why' };
       const pending = await t.api.post('/v1/delegations/request', req);
       expect(pending.status).toBe(201);
-      for (const status of ['suspended', 'quarantined', 'retired']) {
+      for (const status of ['suspended', 'quarantined', 'retired'] as const) {
         await t.store.db.update(governedAgents).set({ status }).where(eq(governedAgents.agentName, 'gov-susp'));
         const again = await t.api.post('/v1/agents/gov-susp/provision');
         expect(again.status, status).toBe(409);
