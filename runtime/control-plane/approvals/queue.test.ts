@@ -160,6 +160,33 @@ describe.each(testBackends())('approval queue on $name', (b) => {
     }
   });
 
+  it('past its deadline a request cannot be approved, even before a sweep has marked it expired', async () => {
+    const audit = memoryAudit();
+    const q = await createApprovalQueue({ store, audit, replicaId: replica(), timeoutMs: 100, pollMs: 600_000 });
+    try {
+      const r = await q.create(input({ target: 'late.example:443' }));
+      await new Promise((res) => setTimeout(res, 250));
+      const e = await apiError(q.approve(r.id, 'alice'));
+      expect(e.status).toBe(409);
+      expect(e.message).toMatch(/expired/);
+      expect(await q.get(r.id)).toMatchObject({ status: 'expired', approver: null });
+      expect(audit.rows).toHaveLength(0);
+    } finally {
+      await q.close();
+    }
+  });
+
+  it('a request too long to show an approver in full is not held (no clipped URL to approve)', async () => {
+    const q = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000 });
+    try {
+      const long = `https://long.example/${'a'.repeat(5000)}`;
+      expect((await apiError(q.create(input({ target: 'long.example:443', resource: long })))).status).toBe(400);
+      expect((await q.list()).some((r) => r.target === 'long.example:443')).toBe(false);
+    } finally {
+      await q.close();
+    }
+  });
+
   it('the client disconnecting while held expires the request', async () => {
     const q = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000 });
     try {

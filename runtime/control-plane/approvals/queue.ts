@@ -21,7 +21,7 @@
  * Expiry always denies.
  */
 import { randomUUID } from 'node:crypto';
-import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm';
+import { and, desc, eq, gte, isNull, lt, sql } from 'drizzle-orm';
 import { BRAND } from '../../lib/brand.js';
 import type { Env } from '../../lib/config.js';
 import { ApiError, conflict, notFound } from '../../lib/errors.js';
@@ -34,6 +34,7 @@ import {
   EGRESS_STATUSES,
   UUID_RE,
   approvalTimeoutFromEnv,
+  FIELD_MAX,
   clip,
   replicaIdFromEnv,
   toRecord,
@@ -230,17 +231,20 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
   const decide = async (id: string, approver: string, to: 'approved' | 'denied', denyReason: string | null): Promise<EgressRequest> => {
     if (closed) throw new ApiError(503, 'unavailable', 'egress approval queue is closed');
     if (!UUID_RE.test(id)) throw notFound('egress request', id);
+    const at = stamp();
     const row = await db.transaction(async (tx) => {
       const rows = await tx
         .update(t)
         // A connection waiting on it takes it now; a released request's retry has ApprovalTimeout to.
-        .set({ status: to, approver, decidedAt: stamp(), denyReason, expiresAt: new Date(now() + timeoutMs).toISOString() })
-        .where(and(eq(t.id, id), eq(t.status, 'pending')))
+        .set({ status: to, approver, decidedAt: at, denyReason, expiresAt: new Date(now() + timeoutMs).toISOString() })
+        // Past its deadline it is expired, whether or not a sweep has marked it yet (holds fail closed).
+        .where(and(eq(t.id, id), eq(t.status, 'pending'), gte(t.expiresAt, at)))
         .returning();
       const r = rows[0];
       if (!r) {
         const cur = await tx.select({ status: t.status }).from(t).where(eq(t.id, id)).limit(1);
         if (!cur[0]) throw notFound('egress request', id);
+        if (cur[0].status === 'pending') return undefined;
         throw conflict('not_pending', `egress request ${id} is ${cur[0].status}, not pending`, { status: cur[0].status });
       }
       // Inside the transaction: if the audit chain refuses the row, the decision is rolled back.
@@ -261,6 +265,10 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
       }
       return r;
     });
+    if (!row) {
+      await sweep();
+      throw conflict('not_pending', `egress request ${id} is expired, not pending: it passed its deadline`, { status: 'expired' });
+    }
     await announce(id, to);
     return toRecord(row);
   };
@@ -272,6 +280,14 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
     async create(input) {
       if (closed) throw new ApiError(503, 'unavailable', 'egress approval queue is closed');
       const at = new Date(now()).toISOString();
+      // An approval releases exactly what was shown: a request too long to show is not held.
+      for (const [k, x] of [
+        ['action', input.action],
+        ['resource', input.resource],
+      ] as const) {
+        if ((x?.length ?? 0) > FIELD_MAX)
+          throw new ApiError(400, 'too_long', `the request's ${k} is longer than ${FIELD_MAX} characters: too long to show an approver`);
+      }
       const v = {
         actor: clip(input.actor),
         actorDid: clip(input.actorDid),

@@ -62,7 +62,8 @@ export const APPROVAL_TIMEOUT_ENV = 'EGRESS_APPROVAL_TIMEOUT';
 /** Env var naming this replica (default POD_NAME, else the host name). */
 export const REPLICA_ENV = 'EGRESS_REPLICA_ID';
 
-const FIELD_MAX = 4096;
+/** The longest field an approver is shown (longer free text is clipped; a longer URL is not held). */
+export const FIELD_MAX = 4096;
 
 /** Go-style duration or bare seconds -> milliseconds; throws on anything else. */
 export function parseDurationMs(raw: string, name = APPROVAL_TIMEOUT_ENV): number {

@@ -253,6 +253,9 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     run.stage = 'approval';
     const h = a.hold;
     if (!h) {
+      // The human approves the request that is held and forwarded, not what the agent says it is.
+      const real = f.request ?? { action: f.action?.trim() ?? '', resource: f.resource?.trim() ?? '' };
+      const declared = f.action?.trim() !== real.action || f.resource?.trim() !== real.resource;
       return run.ask({
         kind: 'hold',
         request: {
@@ -260,9 +263,9 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
           actorDid: agentDid,
           target: proxy.hostPort,
           service: service ?? EXTERNAL,
-          action: f.action?.trim() ?? '',
-          resource: f.resource?.trim() ?? '',
-          reason: needsApproval,
+          action: real.action,
+          resource: real.resource,
+          reason: declared ? `${needsApproval}; the agent declared ${f.action?.trim() ?? ''} ${f.resource?.trim() ?? ''}` : needsApproval,
         },
       });
     }

@@ -100,15 +100,17 @@ export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
 export function proxyFacts(h: HeaderBag, hop: ProxyHop, method: string, resourceUrl: string, rawHeaders?: readonly string[]): EgressFacts {
   const auth = first(h, 'proxy-authorization');
   const repeated = repeatedHeader(h, rawHeaders);
+  const request = { action: `http:${method.toLowerCase()}`, resource: resourceUrl };
   return {
     kind: 'egress',
     via: 'proxy',
+    request,
     vp: bearerToken(auth),
     credentialIssue: auth ? 'Proxy-Authorization must be "Bearer <Membership VP>"' : 'missing Proxy-Authorization',
     onBehalfOf: first(h, H.onBehalfOf)?.trim() || undefined,
     task: first(h, H.task)?.trim() || undefined,
-    action: first(h, H.action)?.trim() || `http:${method.toLowerCase()}`,
-    resource: first(h, H.resource)?.trim() || resourceUrl,
+    action: first(h, H.action)?.trim() || request.action,
+    resource: first(h, H.resource)?.trim() || request.resource,
     hop,
     ...(repeated ? { repeated } : {}),
   };

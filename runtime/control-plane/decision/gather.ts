@@ -4,12 +4,14 @@
  * answer at once (the decision finishes in the request tick); the identity authority, OIDC and
  * OPA are awaited. Every failure, including a timeout, is a `{failed}` answer: fail closed.
  */
-import { errMsg } from '../../lib/log.js';
+import { errMsg, logger } from '../../lib/log.js';
 import type { DecisionSpan } from '../../lib/tracing.js';
 import type { BudgetUsage } from '../budget.js';
 import type { IdentityPort } from '../identity-port.js';
 import type { AnswerOf, Gatherer } from './decide.js';
 import type { Failure, HoldAnswer, HoldRequest, OidcAnswer, Question } from './types.js';
+
+const log = logger('decision');
 
 /** Workforce OIDC verifier (oidc.ts). Must resolve, never reject. */
 export interface OidcPort {
@@ -39,14 +41,27 @@ export interface Ports {
   hold?: (req: HoldRequest) => Promise<HoldAnswer>;
 }
 
-/** Resolves with `{failed}` when `p` does not settle within `ms` (or rejects). */
-export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T | Failure> {
+/**
+ * Resolves with `{failed}` when `p` does not settle within `ms` (or rejects). `late` gets the
+ * value `p` resolves with after that: an answer nobody waits for any more, whose effects (a
+ * reservation made, a call counted) the caller may have to undo.
+ */
+export function within<T>(p: Promise<T>, ms: number, what: string, late?: (v: T) => void): Promise<T | Failure> {
   return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve({ failed: `${what} timed out after ${ms} ms` }), ms);
+    let gaveUp = false;
+    const timer = setTimeout(() => {
+      gaveUp = true;
+      resolve({ failed: `${what} timed out after ${ms} ms` });
+    }, ms);
     p.then(
       (v) => {
         clearTimeout(timer);
-        resolve(v);
+        if (!gaveUp) return resolve(v);
+        try {
+          late?.(v);
+        } catch (e) {
+          log.error(`undoing a late ${what} failed`, { err: errMsg(e) });
+        }
       },
       (e: unknown) => {
         clearTimeout(timer);

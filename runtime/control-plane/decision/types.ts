@@ -98,6 +98,11 @@ export interface EgressFacts {
   reserve?: ReserveAsk | { error: string };
   /** Proxy only. */
   hop?: ProxyHop;
+  /**
+   * Proxy only: the request itself (`http:<method>` and its URL), whatever `action` and `resource`
+   * the agent declared for its delegation check: what a human is shown and approves when held.
+   */
+  request?: { action: string; resource: string };
   /** Proxy only: why the credential is unusable (missing or not a Bearer token). */
   credentialIssue?: string;
   /** A scoping header (task, action, resource, target) sent more than once: its name. */

@@ -61,6 +61,24 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
     ]);
   });
 
+  it('the held request is the one sent, whatever action and resource the agent declares: an approver sees and approves it', async () => {
+    const target = `127.0.0.1:${ports.ext}`;
+    const res = via(bot, [
+      '-X',
+      'POST',
+      '-H',
+      `${H.action}: http:get`,
+      '-H',
+      `${H.resource}: http://${target}/status`,
+      `http://${target}/admin/delete-everything`,
+    ]);
+    const req = await pending(target);
+    expect(req).toMatchObject({ action: 'http:post', resource: `http://${target}/admin/delete-everything` });
+    expect(req.reason).toContain(`the agent declared http:get http://${target}/status`);
+    expect((await post(`${mgmt}/v1/egress/requests/${req.id}/deny`, { approver: 'alice', reason: 'no' })).status).toBe(200);
+    expect((await res).status).toBe(403);
+  });
+
   it('a CONNECT to an external host is held; once approved the TLS tunnel opens end to end', async () => {
     const target = `localhost:${ports.tls}`;
     const res = via(bot, ['--cacert', certFile, `https://${target}/held`]);
