@@ -14,10 +14,10 @@
  *   AUDIT_RETENTION_RECORDS      keep at most this many records per chain (unset = all)
  *   AUDIT_KEY_ENCRYPTION_KEY     seals the checkpoint signing key at rest (default IDP_KEY_ENCRYPTION_KEY)
  *   AUDIT_SPOOL_DIR              local spool for records the store cannot take (default
- *                                `audit-spool` next to the data folder; `none` = no spool)
+ *                                `<data folder>.audit-spool` beside it; `none` = no spool)
  */
 import { hostname } from 'node:os';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { envName } from '../../lib/brand.js';
 import { int, oneOf, optional, str, type Env } from '../../lib/config.js';
 import type { AuditChainOptions } from './chain.js';
@@ -34,12 +34,17 @@ function positive(env: Env, name: string, fallback: number): number {
   return n;
 }
 
-/** Where the spool goes by default: beside the PGlite data folder (`.data/audit-spool`). */
+/**
+ * Where the spool goes by default: beside the PGlite data folder and named after it
+ * (`.data/writ.audit-spool`), so two data folders in one parent (every `mktemp -d`) never share
+ * one spool file.
+ */
 export function defaultSpoolDir(env: Env): string | undefined {
   const v = optional(env, 'AUDIT_SPOOL_DIR');
   if (v === 'none') return undefined;
   if (v) return v;
-  return join(dirname(optional(env, envName('DATA_DIR')) ?? optional(env, 'REGISTRY_DATA_DIR') ?? '.data/writ'), 'audit-spool');
+  const data = resolve(optional(env, envName('DATA_DIR')) ?? optional(env, 'REGISTRY_DATA_DIR') ?? '.data/writ');
+  return join(dirname(data), `${basename(data)}.audit-spool`);
 }
 
 export function auditOptionsFromEnv(env: Env): Omit<AuditChainOptions, 'now'> {

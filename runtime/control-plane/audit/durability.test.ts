@@ -3,7 +3,7 @@
  * records, the spool keeps what an unreachable store could not take, default chains are distinct
  * per writer, and retention prunes behind a signed checkpoint without breaking verification.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'drizzle-orm';
@@ -16,6 +16,7 @@ import { openAuditChain } from './chain.js';
 import { exportLines, verifyExport } from './export.js';
 import { AuditNotCommittedError } from './shipper.js';
 import { spoolFile } from './spool.js';
+import { defaultSpoolDir } from './config.js';
 
 setLogLevel('error');
 
@@ -105,6 +106,38 @@ describe.each(testBackends())('audit durability on $name', (b) => {
     await again.flush();
     expect(await again.proof!.verify()).toMatchObject({ ok: true, checked: 41 });
     await again.close();
+  });
+
+  it('a spool that is not this chain below its stored seq is set aside, never deleted; a stored one is cleared', async () => {
+    const c = await openAuditChain(store, { chain: 'foreign', proof: NO_TIMERS, spoolDir: dir });
+    const stored = [];
+    for (let i = 1; i <= 5; i++) stored.push(c.append(entry(i)));
+    await c.close();
+    const file = spoolFile(dir, 'foreign');
+    // Records of another chain state (another data folder's spool under the same chain id): seq 1-3.
+    const other = await openAuditChain(store, { chain: 'elsewhere', proof: NO_TIMERS });
+    const theirs = [1, 2, 3].map((i) => ({ ...other.append(entry(100 + i)), chain: 'foreign' }));
+    await other.close();
+    writeFileSync(file, theirs.map((r) => JSON.stringify(r)).join('\n') + '\n');
+    const again = await openAuditChain(store, { chain: 'foreign', proof: NO_TIMERS, spoolDir: dir });
+    await again.close();
+    expect(existsSync(file)).toBe(false);
+    const aside = readdirSync(dir).filter((f) => f.startsWith('audit-foreign.jsonl.rejected-'));
+    expect(aside).toHaveLength(1);
+    expect(readFileSync(join(dir, aside[0]!), 'utf8')).toContain(theirs[0]!.hash);
+    // This chain's own records, already stored: the spool is done with and cleared.
+    writeFileSync(file, stored.map((r) => JSON.stringify(r)).join('\n') + '\n');
+    await (await openAuditChain(store, { chain: 'foreign', proof: NO_TIMERS, spoolDir: dir })).close();
+    expect(existsSync(file)).toBe(false);
+    expect(readdirSync(dir).filter((f) => f.startsWith('audit-foreign.jsonl.rejected-'))).toHaveLength(1);
+  });
+
+  it('the default spool folder is named after the data folder: two data folders in one parent never share one', () => {
+    const a = defaultSpoolDir({ WRIT_DATA_DIR: '/tmp/x.AAAA' });
+    const b2 = defaultSpoolDir({ WRIT_DATA_DIR: '/tmp/x.BBBB' });
+    expect(a).toBe('/tmp/x.AAAA.audit-spool');
+    expect(a).not.toBe(b2);
+    expect(defaultSpoolDir({ AUDIT_SPOOL_DIR: 'none' })).toBeUndefined();
   });
 
   it('two writers with no chain id get two chains (host, host-2), both verify', async () => {

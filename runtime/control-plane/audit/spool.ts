@@ -65,14 +65,23 @@ export function openSpool(dir: string, chain: string): Spool {
     pending(after) {
       const all = read();
       if (all.length === 0) return [];
-      const next = all.filter((r) => r.seq > after.seq);
-      const v = verifyChain(next, after);
-      if (!v.ok) {
+      const setAside = (why: string, fields: Record<string, unknown>) => {
         const aside = `${file}.rejected-${Date.now()}`;
         renameSync(file, aside);
-        log.error('audit spool does not continue the stored chain; set aside', { file: aside, brokenAtSeq: v.brokenAtSeq, storedSeq: after.seq });
+        log.error(`audit spool ${why}; set aside`, { file: aside, storedSeq: after.seq, ...fields });
+        return [];
+      };
+      const next = all.filter((r) => r.seq > after.seq);
+      if (next.length === 0) {
+        // Nothing above the store: the spool may be cleared only if it is this chain's, stored
+        // (its record at the stored seq is the stored one). Anything else is not ours to delete.
+        const at = all.find((r) => r.seq === after.seq);
+        if (at?.hash !== after.hash) return setAside('holds no record of the stored chain at its newest seq', { spooledSeq: all[all.length - 1]?.seq });
+        log.info('audit spool already stored', { file, records: all.length, storedSeq: after.seq });
         return [];
       }
+      const v = verifyChain(next, after);
+      if (!v.ok) return setAside('does not continue the stored chain', { brokenAtSeq: v.brokenAtSeq });
       return next;
     },
     clear() {
