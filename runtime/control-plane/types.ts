@@ -24,8 +24,12 @@ export const BudgetSchema = z
   .strict();
 export type Budget = z.infer<typeof BudgetSchema>;
 
-/** The characters of a registry name (at most `REGISTRY_NAME_MAX` of them). */
-export const REGISTRY_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]*$/;
+/**
+ * The characters of a registry name (at most `REGISTRY_NAME_MAX` of them). A `/` separates
+ * segments none of which is empty, `.` or `..`: a URL path would resolve those to another entry's
+ * name (`DELETE /v1/registry/services/x/../y` reached `y`).
+ */
+export const REGISTRY_NAME_RE = /^(?!.*\/\.{1,2}(?:\/|$))(?!.*\/\/)(?!.*\/$)[A-Za-z0-9][A-Za-z0-9._:/-]*$/;
 export const REGISTRY_NAME_MAX = 253;
 
 /** A registry name (a service, agent, model or tool; the broker's model names are the same names). */
@@ -33,7 +37,7 @@ export const RegistryName = z
   .string()
   .min(1)
   .max(REGISTRY_NAME_MAX)
-  .regex(REGISTRY_NAME_RE, 'letters, digits and . _ : / - only, starting with a letter or digit');
+  .regex(REGISTRY_NAME_RE, 'letters, digits and . _ : / - only, starting with a letter or digit, no empty, . or .. segment between slashes');
 
 const nameList = z.array(z.string().min(1).max(REGISTRY_NAME_MAX)).max(10_000);
 

@@ -140,6 +140,9 @@ describe.each(testBackends())('registry on $name', (b) => {
       [{ upstream: 'orders.svc:80' }, 'name'],
       [{ name: '', upstream: 'orders.svc:80' }, 'name'],
       [{ name: '-orders', upstream: 'orders.svc:80' }, 'name: letters, digits and . _ : / - only'],
+      ...['x/../orders', 'x/./orders', 'x/..', 'x//orders', 'x/'].map(
+        (name) => [{ name, upstream: 'orders.svc:80' }, 'no empty, . or .. segment'] as [unknown, string],
+      ),
       [{ name: 'orders' }, 'upstream'],
       [null, 'expected object'],
       [[{ name: 'orders', upstream: 'orders.svc:80' }], 'expected object'],
