@@ -1,15 +1,30 @@
 import { describe, expect, it } from 'vitest';
 import { eq, sql } from 'drizzle-orm';
-import { decodeJwt, decodeProtectedHeader } from 'jose';
+import { CompactSign, decodeJwt, decodeProtectedHeader } from 'jose';
 import { VP_AUDIENCE } from '../lib/brand.js';
 import { rowsOf } from '../store/factory.js';
 import { testBackends } from '../store/testing.js';
-import { presentationFor } from './client.js';
+import { loadIdentity, presentationFor, W3C_VC_CONTEXT } from './client.js';
 import { publicKeyFromDidKey } from './did.js';
 import { expectDetail, expectEnvelope, provisioner, type Json, useAuthority } from './server-testing.js';
 import { makeAgent, makeIssuer } from './testkit.js';
 import { seedAgent } from './enterprise/governance/testkit.js';
 import { governedAgents } from '../store/schema/governance.js';
+
+/** A VP of `identity` with `claims` set over its payload, signed by its own key. */
+function resigned(identity: Json, claims: Record<string, unknown>): Promise<string> {
+  const id = loadIdentity(identity);
+  const payload = {
+    iss: id.did,
+    sub: id.did,
+    aud: VP_AUDIENCE,
+    nonce: 'n',
+    exp: Math.floor(Date.now() / 1000) + 300,
+    vp: { '@context': [W3C_VC_CONTEXT], type: ['VerifiablePresentation'], holder: id.did, verifiableCredential: [id.membershipVc] },
+    ...claims,
+  };
+  return new CompactSign(new TextEncoder().encode(JSON.stringify(payload))).setProtectedHeader({ alg: 'EdDSA', typ: 'JWT', kid: id.kid }).sign(id.key);
+}
 
 describe.each(testBackends())('identity authority on $name', (b) => {
   const t = useAuthority(b);
@@ -193,10 +208,19 @@ describe.each(testBackends())('identity authority on $name', (b) => {
         ['vc for another holder', verify(await presentationFor({ ...other, membershipVc: p.membershipVc })), /not issued to the presentation holder/],
         ['garbage', verify('garbage'), /not a compact JWT/],
         ['three dots of garbage', verify('a.b.c'), /not a compact JWT/],
+        ...(['nbf', 'iat'] as const).flatMap((k) =>
+          ['9999999999', true, null].map((v): [string, Promise<Json>, RegExp] => [
+            `${k} ${JSON.stringify(v)}`,
+            resigned(p, { [k]: v }).then((vp) => verify(vp)),
+            /NumericDate/,
+          ]),
+        ),
       ];
+      // The re-signed VP stands on its own: only the claim under test is wrong in each case.
+      expect((await verify(await resigned(p, { nbf: Math.floor(Date.now() / 1000) - 5 }))).ok).toBe(true);
       for (const [name, got, reason] of cases) {
         const r = await got;
-        expect(r.ok, name).toBe(false);
+        expect(r.ok, `${name}: ${JSON.stringify(r)}`).toBe(false);
         expect(r.reason, name).toMatch(reason);
         expect(r.agentName, name).toBeNull();
       }

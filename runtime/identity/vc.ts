@@ -204,6 +204,10 @@ export async function checkPresentation(vpJwt: unknown, o: VerifyOptions): Promi
   const exp = num(p.exp);
   if (exp === undefined) return { ok: false, reason: 'presentation has no expiry', holderDid: holder };
   if (exp + skew <= o.nowSec) return { ok: false, reason: 'presentation expired', holderDid: holder };
+  // A time claim that is there but not a number is not a time: refused, never skipped (RFC 7519 NumericDate).
+  for (const k of ['nbf', 'iat'] as const) {
+    if (p[k] !== undefined && num(p[k]) === undefined) return { ok: false, reason: `presentation ${k} is not a NumericDate`, holderDid: holder };
+  }
   const nbf = num(p.nbf) ?? num(p.iat);
   if (nbf !== undefined && nbf - skew > o.nowSec) return { ok: false, reason: 'presentation not yet valid', holderDid: holder };
   const body = p.vp as Json | undefined;
