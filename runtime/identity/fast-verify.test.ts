@@ -46,6 +46,9 @@ describe('verify-presentation fast path', () => {
       { body: '{"vp": ' },
       { body: JSON.stringify({ vp }), headers: { 'content-type': 'text/plain' } },
       { body: JSON.stringify({ vp }), headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' } },
+      // A browser on another site: refused by the app's cross-origin check, on the fast path too.
+      { body: JSON.stringify({ vp }), headers: { origin: 'http://evil.example' } },
+      { body: JSON.stringify({ vp }), headers: { 'sec-fetch-site': 'cross-site' } },
     ];
     for (const c of cases) {
       const init = { method: 'POST', headers: { 'content-type': 'application/json', ...c.headers }, body: c.body };

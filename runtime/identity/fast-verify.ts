@@ -75,6 +75,9 @@ export function withFastVerify(authority: IdentityAuthority, fallback: http.Requ
       req.url !== PATH ||
       !authority.ready() ||
       h.traceparent !== undefined ||
+      // What a browser sends: the app's cross-origin write refusal decides (writeRefusal).
+      h.origin !== undefined ||
+      h['sec-fetch-site'] !== undefined ||
       h['transfer-encoding'] !== undefined ||
       !(len > 0 && len <= MAX_BODY) ||
       !/^application\/json\s*(;|$)/i.test(h['content-type'] ?? '')
