@@ -178,7 +178,8 @@ export interface DirectoryRepo {
    * ambiguous and yields undefined (fail closed).
    */
   findEmployee(ref: string): Promise<EmployeeRecord | undefined>;
-  listEmployees(filter?: { status?: 'active' | 'inactive' }): Promise<EmployeeRecord[]>;
+  /** By subject; `after` a subject (exclusive), at most `limit` of them. */
+  listEmployees(filter?: { status?: 'active' | 'inactive'; after?: string; limit?: number }): Promise<EmployeeRecord[]>;
   /** By group key `<tenant>:<external_id>`. */
   getGroup(groupKey: string): Promise<GroupRecord | undefined>;
   listGroups(): Promise<GroupRecord[]>;
@@ -241,11 +242,15 @@ export function directoryRepo(db: DbOrTx, tenantId: string): DirectoryRepo {
       return undefined;
     },
     async listEmployees(filter = {}) {
-      const rows = await db
+      const where = [inTenant];
+      if (filter.status) where.push(eq(employees.status, filter.status));
+      if (filter.after !== undefined) where.push(gt(employees.employeeSubject, filter.after));
+      const q = db
         .select()
         .from(employees)
-        .where(filter.status ? and(inTenant, eq(employees.status, filter.status)) : inTenant)
+        .where(and(...where))
         .orderBy(asc(employees.employeeSubject));
+      const rows = filter.limit !== undefined ? await q.limit(filter.limit) : await q;
       return rows.map(employeeOut);
     },
     async getGroup(key) {

@@ -25,6 +25,18 @@ describe.each(testBackends())('directory routes on $name', (b) => {
     const r = await app.request(path);
     return { status: r.status, body: (await r.json()) as any };
   };
+  /** Follows `Link: rel="next"` from `first`; the subjects of every page, in order. */
+  const walk = async (first: string) => {
+    const seen: string[] = [];
+    let next: string | undefined = first;
+    while (next) {
+      const r = await app.request(next);
+      expect(r.status).toBe(200);
+      seen.push(...((await r.json()) as any[]).map((e) => e.employee_subject));
+      next = /^<([^>]+)>; rel="next"$/.exec(r.headers.get('link') ?? '')?.[1];
+    }
+    return seen;
+  };
   const xmins = async (tenant: string) =>
     rowsOf<{ k: string; x: string }>(
       store.db,
@@ -112,6 +124,10 @@ describe.each(testBackends())('directory routes on $name', (b) => {
     expect(inactive.body[0]).toMatchObject({ active: false, deactivated_at: '2026-03-01T09:00:00.000Z' });
     const all = await get('/v1/directory/employees?tenant=contoso');
     expect(all.body).toHaveLength(7);
+    // Paged: a Link to the next page until the last, the pages adding up to the whole, in order.
+    expect(await walk('/v1/directory/employees?tenant=contoso&limit=3')).toEqual(all.body.map((e: any) => e.employee_subject));
+    expect((await app.request('/v1/directory/employees?tenant=contoso&limit=7')).headers.get('link')).toBeNull();
+    expect((await get('/v1/directory/employees?limit=0')).status).toBe(422);
 
     const groups = await get('/v1/directory/groups?tenant=contoso');
     expect(groups.body.map((g: any) => g.display_name).sort()).toEqual(['Agent Approvers', 'Engineering', 'Finance']);
@@ -242,6 +258,10 @@ describe.each(testBackends())('directory routes on $name', (b) => {
     // Without a tenant, lists cover every tenant (each read through its own scoped repository).
     const everyone = (await get('/v1/directory/employees')).body;
     expect(new Set(everyone.map((e: any) => e.tenant_id))).toEqual(new Set(['contoso', 'fabrikam', 'initech']));
+    expect(await walk('/v1/directory/employees?limit=4')).toEqual(everyone.map((e: any) => e.employee_subject));
+    expect(await walk('/v1/directory/employees?limit=4&status=inactive')).toEqual(
+      (await get('/v1/directory/employees?status=inactive')).body.map((e: any) => e.employee_subject),
+    );
     const peggy = (await get(`/v1/directory/employees/${enc(`idp_b:initech:${OKTA.peggy.oktaId}`)}`)).body;
     expect(peggy).toMatchObject({ external_idp_id: OKTA.peggy.scimId, manager_subject: `idp_b:initech:${OKTA.boss.oktaId}`, groups: [OKTA.group.oktaId] });
   });
