@@ -246,6 +246,26 @@ describe('WRIT_API_AUTH=keys on the all-in-one', () => {
     expect((JSON.parse(minted.text) as Json).key.createdBy).toBe('bootstrap');
   });
 
+  it('applying as a producer owner needs registry:owner:<owner>; registry:write alone cannot prune its entries', async () => {
+    const services = JSON.parse((await call(cp, 'GET', '/v1/registry/services', BOOT)).text) as Json[];
+    const owned = services.find((x) => x.owner && x.owner !== 'api');
+    expect(owned, 'the examples are applied under a producer owner').toBeDefined();
+    const owner = owned.owner as string;
+    const writer = await keyFor('registry:write', 'registry:read');
+    const takeover = await call(cp, 'POST', '/v1/registry/apply', writer.plaintext, { owner, services: [] });
+    expect(takeover.status, takeover.text).toBe(403);
+    expect(takeover.text).toContain(`registry:owner:${owner}`);
+    // A plan writes nothing: allowed, and says what would go.
+    const plan = await call(cp, 'POST', '/v1/registry/apply', writer.plaintext, { owner, services: [], dryRun: true });
+    expect(plan.status, plan.text).toBe(200);
+    expect(JSON.parse((await call(cp, 'GET', '/v1/registry/services', BOOT)).text)).toHaveLength(services.length);
+    // Its own owner scope lets a credential apply as it (an unchanged apply here).
+    const producer = await keyFor('registry:write', `registry:owner:${owner}`);
+    const mine = services.filter((x) => x.owner === owner).map(({ owner: _o, version: _v, registeredAt: _r, updatedAt: _u, ...rest }) => rest);
+    const same = await call(cp, 'POST', '/v1/registry/apply', producer.plaintext, { owner, services: mine });
+    expect(same.status, same.text).toBe(200);
+  });
+
   it('a delegation approval names the authenticated caller, never the body field', async () => {
     const writer = await keyFor('identity:write');
     const approverKey = await keyFor('approvals:decide');

@@ -5,12 +5,16 @@
  */
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { Context } from 'hono';
+import { grants, principalOf } from '../../lib/api-auth.js';
 import { errMsg, logger } from '../../lib/log.js';
 import { AuditBackpressureError } from '../audit/shipper.js';
 import { ServiceSchema } from '../types.js';
 import type { Registry } from './registry.js';
 import { RegistryConflictError, RegistryValidationError } from './service.js';
 import { mgmtHook } from '../mgmt-errors.js';
+
+/** The scope that lets a credential apply as `owner` (SPEC's producers: `folder:<path>`, `kubernetes:<cluster>`, ...). */
+export const ownerScope = (owner: string): string => `registry:owner:${owner}`;
 
 const log = logger('registry');
 
@@ -151,11 +155,18 @@ export function registryRoutes(deps: RegistryRoutesDeps): OpenAPIHono {
       responses: {
         200: json(ApplyResult, "The owner's desired entries applied (or planned, with dryRun): names per outcome and the resulting version."),
         400: json(Err, 'Malformed request.'),
+        403: json(Err, 'With auth on: applying as an owner other than `api` needs the scope `registry:owner:<owner>`.'),
         503: json(Err, 'Store or audit log unavailable.'),
       },
     }),
     async (c) => {
       const b = c.req.valid('json');
+      // An owner is a claim: applying as one prunes what it holds. With auth on, a producer's
+      // owner (folder:, kubernetes:, ...) is the credential's to claim; a plan (dryRun) writes nothing.
+      const p = principalOf(c);
+      if (p && !b.dryRun && b.owner !== 'api' && !grants(p, ownerScope(b.owner))) {
+        return c.json({ error: `applying as owner ${JSON.stringify(b.owner)} needs the scope ${ownerScope(b.owner)} (or admin)` }, 403);
+      }
       try {
         return c.json(await deps.registry.apply(b.services, { owner: b.owner, dryRun: b.dryRun, by: `${by(c)}:${b.owner}` }), 200);
       } catch (e) {
