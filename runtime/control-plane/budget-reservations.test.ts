@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { rowsOf, type Store } from '../store/factory.js';
 import { openTestPglite, testBackends } from '../store/testing.js';
-import { createReservations, settleStatement } from './budget-reservations.js';
+import { createReservations, settleStatement, UnknownReservation } from './budget-reservations.js';
 import { createSharedBudgetMeter } from './budget-shared.js';
 import { createBudgetLedger, type BudgetLedger } from './budget-store.js';
 import type { Budget } from './types.js';
@@ -75,7 +75,7 @@ describe('budget reservations (PGlite)', () => {
     await s.meter.close();
   });
 
-  it('settlements asked together go out as one batch: each applies once, a second of the same id gets false, a wrong agent nothing', async () => {
+  it('settlements asked together go out as one batch: each applies once, a second of the same id gets false, a wrong agent or id is refused as unknown', async () => {
     const s = setup({ tokensPerHour: 1_000_000 }, 'many');
     const ids: string[] = [];
     for (let i = 0; i < 20; i++) {
@@ -84,12 +84,15 @@ describe('budget reservations (PGlite)', () => {
       ids.push(r.id);
     }
     // All asked in one tick, one id twice and one under another agent's name.
+    const unknown = (p: Promise<boolean>) => p.catch((e: unknown) => (e instanceof UnknownReservation ? 'unknown' : Promise.reject(e)));
     const answers = await Promise.all([
       ...ids.map((id) => s.res.settle(id, 'many', 100, 0)),
       s.res.settle(ids[0]!, 'many', 100, 0),
-      s.res.settle(ids[1]!, 'someone-else', 1, 0),
+      unknown(s.res.settle(ids[1]!, 'someone-else', 1, 0)),
+      unknown(s.res.settle('00000000-0000-4000-8000-000000000000', 'many', 1, 0)),
     ]);
-    expect(answers).toEqual([...ids.map(() => true), false, false]);
+    // A repeat is false (nothing to do); another agent's reservation or none at all is unknown to this agent.
+    expect(answers).toEqual([...ids.map(() => true), false, 'unknown', 'unknown']);
     const rows = await rowsOf<{ n: number | string; t: number | string }>(
       store.db,
       sql`select count(*) as n, sum(settled_tokens) as t from budget_reservations where agent = 'many' and state = 'settled'`,

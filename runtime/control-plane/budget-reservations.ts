@@ -50,11 +50,26 @@ export type ReserveAnswer =
 export interface Reservations {
   reserve(r: ReserveRequest): Promise<ReserveAnswer>;
   /** Settles to the real figures; false when unknown or already settled (nothing applied). */
+  /**
+   * Settles reservation `id` of `agent` to the real figures: true the first time, false for a
+   * repeat (already settled); rejects with UnknownReservation when `agent` never held `id`.
+   */
   settle(id: string, agent: string, tokens: number, costUsd: number): Promise<boolean>;
   /** Marks reservations past their deadline expired (their worst case stays charged); how many. */
   expire(): Promise<number>;
   /** Writes the reservations not yet stored (bounded), then stops. */
   close(): Promise<void>;
+}
+
+/** A settlement naming a reservation this agent never held (unknown id, or another agent's). */
+export class UnknownReservation extends Error {
+  constructor(
+    readonly id: string,
+    readonly agent: string,
+  ) {
+    super(`no reservation ${id} of agent ${agent}`);
+    this.name = 'UnknownReservation';
+  }
 }
 
 /** Seconds until a refused reservation may fit (`freesAt`), at least 1; a minute when unknown. */
@@ -247,10 +262,26 @@ export function createReservations(o: ReservationOptions): Reservations {
       );
       const byId = new Map(rows.map((r) => [r.id, r]));
       const now = o.now();
+      // Not settled now: settled before (a repeated report: nothing to do), or no reservation of this agent at all.
+      const missed = batch.filter((s) => !byId.has(s.id)).map((s) => s.id);
+      const known = missed.length
+        ? new Map(
+            (
+              await rowsOf<{ id: string; agent: string }>(
+                db,
+                sql`select id, agent from budget_reservations where id in (${sql.join(
+                  missed.map((id) => sql`${id}`),
+                  sql`, `,
+                )})`,
+              )
+            ).map((r) => [r.id, r.agent]),
+          )
+        : undefined;
       for (const s of batch) {
         const row = byId.get(s.id);
         if (!row) {
-          s.resolve(false);
+          if (known?.get(s.id) === s.agent) s.resolve(false);
+          else s.reject(new UnknownReservation(s.id, s.agent));
           continue;
         }
         const dt = r9(s.tokens - Number(row.tokens));

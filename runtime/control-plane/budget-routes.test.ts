@@ -108,4 +108,13 @@ describe('budget mode and visibility', () => {
     expect(text).toContain(`${name}{agent="strict",dimension="calls_per_hour"} 0`);
     expect(text).not.toMatch(new RegExp(`${name}\\{agent="watched",dimension="cost_usd_per_day"\\}`));
   });
+
+  it('usage naming a reservation the agent does not hold is charged as unreserved, not dropped', async () => {
+    const used = async () =>
+      ((await (await fetch(`${mgmt}/v1/budgets/watched`)).json()) as { dimensions: { tokensPerHour: { used: number } } }).dimensions.tokensPerHour.used;
+    const before = await used();
+    const r = await post(`${mgmt}/v1/usage`, { agent: 'watched', model: 'gpt', tokens: 90, costUsd: 0, reservation: '00000000-0000-4000-8000-00000000abcd' });
+    expect(r.status).toBe(200);
+    expect(await used()).toBe(before + 90);
+  });
 });

@@ -25,7 +25,7 @@ import { createExtAuthzGrpcServer } from './grpc/server.js';
 import { createBudgetLedger } from './budget-store.js';
 import { createSharedBudgetMeter, type SharedBudgetMeter } from './budget-shared.js';
 import { budgetRoutes, registerBudgetMetrics } from './budget-routes.js';
-import { createReservations, type Reservations } from './budget-reservations.js';
+import { createReservations, UnknownReservation, type Reservations } from './budget-reservations.js';
 import { createDecisionEngine, type DecisionEngine } from './decision/engine.js';
 import { createPolicySource } from './decision/policy.js';
 import { decisionRoutes } from './decision/routes.js';
@@ -178,10 +178,18 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
 
   const recordUsage = (r: UsageReport): void | Promise<void> => {
     if (r.reservation) {
-      // Settled once: a repeated report of a settled reservation changes nothing.
-      return reservations.settle(r.reservation, r.agent, r.tokens, r.costUsd).then((first) => {
-        if (first) metrics.recordUsage(r.agent, r.model, r.tokens, r.costUsd);
-      });
+      // Settled once: a repeated report of a settled reservation changes nothing. A reservation
+      // the agent never held is no reason to drop what it used: charged as unreserved usage.
+      return reservations.settle(r.reservation, r.agent, r.tokens, r.costUsd).then(
+        (first) => {
+          if (first) metrics.recordUsage(r.agent, r.model, r.tokens, r.costUsd);
+        },
+        (e: unknown) => {
+          if (!(e instanceof UnknownReservation)) throw e;
+          log.warn('usage names a reservation the agent does not hold; charged as unreserved', { agent: r.agent, reservation: r.reservation });
+          return recordUsage({ ...r, reservation: undefined });
+        },
+      );
     }
     budget.recordUsage(r.agent, r.tokens, r.costUsd, now());
     metrics.recordUsage(r.agent, r.model, r.tokens, r.costUsd);
