@@ -274,6 +274,13 @@ describe.skipIf(!existsSync(CHROMIUM))('operator portal in Chromium against the 
     await row.waitFor({ timeout: 10_000 });
     await expect.poll(() => page.locator('#pending-count').textContent(), { timeout: 5000 }).toBe('1');
     await shot('approvals');
+    // At a narrower laptop width both decisions stay on screen, without scrolling sideways.
+    await page.setViewportSize({ width: 1280, height: 800 });
+    for (const b of ['button.approve', 'button.deny']) {
+      const box = await row.locator(b).boundingBox();
+      expect(box && box.x + box.width, b).toBeLessThanOrEqual(1280);
+    }
+    await page.setViewportSize({ width: 1366, height: 860 });
     expect(settled).toBe(false);
     await row.locator('button.approve').click();
     const r = await waiting;
