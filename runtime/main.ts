@@ -14,6 +14,7 @@
  * follows their edits without a restart. BROKER_ENABLED=false leaves the broker
  * out; the broker's decision and usage URLs default to this process's listeners.
  */
+import { setTimeout as delay } from 'node:timers/promises';
 import { BRAND, envName } from './lib/brand.js';
 import { bool, optional, str, type Env } from './lib/config.js';
 import { errMsg, logger } from './lib/log.js';
@@ -31,6 +32,8 @@ import { startIdentityAuthority } from './identity/server.js';
 import { policyFolderConfig, startPolicyFolder } from '../operator/folder/embedded.js';
 
 const log = logger('main');
+/** How long start waits for the identity authority's issuer key before starting the rest anyway. */
+const ISSUER_WAIT_MS = 10_000;
 
 export interface Writ {
   ports: { identity: number; decision: number; grpc: number; mgmt: number; proxy?: number; broker?: number };
@@ -81,6 +84,9 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
     }
     const idp = await startIdentityAuthority({ store: shared, env });
     closers.push({ name: 'identity', close: () => idp.close() });
+    // Its issuer key loaded before the control plane's first revocation poll asks it (that poll
+    // failed at every start, with a warning); a key that will not load is retried and logged there.
+    await Promise.race([idp.authority.whenReady().catch(() => {}), delay(ISSUER_WAIT_MS, undefined, { ref: false })]);
 
     const cpStore = shared ?? (await openStore(controlPlaneStoreOptions(env)));
     if (!shared) closers.push({ name: 'control-plane store', close: () => cpStore.close() });
