@@ -164,8 +164,8 @@ describe('broker budgets: reserve, settle, cut', () => {
     expect(err).toBeInstanceOf(OpenAI.APIError);
     expect(err!.message).toMatch(/stream stopped at the agent's budget: its output allowance of 6 tokens is used up/);
     expect(got.length).toBe(6);
-    // Settled to what flowed (prompt estimate + 6 chunks), within the ceiling.
-    await expect.poll(async () => (await status('streamer')).tokensPerHour!.used, { timeout: 5000 }).toBe(2 + 6);
+    // Settled to what flowed (prompt estimate, a token per 4 request bytes, + 6 chunks), within the ceiling.
+    await expect.poll(async () => (await status('streamer')).tokensPerHour!.used, { timeout: 5000 }).toBe(Math.ceil((limit - 6) / 4) + 6);
     expect((await status('streamer')).tokensPerHour!.used).toBeLessThanOrEqual(limit);
   });
 

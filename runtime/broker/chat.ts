@@ -1,8 +1,9 @@
 /**
  * One chat completion through the broker, from the agent's request to the usage report: the
- * request checked, the decision asked (allowlist, budget, reservation of the worst case), the
- * provider called with the broker's key, its answer passed back (whole, or relayed event by
- * event and cut at the budget), and the usage reported after the reply. server.ts routes here.
+ * request checked (completion-request.ts), the decision asked (allowlist, budget, reservation
+ * of the worst case), the provider called with the broker's key, its answer passed back (whole,
+ * or relayed event by event and cut at the output reserved), and the usage settled after the
+ * reply (settlement.ts). server.ts routes here.
  */
 import http from 'node:http';
 import type { Dispatcher } from 'undici';
@@ -12,7 +13,7 @@ import { errMsg, logger } from '../lib/log.js';
 import type { ReserveAsk } from '../lib/reservation-header.js';
 import { startDecisionSpan } from '../lib/tracing.js';
 import { REGISTRY_NAME_MAX, REGISTRY_NAME_RE } from '../control-plane/types.js';
-import type { ModelEntry } from './config.js';
+import { parseCompletion, type Completion, type Route } from './completion-request.js';
 import { firstHeader, PASSTHROUGH_HEADERS, type DecisionClient } from './decision-client.js';
 import {
   bodyTooLarge,
@@ -23,19 +24,17 @@ import {
   errorBody,
   invalidRequest,
   missingActor,
-  modelNotFound,
   shuttingDown,
   streamBudgetCut,
-  upstreamAuth,
   upstreamFailed,
-  upstreamRejected,
-  upstreamTimeout,
-  upstreamUnreachable,
   type OpenAIError,
 } from './openai-error.js';
+import type { Settlement, Settlements } from './settlement.js';
 import { outputTokensOf, relay, sseTransform } from './sse.js';
-import { costUsd, estimateUsage, promptChars, usageOf, type TokenUsage } from './usage.js';
-import type { UsageReporter } from './usage-reporter.js';
+import { mapUpstreamStatus, readUpstream, upstreamCallError } from './upstream.js';
+import { completionTextChars, estimateUsage, usageOf, type TokenUsage } from './usage.js';
+
+export type { Route } from './completion-request.js';
 
 const log = logger('broker');
 
@@ -44,17 +43,11 @@ export const JSON_TYPE = 'application/json';
 /** Upstream response headers worth handing to the agent (never the provider's rate-limit state of our key). */
 const PASS_RESPONSE_HEADERS = ['x-request-id', 'openai-processing-ms'];
 
-export interface Route {
-  entry: ModelEntry;
-  origin: string;
-  path: string;
-}
-
 export interface Deps {
   routes: ReadonlyMap<string, Route>;
   modelList: string;
   decision: DecisionClient;
-  usage: UsageReporter;
+  settlements: Settlements;
   upstream: Dispatcher;
   key: string;
   keyVar: string;
@@ -73,96 +66,6 @@ export function sendError(res: http.ServerResponse, e: OpenAIError): void {
   const data = JSON.stringify(errorBody(e));
   res.writeHead(e.status, { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(data), ...e.headers });
   res.end(data);
-}
-
-/** Reads at most `limit` bytes of an upstream body; undefined when it was longer. */
-async function readUpstream(body: Dispatcher.ResponseData['body'], limit: number): Promise<Buffer | undefined> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of body) {
-    size += (c as Buffer).length;
-    if (size > limit) {
-      body.destroy();
-      return undefined;
-    }
-    chunks.push(c as Buffer);
-  }
-  return Buffer.concat(chunks);
-}
-
-function upstreamCallError(e: unknown, timeoutMs: number): OpenAIError {
-  const code = (e as { code?: string }).code ?? '';
-  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT') return upstreamTimeout(timeoutMs);
-  return upstreamUnreachable(code || errMsg(e));
-}
-
-/** Maps a non-2xx provider answer to the broker's OpenAI-style error. */
-function mapUpstreamStatus(status: number, text: string, headers: Dispatcher.ResponseData['headers'], d: Deps): OpenAIError {
-  if (status === 401 || status === 403) return upstreamAuth(status, d.keyVar, d.placeholder);
-  let msg = '';
-  let type = '';
-  let code = '';
-  try {
-    const j = JSON.parse(text) as { error?: { message?: unknown; type?: unknown; code?: unknown } | string };
-    const err = j.error;
-    if (typeof err === 'string') msg = err;
-    else if (err && typeof err === 'object') {
-      if (typeof err.message === 'string') msg = err.message;
-      if (typeof err.type === 'string') type = err.type;
-      if (typeof err.code === 'string') code = err.code;
-    }
-  } catch {}
-  // Never echo the provider key, even if a provider quotes it back.
-  msg = (msg || text.slice(0, 300)).split(d.key).join('[redacted]').slice(0, 1000);
-  if (status === 408 || status === 504) return upstreamTimeout(d.upstreamTimeoutMs);
-  if (status >= 500) return upstreamFailed(`the model provider failed (${status})${msg ? `: ${msg}` : ''}`);
-  const extra: Record<string, string> = {};
-  const retryAfter = firstHeader(headers['retry-after']);
-  if (retryAfter && /^[\w ,:.-]{1,64}$/.test(retryAfter)) extra['retry-after'] = retryAfter;
-  if (status === 429)
-    return upstreamRejected(
-      429,
-      type || 'rate_limit_error',
-      code || 'rate_limit_exceeded',
-      `the model provider is rate limiting: ${msg || 'too many requests'}`,
-      extra,
-    );
-  if (status >= 400 && status < 500)
-    return upstreamRejected(status, type || 'invalid_request_error', code || 'upstream_rejected', msg || `the model provider answered ${status}`, {
-      'x-should-retry': 'false',
-    });
-  return upstreamFailed(`unexpected answer from the model provider (${status})`);
-}
-
-interface Completion {
-  actor: string;
-  route: Route;
-  body: Record<string, unknown>;
-  stream: boolean;
-  clientWantsUsage: boolean;
-}
-
-/** Checks the request shape; returns the completion or the error to answer. */
-function parseCompletion(raw: Buffer, actor: string, d: Deps): Completion | OpenAIError {
-  let body: unknown;
-  try {
-    body = JSON.parse(raw.toString('utf8'));
-  } catch {
-    return invalidRequest('request body is not valid JSON', 'invalid_json');
-  }
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) return invalidRequest('request body must be a JSON object');
-  const b = body as Record<string, unknown>;
-  if (typeof b.model !== 'string' || !b.model) return invalidRequest('`model` is required and must be a string', 'invalid_model');
-  if (!Array.isArray(b.messages) || b.messages.length === 0) return invalidRequest('`messages` is required and must be a non-empty array', 'invalid_messages');
-  if (b.stream !== undefined && b.stream !== null && typeof b.stream !== 'boolean') return invalidRequest('`stream` must be a boolean', 'invalid_stream');
-  const so = b.stream_options;
-  if (so !== undefined && so !== null && (typeof so !== 'object' || Array.isArray(so)))
-    return invalidRequest('`stream_options` must be an object', 'invalid_stream_options');
-  const route = d.routes.get(b.model);
-  if (!route) return modelNotFound(b.model);
-  const stream = b.stream === true;
-  const clientWantsUsage = stream && (so as { include_usage?: unknown } | null | undefined)?.include_usage === true;
-  return { actor, route, body: b, stream, clientWantsUsage };
 }
 
 export async function chat(req: http.IncomingMessage, res: http.ServerResponse, d: Deps): Promise<void> {
@@ -190,7 +93,9 @@ export async function chat(req: http.IncomingMessage, res: http.ServerResponse, 
     }
     return; // the client went away mid-upload
   }
-  const c = parseCompletion(raw, actor, d);
+  // Everything about the request, the provider's body included, is settled before the decision:
+  // nothing that can fail on it runs once a reservation is held.
+  const c = parseCompletion(raw, actor, d.routes);
   if ('status' in c) return sendError(res, c);
 
   // The client hanging up aborts whatever is in flight for it.
@@ -211,21 +116,20 @@ export async function chat(req: http.IncomingMessage, res: http.ServerResponse, 
   // The broker hop: its /authz call carries this span's context (decision-client injects it).
   const span = startDecisionSpan('broker', req.headers.traceparent, req.headers.tracestate);
   const entry = c.route.entry;
-  const wanted = outputWanted(c.body, entry.maxOutputTokens);
   // The worst case is reserved by the decision itself, once it allows: one round trip.
   const reserve: ReserveAsk = {
-    promptTokens: raw.length,
-    outputTokens: wanted,
+    promptTokens: c.requestBytes,
+    outputTokens: c.outputTokens,
     priceInputPer1k: entry.priceInputPer1k,
     priceOutputPer1k: entry.priceOutputPer1k,
     ...(c.stream ? { partial: true } : {}),
   };
-  const verdict = await span.run(() => d.decision.decide({ actor, model: c.route.entry.name, passthrough, reserve }));
+  const verdict = await span.run(() => d.decision.decide({ actor, model: entry.name, passthrough, reserve }));
   span.end({
     allow: verdict.kind === 'allow',
     status: verdict.kind === 'allow' ? 200 : verdict.kind === 'deny' ? verdict.status : verdict.kind === 'refused' ? 429 : 503,
     actor,
-    service: c.route.entry.name,
+    service: entry.name,
   });
   if (verdict.kind === 'unavailable') {
     log.warn(verdict.budget ? 'budget reservation unavailable; refusing' : 'decision unavailable; refusing', { actor, model: entry.name, why: verdict.why });
@@ -235,25 +139,27 @@ export async function chat(req: http.IncomingMessage, res: http.ServerResponse, 
     return sendError(res, denied(verdict.status, verdict.reason, verdict.needsApproval ? { [H.needsApproval]: 'true' } : {}));
   }
   if (verdict.kind === 'refused') return sendError(res, budgetExceeded(verdict.reason, verdict.retryAfterSeconds));
-  // Allowed, and the worst case reserved before the provider sees anything.
-  const rsv = verdict.reservation ?? { id: null, outputTokens: wanted };
-  const reservation = rsv.id ?? undefined;
-  // Gives an unused reservation back (settled to nothing).
-  const release = () => {
-    if (reservation) d.usage.report({ agent: actor, model: entry.name, tokens: 0, costUsd: 0, reservation });
-  };
-  if (ac.signal.aborted) return release();
+  // Allowed, and the worst case reserved before the provider sees anything. From here the
+  // completion settles exactly once, whatever happens: a throw too gives the reservation back
+  // (or charges what the provider may have used; settlement.ts), and server.ts answers it with a 502.
+  const rsv = verdict.reservation ?? { id: null, outputTokens: c.outputTokens };
+  return d.settlements.run(actor, entry, rsv.id ?? undefined, (s) => forward(c, rsv, s, ac.signal, res, d));
+}
 
-  const upstreamBody: Record<string, unknown> = { ...c.body, model: c.route.entry.model };
-  if (c.stream) upstreamBody.stream_options = { ...((c.body.stream_options as object | null | undefined) ?? {}), include_usage: true };
-  const payload = JSON.stringify(upstreamBody);
-  const prompt = () => promptChars(c.body.messages);
-  const report = (u: TokenUsage) => {
-    const r = { agent: actor, model: c.route.entry.name, tokens: u.totalTokens, costUsd: costUsd(u, c.route.entry), reservation };
-    // After the reply is on its way: the agent never waits for the control plane.
-    setImmediate(() => d.usage.report(r));
-  };
-
+/** Calls the provider and hands its answer back; settles `s` on every path. */
+async function forward(
+  c: Completion,
+  rsv: { id: string | null; outputTokens: number },
+  s: Settlement,
+  signal: AbortSignal,
+  res: http.ServerResponse,
+  d: Deps,
+): Promise<void> {
+  if (signal.aborted) return s.settle(undefined);
+  const entry = c.route.entry;
+  // The provider may be generating once the request is out: at least the prompt is charged.
+  const prompt = estimateUsage(c.requestBytes, 0);
+  s.fallback = () => prompt;
   let up: Dispatcher.ResponseData;
   try {
     up = await d.upstream.request({
@@ -265,20 +171,16 @@ export async function chat(req: http.IncomingMessage, res: http.ServerResponse, 
         accept: c.stream ? 'text/event-stream' : JSON_TYPE,
         authorization: `Bearer ${d.key}`,
       },
-      body: payload,
-      signal: ac.signal,
+      body: c.payload,
+      signal,
       headersTimeout: d.upstreamTimeoutMs,
       bodyTimeout: d.upstreamTimeoutMs,
     });
   } catch (e) {
-    if (ac.signal.aborted) {
-      // The provider may already be generating: the prompt is charged as an estimate.
-      report(estimateUsage(prompt(), 0));
-      return;
-    }
+    if (signal.aborted) return s.settle(prompt);
     const err = upstreamCallError(e, d.upstreamTimeoutMs);
-    log.warn('upstream call failed', { model: c.route.entry.name, code: err.code, err: errMsg(e) });
-    release();
+    log.warn('upstream call failed', { model: entry.name, code: err.code, err: errMsg(e) });
+    s.settle(undefined);
     return sendError(res, err);
   }
 
@@ -290,8 +192,8 @@ export async function chat(req: http.IncomingMessage, res: http.ServerResponse, 
       text = b ? b.toString('utf8') : '';
     } catch {}
     const err = mapUpstreamStatus(up.statusCode, text, up.headers, d);
-    log.warn('upstream answered an error', { model: c.route.entry.name, status: up.statusCode, mapped: err.status });
-    release();
+    log.warn('upstream answered an error', { model: entry.name, status: up.statusCode, mapped: err.status });
+    s.settle(undefined);
     return sendError(res, err);
   }
 
@@ -301,61 +203,73 @@ export async function chat(req: http.IncomingMessage, res: http.ServerResponse, 
     if (v && /^[\x20-\x7e]{1,256}$/.test(v)) outHeaders[h] = v;
   }
 
-  if (c.stream && ctype.startsWith('text/event-stream')) {
-    // Reserved partially (id set, allowance under the request's): the stream is cut at the allowance.
-    const allowance = reservation && rsv.outputTokens < wanted ? rsv.outputTokens : undefined;
-    const t = sseTransform({
-      stripUsageChunk: !c.clientWantsUsage,
-      maxCompletionTokens: allowance,
-      cutEvent: allowance === undefined ? undefined : `data: ${JSON.stringify(streamBudgetCut(allowance))}`,
-    });
-    // Once the cut stream's last event is out, the provider is stopped.
-    t.once('cut', () => res.once('finish', () => up.body.destroy()));
-    res.writeHead(200, { ...outHeaders, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
-    res.flushHeaders();
-    relay(up.body, t, res, (err) => {
-      // Cut short (either side, or at the budget): estimate what the provider did not get to report
-      // (output counted as the cut counts it: at least one token per text chunk).
-      const e = estimateUsage(prompt(), 0);
-      const out = outputTokensOf(t.scan);
-      report(t.scan.usage ?? { ...e, completionTokens: out, totalTokens: e.promptTokens + out });
-      if (err && !ac.signal.aborted && !t.scan.cut) log.warn('stream cut short', { model: c.route.entry.name, err: errMsg(err) });
-    });
-    return;
-  }
+  if (c.stream && ctype.startsWith('text/event-stream')) return relayStream(c, rsv, s, prompt, up, outHeaders, signal, res);
 
   let data: Buffer | undefined;
   try {
     data = await readUpstream(up.body, d.maxResponseBytes);
   } catch (e) {
-    if (ac.signal.aborted) {
-      report(estimateUsage(prompt(), 0));
-      return;
-    }
-    report(estimateUsage(prompt(), 0));
+    s.settle(prompt);
+    if (signal.aborted) return;
     return sendError(res, upstreamCallError(e, d.upstreamTimeoutMs));
   }
   if (!data) {
-    report(estimateUsage(prompt(), 0));
+    s.settle(prompt);
     return sendError(res, upstreamFailed(`the model provider's answer exceeds ${d.maxResponseBytes} bytes`));
   }
   let parsed: unknown;
   try {
     parsed = JSON.parse(data.toString('utf8'));
-  } catch {
-    report(estimateUsage(prompt(), 0));
-    return sendError(res, upstreamFailed('the model provider answered with invalid JSON'));
+  } catch {}
+  // The provider's figures, else an estimate from the request and every choice's generated text.
+  const used = parsed === undefined ? prompt : (usageOf(parsed) ?? estimateUsage(c.requestBytes, completionTextChars(parsed)));
+  s.settle(used);
+  if (c.stream) {
+    // Not an event stream: nothing the broker can relay, count as it goes and cut at the allowance.
+    log.warn('upstream answered a stream with a whole body', { model: entry.name, contentType: ctype.slice(0, 100) });
+    return sendError(res, upstreamFailed(`the model provider answered a streamed request with ${JSON.stringify(ctype.slice(0, 100))}, not an event stream`));
   }
+  if (parsed === undefined) return sendError(res, upstreamFailed('the model provider answered with invalid JSON'));
   res.writeHead(200, { ...outHeaders, 'content-type': JSON_TYPE, 'content-length': data.length });
   res.end(data);
-  report(usageOf(parsed) ?? estimateUsage(prompt(), 0));
 }
 
-/** Output tokens a completion may generate: max_completion_tokens or max_tokens, at most the model's cap. */
-function outputWanted(body: Record<string, unknown>, cap: number): number {
-  for (const k of ['max_completion_tokens', 'max_tokens']) {
-    const v = body[k];
-    if (typeof v === 'number' && Number.isInteger(v) && v > 0) return Math.min(v, cap);
-  }
-  return cap;
+/**
+ * Relays a provider's event stream, counting its output as it flows. With a reservation the
+ * stream is cut at the output it holds, whatever the provider does with max_tokens: the chunk
+ * that would pass it is replaced by a final `budget_exceeded` error event.
+ */
+function relayStream(
+  c: Completion,
+  rsv: { id: string | null; outputTokens: number },
+  s: Settlement,
+  prompt: TokenUsage,
+  up: Dispatcher.ResponseData,
+  outHeaders: Record<string, string>,
+  signal: AbortSignal,
+  res: http.ServerResponse,
+): void {
+  const allowance = rsv.id ? rsv.outputTokens : undefined;
+  const t = sseTransform({
+    stripUsageChunk: !c.clientWantsUsage,
+    maxCompletionTokens: allowance,
+    cutEvent: allowance === undefined ? undefined : `data: ${JSON.stringify(streamBudgetCut(allowance))}`,
+  });
+  // Cut short (either side, at the budget, at shutdown): the provider's figures when it got to
+  // send them, else an estimate (output counted as the cut counts it: at least a token per chunk).
+  const used = (): TokenUsage => {
+    const out = outputTokensOf(t.scan);
+    return t.scan.usage ?? { ...prompt, completionTokens: out, totalTokens: prompt.promptTokens + out };
+  };
+  s.fallback = used;
+  // Once the cut stream's last event is out, the provider is stopped.
+  t.once('cut', () => res.once('finish', () => up.body.destroy()));
+  res.writeHead(200, { ...outHeaders, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+  res.flushHeaders();
+  relay(up.body, t, res, (err) => {
+    s.settle(used());
+    const model = c.route.entry.name;
+    if (t.scan.tooLarge) log.warn('stream stopped: the provider sent an event over the size bound', { model });
+    else if (err && !signal.aborted && !t.scan.cut) log.warn('stream cut short', { model, err: errMsg(err) });
+  });
 }

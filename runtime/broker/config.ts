@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { isReservePrice, RESERVE_PRICE_RULE } from '../lib/reservation-header.js';
 import { RegistryName } from '../control-plane/types.js';
 
 export const PROVIDERS = ['openai'] as const;
@@ -44,6 +45,12 @@ export const BrokerConfigSchema = z
     c.models.forEach((m, i) => {
       if (seen.has(m.name)) ctx.addIssue({ code: 'custom', path: ['models', i, 'name'], message: `duplicate model name ${JSON.stringify(m.name)}` });
       seen.add(m.name);
+      // Every call's budget reservation carries the prices (X-Writ-Reserve): one the header cannot
+      // carry would have every call to the model refused, so the table is refused instead.
+      for (const k of ['priceInputPer1k', 'priceOutputPer1k'] as const) {
+        if (!isReservePrice(m[k]))
+          ctx.addIssue({ code: 'custom', path: ['models', i, k], message: `model ${JSON.stringify(m.name)}: ${k} ${m[k]} must be ${RESERVE_PRICE_RULE}` });
+      }
     });
   });
 export type BrokerConfig = z.infer<typeof BrokerConfigSchema>;

@@ -13,6 +13,8 @@ import { H } from '../lib/brand.js';
 import { errMsg } from '../lib/log.js';
 import { formatReserve, parseReservation, type ReserveAsk } from '../lib/reservation-header.js';
 import { injectTrace } from '../lib/tracing.js';
+import { within } from '../control-plane/decision/gather.js';
+import { isFailure } from '../control-plane/decision/types.js';
 
 export type DecisionResult =
   /** `reservation`: what the plane reserved (always there when the query asked for one). */
@@ -88,35 +90,73 @@ export interface DecisionClient {
   decide(q: DecisionQuery): Promise<DecisionResult>;
 }
 
-export function createDecisionClient(o: { url: string; timeoutMs: number; dispatcher: Dispatcher }): DecisionClient {
+/** How long an answer is still awaited once the broker gave up on it, to give back what it reserved. */
+export const LATE_ANSWER_MS = 60_000;
+/** Most answers awaited that way at once (each holds a connection): past it a request given up on is aborted. */
+export const MAX_LATE_ANSWERS = 1000;
+
+/** A late allow's reservation, for `releaseLate`. */
+const lateReservation = (r: DecisionResult): string | undefined => (r.kind === 'allow' ? (r.reservation?.id ?? undefined) : undefined);
+
+export function createDecisionClient(o: {
+  url: string;
+  timeoutMs: number;
+  dispatcher: Dispatcher;
+  /**
+   * Gives back the reservation of an allow that came after the broker gave up (refused the call
+   * as unavailable): the decision point reserved it all the same. An answer later than
+   * LATE_ANSWER_MS is not awaited, nor one past MAX_LATE_ANSWERS already awaited: its reservation
+   * expires (BUDGET_RESERVATION_TTL_MS) with its worst case charged.
+   */
+  releaseLate?: (q: DecisionQuery, reservation: string) => void;
+}): DecisionClient {
   const u = new URL(o.url);
   const url = u.origin + u.pathname + u.search;
+  const limit = o.timeoutMs + LATE_ANSWER_MS;
+  let awaitingLate = 0;
+  const ask = async (q: DecisionQuery, signal: AbortSignal): Promise<DecisionResult> => {
+    try {
+      const res = await request(url, {
+        method: 'GET',
+        headers: decisionHeaders(q),
+        dispatcher: o.dispatcher,
+        signal,
+        headersTimeout: limit,
+        bodyTimeout: limit,
+      });
+      if (res.statusCode === 200) {
+        res.body.resume();
+        return interpretAnswer(q, 200, res.headers, () => '');
+      }
+      let text = '';
+      for await (const c of res.body) {
+        text += (c as Buffer).toString('utf8');
+        if (text.length > MAX_DECISION_BODY) break;
+      }
+      return interpretAnswer(q, res.statusCode, res.headers, () => reasonOf(res.statusCode, text, res.headers));
+    } catch (e) {
+      const code = (e as { code?: string }).code;
+      const why = code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' ? `timed out after ${limit} ms` : errMsg(e) || code || 'unreachable';
+      return { kind: 'unavailable', why };
+    }
+  };
   return {
     async decide(q) {
-      try {
-        const res = await request(url, {
-          method: 'GET',
-          headers: decisionHeaders(q),
-          dispatcher: o.dispatcher,
-          headersTimeout: o.timeoutMs,
-          bodyTimeout: o.timeoutMs,
-        });
-        if (res.statusCode === 200) {
-          res.body.resume();
-          return interpretAnswer(q, 200, res.headers, () => '');
-        }
-        let text = '';
-        for await (const c of res.body) {
-          text += (c as Buffer).toString('utf8');
-          if (text.length > MAX_DECISION_BODY) break;
-        }
-        return interpretAnswer(q, res.statusCode, res.headers, () => reasonOf(res.statusCode, text, res.headers));
-      } catch (e) {
-        const code = (e as { code?: string }).code;
-        const why =
-          code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' ? `timed out after ${o.timeoutMs} ms` : errMsg(e) || code || 'unreachable';
-        return { kind: 'unavailable', why };
+      // The broker waits `timeoutMs` for the answer (then refuses the call); the request goes on
+      // so that a late allow's reservation is given back.
+      const ac = new AbortController();
+      const answer = ask(q, ac.signal);
+      const r = await within(answer, o.timeoutMs, 'decision', (late) => {
+        const id = lateReservation(late);
+        if (id) o.releaseLate?.(q, id);
+      });
+      if (!isFailure(r)) return r;
+      if (awaitingLate >= MAX_LATE_ANSWERS) ac.abort();
+      else {
+        awaitingLate++;
+        void answer.finally(() => awaitingLate--);
       }
+      return { kind: 'unavailable', why: r.failed };
     },
   };
 }

@@ -2,18 +2,21 @@
  * The broker's in-process decisions (the all-in-one) against its `/authz` calls: the same
  * questions asked of one real control plane both ways get the same answers (allow, deny,
  * reservation made or refused) and leave the same audit records; a decision that does not finish
- * in time is `unavailable`, which the broker refuses.
+ * in time is `unavailable`, which the broker refuses, and its effects are undone when it finishes.
  */
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../lib/brand.js';
+import type { BudgetUsage } from '../control-plane/budget.js';
 import { createDecisionEngine } from '../control-plane/decision/engine.js';
 import { engineOf } from '../control-plane/decision/testkit.js';
 import { startControlPlane, type RunningControlPlane } from '../control-plane/server.js';
+import type { AuditEntry } from '../control-plane/types.js';
 import type { Store } from '../store/factory.js';
 import { openTestPglite } from '../store/testing.js';
 import { createDecisionClient, type DecisionQuery, type DecisionResult } from './decision-client.js';
 import { createLocalDecisionClient } from './decision-local.js';
+import { deferred } from './server-testing.js';
 
 const reserve = (outputTokens: number) => ({ promptTokens: 10, outputTokens, priceInputPer1k: 0, priceOutputPer1k: 0 });
 /**
@@ -87,5 +90,33 @@ describe('broker decisions in process', () => {
     const ports = { ...test.ports, budget: { usage: () => new Promise<never>(() => {}) } };
     const local = createLocalDecisionClient(createDecisionEngine({ policy: test.policy, ports, sinks: test.sinks }), { timeoutMs: 50 });
     expect(await local.decide({ actor: 'bot', model: 'm', passthrough: {} })).toEqual({ kind: 'unavailable', why: 'decision timed out after 50 ms' });
+  });
+
+  it('a decision that allows after the broker gave up is undone: its call not counted, its reservation given back', async () => {
+    await cp.plane.registry.upsert({
+      name: 'tardy',
+      upstream: 'tardy.agents.svc:8080',
+      kind: 'agent',
+      allowModels: ['m'],
+      budget: { tokensPerHour: 1000, callsPerHour: 10 },
+    });
+    const e = cp.plane.engine;
+    const finished = deferred();
+    // The budget usage answers after 150 ms: the decision allows then, and commits its effects.
+    const usage = e.ports.budget.usage.bind(e.ports.budget);
+    const ports = {
+      ...e.ports,
+      budget: { usage: (agent: string, now: number) => new Promise<BudgetUsage>((r) => setTimeout(() => r(usage(agent, now)), 150)) },
+    };
+    const audit = { ...e.sinks.audit, append: (entry: AuditEntry) => (entry.actor === 'tardy' && finished.resolve(), e.sinks.audit.append(entry)) };
+    const slow = createDecisionEngine({ policy: e.policy, ports, sinks: { ...e.sinks, audit } });
+    const local = createLocalDecisionClient(slow, { timeoutMs: 20 });
+    expect(await local.decide({ actor: 'tardy', model: 'm', passthrough: {}, reserve: reserve(100) })).toEqual({
+      kind: 'unavailable',
+      why: 'decision timed out after 20 ms',
+    });
+    await finished.promise;
+    expect(cp.plane.audit.recent(1)[0]).toMatchObject({ actor: 'tardy', allow: true });
+    await expect.poll(() => cp.plane.budget.usage('tardy', Date.now()), { timeout: 5000 }).toMatchObject({ callsLastHour: 0, tokensLastHour: 0 });
   });
 });

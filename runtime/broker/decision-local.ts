@@ -7,16 +7,52 @@
  * about a third of the broker's own time per completion (bench/broker.bench.ts).
  *
  * Like the HTTP client it never rejects: a decision that throws, or is not answered within
- * `timeoutMs`, is `unavailable`, which the broker refuses (fail closed).
+ * `timeoutMs`, is `unavailable`, which the broker refuses (fail closed). A decision that finishes
+ * after that has its effects undone: the call it counted and the reservation it made.
  */
-import { errMsg } from '../lib/log.js';
+import { errMsg, logger } from '../lib/log.js';
 import { startDecisionSpan } from '../lib/tracing.js';
-import { answerHeaders, type Committed } from '../control-plane/decision/commit.js';
+import { answerHeaders, type Committed, type Sinks } from '../control-plane/decision/commit.js';
 import { authorize, type DecisionEngine } from '../control-plane/decision/engine.js';
 import { asReceived, factsFromHeaders } from '../control-plane/decision/facts.js';
 import { askingWithin, within } from '../control-plane/decision/gather.js';
 import { isFailure, type Failure } from '../control-plane/decision/types.js';
 import { decisionHeaders, interpretAnswer, type DecisionClient } from './decision-client.js';
+
+const log = logger('broker');
+
+/**
+ * `e` with sinks that remember how to undo what one decision commits (the call counted, the
+ * tokens reserved): `undo` gives both back, for a decision the broker stopped waiting for.
+ * Each undo is idempotent, so one the commit already ran (a later deny) is harmless.
+ */
+function undoable(e: DecisionEngine): { engine: DecisionEngine; undo: () => void } {
+  const undos: (() => void)[] = [];
+  const s = e.sinks;
+  const rs = s.reservations;
+  const sinks: Sinks = {
+    ...s,
+    budget: {
+      check: (agent, budget, now) => s.budget.check(agent, budget, now),
+      reserveCall: (agent, now) => {
+        const release = s.budget.reserveCall(agent, now);
+        undos.push(release);
+        return release;
+      },
+    },
+    reservations: rs && {
+      settle: (id, agent, tokens, cost) => rs.settle(id, agent, tokens, cost),
+      reserve: async (r) => {
+        const a = await rs.reserve(r);
+        const id = a.ok ? a.id : null;
+        if (id)
+          undos.push(() => void rs.settle(id, r.agent, 0, 0).catch((err: unknown) => log.error('late reservation not released', { id, err: errMsg(err) })));
+        return a;
+      },
+    },
+  };
+  return { engine: { ...e, sinks }, undo: () => undos.splice(0).forEach((u) => u()) };
+}
 
 export function createLocalDecisionClient(engine: DecisionEngine, o: { timeoutMs: number }): DecisionClient {
   return {
@@ -26,9 +62,11 @@ export function createLocalDecisionClient(engine: DecisionEngine, o: { timeoutMs
       const span = startDecisionSpan('authz', headers.traceparent, headers.tracestate);
       let answer: Committed | Failure;
       try {
+        const u = undoable(engine);
         // No peer address: forwarded headers are never trusted here (egress facts read none anyway).
-        const decided = authorize(engine, factsFromHeaders(headers, { method: 'GET', path: '/', rawHeaders }), askingWithin(engine.gather, span));
-        answer = decided instanceof Promise ? await within(decided, o.timeoutMs, 'decision') : decided;
+        const decided = authorize(u.engine, factsFromHeaders(headers, { method: 'GET', path: '/', rawHeaders }), askingWithin(engine.gather, span));
+        // Finished after the broker gave up (and refused the call): neither counted nor reserved.
+        answer = decided instanceof Promise ? await within(decided, o.timeoutMs, 'decision', u.undo) : decided;
       } catch (e) {
         answer = { failed: `decision failed: ${errMsg(e)}` };
       }

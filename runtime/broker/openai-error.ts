@@ -120,6 +120,10 @@ export const streamBudgetCut = (allowance: number): { error: { message: string; 
   },
 });
 
+/** The body of the final SSE event of a stream whose provider sent one event over the broker's bound. */
+export const streamEventTooLarge = (maxChars: number): ReturnType<typeof errorBody> =>
+  errorBody(upstreamFailed(`the model provider sent a stream event larger than ${maxChars} characters; stream stopped`));
+
 /** The upstream did not answer (or stalled between chunks) within the broker's timeout. */
 export const upstreamTimeout = (ms: number): OpenAIError => ({
   status: 504,

@@ -7,7 +7,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually } from '../lib/poll-testing.js';
-import { BROKER_KEY, deferred, startBrokerHarness, type BrokerHarness } from './server-testing.js';
+import { BROKER_KEY, deferred, promptEstimate, startBrokerHarness, type BrokerHarness } from './server-testing.js';
 
 describe('model broker: completions, streams and usage', () => {
   let t: BrokerHarness;
@@ -107,25 +107,29 @@ describe('model broker: completions, streams and usage', () => {
     t.hangClosed = deferred();
     const before = await t.usedBefore();
     const ac = new AbortController();
-    const p = t.client.chat.completions
-      .create({ model: 'gpt-hang', messages: [{ role: 'user', content: 'hi' }] }, { signal: ac.signal })
-      .catch((x: unknown) => x);
+    const body = { model: 'gpt-hang', messages: [{ role: 'user' as const, content: 'hi' }] };
+    const p = t.client.chat.completions.create(body, { signal: ac.signal }).catch((x: unknown) => x);
     await t.hangArrived.promise;
     ac.abort();
     expect(await p).toBeInstanceOf(OpenAI.APIUserAbortError);
     await t.hangClosed.promise;
-    // The provider may have started: the prompt ('hi' -> 1 token) is charged as an estimate.
-    await eventually(() => t.used().tokensLastHour === before.tokensLastHour + 1, 'prompt estimate');
+    // The provider may have started: the prompt (the whole request, a token per 4 bytes) is charged as an estimate.
+    await eventually(() => t.used().tokensLastHour === before.tokensLastHour + promptEstimate(body), 'prompt estimate');
   });
 
   it('charges an estimate when the upstream stream is cut short', async () => {
     const before = await t.usedBefore();
-    const stream = await t.client.chat.completions.create({ model: 'gpt-cut', stream: true, messages: [{ role: 'user', content: 'abcdefgh' }] });
+    const body = { model: 'gpt-cut', stream: true as const, messages: [{ role: 'user' as const, content: 'abcdefgh' }] };
+    const stream = await t.client.chat.completions.create(body);
     const e = await (async () => {
       for await (const _c of stream) void _c;
     })().catch((x: unknown) => x);
     expect(e).toBeInstanceOf(Error);
-    // 8 prompt chars -> 2 tokens, 40 completion chars -> 10 tokens
-    await eventually(() => t.used().tokensLastHour === before.tokensLastHour + 12, `estimated usage (have ${t.used().tokensLastHour - before.tokensLastHour})`);
+    // The request's bytes / 4 prompt tokens, 40 completion chars -> 10 tokens
+    const want = promptEstimate(body) + 10;
+    await eventually(
+      () => t.used().tokensLastHour === before.tokensLastHour + want,
+      `estimated usage (have ${t.used().tokensLastHour - before.tokensLastHour})`,
+    );
   });
 });

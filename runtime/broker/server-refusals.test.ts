@@ -159,6 +159,28 @@ describe('model broker: refusals and errors', () => {
     expect(((await big.json()) as { error: { code: string } }).error.code).toBe('request_too_large');
   });
 
+  it('refuses a body nested deeper than 64 levels (400) before the decision, and takes one 64 deep', async () => {
+    // The body is level 1; `x` adds the rest.
+    const nested = (levels: number) =>
+      `{"model":"gpt-mini","messages":[{"role":"user","content":"hi"}],"x":${'['.repeat(levels - 1)}${']'.repeat(levels - 1)}}`;
+    const seen = t.seen.length;
+    const audited = t.cp.plane.audit.recent(1)[0]?.seq;
+    for (const levels of [65, 5000]) {
+      const r = await t.post(nested(levels));
+      expect(r.status, String(levels)).toBe(400);
+      expect(await r.json()).toEqual({
+        error: { message: 'request body is nested deeper than 64 levels', type: 'invalid_request_error', param: null, code: 'invalid_request' },
+      });
+    }
+    // Brackets inside strings (escaped quotes too) are text, not nesting.
+    const quoted = await t.post(JSON.stringify({ model: 'gpt-mini', messages: [{ role: 'user', content: `"\\${'['.repeat(100)}` }] }));
+    expect(quoted.status).toBe(200);
+    expect(t.seen.length).toBe(seen + 1);
+    // No decision was asked for the refused ones: one audit record, the quoted call's.
+    expect(t.cp.plane.audit.recent(1)[0]?.seq).toBe((audited ?? 0) + 1);
+    expect((await t.post(nested(64))).status).toBe(200);
+  });
+
   it('answers probes, 404 and 405 in OpenAI shape', async () => {
     expect((await fetch(`${t.base}/health/liveliness`)).status).toBe(200);
     expect((await fetch(`${t.base}/health/readiness`)).status).toBe(200);

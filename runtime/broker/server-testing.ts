@@ -23,8 +23,58 @@ export const THRIFTY = Buffer.byteLength(JSON.stringify({ model: 'gpt-mini', mes
 
 export interface Seen {
   auth?: string;
-  body: { model: string; stream?: boolean; stream_options?: { include_usage?: boolean }; messages: unknown[] };
+  body: {
+    model: string;
+    stream?: boolean;
+    stream_options?: { include_usage?: boolean };
+    messages: { content?: unknown }[];
+    n?: number;
+    max_tokens?: number;
+    max_completion_tokens?: number;
+  };
 }
+
+/** What the scripted provider (`gpt-script`, output cap SCRIPT_CAP) does, written as the last message's content by `script`. */
+export interface Script {
+  /** Pieces of output it generates per choice, 4 characters (one token) each; no more than max_tokens asks, unless `ignoreMax`. */
+  tokens: number;
+  /** Where the output goes (default `content`); `function_call` puts it in the call's arguments. */
+  field?: 'content' | 'function_call' | 'refusal' | 'reasoning';
+  ignoreMax?: boolean;
+  /** Answers a streamed request with a whole JSON completion. */
+  json?: boolean;
+  /** Leaves `usage` out of a whole answer. */
+  noUsage?: boolean;
+}
+export const script = (s: Script): string => JSON.stringify(s);
+export const SCRIPT_CAP = 20;
+/** The prompt tokens the scripted provider reports. */
+export const SCRIPT_PROMPT = 10;
+const PIECE = 'tok ';
+
+/** The scripted provider's answer (see Script). */
+function scripted(body: Seen['body'], res: http.ServerResponse): void {
+  const sc = JSON.parse(String(body.messages.at(-1)?.content)) as Script;
+  const max = body.max_completion_tokens ?? body.max_tokens;
+  const k = sc.ignoreMax || max === undefined ? sc.tokens : Math.min(sc.tokens, max);
+  const n = body.n ?? 1;
+  const field = sc.field ?? 'content';
+  const out = (text: string) => (field === 'function_call' ? { function_call: { arguments: text } } : { [field]: text });
+  const usage = { prompt_tokens: SCRIPT_PROMPT, completion_tokens: k * n, total_tokens: SCRIPT_PROMPT + k * n };
+  if (!body.stream || sc.json) {
+    const choices = Array.from({ length: n }, (_, index) => ({ index, message: { role: 'assistant', ...out(PIECE.repeat(k)) }, finish_reason: 'stop' }));
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ id: 'c1', object: 'chat.completion', created: 1, model: body.model, choices, ...(sc.noUsage ? {} : { usage }) }));
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  for (let i = 0; i < k && !res.destroyed; i++) for (let c = 0; c < n; c++) res.write(chunk(out(PIECE), null, c));
+  if (body.stream_options?.include_usage) res.write(usageChunk(usage));
+  res.end('data: [DONE]\n\n');
+}
+
+/** The prompt tokens the broker estimates for a request without the provider's figures: its body's bytes, one token per 4. */
+export const promptEstimate = (body: object): number => Math.ceil(Buffer.byteLength(JSON.stringify(body)) / 4);
 
 type ApiErr = InstanceType<typeof OpenAI.APIError>;
 export const unexpected = (): never => {
@@ -39,9 +89,10 @@ export function deferred<T = void>() {
 }
 type Deferred = ReturnType<typeof deferred<void>>;
 
-const chunk = (delta: object, finish: string | null = null) =>
-  `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
-const usageChunk = () => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [], usage: USAGE })}\n\n`;
+const chunk = (delta: object, finish: string | null = null, index = 0) =>
+  `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index, delta, finish_reason: finish }] })}\n\n`;
+const usageChunk = (usage: object = USAGE) =>
+  `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [], usage })}\n\n`;
 
 /** The logical models, all on the upstream at `apiBase`; `provider-*` names choose the upstream's behaviour. */
 export const brokerConfig = (apiBase: string): BrokerConfig =>
@@ -58,6 +109,7 @@ export const brokerConfig = (apiBase: string): BrokerConfig =>
       { name: 'gpt-cut', model: 'provider-cut', apiBase },
       { name: 'forbidden', model: 'provider-ok', apiBase },
       { name: 'gpt-regulated', model: 'provider-ok', apiBase },
+      { name: 'gpt-script', model: 'provider-script', apiBase, maxOutputTokens: SCRIPT_CAP },
     ],
   });
 
@@ -163,6 +215,8 @@ export async function startBrokerHarness(): Promise<BrokerHarness> {
         case 'provider-badjson':
           res.writeHead(200, { 'content-type': 'application/json' });
           return res.end('{"id": "c1", "choices": [');
+        case 'provider-script':
+          return scripted(body, res);
         case 'provider-reset':
           return req.socket.destroy();
         case 'provider-hang':

@@ -11,10 +11,12 @@
  * BROKER_MAX_BODY_BYTES.
  *
  * Budgets (issue 14): the broker's `/authz` call also reserves the call's worst case (the
- * request body's size in bytes bounds its prompt tokens; plus max_tokens, or the model's output
- * cap, priced from the model table; `X-Writ-Reserve`); a reservation that does not fit is
- * refused before the provider sees anything, and the usage report settles it. A stream reserves
- * what the budget still holds (at least one output token) and is cut there with a final SSE error.
+ * request body's size in bytes bounds its prompt tokens; plus `n` times max_tokens, or the
+ * model's output cap, priced from the model table; `X-Writ-Reserve`); a reservation that does
+ * not fit is refused before the provider sees anything, and the usage report settles it. A
+ * stream reserves what the budget still holds (at least one output token) and is cut at what it
+ * reserved with a final SSE error. Every allowed completion settles exactly once, shutdown
+ * included (settlement.ts).
  */
 import http from 'node:http';
 import { Agent } from 'undici';
@@ -26,6 +28,7 @@ import { chat, JSON_TYPE, sendError, type Deps, type Route } from './chat.js';
 import { DEFAULT_CONFIG_PATH, loadConfigFile, modelTable, type BrokerConfig } from './config.js';
 import { createDecisionClient, type DecisionClient } from './decision-client.js';
 import { methodNotAllowed, notFound, upstreamFailed } from './openai-error.js';
+import { createSettlements } from './settlement.js';
 import { createUsageReporter, type UsageDelivery, type UsageReporter } from './usage-reporter.js';
 
 const log = logger('broker');
@@ -73,7 +76,10 @@ export interface RunningBroker {
   port: number;
   server: http.Server;
   usage: UsageReporter;
-  /** Stops accepting, lets in-flight completions finish (up to `graceMs`), flushes usage. */
+  /**
+   * Stops accepting, lets in-flight completions finish (up to `graceMs`, then cuts them), settles
+   * every completion's usage (the ones cut too), then flushes and closes the usage reporter.
+   */
   close(graceMs?: number): Promise<void>;
 }
 
@@ -82,7 +88,8 @@ function sendJsonText(res: http.ServerResponse, status: number, data: string, he
   res.end(head ? undefined : data);
 }
 
-function createHandler(d: Deps): http.RequestListener {
+/** The request handler, and the completions it is still working on (a shutdown waits for them). */
+function createHandler(d: Deps, active: Set<Promise<void>>): http.RequestListener {
   return (req, res) => {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
@@ -93,10 +100,13 @@ function createHandler(d: Deps): http.RequestListener {
         req.resume();
         return sendError(res, methodNotAllowed(method, path, 'POST'));
       }
-      void chat(req, res, d).catch((e: unknown) => {
-        log.error('completion failed', { err: errMsg(e) });
-        sendError(res, upstreamFailed('internal broker error'));
-      });
+      const p: Promise<void> = chat(req, res, d)
+        .catch((e: unknown) => {
+          log.error('completion failed', { err: errMsg(e) });
+          sendError(res, upstreamFailed('internal broker error'));
+        })
+        .finally(() => active.delete(p));
+      active.add(p);
       return;
     }
     req.resume();
@@ -159,13 +169,22 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   const control = new Agent({ keepAliveTimeout: 30_000 });
   const apiKey = optional(env, envName('API_KEY'));
   const usage = opts.usage ?? createUsageReporter(opts.localUsage ? { deliver: opts.localUsage } : { url: usageUrl, dispatcher: control, apiKey });
-  const decision = opts.localDecisions?.(decisionTimeoutMs) ?? createDecisionClient({ url: authzUrl, timeoutMs: decisionTimeoutMs, dispatcher: control });
+  const settlements = createSettlements(usage);
+  const decision =
+    opts.localDecisions?.(decisionTimeoutMs) ??
+    createDecisionClient({
+      url: authzUrl,
+      timeoutMs: decisionTimeoutMs,
+      dispatcher: control,
+      // An allow that comes after the broker gave up: its reservation goes back.
+      releaseLate: (q, reservation) => settlements.release(q.actor, q.model, reservation),
+    });
   let closing = false;
   const deps: Deps = {
     routes,
     modelList,
     decision,
-    usage,
+    settlements,
     upstream,
     ...pk,
     upstreamTimeoutMs,
@@ -173,7 +192,8 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
     maxResponseBytes,
     ready: () => !closing,
   };
-  const server = http.createServer({ keepAliveTimeout: 65_000 }, createHandler(deps));
+  const active = new Set<Promise<void>>();
+  const server = http.createServer({ keepAliveTimeout: 65_000 }, createHandler(deps, active));
   let port: number;
   try {
     port = await listen(server, addr);
@@ -203,6 +223,17 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
       const force = setTimeout(() => server.closeAllConnections(), graceMs);
       await closed;
       clearTimeout(force);
+      // A completion whose connection went while it waited for its decision still settles (its
+      // reservation given back): the decision timeout bounds that wait.
+      if (active.size) {
+        let wait: NodeJS.Timeout | undefined;
+        await Promise.race([Promise.allSettled(active), new Promise((r) => (wait = setTimeout(r, decisionTimeoutMs)))]);
+        clearTimeout(wait);
+      }
+      // Then every completion still open (a stream the shutdown cut, a report not yet out) is
+      // settled with what it used, before the reporter takes no more.
+      const open = settlements.settleAll();
+      if (open) log.info('settled completions still open at shutdown', { completions: open });
       await usage.close();
       await Promise.all([upstream.close(), control.close()]);
     },

@@ -6,7 +6,7 @@ import { once } from 'node:events';
 import { Readable, Writable } from 'node:stream';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { createSseScanner, eventData, relay, sseTransform } from './sse.js';
+import { createSseScanner, eventData, MAX_EVENT_CHARS, relay, sseTransform } from './sse.js';
 
 const ev = (o: unknown) => `data: ${JSON.stringify(o)}`;
 const STREAM = [
@@ -65,6 +65,45 @@ describe('SSE scanner', () => {
     expect(r.out).toBe(`${withChoices}\n\ndata: [DONE]`);
     expect(r.state.usage?.totalTokens).toBe(2);
     expect(eventData('event: x\ndata: a\ndata: b')).toBe('a\nb');
+  });
+
+  it('searches only new text for the end of an event: one 7 MiB event in 1 KiB pieces is split in linear time', () => {
+    const s = createSseScanner({ stripUsageChunk: false });
+    const piece = 'a'.repeat(1024);
+    const t0 = performance.now();
+    expect(s.push('data: {"x":"')).toBe('');
+    for (let i = 0; i < 7 * 1024; i++) expect(s.push(piece)).toBe('');
+    const out = s.push('"}\n\ndata: [DONE]\n\n');
+    const ms = performance.now() - t0;
+    expect(out.length).toBe(7 * 1024 * 1024 + 14 + 16);
+    expect(out.endsWith('"}\n\ndata: [DONE]\n\n')).toBe(true);
+    expect(s.state.done).toBe(true);
+    // Linear: tens of ms. Rescanning what is held on every piece took minutes.
+    expect(ms).toBeLessThan(3000);
+  });
+
+  it('ends the stream with an error event when one event grows past the bound, and forwards nothing more', () => {
+    const first = ev({ choices: [{ index: 0, delta: { content: 'ok' } }] });
+    const s = createSseScanner({ stripUsageChunk: false, maxEventChars: 1000 });
+    expect(s.push(`${first}\n\ndata: {"x":"${'a'.repeat(600)}`)).toBe(`${first}\n\n`);
+    const out = s.push('a'.repeat(600));
+    expect(out).toMatch(/^data: .*\n\n$/);
+    expect(JSON.parse(eventData(out.trim())!)).toEqual({
+      error: {
+        message: 'the model provider sent a stream event larger than 1000 characters; stream stopped',
+        type: 'api_error',
+        param: null,
+        code: 'upstream_error',
+      },
+    });
+    expect(s.state).toMatchObject({ cut: true, tooLarge: true, textChunks: 1, completionChars: 2 });
+    expect(s.push(`"}\n\n${first}\n\n`) + s.end()).toBe('');
+    // The default bound: 8 Mi characters.
+    const big = createSseScanner({ stripUsageChunk: false });
+    let got = big.push('data: {"x":"');
+    for (let i = 0; i <= MAX_EVENT_CHARS / 65536 && !big.state.cut; i++) got += big.push('a'.repeat(65536));
+    expect(big.state.tooLarge).toBe(true);
+    expect(got).toMatch(/larger than 8388608 characters/);
   });
 });
 

@@ -9,6 +9,7 @@
  */
 import { StringDecoder } from 'node:string_decoder';
 import { Transform, type Readable, type TransformCallback, type Writable } from 'node:stream';
+import { streamEventTooLarge } from './openai-error.js';
 import { CHARS_PER_TOKEN, chunkTextChars, usageOf, type TokenUsage } from './usage.js';
 
 export interface SseScanState {
@@ -18,8 +19,10 @@ export interface SseScanState {
   done: boolean;
   /** Chunks that carried generated text (providers stream about one token per chunk). */
   textChunks: number;
-  /** True when the stream was cut at the output allowance. */
+  /** True when the scanner ended the stream: at the output allowance, or at an event over the size bound. */
   cut: boolean;
+  /** True when that was an event over the size bound. */
+  tooLarge: boolean;
 }
 
 export interface ScanOptions {
@@ -28,12 +31,19 @@ export interface ScanOptions {
   maxCompletionTokens?: number;
   /** The final SSE event of a cut stream (an OpenAI-shaped `data: {"error": ...}`). */
   cutEvent?: string;
+  /** Largest event held (characters, default MAX_EVENT_CHARS): one larger ends the stream with an error event. */
+  maxEventChars?: number;
 }
+
+/** Largest single SSE event (characters) the scanner holds: providers send events of a few hundred. */
+export const MAX_EVENT_CHARS = 8 * 1024 * 1024;
 
 /** Output tokens counted so far: at least one per text chunk, at least one per CHARS_PER_TOKEN characters. */
 export const outputTokensOf = (s: SseScanState): number => Math.max(s.textChunks, Math.ceil(s.completionChars / CHARS_PER_TOKEN));
 
 const BOUNDARY = /\r\n\r\n|\n\n|\r\r/g;
+/** Longest boundary less one: how far back into held text a boundary may start. */
+const EDGE = 3;
 
 /** The `data:` payload of one event (multi-line data joined with \n), or undefined. */
 export function eventData(event: string): string | undefined {
@@ -48,11 +58,19 @@ export function eventData(event: string): string | undefined {
 
 /**
  * Pure core of the scanner: feed decoded text, get back the text to forward. Events are split on
- * a blank line (any of the three line-ending styles SSE allows).
+ * a blank line (any of the three line-ending styles SSE allows). Only new text is searched for
+ * the blank line (with the last few held characters, where one may start), and an unfinished
+ * event is held as its pieces, joined once when it completes: linear in the stream's size
+ * whatever its events' sizes. An event growing past `maxEventChars` ends the stream with an
+ * error event (nothing of it forwarded or counted).
  */
 export function createSseScanner(opts: ScanOptions) {
-  const state: SseScanState = { completionChars: 0, done: false, textChunks: 0, cut: false };
-  let tail = '';
+  const state: SseScanState = { completionChars: 0, done: false, textChunks: 0, cut: false, tooLarge: false };
+  const maxEventChars = opts.maxEventChars ?? MAX_EVENT_CHARS;
+  /** The unfinished event, in pieces; `edge` is its last EDGE characters. */
+  let held: string[] = [];
+  let heldChars = 0;
+  let edge = '';
 
   /** Returns the event text to forward, or '' to drop it. */
   const onEvent = (event: string): string => {
@@ -93,26 +111,56 @@ export function createSseScanner(opts: ScanOptions) {
     return event;
   };
 
+  const hold = (text: string) => {
+    if (text) held.push(text);
+    heldChars += text.length;
+    edge = (edge + text).slice(-EDGE);
+  };
+  /** Past the bound: the held event is dropped and the stream ends with an error event. */
+  const tooLarge = (): string => {
+    if (heldChars <= maxEventChars || state.cut) return '';
+    held = [];
+    heldChars = 0;
+    edge = '';
+    state.cut = true;
+    state.tooLarge = true;
+    return `data: ${JSON.stringify(streamEventTooLarge(maxEventChars))}\n\n`;
+  };
+
   return {
     state,
     push(text: string): string {
-      const s = tail + text;
+      if (state.cut) return '';
+      const probe = edge + text;
+      BOUNDARY.lastIndex = 0;
+      let m = BOUNDARY.exec(probe);
+      if (!m) {
+        hold(text);
+        return tooLarge();
+      }
+      // The pending text as one string, once; index i of `probe` is index base + i of `s`.
+      const s = held.length ? held.join('') + text : text;
+      const base = heldChars - edge.length;
+      held = [];
+      heldChars = 0;
+      edge = '';
       let out = '';
       let start = 0;
-      BOUNDARY.lastIndex = 0;
-      for (let m = BOUNDARY.exec(s); m; m = BOUNDARY.exec(s)) {
-        const end = m.index + m[0].length;
-        const ev = onEvent(s.slice(start, m.index));
+      for (; m; m = BOUNDARY.exec(probe)) {
+        const at = base + m.index;
+        const ev = onEvent(s.slice(start, at));
         if (ev) out += ev + m[0];
-        start = end;
+        start = at + m[0].length;
       }
-      tail = s.slice(start);
-      return out;
+      hold(s.slice(start));
+      return out + tooLarge();
     },
     /** Whatever is left when the upstream ends (an unterminated last event). */
     end(): string {
-      const rest = tail;
-      tail = '';
+      const rest = held.join('');
+      held = [];
+      heldChars = 0;
+      edge = '';
       if (!rest) return '';
       return onEvent(rest);
     },
@@ -130,7 +178,7 @@ export function sseTransform(opts: ScanOptions): Transform & { scan: SseScanStat
       const out = scanner.push(decoder.write(chunk));
       if (out) this.push(Buffer.from(out, 'utf8'));
       if (scanner.state.cut) {
-        // Cut at the allowance: the client's stream ends here; the owner stops the upstream.
+        // Cut (at the allowance, or at an event over the bound): the client's stream ends here; the owner stops the upstream.
         ended = true;
         this.push(null);
         this.emit('cut');

@@ -1,9 +1,9 @@
 /**
  * Token accounting. Pure: reads the `usage` object of a completion (or of the final stream chunk)
- * and prices it from the model table. When a stream ends early (client gone, upstream reset) the
- * provider never sends its usage; the broker then estimates from characters (about 4 per token,
- * the usual rule of thumb for English BPE tokenizers) so an agent cannot dodge its budget by
- * hanging up before the final chunk.
+ * and prices it from the model table. When a stream ends early (client gone, upstream reset) or a
+ * provider reports no usage, the broker estimates: the prompt from the request body's size, the
+ * output from the generated characters (about 4 per token, the usual rule of thumb for English
+ * BPE tokenizers) so an agent cannot dodge its budget by hanging up before the final chunk.
  */
 import type { ModelEntry } from './config.js';
 
@@ -39,50 +39,52 @@ export const CHARS_PER_TOKEN = 4;
 
 const tokensOfChars = (chars: number): number => (chars <= 0 ? 0 : Math.ceil(chars / CHARS_PER_TOKEN));
 
-/** Characters of the text parts of the request messages (the prompt), for an estimate. */
-export function promptChars(messages: unknown): number {
-  if (!Array.isArray(messages)) return 0;
-  let n = 0;
-  for (const m of messages) {
-    if (typeof m !== 'object' || m === null) continue;
-    const content = (m as { content?: unknown }).content;
-    if (typeof content === 'string') n += content.length;
-    else if (Array.isArray(content)) {
-      for (const part of content) {
-        const t = typeof part === 'object' && part !== null ? (part as { text?: unknown }).text : undefined;
-        if (typeof t === 'string') n += t.length;
-      }
-    }
-  }
-  return n;
-}
-
-/** Usage estimated from prompt characters and the completion characters streamed so far. */
-export function estimateUsage(promptCharCount: number, completionCharCount: number): TokenUsage {
-  const promptTokens = tokensOfChars(promptCharCount);
+/**
+ * Usage estimated from the request body's size in bytes and the generated characters seen. The
+ * whole request counts as prompt (messages, tools, functions, image parts, response formats):
+ * the provider bills all of it, so one byte in CHARS_PER_TOKEN is charged, more than any text
+ * tokenizes to (JSON punctuation included) and never above the worst case reserved (a token per byte).
+ */
+export function estimateUsage(requestBytes: number, completionCharCount: number): TokenUsage {
+  const promptTokens = tokensOfChars(requestBytes);
   const completionTokens = tokensOfChars(completionCharCount);
   return { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, estimated: true };
 }
 
-/** Characters of generated text in one stream chunk (`choices[].delta.content` and tool-call arguments). */
-export function chunkTextChars(chunk: unknown): number {
-  if (typeof chunk !== 'object' || chunk === null) return 0;
-  const choices = (chunk as { choices?: unknown }).choices;
-  if (!Array.isArray(choices)) return 0;
+/** Keys of a message or delta that are not generated text: its role, a tool call's id, type and index. */
+const NOT_GENERATED = new Set(['role', 'id', 'type', 'index']);
+/** Deeper than any message a provider sends; strings below it are not walked (the stack stays bounded). */
+const MAX_WALK_DEPTH = 16;
+
+/**
+ * Characters of every string in a message or delta but its role, ids and types: `content` (or its
+ * text parts), `refusal`, `reasoning` / `reasoning_content`, tool and function call names and
+ * arguments, and any field a provider adds, so no field carries output past the count.
+ */
+function generatedChars(v: unknown, depth: number): number {
+  if (typeof v === 'string') return v.length;
+  if (typeof v !== 'object' || v === null || depth > MAX_WALK_DEPTH) return 0;
   let n = 0;
-  for (const c of choices) {
-    const d = typeof c === 'object' && c !== null ? (c as { delta?: unknown }).delta : undefined;
-    if (typeof d !== 'object' || d === null) continue;
-    const delta = d as { content?: unknown; reasoning_content?: unknown; tool_calls?: unknown };
-    if (typeof delta.content === 'string') n += delta.content.length;
-    if (typeof delta.reasoning_content === 'string') n += delta.reasoning_content.length;
-    if (Array.isArray(delta.tool_calls)) {
-      for (const t of delta.tool_calls) {
-        const f = typeof t === 'object' && t !== null ? (t as { function?: { arguments?: unknown; name?: unknown } }).function : undefined;
-        if (typeof f?.arguments === 'string') n += f.arguments.length;
-        if (typeof f?.name === 'string') n += f.name.length;
-      }
-    }
+  if (Array.isArray(v)) {
+    for (const x of v) n += generatedChars(x, depth + 1);
+    return n;
   }
+  for (const k in v) if (!NOT_GENERATED.has(k)) n += generatedChars((v as Record<string, unknown>)[k], depth + 1);
   return n;
 }
+
+/** Generated characters in `choices[].<field>` of a completion body or stream chunk. */
+function choicesChars(body: unknown, field: 'delta' | 'message'): number {
+  if (typeof body !== 'object' || body === null) return 0;
+  const choices = (body as { choices?: unknown }).choices;
+  if (!Array.isArray(choices)) return 0;
+  let n = 0;
+  for (const c of choices) if (typeof c === 'object' && c !== null) n += generatedChars((c as Record<string, unknown>)[field], 0);
+  return n;
+}
+
+/** Characters of generated output in one stream chunk (every choice's delta). */
+export const chunkTextChars = (chunk: unknown): number => choicesChars(chunk, 'delta');
+
+/** Characters of generated output in a whole (non-streamed) completion (every choice's message). */
+export const completionTextChars = (body: unknown): number => choicesChars(body, 'message');

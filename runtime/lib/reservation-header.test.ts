@@ -1,6 +1,6 @@
 /** The reservation's header codec: what the broker sends parses back whole; anything else is refused by name. */
 import { describe, expect, it } from 'vitest';
-import { formatReservation, formatReserve, parseReservation, parseReserve } from './reservation-header.js';
+import { formatReservation, formatReserve, isReservePrice, parseReservation, parseReserve } from './reservation-header.js';
 
 describe('X-Writ-Reserve and X-Writ-Reservation', () => {
   it('round-trips what the broker sends, tiny prices included', () => {
@@ -37,6 +37,18 @@ describe('X-Writ-Reserve and X-Writ-Reservation', () => {
     expect(err(ok.replace('output-price=0.2', 'output-price=2000000'))).toMatch(/^output-price/);
     expect(err(`${ok}; partial=yes`)).toMatch(/partial takes no value/);
     expect(err(`${ok}; ttl=5`)).toMatch(/unknown parameter "ttl"/);
+  });
+
+  it('tells which prices the header carries: exactly those that round-trip', () => {
+    const ask = (p: number) => ({ promptTokens: 1, outputTokens: 1, priceInputPer1k: p, priceOutputPer1k: 0 });
+    for (const p of [0, 0.0006, 1.5e-7, 1.234567890123e-7, 0.000123456789, 999_999.5, 1e6]) {
+      expect(isReservePrice(p), String(p)).toBe(true);
+      expect(parseReserve(formatReserve(ask(p))), String(p)).toEqual(ask(p));
+    }
+    for (const p of [0.00001234567890123, 0.1 + 0.2, 2_000_000, 1e21, -1, Number.NaN, Number.POSITIVE_INFINITY]) {
+      expect(isReservePrice(p), String(p)).toBe(false);
+      expect(parseReserve(formatReserve(ask(p))), String(p)).toHaveProperty('error');
+    }
   });
 
   it('reads the three answers and nothing else', () => {

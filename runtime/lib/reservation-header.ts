@@ -30,6 +30,17 @@ const INT = /^\d{1,10}$/;
 const DECIMAL = /^\d{1,7}(\.\d{1,12})?(e-\d{1,2})?$/;
 const ID = /^[A-Za-z0-9-]{1,64}$/;
 
+/** What a price must be to ride in the header as `formatReserve` writes it (JavaScript's own print of the number). */
+export const RESERVE_PRICE_RULE = `from 0 to ${MAX_PRICE_PER_1K} USD per 1k tokens, written (as JavaScript prints the number) with at most 12 decimal places, such as 0.0006 or 1.5e-7`;
+
+/**
+ * True when `parseReserve` takes the price `formatReserve` writes for `usdPer1k`: a price outside
+ * this is refused by every decision, so the broker's model table refuses it when loaded.
+ */
+export function isReservePrice(usdPer1k: number): boolean {
+  return Number.isFinite(usdPer1k) && usdPer1k >= 0 && usdPer1k <= MAX_PRICE_PER_1K && DECIMAL.test(String(usdPer1k));
+}
+
 export function formatReserve(a: ReserveAsk): string {
   const s = `prompt=${a.promptTokens}; output=${a.outputTokens}; input-price=${a.priceInputPer1k}; output-price=${a.priceOutputPer1k}`;
   return a.partial ? `${s}; partial` : s;
