@@ -130,6 +130,21 @@ describe('broker budgets: reserve, settle, cut', () => {
     await expect.poll(async () => (await status('small')).tokensPerHour!.used, { timeout: 5000 }).toBe(59);
   });
 
+  it('a budget already used up is a 429 budget refusal with a retry-after, as one that does not fit', async () => {
+    await agent('spent', { callsPerHour: 1 });
+    const c = client('spent');
+    await c.chat.completions.create({ model: 'm', messages, max_tokens: 5 });
+    const n = asked;
+    const err = await failure(c.chat.completions.create({ model: 'm', messages, max_tokens: 5 }));
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect(err!.status).toBe(429);
+    expect(err!.type).toBe('insufficient_quota');
+    expect(err!.code).toBe('budget_exceeded');
+    expect(err!.message).toMatch(/call budget exceeded: 1 of 1 calls per hour/);
+    expect(err!.headers?.get('retry-after')).toMatch(/^\d+$/);
+    expect(asked).toBe(n);
+  });
+
   it('50 concurrent completions against a budget for 10 never exceed it', async () => {
     const w = worst(20);
     await agent('crowd', { tokensPerHour: 10 * w });
