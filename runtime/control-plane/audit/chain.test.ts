@@ -109,8 +109,20 @@ describe.each(testBackends())('audit chain on $name', (b) => {
     const reopened = await openAuditChain(store, { chain: 'order' });
     expect(reopened.verify()).toEqual({ ok: true, brokenAtSeq: -1 });
     await reopened.close();
-    expect(await verifyRange(store, 'order', { pageSize: 100 })).toMatchObject({ ok: false, brokenAtSeq: 50 });
+    // The last record verified is the one before the break, not the anchor of its page.
+    expect(await verifyRange(store, 'order', { pageSize: 100 })).toMatchObject({
+      ok: false,
+      brokenAtSeq: 50,
+      checked: 49,
+      lastSeq: 49,
+      lastHash: stored[48]!.hash,
+    });
     expect(await verifyRange(store, 'no-such-chain')).toMatchObject({ ok: true, brokenAtSeq: -1, checked: 0 });
+    // A range past the newest record is not a break; one that a checkpoint says must exist is.
+    for (const from of [1101, 1102, 5000]) {
+      expect(await verifyRange(store, 'order', { from }), String(from)).toMatchObject({ ok: true, checked: 0, lastSeq: 1100, lastHash: stored[1099]!.hash });
+    }
+    expect(await verifyRange(store, 'order', { from: 1102, expectEnd: 1200 })).toMatchObject({ ok: false, brokenAtSeq: 1101, reason: 'missing' });
   });
 
   it('reads every record back exactly as it was hashed: text of any kind, NULLs, fractional and large expiries', async () => {
@@ -153,12 +165,18 @@ describe.each(testBackends())('audit chain on $name', (b) => {
     expect(await verifyRange(store, 'slices')).toMatchObject({ ok: true, checked: 1100, lastSeq: 1100 });
     // Past the first slice of the first page, and on a slice boundary (a missing record).
     await store.exec(`update audit_log set reason = 'forged' where chain = 'slices' and seq = 600`);
-    expect(await verifyRange(store, 'slices')).toMatchObject({ ok: false, brokenAtSeq: 600, reason: 'hash', checked: 599, lastSeq: 500 });
+    expect(await verifyRange(store, 'slices')).toMatchObject({ ok: false, brokenAtSeq: 600, reason: 'hash', checked: 599, lastSeq: 599 });
     await store.exec(`delete from audit_log where chain = 'slices' and seq = 251`);
     expect(await verifyRange(store, 'slices')).toMatchObject({ ok: false, brokenAtSeq: 251, reason: 'missing', checked: 250, lastSeq: 250 });
     // A checkpoint that disagrees, in a later slice of a later page.
     const checkpoints = new Map([[1050, 'f'.repeat(64)]]);
-    expect(await verifyRange(store, 'slices', { from: 1001, checkpoints })).toMatchObject({ ok: false, brokenAtSeq: 1050, reason: 'checkpoint', checked: 49 });
+    expect(await verifyRange(store, 'slices', { from: 1001, checkpoints })).toMatchObject({
+      ok: false,
+      brokenAtSeq: 1050,
+      reason: 'checkpoint',
+      checked: 49,
+      lastSeq: 1049,
+    });
   });
 
   it('flush resolves once everything appended so far is stored', async () => {

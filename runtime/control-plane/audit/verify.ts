@@ -12,7 +12,7 @@
  *    stored): a truncated tail breaks at the first missing seq.
  * Pruned history (retention) starts at a signed prune checkpoint instead of genesis.
  */
-import { and, eq, sql } from 'drizzle-orm';
+import { and, desc, eq, sql } from 'drizzle-orm';
 import { rowsOf, type Store } from '../../store/factory.js';
 import { auditLog } from '../../store/schema/control-plane.js';
 import type { AuditRecord } from '../types.js';
@@ -97,6 +97,17 @@ async function hashAt(store: Store, chain: string, seq: number): Promise<string 
   return rows[0]?.hash;
 }
 
+/** The newest stored record of `chain` (genesis when it has none). */
+async function newestOf(store: Store, chain: string): Promise<ChainAnchor> {
+  const rows = await store.db
+    .select({ seq: auditLog.seq, hash: auditLog.hash })
+    .from(auditLog)
+    .where(eq(auditLog.chain, chain))
+    .orderBy(desc(auditLog.seq))
+    .limit(1);
+  return rows[0] ?? GENESIS;
+}
+
 /** Classifies the first break verifyChain found in `page`. */
 function reasonOf(page: readonly AuditRecord[], at: number, prev: ChainAnchor): BreakReason {
   const i = page.findIndex((r) => r.seq >= at);
@@ -124,7 +135,15 @@ export async function verifyRange(store: Store, chain: string, o: RangeOptions =
     anchor = GENESIS;
   } else {
     const h = await hashAt(store, chain, from - 1);
-    if (h === undefined) return broken(from - 1, 'missing', 0, from, GENESIS);
+    if (h === undefined) {
+      // A range past the newest stored record is not a break (those seqs are not written yet),
+      // unless a checkpoint or the caller says the chain reaches that far.
+      const newest = await newestOf(store, chain);
+      let end = o.expectEnd ?? 0;
+      if (o.checkpoints) for (const c of o.checkpoints.keys()) end = Math.max(end, c);
+      if (newest.seq < from - 1 && end < from - 1) return { ok: true, brokenAtSeq: -1, checked: 0, from, lastSeq: newest.seq, lastHash: newest.hash };
+      return broken(from - 1, 'missing', 0, from, GENESIS);
+    }
     anchor = { seq: from - 1, hash: h };
   }
   const start = from;
@@ -135,12 +154,18 @@ export async function verifyRange(store: Store, chain: string, o: RangeOptions =
       if (at > 0) await new Promise((r) => setImmediate(r));
       const slice = page.slice(at, at + HASH_SLICE);
       const v = verifyChain(slice, prev);
-      if (!v.ok) return broken(v.brokenAtSeq, reasonOf(slice, v.brokenAtSeq, prev), checked + slice.findIndex((r) => r.seq >= v.brokenAtSeq), start, prev);
+      if (!v.ok) {
+        // The last record verified is the one before the break (or the slice's anchor).
+        const i = slice.findIndex((r) => r.seq >= v.brokenAtSeq);
+        const good = i > 0 ? { seq: slice[i - 1]!.seq, hash: slice[i - 1]!.hash } : prev;
+        return broken(v.brokenAtSeq, reasonOf(slice, v.brokenAtSeq, prev), checked + i, start, good);
+      }
       if (o.checkpoints?.size) {
         for (let i = 0; i < slice.length; i++) {
           const r = slice[i]!;
           const want = o.checkpoints.get(r.seq);
-          if (want !== undefined && want !== r.hash) return broken(r.seq, 'checkpoint', checked + i, start, prev);
+          if (want !== undefined && want !== r.hash)
+            return broken(r.seq, 'checkpoint', checked + i, start, i > 0 ? { seq: slice[i - 1]!.seq, hash: slice[i - 1]!.hash } : prev);
         }
       }
       checked += slice.length;
