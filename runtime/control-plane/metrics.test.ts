@@ -116,6 +116,17 @@ describe('control-plane metrics', () => {
       t += 10_000;
       s = samples(await m.text());
       expect(value('egress_approval_wait_seconds_count', { outcome: 'approved' })).toBe(1);
+      // A restarted process (or another replica) on the same store never counts it again.
+      const again = await createApprovalQueue({ store, audit, now: () => t, replicaId: 'metrics-test-2', timeoutMs: 3_600_000 });
+      try {
+        const m2 = createMetrics({ now: () => t });
+        m2.attach({ approvals: again });
+        s = samples(await m2.text());
+        expect(value('egress_approval_wait_seconds_count', { outcome: 'approved' }) ?? 0).toBe(0);
+        expect(value('egress_approvals_pending')).toBe(1);
+      } finally {
+        await again.close();
+      }
     } finally {
       await queue.close();
       await audit.close();

@@ -34,7 +34,11 @@ export interface MetricSources {
   registry?: { list(): readonly { name: string; kind?: string; budget?: Budget }[]; readonly version?: number };
   budget?: { usage(agent: string, now: number): { tokensLastHour: number; callsLastHour: number; costUsdLastDay: number } };
   /** The egress approval queue (started after the plane: attached later). */
-  approvals?: { list(o?: { status?: 'pending'; limit?: number }): Promise<readonly ApprovalView[]> };
+  approvals?: {
+    list(o?: { status?: 'pending'; limit?: number }): Promise<readonly ApprovalView[]>;
+    /** Each decision this replica makes, once (observed then: a restart or another replica never counts it again). */
+    onDecided(listener: (outcome: string, waitedSeconds: number) => void): void;
+  };
   now?: () => number;
 }
 
@@ -143,7 +147,6 @@ export function createMetrics(opts: MetricsOptions = {}): ControlPlaneMetrics {
   });
   let approvalsAt = Number.NEGATIVE_INFINITY;
   let approvalsRead: Promise<void> | undefined;
-  const seenDecided = new Set<string>();
   const pendingGauge = new Gauge({
     name: metric('egress_approvals_pending'),
     help: 'Egress requests held for a human decision.',
@@ -156,7 +159,7 @@ export function createMetrics(opts: MetricsOptions = {}): ControlPlaneMetrics {
   });
   const wait = new Histogram({
     name: metric('egress_approval_wait_seconds'),
-    help: 'Time from hold to decision of egress requests, by outcome (approved, denied, expired); observed when the scrape first sees the decision.',
+    help: 'Time from hold to decision of egress requests, by outcome (approved, denied, expired); observed by the replica that made the decision, when it made it.',
     labelNames: ['outcome'] as const,
     buckets: APPROVAL_BUCKETS,
     registers: [registry],
@@ -164,19 +167,19 @@ export function createMetrics(opts: MetricsOptions = {}): ControlPlaneMetrics {
   const readApprovals = async () => {
     const q = src.approvals;
     if (!q) return;
-    const [pending, recent] = await Promise.all([q.list({ status: 'pending', limit: 10_000 }), q.list({ limit: 500 })]);
+    const pending = await q.list({ status: 'pending', limit: 10_000 });
     const t = now();
     pendingGauge.set(pending.length);
     const first = pending.reduce((m, r) => Math.min(m, Date.parse(r.requestedAt)), Number.POSITIVE_INFINITY);
     oldest.set(Number.isFinite(first) ? Math.max(0, (t - first) / 1000) : 0);
-    for (const r of recent) {
-      if (r.status === 'pending' || !r.decidedAt || seenDecided.has(r.id)) continue;
-      if (seenDecided.size >= 10_000) seenDecided.clear();
-      seenDecided.add(r.id);
-      const waited = (Date.parse(r.decidedAt) - Date.parse(r.requestedAt)) / 1000;
-      if (waited >= 0) wait.observe({ outcome: r.status }, waited);
-    }
   };
+  const observed = new WeakSet<object>();
+  const observeDecisions = (q: MetricSources['approvals']) => {
+    if (!q || observed.has(q)) return;
+    observed.add(q);
+    q.onDecided((outcome, waited) => wait.observe({ outcome }, waited));
+  };
+  observeDecisions(src.approvals);
 
   const identityLatency = new Histogram({
     name: metric('identity_authority_request_duration_seconds'),
@@ -224,6 +227,7 @@ export function createMetrics(opts: MetricsOptions = {}): ControlPlaneMetrics {
     },
     attach(more) {
       Object.assign(src, more);
+      observeDecisions(more.approvals);
     },
     async text() {
       // The approval queue lives in the store: read it at most every APPROVALS_CACHE_MS, and a

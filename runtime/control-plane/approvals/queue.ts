@@ -98,6 +98,11 @@ export interface ApprovalQueue {
   sweep(): Promise<number>;
   /** Number of holds waiting in this process. */
   holding(): number;
+  /**
+   * Calls `listener` for each decision this replica makes (approve, deny, a hold's or the sweep's
+   * expiry) with how long the request waited: each decision reaches one replica's listener, once.
+   */
+  onDecided(listener: (outcome: Exclude<EgressStatus, 'pending'>, waitedSeconds: number) => void): void;
   /** Releases this process's held requests (their holds answer 'released'; the requests stay) and unsubscribes. */
   close(): Promise<void>;
 }
@@ -128,6 +133,19 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
   });
   const { wake } = waiters;
 
+  const decidedListeners: ((outcome: Exclude<EgressStatus, 'pending'>, waitedSeconds: number) => void)[] = [];
+  /** Tells this replica's listeners of a decision it made (`requestedAt` of the request). */
+  const decided = (status: Exclude<EgressStatus, 'pending'>, requestedAt: string) => {
+    const waited = (now() - Date.parse(requestedAt)) / 1000;
+    if (!(waited >= 0)) return;
+    for (const l of decidedListeners) {
+      try {
+        l(status, waited);
+      } catch (e) {
+        log.warn('egress decision listener failed', { err: errMsg(e) });
+      }
+    }
+  };
   const announce = async (id: string, status: EgressStatus) => {
     wake(id, status);
     try {
@@ -160,8 +178,9 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
         .update(t)
         .set({ status: 'expired', decidedAt: stamp(), denyReason: why })
         .where(and(eq(t.id, id), eq(t.status, 'pending')))
-        .returning({ id: t.id });
+        .returning({ id: t.id, requestedAt: t.requestedAt });
       if (rows.length > 0) {
+        decided('expired', rows[0]!.requestedAt);
         await announce(id, 'expired');
         return 'expired';
       }
@@ -179,8 +198,11 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
       .update(t)
       .set({ status: 'expired', decidedAt: stamp(), denyReason: 'approval timed out' })
       .where(and(eq(t.status, 'pending'), lt(t.expiresAt, stamp())))
-      .returning({ id: t.id });
-    for (const r of rows) await announce(r.id, 'expired');
+      .returning({ id: t.id, requestedAt: t.requestedAt });
+    for (const r of rows) {
+      decided('expired', r.requestedAt);
+      await announce(r.id, 'expired');
+    }
     return rows.length;
   };
 
@@ -269,6 +291,7 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
       await sweep();
       throw conflict('not_pending', `egress request ${id} is expired, not pending: it passed its deadline`, { status: 'expired' });
     }
+    decided(to, row.requestedAt);
     await announce(id, to);
     return toRecord(row);
   };
@@ -276,6 +299,7 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
   return {
     timeoutMs,
     replicaId,
+    onDecided: (l) => void decidedListeners.push(l),
 
     async create(input) {
       if (closed) throw new ApiError(503, 'unavailable', 'egress approval queue is closed');
