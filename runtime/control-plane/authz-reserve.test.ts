@@ -117,9 +117,9 @@ describe('X-Writ-Reserve on /authz', () => {
       expect(r.status, host).toBe(400);
       expect(((await r.json()) as { error: string }).error).toMatch(/proxy\.host/);
     }
-    // An address in any spelling is decided (here: no VP, so the proxy's identity deny).
+    // An address in any spelling is decided (here: no VP, so the proxy's challenge: 407, as the proxy answers it).
     const ok = await dry('0x7f.1');
     expect(ok.status).toBe(200);
-    expect(((await ok.json()) as { decision: { allow: boolean } }).decision.allow).toBe(false);
+    expect(((await ok.json()) as { decision: { allow: boolean; status: number } }).decision).toMatchObject({ allow: false, status: 407 });
   });
 });

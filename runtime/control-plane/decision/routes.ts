@@ -69,7 +69,8 @@ export function decisionRoutes(engine: DecisionEngine): OpenAPIHono {
       const d = ev.decision;
       return c.json(
         {
-          decision: { allow: d.allow, status: d.status, rule: d.rule, reason: d.reason, headers: d.headers },
+          // Through the proxy a challenge is answered 407 (Proxy-Authenticate), as the proxy answers it.
+          decision: { allow: d.allow, status: b.proxy && d.challenge ? 407 : d.status, rule: d.rule, reason: d.reason, headers: d.headers },
           rule: d.rule,
           layers: ev.layers,
           version: ev.version,
