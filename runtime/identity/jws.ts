@@ -43,7 +43,11 @@ export function parseJws(token: unknown): Jws | undefined {
   const header = decodeJson(h);
   const payload = decodeJson(p);
   if (!header || !payload) return undefined;
-  return { header, payload, signingInput: Buffer.from(`${h}.${p}`), signature: Buffer.from(s, 'base64url') };
+  const signature = Buffer.from(s, 'base64url');
+  // One spelling per signature: unused low bits set in its last character would make the same
+  // token appear as several strings (to a cache, a replay check or an audit record).
+  if (signature.toString('base64url') !== s) return undefined;
+  return { header, payload, signingInput: Buffer.from(`${h}.${p}`), signature };
 }
 
 /**

@@ -11,6 +11,8 @@ import { makeAgent, makeIssuer } from './testkit.js';
 import { seedAgent } from './enterprise/governance/testkit.js';
 import { governedAgents } from '../store/schema/governance.js';
 
+const B64U = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+
 /** A VP of `identity` with `claims` set over its payload, signed by its own key. */
 function resigned(identity: Json, claims: Record<string, unknown>): Promise<string> {
   const id = loadIdentity(identity);
@@ -208,6 +210,9 @@ describe.each(testBackends())('identity authority on $name', (b) => {
         ['vc for another holder', verify(await presentationFor({ ...other, membershipVc: p.membershipVc })), /not issued to the presentation holder/],
         ['garbage', verify('garbage'), /not a compact JWT/],
         ['three dots of garbage', verify('a.b.c'), /not a compact JWT/],
+        ['valid for longer than a day', resigned(p, { exp: Math.floor(Date.now() / 1000) + 30 * 3600 }).then((vp) => verify(vp)), /lifetime exceeds 24 h/],
+        // The same signature bytes with the unused low bits of the last character set.
+        ['a signature spelled another way', verify(`${h}.${pl}.${s.slice(0, -1)}${B64U[B64U.indexOf(s.at(-1)!) | 1]}`), /not a compact JWT/],
         ...(['nbf', 'iat'] as const).flatMap((k) =>
           ['9999999999', true, null].map((v): [string, Promise<Json>, RegExp] => [
             `${k} ${JSON.stringify(v)}`,

@@ -115,6 +115,9 @@ export type PresentationCheck =
   | { ok: true; holderDid: string; membershipJti: string; membershipExp: number; vpExp: number; vpJti?: string }
   | { ok: false; reason: string; holderDid?: string };
 
+/** The longest a VP may still be valid for when presented (twice the sidecar's 12 h, SPEC 8). */
+export const MAX_VP_LIFETIME_S = 24 * 3600;
+
 const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
 const audOf = (aud: unknown): string[] => (typeof aud === 'string' ? [aud] : Array.isArray(aud) ? aud.filter((a): a is string => typeof a === 'string') : []);
 
@@ -204,6 +207,8 @@ export async function checkPresentation(vpJwt: unknown, o: VerifyOptions): Promi
   const exp = num(p.exp);
   if (exp === undefined) return { ok: false, reason: 'presentation has no expiry', holderDid: holder };
   if (exp + skew <= o.nowSec) return { ok: false, reason: 'presentation expired', holderDid: holder };
+  // A presentation is short-lived (the sidecar mints 12 h ones): a leaked one must not live on.
+  if (exp - o.nowSec > MAX_VP_LIFETIME_S + skew) return { ok: false, reason: `presentation lifetime exceeds ${MAX_VP_LIFETIME_S / 3600} h`, holderDid: holder };
   // A time claim that is there but not a number is not a time: refused, never skipped (RFC 7519 NumericDate).
   for (const k of ['nbf', 'iat'] as const) {
     if (p[k] !== undefined && num(p[k]) === undefined) return { ok: false, reason: `presentation ${k} is not a NumericDate`, holderDid: holder };
