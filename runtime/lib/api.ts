@@ -12,6 +12,7 @@ import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { Context, MiddlewareHandler } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage } from 'node:http';
 import { ApiError, envelope, isStoreError, zodDetail, type ValidationDetail } from './errors.js';
 import { parseJsonInSlices } from './json-slices.js';
@@ -177,9 +178,13 @@ export function slicedJsonBody(): MiddlewareHandler {
       if (detail.length < 10) detail.push(...inputProblems(v, loc).slice(0, 10 - detail.length));
       if (v !== null && typeof v === 'object') vetted.add(v);
     };
+    const raw = await bodyBuffer(c);
+    // JSON text is UTF-8 (RFC 8259): decoding bytes that are not would turn them into U+FFFD, and
+    // two different malformed ids into one.
+    if (!isUtf8(raw)) throw new HTTPException(400, { message: 'Malformed JSON in request body: not valid UTF-8' });
     let value: unknown;
     try {
-      value = await parseJsonInSlices(await bodyBuffer(c), {
+      value = await parseJsonInSlices(raw, {
         onElement: (v, k, n) => check(v, ['body', k, n]),
         onMember: (v, k) => check(v, ['body', k]),
       });
@@ -213,7 +218,8 @@ export function apiErrorAnswer(err: Error, path: string): { status: number; body
   if (err instanceof HTTPException) {
     const status = err.status;
     if (status === 400 && /Malformed JSON/i.test(err.message)) {
-      return { status: 422, body: { detail: [{ loc: ['body'], msg: 'JSON decode error: body is not valid JSON', type: 'json_invalid' }] } };
+      const why = /not valid UTF-8/.test(err.message) ? 'body is not valid UTF-8' : 'body is not valid JSON';
+      return { status: 422, body: { detail: [{ loc: ['body'], msg: `JSON decode error: ${why}`, type: 'json_invalid' }] } };
     }
     if (status === 413) return { status, body: envelope('payload_too_large', err.message || 'request body too large') };
     if (status === 415) return { status, body: envelope('unsupported_media_type', 'Content-Type must be application/json') };

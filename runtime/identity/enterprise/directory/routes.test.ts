@@ -298,6 +298,15 @@ describe.each(testBackends())('directory routes on $name', (b) => {
     const bad = await sync('{"tenantId": ');
     expect(bad.status).toBe(422);
     expect(((await bad.json()) as any).detail[0].type).toBe('json_invalid');
+    // Bytes that are not UTF-8 are refused, not decoded to U+FFFD (two such ids would be one).
+    const latin1 = Buffer.concat([
+      Buffer.from('{"tenantId":"contoso","users":[{"externalId":"a'),
+      Buffer.from([0xff, 0xfe]),
+      Buffer.from('","userName":"x"}]}'),
+    ]);
+    const notUtf8 = await app.request('/v1/directory/sync', { method: 'POST', headers: { 'content-type': 'application/json' }, body: latin1 });
+    expect(notUtf8.status).toBe(422);
+    expect(JSON.stringify(await notUtf8.json())).toMatch(/not valid UTF-8/);
     expect((await get('/v1/directory/conflicts')).status).toBe(422);
     expect((await get('/v1/directory/employees?status=gone')).status).toBe(422);
     expect((await get('/v1/directory/employees?tenant=a%20b')).status).toBe(422);
