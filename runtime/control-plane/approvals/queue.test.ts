@@ -5,7 +5,7 @@ import { rowsOf, type Store } from '../../store/factory.js';
 import { openTestPostgres, testBackends, testSchema, TEST_DATABASE_URL } from '../../store/testing.js';
 import type { AuditEntry } from '../types.js';
 import { createApprovalQueue, type ApprovalQueue } from './queue.js';
-import { parseDurationMs, approvalTimeoutFromEnv } from './record.js';
+import { parseDurationMs, approvalTimeoutFromEnv, maxPendingFromEnv } from './record.js';
 
 function memoryAudit() {
   const rows: AuditEntry[] = [];
@@ -171,6 +171,24 @@ describe.each(testBackends())('approval queue on $name', (b) => {
       expect(e.message).toMatch(/expired/);
       expect(await q.get(r.id)).toMatchObject({ status: 'expired', approver: null });
       expect(audit.rows).toHaveLength(0);
+    } finally {
+      await q.close();
+    }
+  });
+
+  it('one agent has at most maxPendingPerAgent requests waiting; other agents are not counted against it, and a decision makes room', async () => {
+    const q = await createApprovalQueue({ store, audit: memoryAudit(), replicaId: replica(), timeoutMs: 60_000, maxPendingPerAgent: 2 });
+    try {
+      const a = await q.create(input({ actor: 'greedy', target: 'g1.example:443' }));
+      await q.create(input({ actor: 'greedy', target: 'g2.example:443' }));
+      const third = await apiError(q.create(input({ actor: 'greedy', target: 'g3.example:443' })));
+      expect(third.status).toBe(429);
+      expect(third.message).toMatch(/at most 2/);
+      expect((await q.create(input({ actor: 'modest', target: 'g3.example:443' }))).status).toBe('pending');
+      // Decided: room again.
+      await q.deny(a.id, 'alice', 'no');
+      expect((await q.create(input({ actor: 'greedy', target: 'g3.example:443' }))).status).toBe('pending');
+      expect(() => maxPendingFromEnv({ EGRESS_MAX_PENDING_PER_AGENT: '0' })).toThrow(/positive integer/);
     } finally {
       await q.close();
     }

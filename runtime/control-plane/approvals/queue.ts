@@ -21,7 +21,7 @@
  * Expiry always denies.
  */
 import { randomUUID } from 'node:crypto';
-import { and, desc, eq, gte, isNull, lt, sql } from 'drizzle-orm';
+import { and, count, desc, eq, gte, isNull, lt, sql } from 'drizzle-orm';
 import { BRAND } from '../../lib/brand.js';
 import type { Env } from '../../lib/config.js';
 import { ApiError, conflict, notFound } from '../../lib/errors.js';
@@ -34,8 +34,9 @@ import {
   EGRESS_STATUSES,
   UUID_RE,
   approvalTimeoutFromEnv,
-  FIELD_MAX,
   clip,
+  heldFields,
+  maxPendingFromEnv,
   replicaIdFromEnv,
   toRecord,
   type EgressRequest,
@@ -65,6 +66,8 @@ export interface ApprovalQueueOptions {
   pollMs?: number;
   /** Heartbeat time-to-live of this process's holds (default 15 s): a holder silent this long is gone. */
   holderTtlMs?: number;
+  /** Requests one agent may have waiting for a human at once (default EGRESS_MAX_PENDING_PER_AGENT or 100). */
+  maxPendingPerAgent?: number;
   env?: Env;
 }
 
@@ -115,6 +118,7 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
   if (!Number.isFinite(timeoutMs) || timeoutMs < 1) throw new Error('approval timeoutMs must be a positive number');
   const replicaId = opts.replicaId ?? replicaIdFromEnv(env);
   const pollMs = opts.pollMs ?? 5000;
+  const maxPending = opts.maxPendingPerAgent ?? maxPendingFromEnv(env);
   const db = store.db;
   const t = egressRequests;
   let closed = false;
@@ -304,28 +308,21 @@ export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<A
     async create(input) {
       if (closed) throw new ApiError(503, 'unavailable', 'egress approval queue is closed');
       const at = new Date(now()).toISOString();
-      // An approval releases exactly what was shown: a request too long to show is not held.
-      for (const [k, x] of [
-        ['action', input.action],
-        ['resource', input.resource],
-      ] as const) {
-        if ((x?.length ?? 0) > FIELD_MAX)
-          throw new ApiError(400, 'too_long', `the request's ${k} is longer than ${FIELD_MAX} characters: too long to show an approver`);
-      }
-      const v = {
-        actor: clip(input.actor),
-        actorDid: clip(input.actorDid),
-        target: clip(input.target),
-        service: clip(input.service),
-        action: clip(input.action),
-        resource: clip(input.resource),
-      };
+      const v = heldFields(input);
       const holderInstance = heartbeat.instance;
       const row = await db.transaction(async (tx) => {
         const adopted = await adoptUnheld(tx as unknown as Store['db'], v, holderInstance, at);
         if (adopted) {
           log.info('egress request adopted by a retry', { id: adopted.id, status: adopted.status });
           return adopted;
+        }
+        // One agent cannot fill the humans' queue (about: concurrent creates may each pass the count).
+        const [held] = await tx
+          .select({ n: count() })
+          .from(t)
+          .where(and(eq(t.actor, v.actor), eq(t.status, 'pending')));
+        if (Number(held?.n ?? 0) >= maxPending) {
+          throw new ApiError(429, 'too_many_pending', `agent ${v.actor} already has ${held!.n} requests waiting for a human (at most ${maxPending})`);
         }
         const [inserted] = await tx
           .insert(t)

@@ -2,6 +2,7 @@
 import { createHash } from 'node:crypto';
 import { hostname } from 'node:os';
 import { optional, type Env } from '../../lib/config.js';
+import { ApiError } from '../../lib/errors.js';
 import { envName } from '../../lib/brand.js';
 import { EGRESS_STATUSES, type EgressStatus, type egressRequests } from '../../store/schema/egress.js';
 
@@ -113,6 +114,40 @@ export function toRecord(row: typeof egressRequests.$inferSelect): EgressRequest
     usedAt: iso(row.usedAt),
   };
   return { ...rec, digest: requestDigest(rec) };
+}
+
+/** Env var of the most requests one agent may have waiting for a human at once. */
+export const MAX_PENDING_ENV = 'EGRESS_MAX_PENDING_PER_AGENT';
+export const DEFAULT_MAX_PENDING_PER_AGENT = 100;
+
+export function maxPendingFromEnv(env: Env = process.env): number {
+  const v = optional(env, MAX_PENDING_ENV);
+  if (v === undefined) return DEFAULT_MAX_PENDING_PER_AGENT;
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < 1) throw new Error(`${MAX_PENDING_ENV} must be a positive integer, got ${JSON.stringify(v)}`);
+  return n;
+}
+
+/**
+ * The fields of a request to hold, as stored. An approval releases exactly what was shown: an
+ * action or resource too long to show in full is refused (400), other fields are clipped.
+ */
+export function heldFields(input: EgressRequestInput) {
+  for (const [k, x] of [
+    ['action', input.action],
+    ['resource', input.resource],
+  ] as const) {
+    if ((x?.length ?? 0) > FIELD_MAX)
+      throw new ApiError(400, 'too_long', `the request's ${k} is longer than ${FIELD_MAX} characters: too long to show an approver`);
+  }
+  return {
+    actor: clip(input.actor),
+    actorDid: clip(input.actorDid),
+    target: clip(input.target),
+    service: clip(input.service),
+    action: clip(input.action),
+    resource: clip(input.resource),
+  };
 }
 
 /** Long free-text fields (URLs) are informational: cap them instead of refusing the request. */
