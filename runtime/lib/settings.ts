@@ -90,6 +90,7 @@ export const SETTINGS: readonly Setting[] = [
   s('EGRESS_PROXY_ADDR', 'proxy', addr),
   s('EGRESS_CONNECT_PORTS', 'proxy', { type: 'ports' }),
   s('EGRESS_APPROVAL_TIMEOUT', 'proxy', { type: 'duration' }),
+  s('EGRESS_MAX_PENDING_PER_AGENT', 'proxy', pos),
   s('EGRESS_REPLICA_ID', 'proxy', str),
   s('EGRESS_PROXY_HEADERS_TIMEOUT_MS', 'proxy', pos),
   s('EGRESS_PROXY_MAX_HEADER_BYTES', 'proxy', pos),
