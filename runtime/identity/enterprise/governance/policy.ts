@@ -35,8 +35,10 @@ export interface GrantFacts {
 }
 
 /**
- * Authority bases, strongest first. `break_glass` is not a basis of authority: it is recorded
- * when an otherwise unauthorised (but active, same-tenant) approver invokes the emergency path.
+ * Authority bases, strongest first. `required_group_member` is only ever recorded beside another
+ * basis (the required group is a constraint the request names). `break_glass` is not a basis of
+ * authority: it is recorded when an otherwise unauthorised (but active, same-tenant) approver
+ * invokes the emergency path.
  */
 export const AUTHORITY_BASES = ['agent_owner', 'owning_team_member', 'owner_manager_chain', 'required_group_member'] as const;
 export type AuthorityBasis = (typeof AUTHORITY_BASES)[number] | 'break_glass';
@@ -103,7 +105,9 @@ export function decideGrant(f: GrantFacts): GrantDecision {
   if (f.approverIsOwner) bases.push('agent_owner');
   if (f.approverInOwningTeam) bases.push('owning_team_member');
   if (f.managerLevel > 0) bases.push('owner_manager_chain');
-  if (f.requiredGroup?.approverMember && f.requiredGroup.exists) bases.push('required_group_member');
+  // The requester names the required group: membership narrows who may approve, it is no
+  // authority of its own (any employee is in some group). It is recorded beside a basis.
+  if (bases.length && f.requiredGroup?.approverMember && f.requiredGroup.exists) bases.push('required_group_member');
   if (bases.length) {
     checks.push({ check: 'approver_authority', ok: true, detail: `approver holds authority: ${bases.join(', ')}` });
   } else if (f.breakGlass) {
@@ -113,7 +117,8 @@ export function decideGrant(f: GrantFacts): GrantDecision {
     checks.push({
       check: 'approver_authority',
       ok: false,
-      detail: "approver is neither the agent owner, a member of the owning team, in the owner's manager chain, nor in the required group",
+      detail:
+        "approver is neither the agent owner, a member of the owning team, nor in the owner's manager chain (a required group only narrows who of them may approve)",
       code: 'approver_lacks_authority',
     });
   }

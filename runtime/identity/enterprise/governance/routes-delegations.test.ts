@@ -33,7 +33,7 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       { who: 'the owner', o: { approverRef: S(ENTRA.alice) }, basis: 'agent_owner' },
       { who: 'the direct manager (by email)', o: { grantedBy: 'erin@contoso.com', requesterRef: S(ENTRA.alice) }, basis: 'owner_manager_chain' },
       { who: 'the skip-level manager', o: { approverRef: S(ENTRA.cto) }, basis: 'owner_manager_chain' },
-      { who: 'a required-group member', o: { approverRef: S(ENTRA.bob), requiredGroup: ENTRA.gEng }, basis: 'required_group_member' },
+      { who: 'the owner, within the required group', o: { approverRef: S(ENTRA.alice), requiredGroup: ENTRA.gEng }, basis: 'agent_owner' },
       { who: 'an owning-team member', o: { agentId: 'team-agent', approverRef: S(ENTRA.carol) }, basis: 'owning_team_member' },
     ])('grant by $who: basis $basis, active, valid, time-boxed', async ({ o, basis }) => {
       const r = await grant({ ...o, taskId: 'T-1', taskDescription: 'quarterly report', resourceType: 'crm', expiresInSeconds: 600 });
@@ -97,6 +97,13 @@ describe.each(testBackends())('governance routes on $name', (b) => {
         code: 'approver_not_in_required_group',
       },
       { why: 'an unknown required group', o: { approverRef: S(ENTRA.alice), requiredGroup: 'fabrikam:fabgrp' }, status: 403, code: 'required_group_unknown' },
+      // The requester names the group: being in it is no authority over the agent.
+      {
+        why: 'a member of the required group with no authority over the agent',
+        o: { approverRef: S(ENTRA.bob), requiredGroup: ENTRA.gEng },
+        status: 403,
+        code: 'approver_lacks_authority',
+      },
       {
         why: 'a suspended agent, even break-glass by its owner',
         o: { agentId: 'susp-agent', approverRef: S(ENTRA.alice), breakGlass: true },
@@ -285,7 +292,18 @@ describe.each(testBackends())('governance routes on $name', (b) => {
           resource: 'y',
         })
       ).body;
-      expect([own, viaMgr, granted, underGroup].every((d) => d.status === 'active')).toBe(true);
+      // Bob has no standing authority over alice-agent: he grants on it break-glass.
+      const glass = (
+        await gov.api.post('/v1/authority/delegations', {
+          tenantId: T,
+          agentId: 'alice-agent',
+          approverRef: S(ENTRA.bob),
+          breakGlass: true,
+          action: 'read',
+          resource: 'crm/*',
+        })
+      ).body;
+      expect([own, viaMgr, granted, underGroup, glass].every((d) => d.status === 'active')).toBe(true);
 
       gov.clock += 60_000;
       const snap = entraSnapshot();
@@ -296,7 +314,7 @@ describe.each(testBackends())('governance routes on $name', (b) => {
       expect(r.body.counts.users_deactivated).toBe(1);
       expect(r.body.cascade).toMatchObject({ agents_suspended: 1, agents_quarantined: 0, delegations_revoked: 2 });
       expect(r.body.cascade.by_reason.owner_inactive).toBe(3);
-      // Bob approved a required-group grant on alice-agent earlier: he lost the authority behind it.
+      // Bob granted break-glass on alice-agent: he lost the authority behind it.
       expect(r.body.cascade.by_reason.delegation_grantor_lost_authority).toBeGreaterThanOrEqual(1);
       expect((await gov.api.get('/v1/governance/agents/bob-agent')).body).toMatchObject({ status: 'suspended', owner_active: false });
       expect((await gov.api.get('/v1/governance/agents/bob-agent')).body.history.at(-1)).toMatchObject({ action: 'cascade_suspend', by: 'directory-sync' });
