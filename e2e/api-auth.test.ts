@@ -244,6 +244,10 @@ describe('WRIT_API_AUTH=keys on the all-in-one', () => {
     expect(JSON.stringify((JSON.parse(revoked.text) as Json).history)).toContain(`key:${admin.id}`);
     const minted = await call(idp, 'POST', '/v1/keys', BOOT, { name: 'who-made-me', scopes: [], createdBy: 'someone-else' });
     expect((JSON.parse(minted.text) as Json).key.createdBy).toBe('bootstrap');
+    // A governed agent's createdBy and lifecycle by stay the producer's stated names: the operator
+    // finds the agents it created, and tells its own moves from a human's hold, by them.
+    const agents = JSON.parse((await call(idp, 'GET', '/v1/governance/agents', BOOT)).text) as Json[];
+    expect(agents.find((a) => a.agent_name === 'research-agent')?.created_by).toMatch(/^folder:/);
   });
 
   it('applying as a producer owner needs registry:owner:<owner>; registry:write alone cannot prune its entries', async () => {

@@ -53,10 +53,9 @@ export function governanceRoutes(deps: GovDeps): OpenAPIHono {
         ...invalid,
       },
     }),
-    async (c) => {
-      const b = c.req.valid('json');
-      return c.json((await registerAgent(deps, { ...b, createdBy: actorOf(c, b.createdBy) })) as AgentOut, 201);
-    },
+    // createdBy and a move's `by` are the producer's stated names (the operator finds the agents it
+    // created, and tells its own moves from a human's hold, by them); not the authenticated caller.
+    async (c) => c.json((await registerAgent(deps, c.req.valid('json'))) as AgentOut, 201),
   );
 
   app.openapi(
@@ -99,7 +98,10 @@ export function governanceRoutes(deps: GovDeps): OpenAPIHono {
     }),
     async (c) => {
       const b = c.req.valid('json');
-      return c.json((await transitionAgent(deps, c.req.valid('param').name, b.status, actorOf(c, b.by), c.req.valid('query').tenant)) as AgentOut, 200);
+      return c.json(
+        (await transitionAgent(deps, c.req.valid('param').name, b.status, b.by ?? principalOf(c)?.id, c.req.valid('query').tenant)) as AgentOut,
+        200,
+      );
     },
   );
 
@@ -120,7 +122,10 @@ export function governanceRoutes(deps: GovDeps): OpenAPIHono {
     }),
     async (c) => {
       const b = c.req.valid('json');
-      return c.json((await transferOwnership(deps, c.req.valid('param').name, { ...b, by: actorOf(c, b.by) }, c.req.valid('query').tenant)) as AgentOut, 200);
+      return c.json(
+        (await transferOwnership(deps, c.req.valid('param').name, { ...b, by: b.by ?? principalOf(c)?.id }, c.req.valid('query').tenant)) as AgentOut,
+        200,
+      );
     },
   );
 
