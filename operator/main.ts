@@ -11,6 +11,9 @@
  *   WRIT_POLICY_DIR     a folder of resources (owner `folder:<path>`)
  *   POD_NAME            Lease holder identity (default the host name, which is the pod name)
  *   POD_NAMESPACE       namespace of the leader-election Lease (default: the service account's)
+ *   WRIT_API_KEY        its credential when the management API has WRIT_API_AUTH=keys: a scoped key
+ *                       needs registry:write and registry:owner:<each owner it applies as>, plus
+ *                       the identity and governance write scopes (the chart passes the bootstrap key)
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
