@@ -51,9 +51,8 @@ describe('broker budgets: the ceiling holds', () => {
   });
   afterAll(() => t?.close());
 
-  const agent = (name: string, budget: Budget) =>
-    t.cp.plane.registry.upsert({ name, upstream: `${name}.agents.svc:8080`, kind: 'agent', allowModels: ['gpt-script', 'gpt-hang'], budget });
-  const used = (name: string) => t.cp.plane.budget.usage(name, Date.now()).tokensLastHour;
+  const agent = (name: string, budget: Budget) => t.agent(name, budget, ['gpt-script', 'gpt-hang']);
+  const used = (name: string) => t.used(name).tokensLastHour;
 
   it('reserves n times the output of one choice: n choices that do not fit are refused before the provider', async () => {
     const five = ask({ tokens: 10 }, { n: 5, max_tokens: 10 });

@@ -18,9 +18,8 @@ describe('model broker: settlements owed', () => {
   });
   afterAll(() => t?.close());
 
-  const agent = (name: string, budget: Budget) =>
-    t.cp.plane.registry.upsert({ name, upstream: `${name}.agents.svc:8080`, kind: 'agent', allowModels: ['gpt-mini', 'gpt-gated'], budget });
-  const used = (name: string) => t.cp.plane.budget.usage(name, Date.now()).tokensLastHour;
+  const agent = (name: string, budget: Budget) => t.agent(name, budget, ['gpt-mini', 'gpt-gated']);
+  const used = (name: string) => t.used(name).tokensLastHour;
   const brokerOn = (authzUrl: string, decisionTimeoutMs = 2000) =>
     startBroker({
       env: {},

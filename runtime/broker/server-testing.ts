@@ -11,6 +11,7 @@ import { close, listen } from '../lib/http.js';
 import { startControlPlane, type RunningControlPlane } from '../control-plane/server.js';
 import type { IdentityPort } from '../control-plane/identity-port.js';
 import type { BudgetUsage } from '../control-plane/budget.js';
+import type { Budget } from '../control-plane/types.js';
 import { openStore, type Store } from '../store/factory.js';
 import { parseConfig, type BrokerConfig } from './config.js';
 import { startBroker, type RunningBroker } from './server.js';
@@ -133,8 +134,10 @@ export interface BrokerHarness {
   /** The hanging provider got a request, and its response closed. */
   hangArrived: Deferred;
   hangClosed: Deferred;
-  /** bot's usage now. */
-  used(): BudgetUsage;
+  /** An agent's usage now (bot's by default). */
+  used(agent?: string): BudgetUsage;
+  /** Registers agent `name` with `budget`, allowed the models `allowModels`. */
+  agent(name: string, budget: Budget, allowModels: string[]): Promise<unknown>;
   /** bot's usage once every report of earlier calls has landed (they go out after each reply). */
   usedBefore(): Promise<BudgetUsage>;
   agentClient(actor: string | undefined, opts?: { baseURL?: string }): OpenAI;
@@ -288,7 +291,7 @@ export async function startBrokerHarness(): Promise<BrokerHarness> {
     });
     broker = running;
     const base = `http://127.0.0.1:${running.port}`;
-    const used = () => plane.plane.budget.usage('bot', Date.now());
+    const used = (agent = 'bot') => plane.plane.budget.usage(agent, Date.now());
     const agentClient = (actor: string | undefined, opts: { baseURL?: string } = {}) =>
       new OpenAI({ apiKey: CALLER_KEY, baseURL: opts.baseURL ?? `${base}/v1`, maxRetries: 0, defaultHeaders: actor ? { [H.actor]: actor } : {} });
     return Object.assign(t, {
@@ -298,6 +301,8 @@ export async function startBrokerHarness(): Promise<BrokerHarness> {
       upBase,
       client: agentClient('bot'),
       used,
+      agent: (name: string, budget: Budget, allowModels: string[]) =>
+        plane.plane.registry.upsert({ name, upstream: `${name}.agents.svc:8080`, kind: 'agent', allowModels, budget }),
       usedBefore: async () => {
         await new Promise((r) => setImmediate(r));
         await running.usage.flush();

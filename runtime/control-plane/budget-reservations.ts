@@ -20,6 +20,7 @@
 import { randomUUID } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
 import { errMsg, logger } from '../lib/log.js';
+import { UNKNOWN_RETRY_SECONDS } from '../lib/reservation-header.js';
 import { createShipper } from './audit/shipper.js';
 import { rowsOf, type Store } from '../store/factory.js';
 import { limitOf } from './budget-lease.js';
@@ -73,7 +74,8 @@ export class UnknownReservation extends Error {
 }
 
 /** Seconds until a refused reservation may fit (`freesAt`), at least 1; a minute when unknown. */
-export const retryAfterSeconds = (freesAt: number | undefined, now: number): number => (freesAt ? Math.max(1, Math.ceil((freesAt - now) / 1000)) : 60);
+export const retryAfterSeconds = (freesAt: number | undefined, now: number): number =>
+  freesAt ? Math.max(1, Math.ceil((freesAt - now) / 1000)) : UNKNOWN_RETRY_SECONDS;
 
 const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
 const price = (prompt: number, out: number, r: ReserveRequest) => r9((prompt * r.priceInputPer1k + out * r.priceOutputPer1k) / 1000);

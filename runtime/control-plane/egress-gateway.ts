@@ -21,7 +21,7 @@
  * EGRESS_PROXY_IDLE_TIMEOUT_MS, EGRESS_PROXY_KEEPALIVE_TIMEOUT_MS.
  */
 import type { Hono } from 'hono';
-import { int, str, type Env } from '../lib/config.js';
+import { positiveInt, str, type Env } from '../lib/config.js';
 import { listen } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { Store } from '../store/factory.js';
@@ -77,20 +77,14 @@ export interface EgressGateway {
   close(): Promise<void>;
 }
 
-function positive(env: Env, name: string, fallback: number): number {
-  const n = int(env, name, fallback);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(env[name])}`);
-  return n;
-}
-
 /** Proxy limits from EGRESS_PROXY_* env (milliseconds and bytes). */
 export function proxyLimitsFromEnv(env: Env): ProxyLimits {
   return {
-    headersTimeoutMs: positive(env, 'EGRESS_PROXY_HEADERS_TIMEOUT_MS', DEFAULT_LIMITS.headersTimeoutMs),
-    maxHeaderBytes: positive(env, 'EGRESS_PROXY_MAX_HEADER_BYTES', DEFAULT_LIMITS.maxHeaderBytes),
-    connectTimeoutMs: positive(env, 'EGRESS_PROXY_CONNECT_TIMEOUT_MS', DEFAULT_LIMITS.connectTimeoutMs),
-    idleTimeoutMs: positive(env, 'EGRESS_PROXY_IDLE_TIMEOUT_MS', DEFAULT_LIMITS.idleTimeoutMs),
-    keepAliveTimeoutMs: positive(env, 'EGRESS_PROXY_KEEPALIVE_TIMEOUT_MS', DEFAULT_LIMITS.keepAliveTimeoutMs),
+    headersTimeoutMs: positiveInt(env, 'EGRESS_PROXY_HEADERS_TIMEOUT_MS', DEFAULT_LIMITS.headersTimeoutMs),
+    maxHeaderBytes: positiveInt(env, 'EGRESS_PROXY_MAX_HEADER_BYTES', DEFAULT_LIMITS.maxHeaderBytes),
+    connectTimeoutMs: positiveInt(env, 'EGRESS_PROXY_CONNECT_TIMEOUT_MS', DEFAULT_LIMITS.connectTimeoutMs),
+    idleTimeoutMs: positiveInt(env, 'EGRESS_PROXY_IDLE_TIMEOUT_MS', DEFAULT_LIMITS.idleTimeoutMs),
+    keepAliveTimeoutMs: positiveInt(env, 'EGRESS_PROXY_KEEPALIVE_TIMEOUT_MS', DEFAULT_LIMITS.keepAliveTimeoutMs),
     maxEarlyBytes: DEFAULT_LIMITS.maxEarlyBytes,
   };
 }

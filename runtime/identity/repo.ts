@@ -25,6 +25,15 @@ export interface NewCredential {
 export const DEFAULT_TENANT = 'default';
 export const DEFAULT_LIST = 'default';
 
+/**
+ * A governed agent's status by name (names are unique across tenants: the standing the data plane
+ * applies by name), or undefined when not governed; on `db` or in a transaction.
+ */
+async function governanceStatusOf(db: Pick<Store['db'], 'select'>, name: string): Promise<string | undefined> {
+  const rows = await db.select({ s: governedAgents.status }).from(governedAgents).where(eq(governedAgents.agentName, name)).limit(1);
+  return rows[0]?.s;
+}
+
 export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
   const db = store.db;
   const iso = (ms: number) => new Date(ms).toISOString();
@@ -82,9 +91,7 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
           .for('update');
         const current = locked[0];
         if (!current) return undefined;
-        // Governed agent names are unique across tenants: the standing the data plane applies by name.
-        const gov = await tx.select({ s: governedAgents.status }).from(governedAgents).where(eq(governedAgents.agentName, name)).limit(1);
-        guard(current, gov[0]?.s);
+        guard(current, await governanceStatusOf(tx, name));
         const old = await tx
           .select({ jti: credentials.jti })
           .from(credentials)
@@ -111,11 +118,8 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
       });
     },
 
-    /** The agent's governance status (names are unique across tenants), or undefined when not governed. */
-    async governanceStatus(name: string): Promise<string | undefined> {
-      const rows = await db.select({ s: governedAgents.status }).from(governedAgents).where(eq(governedAgents.agentName, name)).limit(1);
-      return rows[0]?.s;
-    },
+    /** The agent's governance status, or undefined when not governed. */
+    governanceStatus: (name: string) => governanceStatusOf(db, name),
 
     async insertDelegation(d: Omit<typeof delegations.$inferInsert, 'tenantId' | 'seq'>): Promise<DelegationRow> {
       const rows = await db

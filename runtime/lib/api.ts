@@ -218,8 +218,9 @@ export function apiErrorAnswer(err: Error, path: string): { status: number; body
   if (err instanceof HTTPException) {
     const status = err.status;
     if (status === 400 && /Malformed JSON/i.test(err.message)) {
-      const why = /not valid UTF-8/.test(err.message) ? 'body is not valid UTF-8' : 'body is not valid JSON';
-      return { status: 422, body: { detail: [{ loc: ['body'], msg: `JSON decode error: ${why}`, type: 'json_invalid' }] } };
+      // `Malformed JSON in request body: <why>` names why (slicedJsonBody); plain, it is not JSON.
+      const why = /^Malformed JSON in request body: (.+)$/.exec(err.message)?.[1] ?? 'not valid JSON';
+      return { status: 422, body: { detail: [{ loc: ['body'], msg: `JSON decode error: body is ${why}`, type: 'json_invalid' }] } };
     }
     if (status === 413) return { status, body: envelope('payload_too_large', err.message || 'request body too large') };
     if (status === 415) return { status, body: envelope('unsupported_media_type', 'Content-Type must be application/json') };

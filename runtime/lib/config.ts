@@ -38,6 +38,13 @@ export function int(env: Env, name: string, fallback: number): number {
   return n;
 }
 
+/** An integer of at least 1 (`fallback` when unset); anything else throws, naming the variable. */
+export function positiveInt(env: Env, name: string, fallback: number): number {
+  const n = int(env, name, fallback);
+  if (!Number.isSafeInteger(n) || n < 1) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(env[name])}`);
+  return n;
+}
+
 export function bool(env: Env, name: string, fallback: boolean): boolean {
   const v = optional(env, name);
   if (v === undefined) return fallback;

@@ -59,6 +59,9 @@ function params(v: string): Map<string, string> | undefined {
   return m;
 }
 
+/** Seconds a budget refusal asks to wait when the window's end is not known there: a minute. */
+export const UNKNOWN_RETRY_SECONDS = 60;
+
 /** The ask, or why the header is malformed (a malformed ask denies). */
 export function parseReserve(v: string): ReserveAsk | { error: string } {
   const m = params(v);

@@ -1,7 +1,7 @@
 /** The egress approval request as served (SPEC 2.4) and the pure helpers around it. */
 import { createHash } from 'node:crypto';
 import { hostname } from 'node:os';
-import { optional, type Env } from '../../lib/config.js';
+import { optional, positiveInt, type Env } from '../../lib/config.js';
 import { ApiError } from '../../lib/errors.js';
 import { envName } from '../../lib/brand.js';
 import { EGRESS_STATUSES, type EgressStatus, type egressRequests } from '../../store/schema/egress.js';
@@ -121,11 +121,7 @@ export const MAX_PENDING_ENV = 'EGRESS_MAX_PENDING_PER_AGENT';
 export const DEFAULT_MAX_PENDING_PER_AGENT = 100;
 
 export function maxPendingFromEnv(env: Env = process.env): number {
-  const v = optional(env, MAX_PENDING_ENV);
-  if (v === undefined) return DEFAULT_MAX_PENDING_PER_AGENT;
-  const n = Number(v);
-  if (!Number.isSafeInteger(n) || n < 1) throw new Error(`${MAX_PENDING_ENV} must be a positive integer, got ${JSON.stringify(v)}`);
-  return n;
+  return positiveInt(env, MAX_PENDING_ENV, DEFAULT_MAX_PENDING_PER_AGENT);
 }
 
 /**

@@ -19,18 +19,12 @@
 import { hostname } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { envName } from '../../lib/brand.js';
-import { int, oneOf, optional, str, type Env } from '../../lib/config.js';
+import { int, oneOf, optional, positiveInt, str, type Env } from '../../lib/config.js';
 import type { AuditChainOptions } from './chain.js';
 
 function nonNegative(env: Env, name: string, fallback: number): number {
   const n = int(env, name, fallback);
   if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${JSON.stringify(env[name])}`);
-  return n;
-}
-
-function positive(env: Env, name: string, fallback: number): number {
-  const n = nonNegative(env, name, fallback);
-  if (n < 1) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(env[name])}`);
   return n;
 }
 
@@ -55,15 +49,15 @@ export function auditOptionsFromEnv(env: Env): Omit<AuditChainOptions, 'now'> {
   return {
     ...(explicit ? { chain: explicit } : { chainBase: base }),
     durability: oneOf(env, 'AUDIT_DURABILITY', ['async', 'sync'] as const, 'async'),
-    commitTimeoutMs: positive(env, 'AUDIT_COMMIT_TIMEOUT_MS', 5000),
-    maxPending: positive(env, 'AUDIT_MAX_PENDING', 100_000),
+    commitTimeoutMs: positiveInt(env, 'AUDIT_COMMIT_TIMEOUT_MS', 5000),
+    maxPending: positiveInt(env, 'AUDIT_MAX_PENDING', 100_000),
     spoolDir: defaultSpoolDir(env),
     proof: {
       keySecret: optional(env, 'AUDIT_KEY_ENCRYPTION_KEY') ?? optional(env, 'IDP_KEY_ENCRYPTION_KEY'),
-      checkpointEvery: positive(env, 'AUDIT_CHECKPOINT_EVERY', 1000),
-      checkpointIntervalMs: positive(env, 'AUDIT_CHECKPOINT_INTERVAL_MS', 60_000),
+      checkpointEvery: positiveInt(env, 'AUDIT_CHECKPOINT_EVERY', 1000),
+      checkpointIntervalMs: positiveInt(env, 'AUDIT_CHECKPOINT_INTERVAL_MS', 60_000),
       verifyIntervalMs: nonNegative(env, 'AUDIT_VERIFY_INTERVAL_MS', 30_000),
-      verifyBudget: positive(env, 'AUDIT_VERIFY_BUDGET', 100_000),
+      verifyBudget: positiveInt(env, 'AUDIT_VERIFY_BUDGET', 100_000),
       ...(days ? { retentionDays: days } : {}),
       ...(records ? { retentionRecords: records } : {}),
     },

@@ -12,12 +12,12 @@
  *    stored): a truncated tail breaks at the first missing seq.
  * Pruned history (retention) starts at a signed prune checkpoint instead of genesis.
  */
-import { and, desc, eq, sql } from 'drizzle-orm';
+import { and, eq, sql } from 'drizzle-orm';
 import { rowsOf, type Store } from '../../store/factory.js';
 import { auditLog } from '../../store/schema/control-plane.js';
 import type { AuditRecord } from '../types.js';
 import { GENESIS, verifyChain, type ChainAnchor, type VerifyResult } from './hash.js';
-import { fromRow } from './store.js';
+import { fromRow, loadTail } from './store.js';
 
 /** Records read per page (one query, one JSON text: parsing 1000 takes 2-4 ms of the event loop). */
 export const VERIFY_PAGE = 1000;
@@ -97,17 +97,6 @@ async function hashAt(store: Store, chain: string, seq: number): Promise<string 
   return rows[0]?.hash;
 }
 
-/** The newest stored record of `chain` (genesis when it has none). */
-async function newestOf(store: Store, chain: string): Promise<ChainAnchor> {
-  const rows = await store.db
-    .select({ seq: auditLog.seq, hash: auditLog.hash })
-    .from(auditLog)
-    .where(eq(auditLog.chain, chain))
-    .orderBy(desc(auditLog.seq))
-    .limit(1);
-  return rows[0] ?? GENESIS;
-}
-
 /** Classifies the first break verifyChain found in `page`. */
 function reasonOf(page: readonly AuditRecord[], at: number, prev: ChainAnchor): BreakReason {
   const i = page.findIndex((r) => r.seq >= at);
@@ -138,7 +127,7 @@ export async function verifyRange(store: Store, chain: string, o: RangeOptions =
     if (h === undefined) {
       // A range past the newest stored record is not a break (those seqs are not written yet),
       // unless a checkpoint or the caller says the chain reaches that far.
-      const newest = await newestOf(store, chain);
+      const newest: ChainAnchor = (await loadTail(store, chain, 1))[0] ?? GENESIS;
       let end = o.expectEnd ?? 0;
       if (o.checkpoints) for (const c of o.checkpoints.keys()) end = Math.max(end, c);
       if (newest.seq < from - 1 && end < from - 1) return { ok: true, brokenAtSeq: -1, checked: 0, from, lastSeq: newest.seq, lastHash: newest.hash };

@@ -6,7 +6,7 @@
  * request), optional OPA veto. /authz and the forward proxy evaluate the same function.
  */
 import { H } from '../../lib/brand.js';
-import { formatReservation } from '../../lib/reservation-header.js';
+import { formatReservation, UNKNOWN_RETRY_SECONDS } from '../../lib/reservation-header.js';
 import type { BudgetUsage } from '../budget.js';
 import type { AuditAction, Budget, Decision, Service } from '../types.js';
 import { bearerToken, isVpJwt } from './credentials.js';
@@ -72,9 +72,6 @@ export function externalAllowEntry(actor: Service, hop: ProxyHop, reg: RegistryV
 }
 
 const fmt = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(4).replace(/0+$/, '').replace(/\.$/, ''));
-
-/** Seconds a budget refusal asks to wait when the window frees up is not known (a minute, as budget-reservations.ts says). */
-const UNKNOWN_RETRY_S = 60;
 
 /** The budget dimension `usage` exceeds, if any (zero or absent ceilings: no limit). */
 export function overBudget(usage: BudgetUsage, budget: Budget | undefined, opts: { calls?: boolean } = {}): string | undefined {
@@ -220,7 +217,12 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
       // To the broker (it asked to reserve) this is a budget refusal, as a reservation that does
       // not fit is: it answers the agent 429 insufficient_quota with a retry-after, not a 403.
       const refused = ask
-        ? { headers: { [H.reservation]: formatReservation({ kind: 'refused', retryAfterSeconds: UNKNOWN_RETRY_S }), 'retry-after': String(UNKNOWN_RETRY_S) } }
+        ? {
+            headers: {
+              [H.reservation]: formatReservation({ kind: 'refused', retryAfterSeconds: UNKNOWN_RETRY_SECONDS }),
+              'retry-after': String(UNKNOWN_RETRY_SECONDS),
+            },
+          }
         : {};
       return end(run.deny(403, 'inline', over, refused));
     }
