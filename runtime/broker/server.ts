@@ -22,7 +22,7 @@ import http from 'node:http';
 import { Agent } from 'undici';
 import { envName } from '../lib/brand.js';
 import { int, optional, str, type Env } from '../lib/config.js';
-import { listen } from '../lib/http.js';
+import { listen, listenerDeadline } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import { chat, JSON_TYPE, sendError, type Deps, type Route } from './chat.js';
 import { DEFAULT_CONFIG_PATH, loadConfigFile, modelTable, type BrokerConfig } from './config.js';
@@ -141,6 +141,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   // Every setting is read and validated before anything opens.
   const config = opts.config ?? loadConfigFile(str(env, 'BROKER_CONFIG', DEFAULT_CONFIG_PATH));
   const addr = opts.addr ?? str(env, 'BROKER_ADDR', ':8080');
+  const deadline = listenerDeadline(env);
   const authzUrl = opts.authzUrl ?? str(env, 'BROKER_AUTHZ_URL', 'http://127.0.0.1:9191/authz');
   const usageUrl = opts.usageUrl ?? str(env, 'BROKER_USAGE_URL', 'http://127.0.0.1:8181/v1/usage');
   const upstreamTimeoutMs = opts.upstreamTimeoutMs ?? int(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 600_000);
@@ -193,7 +194,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
     ready: () => !closing,
   };
   const active = new Set<Promise<void>>();
-  const server = http.createServer({ keepAliveTimeout: 65_000 }, createHandler(deps, active));
+  const server = http.createServer({ keepAliveTimeout: 65_000, ...deadline }, createHandler(deps, active));
   let port: number;
   try {
     port = await listen(server, addr);

@@ -6,6 +6,7 @@
  * anything else is 404. A decision never answers 500: the core fails closed to a deny.
  */
 import http from 'node:http';
+import { requestDeadline } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import { startDecisionSpan } from '../lib/tracing.js';
 import { answerHeaders, type Committed } from './decision/commit.js';
@@ -135,10 +136,7 @@ export function createAuthzServer(deps: DecisionEngine, opts: AuthzServerOptions
       maxHeaderSize: opts.maxHeaderBytes ?? 64 * 1024,
       // Envoy and nginx keep connection pools open; let idle sockets live a little longer than theirs.
       keepAliveTimeout: 65_000,
-      headersTimeout: requestMs,
-      requestTimeout: requestMs,
-      // How often node looks for requests past those deadlines (its default is every 30 s).
-      connectionsCheckingInterval: Math.min(30_000, Math.max(50, Math.floor(requestMs / 4))),
+      ...requestDeadline(requestMs),
     },
     createAuthzHandler(deps, opts),
   );

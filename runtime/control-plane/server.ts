@@ -16,7 +16,7 @@ import { bool, int, oneOf, optional, parseAddr, str, type Env } from '../lib/con
 import { apiAuth, authFromEnv, credentialCheck, principalOf } from '../lib/api-auth.js';
 import { envName, VP_AUDIENCE } from '../lib/brand.js';
 import { connectPortsFromEnv } from './proxy/target.js';
-import { close as closeServer, listen } from '../lib/http.js';
+import { close as closeServer, listen, listenerDeadline } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { Store, StoreOptions } from '../store/factory.js';
 import { auditHealth, auditOptionsFromEnv, openAuditChain, registerAuditMetrics, type AuditChain } from './audit/index.js';
@@ -274,6 +274,7 @@ export interface RunningControlPlane {
 
 export async function startControlPlane(opts: StartOptions): Promise<RunningControlPlane> {
   const env = opts.env ?? process.env;
+  const deadline = listenerDeadline(env);
   const plane = await createControlPlane(opts);
   const decisionAddr = opts.decisionAddr ?? str(env, 'DECISION_ADDR', ':9191');
   const mgmtAddr = opts.mgmtAddr ?? str(env, 'MGMT_ADDR', ':8181');
@@ -282,7 +283,7 @@ export async function startControlPlane(opts: StartOptions): Promise<RunningCont
   try {
     const decisionPort = await listen(plane.authzServer, decisionAddr);
     const grpcPort = await grpcServer.listen(opts.grpcAddr ?? grpcAddrOf(env, decisionAddr));
-    const mgmtServer = createAdaptorServer({ fetch: plane.mgmtApp.fetch }) as http.Server;
+    const mgmtServer = createAdaptorServer({ fetch: plane.mgmtApp.fetch, serverOptions: deadline }) as http.Server;
     mgmt = mgmtServer;
     const mgmtPort = await listen(mgmtServer, mgmtAddr);
     log.info('listening', { decision: decisionPort, grpc: grpcPort, mgmt: mgmtPort });

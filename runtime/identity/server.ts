@@ -12,7 +12,7 @@ import { oidcFromEnv } from '../control-plane/oidc.js';
 import { BRAND, BRAND_TITLE, VP_AUDIENCE } from '../lib/brand.js';
 import { int, oneOf, optional, str, type Env } from '../lib/config.js';
 import { envelope } from '../lib/errors.js';
-import { close as closeServer, listen } from '../lib/http.js';
+import { close as closeServer, listen, listenerDeadline } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import { identityTracing, initTracing, shutdownTracing, tracingFromEnv } from '../lib/tracing.js';
 import { openStore, type Store } from '../store/factory.js';
@@ -171,6 +171,7 @@ export interface StartOptions {
 
 export async function startIdentityAuthority(o: StartOptions = {}): Promise<{ port: number; authority: IdentityAuthority; close(): Promise<void> }> {
   const env = o.env ?? process.env;
+  const deadline = listenerDeadline(env);
   const ownTracing = initTracing(tracingFromEnv(env), `${BRAND}-identity`);
   const ownStore = !o.store;
   const store =
@@ -182,8 +183,16 @@ export async function startIdentityAuthority(o: StartOptions = {}): Promise<{ po
     }));
   const authority = createIdentityAuthority({ store, env, now: o.now });
   // verify-presentation, the egress hot path, is answered on node:http directly (fast-verify.ts).
-  const server = http.createServer(withFastVerify(authority, getRequestListener(authority.app.fetch)));
-  const port = await listen(server, o.addr ?? `:${str(env, 'PORT', '8090')}`);
+  const server = http.createServer(deadline, withFastVerify(authority, getRequestListener(authority.app.fetch)));
+  let port: number;
+  try {
+    port = await listen(server, o.addr ?? `:${str(env, 'PORT', '8090')}`);
+  } catch (e) {
+    await authority.close();
+    if (ownStore) await store.close();
+    if (ownTracing) await shutdownTracing();
+    throw e;
+  }
   log.info('identity authority listening', { port, issuerDid: authority.issuerDid });
   return {
     port,

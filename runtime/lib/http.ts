@@ -1,7 +1,8 @@
 /** node:http helpers shared by the listeners. */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { parseAddr } from './config.js';
+import { envName } from './brand.js';
+import { parseAddr, positiveInt, type Env } from './config.js';
 
 /** Listens on a Go-style address (`:9191`, `127.0.0.1:0`) and resolves with the bound port. */
 export function listen(server: http.Server | import('node:net').Server, addr: string): Promise<number> {
@@ -14,6 +15,20 @@ export function listen(server: http.Server | import('node:net').Server, addr: st
       resolve((server.address() as AddressInfo).port);
     });
   });
+}
+
+/**
+ * Server options bounding how long a client may take to send one request, head and body: past
+ * `ms` Node answers 408 and closes the connection (its default lets a request trickle for 300 s).
+ * Node looks for late requests every quarter of the deadline (its default is every 30 s).
+ */
+export function requestDeadline(ms: number): Pick<http.ServerOptions, 'headersTimeout' | 'requestTimeout' | 'connectionsCheckingInterval'> {
+  return { headersTimeout: ms, requestTimeout: ms, connectionsCheckingInterval: Math.min(30_000, Math.max(50, Math.floor(ms / 4))) };
+}
+
+/** The management, identity and broker listeners' deadline (`WRIT_REQUEST_TIMEOUT_MS`, default 60 s). */
+export function listenerDeadline(env: Env): ReturnType<typeof requestDeadline> {
+  return requestDeadline(positiveInt(env, envName('REQUEST_TIMEOUT_MS'), 60_000));
 }
 
 /** Closes a server and any idle keep-alive sockets; resolves when closed. */

@@ -60,6 +60,7 @@ export const SETTINGS: readonly Setting[] = [
   s('MALLOC_ARENA_MAX', 'all-in-one', nonneg),
   // Every entry point (runtime/lib/process.ts): 0 turns the idle collection off.
   s('IDLE_GC_INTERVAL_MS', 'all-in-one', nonneg),
+  s(envName('REQUEST_TIMEOUT_MS'), 'all-in-one', pos),
   // An unknown level means info (README): any value is accepted.
   s('LOG_LEVEL', 'logging', str),
   // management API authentication (both listeners; runtime/lib/api-auth.ts)
