@@ -39,7 +39,17 @@ export const RegistryName = z
   .max(REGISTRY_NAME_MAX)
   .regex(REGISTRY_NAME_RE, 'letters, digits and . _ : / - only, starting with a letter or digit, no empty, . or .. segment between slashes');
 
-const nameList = z.array(z.string().min(1).max(REGISTRY_NAME_MAX)).max(10_000);
+/** A list of names read as a set, as the CRDs declare it (`x-kubernetes-list-type: set`): a repeated entry is refused. */
+const nameList = z
+  .array(z.string().min(1).max(REGISTRY_NAME_MAX))
+  .max(10_000)
+  .superRefine((list, ctx) => {
+    const seen = new Set<string>();
+    list.forEach((x, i) => {
+      if (seen.has(x)) ctx.addIssue({ code: 'custom', path: [i], message: `duplicate entry ${JSON.stringify(x)}` });
+      seen.add(x);
+    });
+  });
 
 export const ServiceSchema = z
   .object({

@@ -136,6 +136,8 @@ describe.each(testBackends())('registry on $name', (b) => {
       [{ name: 'orders', upstream: 'orders.svc:80', budget: { perMinute: 1 } }, 'perMinute'],
       [{ name: 'orders', upstream: 'orders.svc:80', public: 'yes' }, 'public'],
       [{ name: 'orders', upstream: 'orders.svc:80', allowModels: 'gpt' }, 'allowModels'],
+      [{ name: 'orders', upstream: 'orders.svc:80', allowModels: ['gpt', 'claude', 'gpt'] }, 'allowModels.2: duplicate entry "gpt"'],
+      [{ name: 'orders', upstream: 'orders.svc:80', egressAllow: ['api.example.com:443', 'api.example.com:443'] }, 'egressAllow.1: duplicate entry'],
       [{ name: 'orders', upstream: 'orders.svc:80', registeredAt: 'yesterday' }, 'registeredAt'],
       [{ upstream: 'orders.svc:80' }, 'name'],
       [{ name: '', upstream: 'orders.svc:80' }, 'name'],
