@@ -141,10 +141,13 @@ describe('management API over HTTP', () => {
       { 'content-type': 'application/x-www-form-urlencoded' },
       { 'content-type': 'multipart/form-data; boundary=x' },
       {}, // a Uint8Array body goes out with no Content-Type unless one is given
+      // JSON in another charset is not read as UTF-8 (JSON text is UTF-8, RFC 8259).
+      { 'content-type': 'application/json; charset=utf-16' },
+      { 'content-type': 'application/json; charset="iso-8859-1"' },
     ]) {
       const r = await req(base + '/v1/registry/services', { method: 'POST', body: bytes, headers });
       expect(r.status, JSON.stringify(headers)).toBe(415);
-      expect(await r.json()).toEqual({ error: 'Content-Type must be application/json' });
+      expect(await r.json()).toEqual({ error: 'Content-Type must be application/json in UTF-8' });
       const u = await req(base + '/v1/usage', {
         method: 'POST',
         body: new TextEncoder().encode(JSON.stringify({ agent: 'a', model: 'm', tokens: 1 })),

@@ -72,6 +72,9 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       const form = await send('/v1/agents/csrf-1/provision', { 'content-type': 'text/plain', 'content-length': '2' }, '{}');
       expect(form.status).toBe(415);
       expectEnvelope(form, 'unsupported_media_type');
+      const utf16 = await send('/v1/agents/csrf-1/provision', { 'content-type': 'application/json; charset=utf-16', 'content-length': '2' }, '{}');
+      expect(utf16.status).toBe(415);
+      expectEnvelope(utf16, 'unsupported_media_type');
       expect((await t.api.get('/v1/agents/csrf-1')).json.did).toBe(did);
       // What is no browser (curl -X POST, an SDK) sends neither header: it works as before.
       expect((await send('/v1/agents/csrf-1/provision', {})).status).toBe(200);

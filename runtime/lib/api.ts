@@ -122,8 +122,26 @@ export function rejectBadInput(reject: (c: Context, detail: ValidationDetail[]) 
 
 const JSON_MEDIA = /^application\/([\w.-]+\+)?json$/i;
 
-/** Does a Content-Type header declare JSON (`application/json` or `application/<x>+json`, any parameters)? */
-export const isJson = (contentType: string | undefined): boolean => JSON_MEDIA.test((contentType ?? '').split(';')[0]!.trim());
+/**
+ * Does a Content-Type header declare JSON (`application/json` or `application/<x>+json`, any
+ * parameters) in UTF-8? JSON text is UTF-8 (RFC 8259 section 8.1): a body declared in another
+ * charset is refused (415), not read as UTF-8.
+ */
+export function isJson(contentType: string | undefined): boolean {
+  const [type = '', ...params] = (contentType ?? '').split(';');
+  if (!JSON_MEDIA.test(type.trim())) return false;
+  for (const p of params) {
+    const eq = p.indexOf('=');
+    if (p.slice(0, eq).trim().toLowerCase() !== 'charset') continue;
+    const charset = p
+      .slice(eq + 1)
+      .trim()
+      .replace(/^"(.*)"$/, '$1')
+      .toLowerCase();
+    if (charset !== 'utf-8' && charset !== 'utf8') return false;
+  }
+  return true;
+}
 
 /**
  * A request body of at most `max` bytes, else 413. A Content-Length (without Transfer-Encoding) is
@@ -223,7 +241,7 @@ export function apiErrorAnswer(err: Error, path: string): { status: number; body
       return { status: 422, body: { detail: [{ loc: ['body'], msg: `JSON decode error: body is ${why}`, type: 'json_invalid' }] } };
     }
     if (status === 413) return { status, body: envelope('payload_too_large', err.message || 'request body too large') };
-    if (status === 415) return { status, body: envelope('unsupported_media_type', 'Content-Type must be application/json') };
+    if (status === 415) return { status, body: envelope('unsupported_media_type', 'Content-Type must be application/json in UTF-8') };
     return { status, body: envelope('http_error', err.message || 'request failed') };
   }
   if (isStoreError(err)) {
@@ -275,7 +293,7 @@ export function writeRefusal(method: string, header: (name: string) => string | 
     return { status: 403, message: 'cross-origin request refused: a web page may not write to this API' };
   }
   if (hasBody({ 'content-length': header('content-length'), 'transfer-encoding': header('transfer-encoding') }) && !isJson(header('content-type')))
-    return { status: 415, message: 'Content-Type must be application/json' };
+    return { status: 415, message: 'Content-Type must be application/json in UTF-8' };
   return undefined;
 }
 
