@@ -86,6 +86,7 @@ export function proxyLimitsFromEnv(env: Env): ProxyLimits {
     idleTimeoutMs: positiveInt(env, 'EGRESS_PROXY_IDLE_TIMEOUT_MS', DEFAULT_LIMITS.idleTimeoutMs),
     keepAliveTimeoutMs: positiveInt(env, 'EGRESS_PROXY_KEEPALIVE_TIMEOUT_MS', DEFAULT_LIMITS.keepAliveTimeoutMs),
     maxEarlyBytes: DEFAULT_LIMITS.maxEarlyBytes,
+    tunnelRecheckMs: DEFAULT_LIMITS.tunnelRecheckMs,
   };
 }
 

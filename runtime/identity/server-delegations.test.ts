@@ -136,6 +136,19 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       expect((await q({ resource: 'files/acme/deep/x' })).json.ok).toBe(true);
       expect((await q({ resource: 'files/other/x' })).json.reason).toBe('no approved delegation');
       expect((await q({ resource: 'files/acmeX' })).json.ok).toBe(false);
+      // A path that resolves outside the prefix never matches it, spelled plainly or encoded.
+      for (const resource of [
+        'files/acme/../other',
+        'files/acme/%2e%2e/other',
+        'files/acme/.%2E/x',
+        'files/acme/..%2fother',
+        'files/acme/x%2F..',
+        'files/acme/..\\x',
+        'files/acme/./q3.pdf',
+      ]) {
+        expect((await q({ resource })).json.reason, resource).toBe('no approved delegation');
+      }
+      expect((await q({ resource: 'files/acme/q3..pdf?next=../x' })).json.ok, 'dots inside a name, a query').toBe(true);
       expect((await q({ task: 'T2' })).json.ok).toBe(false);
       expect((await q({ action: 'files:write' })).json.ok).toBe(false);
       expect((await q({ actor: 'dl-1' })).json.ok).toBe(false);

@@ -41,8 +41,11 @@ export interface Gatherer {
   ask<Q extends Question>(q: Q): AnswerOf<Q> | Promise<AnswerOf<Q>>;
 }
 
-/** More questions than any evaluation asks (two VPs, usage, ticket, delegation, hold, OPA). */
-const MAX_STEPS = 12;
+/**
+ * More questions than any evaluation asks: two VPs, usage, ticket, delegation, hold, OPA, and
+ * after a hold the VPs, usage, delegation and OPA again.
+ */
+const MAX_STEPS = 20;
 
 /** Mutable answers of one decision. */
 interface Gathered extends Answers {
@@ -67,6 +70,14 @@ function record(a: Gathered, q: Question, v: unknown): void {
       a.delegation = v as Gathered['delegation'];
       break;
     case 'hold':
+      // A human may take minutes. What was asked before the hold is asked again after it (the
+      // VP against the revocation list, the usage, the delegation, OPA), so a credential revoked
+      // or a budget spent while the request waited still denies it when it is approved.
+      delete a.oidc;
+      delete a.vps;
+      delete a.usage;
+      delete a.delegation;
+      delete a.opa;
       a.hold = v as HoldAnswer;
       break;
     case 'opa':

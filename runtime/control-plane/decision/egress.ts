@@ -266,9 +266,9 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
     run.stage = 'approval';
     const h = a.hold;
     if (!h) {
-      // The human approves the request that is held and forwarded, not what the agent says it is.
-      const real = f.request ?? { action: f.action?.trim() ?? '', resource: f.resource?.trim() ?? '' };
-      const declared = f.action?.trim() !== real.action || f.resource?.trim() !== real.resource;
+      // The human approves the request that is held and forwarded (the proxy's facts are the
+      // request itself), and is shown what the agent declared beside it.
+      const said = f.declared;
       return run.ask({
         kind: 'hold',
         request: {
@@ -276,9 +276,9 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
           actorDid: agentDid,
           target: proxy.hostPort,
           service: service ?? EXTERNAL,
-          action: real.action,
-          resource: real.resource,
-          reason: declared ? `${needsApproval}; the agent declared ${f.action?.trim() ?? ''} ${f.resource?.trim() ?? ''}` : needsApproval,
+          action: f.action?.trim() ?? '',
+          resource: f.resource?.trim() ?? '',
+          reason: said ? `${needsApproval}; the agent declared ${said.action} ${said.resource}` : needsApproval,
         },
       });
     }

@@ -93,24 +93,28 @@ export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
 }
 
 /**
- * The forward proxy's facts: the agent's VP from `Proxy-Authorization: Bearer`, the task,
- * action and resource from the request's `X-Writ-*` headers (else the method and the URL), the
- * target from host:port. The dry-run builds the same facts from the same inputs.
+ * The forward proxy's facts: the agent's VP from `Proxy-Authorization: Bearer`, the task from
+ * `X-Writ-Task`, the target from host:port, and the action and resource from the request itself
+ * (`http:<method>` and its URL; `http:connect` and host:port for a tunnel). What the agent declares
+ * in `X-Writ-Action` / `X-Writ-Resource` is never decided on here: a delegation for a GET below
+ * `/public/` must not let a DELETE of `/admin` through. A declaration that differs is kept to be
+ * shown to the human when the request is held. The dry-run builds the same facts from the same inputs.
  */
 export function proxyFacts(h: HeaderBag, hop: ProxyHop, method: string, resourceUrl: string, rawHeaders?: readonly string[]): EgressFacts {
   const auth = first(h, 'proxy-authorization');
   const repeated = repeatedHeader(h, rawHeaders);
-  const request = { action: `http:${method.toLowerCase()}`, resource: resourceUrl };
+  const action = `http:${method.toLowerCase()}`;
+  const said = { action: first(h, H.action)?.trim() || action, resource: first(h, H.resource)?.trim() || resourceUrl };
   return {
     kind: 'egress',
     via: 'proxy',
-    request,
+    ...(said.action !== action || said.resource !== resourceUrl ? { declared: said } : {}),
     vp: bearerToken(auth),
     credentialIssue: auth ? 'Proxy-Authorization must be "Bearer <Membership VP>"' : 'missing Proxy-Authorization',
     onBehalfOf: first(h, H.onBehalfOf)?.trim() || undefined,
     task: first(h, H.task)?.trim() || undefined,
-    action: first(h, H.action)?.trim() || request.action,
-    resource: first(h, H.resource)?.trim() || request.resource,
+    action,
+    resource: resourceUrl,
     hop,
     ...(repeated ? { repeated } : {}),
   };

@@ -99,10 +99,11 @@ export interface EgressFacts {
   /** Proxy only. */
   hop?: ProxyHop;
   /**
-   * Proxy only: the request itself (`http:<method>` and its URL), whatever `action` and `resource`
-   * the agent declared for its delegation check: what a human is shown and approves when held.
+   * Proxy only, where `action` and `resource` are the request itself: what the agent declared in
+   * `X-Writ-Action` / `X-Writ-Resource` when it differs. Never decided on; shown to the human
+   * beside the request when it is held.
    */
-  request?: { action: string; resource: string };
+  declared?: { action: string; resource: string };
   /** Proxy only: why the credential is unusable (missing or not a Bearer token). */
   credentialIssue?: string;
   /** A scoping header (task, action, resource, target) sent more than once: its name. */

@@ -11,11 +11,11 @@
  */
 import { startDecisionSpan } from '../../lib/tracing.js';
 import { commit, type Committed } from '../decision/commit.js';
-import { decide } from '../decision/decide.js';
+import { decide, type AnswerOf, type Gatherer } from '../decision/decide.js';
 import { withHold, type DecisionEngine } from '../decision/engine.js';
 import { askingWithin } from '../decision/gather.js';
 import { proxyFacts, type HeaderBag } from '../decision/facts.js';
-import type { HoldAnswer, HoldRequest } from '../decision/types.js';
+import type { EgressFacts, HoldAnswer, HoldRequest, Question } from '../decision/types.js';
 import type { ProxyTarget } from './target.js';
 
 export interface ProxyRequest {
@@ -33,6 +33,35 @@ export interface ProxyVerdict {
   outcome: Committed;
   /** The egress request id when the request was held. */
   requestId?: string;
+  /**
+   * Allow only: asks the same question again for a connection that stays open (a CONNECT
+   * tunnel). Resolves with the committed deny (audited) when the answer is now no, else undefined.
+   */
+  recheck?: () => Promise<Committed | undefined>;
+}
+
+const NO_USAGE = { tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 };
+
+/**
+ * The decision again for an open tunnel, on the same facts and the current policy: the agent's
+ * VP against the revocation list, its governance standing, its registry entry and allow list,
+ * the delegation and OPA. A tunnel is one call, counted (and approved by a human, if it was
+ * held) when it opened: its budget is not asked again, and a human's approval still stands.
+ */
+async function recheckOf(facts: EgressFacts, engine: DecisionEngine): Promise<Committed | undefined> {
+  const inner = engine.gather;
+  const gather: Gatherer = {
+    ask<Q extends Question>(q: Q): AnswerOf<Q> | Promise<AnswerOf<Q>> {
+      if (q.kind === 'usage') return NO_USAGE as AnswerOf<Q>;
+      if (q.kind === 'hold') return { result: 'approved', detail: 'approved when the tunnel opened' } as AnswerOf<Q>;
+      return inner.ask(q);
+    },
+  };
+  const startedAt = performance.now();
+  const ev = await decide(facts, engine.policy.current, gather, engine.now);
+  if (ev.decision.allow) return undefined;
+  const reason = `open tunnel closed: ${ev.decision.reason}`;
+  return commit({ ...ev, decision: { ...ev.decision, reason }, effects: { ...ev.effects, audit: { ...ev.effects.audit, reason } } }, engine.sinks, startedAt);
 }
 
 /** Waits for a human's decision on a held request (the server's queue and client-gone handling). */
@@ -62,5 +91,6 @@ export async function decideProxy(req: ProxyRequest, engine: DecisionEngine, hol
   const outcome = await commit(ev, engine.sinks, startedAt);
   const d = outcome.decision;
   span.end({ rule: d.rule, allow: d.allow, status: d.status, service: t.hostPort });
-  return { kind: d.allow ? 'allow' : d.challenge ? 'challenge' : 'deny', outcome, requestId };
+  if (!d.allow) return { kind: d.challenge ? 'challenge' : 'deny', outcome, requestId };
+  return { kind: 'allow', outcome, requestId, ...(req.via === 'connect' ? { recheck: () => recheckOf(facts, engine) } : {}) };
 }

@@ -144,7 +144,7 @@ export async function startProxyPlane(b: TestBackend): Promise<ProxyPlane> {
       mgmtAddr: '127.0.0.1:0',
       proxyAddr: '127.0.0.1:0',
       queue: { timeoutMs: 60_000, replicaId: `proxy-test-${b.name}` },
-      limits: { headersTimeoutMs: 400, idleTimeoutMs: 1500, connectTimeoutMs: 2000 },
+      limits: { headersTimeoutMs: 400, idleTimeoutMs: 1500, connectTimeoutMs: 2000, tunnelRecheckMs: 100 },
       // The TLS server's port is open to CONNECT for external names too (localhost:<tls> is not a registry upstream).
       connectPorts: [443, ports.tls],
     });

@@ -5,6 +5,7 @@
  * replicas by LISTEN/NOTIFY. Agent VPs from a real identity authority (plane-testing.ts). On
  * PGlite, and on PostgreSQL too when TEST_DATABASE_URL is set.
  */
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../../lib/brand.js';
 import { close as closeServer, listen } from '../../lib/http.js';
@@ -15,7 +16,7 @@ import { startControlPlaneWithEgress } from '../egress-gateway.js';
 import type { IdentityPort } from '../identity-port.js';
 import type { EgressRequest } from '../approvals/record.js';
 import { echoServer, post, startProxyPlane, type ProxyPlane } from './plane-testing.js';
-import { curl, inProcessIdentity, provisionAgent } from './testkit.js';
+import { curl, inProcessIdentity, jtiOf, provisionAgent } from './testkit.js';
 import { eventually } from '../../lib/poll-testing.js';
 
 const DENY = H.denyReason;
@@ -77,6 +78,75 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
     expect(req.reason).toContain(`the agent declared http:get http://${target}/status`);
     expect((await post(`${mgmt}/v1/egress/requests/${req.id}/deny`, { approver: 'alice', reason: 'no' })).status).toBe(200);
     expect((await res).status).toBe(403);
+  });
+
+  it('an approved delegation covers only the request it names: another method or a path out of its prefix is held', async () => {
+    const target = `localhost:${ports.echo}`;
+    const idp = async (path: string, body: unknown) => {
+      const r = await plane!.authority.app.request(path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      return (await r.json()) as { id: string };
+    };
+    const task = 'd-scope';
+    const d = await idp('/v1/delegations/request', { actorName: 'bot', task, action: 'http:get', resource: `http://${target}/public/*`, reason: 'reports' });
+    await idp(`/v1/delegations/${d.id}/approve`, { approver: 'alice' });
+    const ok = await via(bot, ['-H', `${H.task}: ${task}`, `http://${target}/public/q3`]);
+    expect(ok.status).toBe(200);
+    expect(JSON.parse(ok.body)).toMatchObject({ url: '/public/q3' });
+    // Declaring the delegated action and resource does not make a DELETE of /admin one of them.
+    const declared = ['-X', 'DELETE', '-H', `${H.task}: ${task}`, '-H', `${H.action}: http:get`, '-H', `${H.resource}: http://${target}/public/q3`];
+    for (const args of [
+      [...declared, `http://${target}/admin/users`],
+      ['--path-as-is', '-H', `${H.task}: ${task}`, `http://${target}/public/../admin/users`],
+      ['-H', `${H.task}: ${task}`, `http://${target}/public/%2e%2e/admin/users`],
+    ]) {
+      const res = via(bot, args);
+      const req = await pending(target);
+      expect(req.resource, args.join(' ')).toMatch(/\/admin\/users$/);
+      expect((await post(`${mgmt}/v1/egress/requests/${req.id}/deny`, { approver: 'alice', reason: 'no' })).status).toBe(200);
+      expect((await res).status, args.join(' ')).toBe(403);
+    }
+  });
+
+  it('revoking an agent closes its open tunnel and denies its held request when a human approves it after', async () => {
+    const f = await provisionAgent(plane!.authority, 'fleeting');
+    await plane!.run.cp.plane.registry.upsert({ name: 'fleeting', upstream: 'fleeting.agents.svc:8080', kind: 'agent', egressAllow: ['echo'] });
+    // A tunnel to the echo service that keeps talking (its idle timeout never fires).
+    const tunnel = net.connect(Number(new URL(proxy).port), '127.0.0.1');
+    let got = '';
+    tunnel.on('data', (d) => (got += d.toString('latin1')));
+    const closed = new Promise<void>((resolve) => tunnel.on('close', () => resolve()));
+    tunnel.on('error', () => {});
+    tunnel.write(`CONNECT 127.0.0.1:${ports.echo} HTTP/1.1\r\nhost: 127.0.0.1:${ports.echo}\r\nproxy-authorization: Bearer ${f.vp}\r\n\r\n`);
+    await eventually(() => got.startsWith('HTTP/1.1 200'), 'the tunnel opens');
+    const talk = setInterval(() => tunnel.writable && tunnel.write('GET /ping HTTP/1.1\r\nhost: echo\r\n\r\n'), 100);
+    try {
+      await eventually(() => got.includes('/ping'), 'the echo answers through the tunnel');
+      const target = `127.0.0.1:${ports.ext}`;
+      const held = via(f.vp, [`http://${target}/after-revoke`]);
+      const req = await pending(target);
+      const rv = await plane!.authority.app.request('/v1/revoke', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ vcJti: jtiOf(f.identity.membershipVc) }),
+      });
+      expect(rv.status).toBe(200);
+      await closed;
+      expect((await post(`${mgmt}/v1/egress/requests/${req.id}/approve`, { approver: 'alice' })).status).toBe(200);
+      const r = await held;
+      expect(r.status).toBe(403);
+      expect(r.headers).toMatch(/revoked/);
+      const rows = await audit();
+      // A revoked VP is refused before the registry is read: the record names the target, not its entry.
+      expect(rows.find((x) => x.reason.startsWith('open tunnel closed:'))).toMatchObject({
+        allow: false,
+        rule: 'identity',
+        service: `127.0.0.1:${ports.echo}`,
+        reason: 'open tunnel closed: invalid agent VP: membership credential revoked',
+      });
+    } finally {
+      clearInterval(talk);
+      tunnel.destroy();
+    }
   });
 
   it('a CONNECT to an external host is held; once approved the TLS tunnel opens end to end', async () => {

@@ -45,6 +45,8 @@ export interface ProxyLimits {
   keepAliveTimeoutMs: number;
   /** Bytes a CONNECT client may send ahead while its tunnel is decided or held (then reading pauses). */
   maxEarlyBytes: number;
+  /** How often an open tunnel's decision is asked again (revoked, suspended or unlisted: closed). */
+  tunnelRecheckMs: number;
 }
 
 export const DEFAULT_LIMITS: ProxyLimits = {
@@ -54,6 +56,7 @@ export const DEFAULT_LIMITS: ProxyLimits = {
   idleTimeoutMs: 120_000,
   keepAliveTimeoutMs: 30_000,
   maxEarlyBytes: 64 * 1024,
+  tunnelRecheckMs: 1000,
 };
 
 export interface ForwardProxyOptions {

@@ -4,6 +4,9 @@
  * are kept, and reading pauses past `maxEarlyBytes`), then a raw net socket to the upstream is
  * spliced to the client's with pipe(). TLS is never terminated. Refusals and upstream failures
  * before the tunnel opens (400, 403, 407, 502, 504) are written straight on the socket.
+ * Every `tunnelRecheckMs` each open tunnel's decision is asked again (`ProxyVerdict.recheck`): a
+ * tunnel whose agent was revoked, suspended or taken off the registry or its allow list is closed,
+ * and the audit log says why.
  */
 import type http from 'node:http';
 import net from 'node:net';
@@ -36,11 +39,52 @@ export interface Tunnels {
   open(): number;
 }
 
+interface Live {
+  target: string;
+  recheck: NonNullable<ProxyVerdict['recheck']>;
+  kill(): void;
+  checking?: boolean;
+}
+
 export function createTunnels(deps: TunnelDeps): Tunnels {
   const { engine, limits, upstreamSockets, upstreamErrors, hold } = deps;
   let tunnels = 0;
+  const live = new Set<Live>();
+  let timer: NodeJS.Timeout | undefined;
 
-  function openTunnel(socket: net.Socket, t: ProxyTarget, early: Buffer[], onData: (c: Buffer) => void): void {
+  function recheckAll(): void {
+    for (const l of live) {
+      if (l.checking) continue;
+      l.checking = true;
+      l.recheck().then(
+        (denied) => {
+          l.checking = false;
+          if (!denied || !live.has(l)) return;
+          log.info('tunnel closed: its decision is now deny', { target: l.target, reason: denied.decision.reason });
+          l.kill();
+        },
+        (e: unknown) => {
+          l.checking = false;
+          log.error('tunnel recheck failed; closing it (fail closed)', { target: l.target, err: errMsg(e) });
+          l.kill();
+        },
+      );
+    }
+  }
+
+  function track(l: Live): () => void {
+    live.add(l);
+    timer ??= setInterval(recheckAll, limits.tunnelRecheckMs).unref();
+    return () => {
+      live.delete(l);
+      if (live.size === 0 && timer) {
+        clearInterval(timer);
+        timer = undefined;
+      }
+    };
+  }
+
+  function openTunnel(socket: net.Socket, t: ProxyTarget, early: Buffer[], onData: (c: Buffer) => void, recheck?: ProxyVerdict['recheck']): void {
     if (socket.destroyed) return;
     const up = net.connect({ host: t.connectHost, port: t.port });
     upstreamSockets.add(up);
@@ -50,8 +94,10 @@ export function createTunnels(deps: TunnelDeps): Tunnels {
       socket.destroy();
       up.destroy();
     };
+    let untrack: (() => void) | undefined;
     up.once('close', () => {
       clearTimeout(connectTimer);
+      untrack?.();
       upstreamSockets.delete(up);
       if (established) tunnels--;
       // A clean upstream close was already forwarded by pipe (end); give the client leg its
@@ -75,6 +121,7 @@ export function createTunnels(deps: TunnelDeps): Tunnels {
       if (socket.destroyed) return void up.destroy();
       established = true;
       tunnels++;
+      if (recheck) untrack = track({ target: t.hostPort, recheck, kill });
       socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
       socket.off('data', onData);
       for (const c of early) up.write(c);
@@ -113,7 +160,7 @@ export function createTunnels(deps: TunnelDeps): Tunnels {
     if (!p.ok) return refuse(400, {}, { error: p.error });
     const t = p.target;
     const reply = (v: ProxyVerdict, requestId?: string) => {
-      if (v.kind === 'allow') return openTunnel(socket, t, early, onData);
+      if (v.kind === 'allow') return openTunnel(socket, t, early, onData, v.recheck);
       if (v.kind === 'challenge') return refuse(407, { 'Proxy-Authenticate': `Bearer realm="${REALM}"`, ...denyHeaders(v.outcome) }, denyBody(v.outcome));
       if (v.kind === 'deny') return refuse(403, denyHeaders(v.outcome, requestId), denyBody(v.outcome, requestId));
     };
