@@ -228,6 +228,12 @@ const egressRows: EgressRow[] = [
     expect: { status: 403, rule: 'identity', reason: /more than one .*on-behalf-of/i },
   },
   {
+    name: 'a credential header sent twice -> 403 identity, before any VP is verified',
+    facts: { repeatedCredential: 'authorization' },
+    deps: ID,
+    expect: { status: 403, rule: 'identity', reason: /authorization sent more than once/ },
+  },
+  {
     name: 'a scoping header sent twice (resource "index/a, secret/b") -> 403 inline, before the delegation is asked',
     facts: { target: 'ledger', resource: 'index/a, secret/b', repeated: H.resource },
     deps: ID,

@@ -123,6 +123,7 @@ export function evaluateEgress(f: EgressFacts, snap: PolicySnapshot, a: Answers,
   //      the sidecar mints); a token of any other shape is not a VP and is ignored.
   if (f.via === 'proxy' && !f.vp) return end(run.deny(403, 'identity', f.credentialIssue ?? 'missing Proxy-Authorization', { challenge: true }));
   if (f.via === 'authz' && !actorName) return end(run.deny(403, 'identity', 'empty actor'));
+  if (f.repeatedCredential) return end(run.deny(403, 'identity', `${f.repeatedCredential} sent more than once: one credential speaks for the agent`));
   if (s.identityMode === 'vc' && !s.identityAuthority) return end(run.deny(403, 'identity', 'vc identity mode needs the identity authority (AGENT_IDP_URL)'));
   const vps: string[] = [];
   const headerVp = f.vp?.trim();

@@ -35,6 +35,19 @@ describe('facts and credentials', () => {
     });
   });
 
+  it('a credential header sent twice is told by a comma no token holds, or by the raw lines', () => {
+    const bot = { [H.actor]: 'bot', [H.service]: 'search' };
+    // Envoy's merged map (gRPC without raw lines) and node's join of the VP header.
+    expect(factsFromHeaders({ ...bot, authorization: 'Bearer a.b.c,Bearer d.e.f' })).toMatchObject({ repeatedCredential: 'authorization' });
+    expect(factsFromHeaders({ ...bot, [H.agentVp]: 'a.b.c, d.e.f' })).toMatchObject({ repeatedCredential: H.agentVp });
+    // node keeps the first Authorization line only: the raw lines show the second.
+    const raw = ['X-Writ-Actor', 'bot', 'Authorization', 'Bearer a.b.c', 'authorization', 'Bearer d.e.f'];
+    expect(factsFromHeaders({ ...bot, authorization: 'Bearer a.b.c' }, { rawHeaders: raw })).toMatchObject({ repeatedCredential: 'authorization' });
+    // One Digest credential for the upstream holds commas; one bearer does not.
+    expect(factsFromHeaders({ ...bot, authorization: 'Digest username="a", realm="b"' })).not.toHaveProperty('repeatedCredential');
+    expect(factsFromHeaders({ ...bot, authorization: 'Bearer a.b.c' }, { rawHeaders: raw.slice(0, 4) })).not.toHaveProperty('repeatedCredential');
+  });
+
   it('bearer parsing, VP shape and scopes', () => {
     expect(bearerToken('Bearer abc')).toBe('abc');
     expect(bearerToken('bearer  abc ')).toBe('abc');

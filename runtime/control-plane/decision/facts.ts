@@ -56,6 +56,25 @@ export function asReceived(lines: Record<string, string | string[]>): { headers:
   return { headers, rawHeaders };
 }
 
+/**
+ * A credential header sent twice: which VP speaks for the agent would depend on which line a
+ * reader keeps (node keeps the first `Authorization`, Envoy's `headers` map joins them). A bearer
+ * token or a JWT never holds a comma, so a joined value tells a repeat without the raw lines; with
+ * them a second `Authorization` line is one too (whatever its scheme).
+ */
+function repeatedCredential(h: HeaderBag, raw: readonly string[] | undefined): string | undefined {
+  const vp = h[H.agentVp];
+  if (typeof vp === 'string' && vp.includes(',')) return H.agentVp;
+  const auth = h.authorization;
+  if (typeof auth !== 'string') return undefined;
+  if (auth.includes(',') && /^bearer\s/i.test(auth)) return 'authorization';
+  if (raw) {
+    let seen = 0;
+    for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === 13 && raw[i]!.toLowerCase() === 'authorization' && ++seen > 1) return 'authorization';
+  }
+  return undefined;
+}
+
 /** `X-Writ-Actor` present selects egress; everything else is ingress (SPEC 4.1). */
 export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
   const actor = first(h, H.actor);
@@ -78,6 +97,8 @@ export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
     if (reserve !== undefined) f.reserve = parseReserve(reserve);
     const repeated = repeatedHeader(h, req.rawHeaders);
     if (repeated) f.repeated = repeated;
+    const twice = repeatedCredential(h, req.rawHeaders);
+    if (twice) f.repeatedCredential = twice;
     return f;
   }
   const f: IngressFacts = {

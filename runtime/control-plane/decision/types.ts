@@ -108,6 +108,8 @@ export interface EgressFacts {
   credentialIssue?: string;
   /** A scoping header (task, action, resource, target) sent more than once: its name. */
   repeated?: string;
+  /** `/authz`: a credential header (`Authorization`, `X-Writ-Agent-VP`) sent more than once: its name. */
+  repeatedCredential?: string;
 }
 
 export type Facts = IngressFacts | EgressFacts;

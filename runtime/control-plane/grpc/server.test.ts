@@ -225,6 +225,15 @@ describe('gRPC ext_authz listener', () => {
       body: { rule: 'inline', reason: `${H.resource} sent more than once: the call is scoped by one value` },
     });
     expect((await withLines([{ key: H.resource, value: 'index/a, part 2' }])).http_response).toBe('ok_response');
+    // Two credentials: which VP speaks for the agent would depend on the reader, so none does.
+    const creds = await withLines([
+      { key: 'authorization', value: 'Bearer a.b.c' },
+      { key: 'Authorization', value: 'Bearer d.e.f' },
+    ]);
+    expect(asHttp(creds)).toMatchObject({
+      status: 403,
+      body: { rule: 'identity', reason: 'authorization sent more than once: one credential speaks for the agent' },
+    });
   });
 
   it('the host of the request (:authority) picks the ingress target; x-forwarded-host only from a trusted peer', async () => {
