@@ -5,6 +5,7 @@
  * gets what is left; the header is refused off model targets and when malformed; the dry-run
  * reserves nothing.
  */
+import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../lib/brand.js';
 import { formatReserve, parseReservation, type ReserveAsk } from '../lib/reservation-header.js';
@@ -103,6 +104,29 @@ describe('X-Writ-Reserve on /authz', () => {
     expect(d.allow).toBe(true);
     expect(d.headers[H.reservation]).toBeUndefined();
     expect(await used('dry')).toEqual({ tokens: 0, calls: 0 });
+  });
+
+  it('the dry-run takes a header sent twice as a list, and decides it as /authz does', async () => {
+    const dry = async (headers: Record<string, string | string[]>) => {
+      const r = await fetch(`${mgmt}/v1/decisions/dry-run`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ headers }),
+      });
+      expect(r.status).toBe(200);
+      return ((await r.json()) as { decision: { allow: boolean; reason: string } }).decision;
+    };
+    // undici's request sends each line as given (fetch would join the two into one).
+    const live = await request(`${authz}/authz`, { headers: [H.actor, 'free', H.service, 'search', H.task, 't1', H.task, 't2'] });
+    expect(live.statusCode).toBe(403);
+    const said = ((await live.body.json()) as { reason: string }).reason;
+    expect(said).toBe(`${H.task} sent more than once: the call is scoped by one value`);
+    expect(await dry({ [H.actor]: 'free', [H.service]: 'search', [H.task]: ['t1', 't2'] })).toMatchObject({ allow: false, reason: said });
+    expect(await dry({ [H.actor]: 'free', [H.service]: 'search', [H.task]: ['t1'] })).toMatchObject({ allow: true });
+    expect(await dry({ [H.actor]: 'free', [H.service]: 'search', authorization: ['Bearer a.b.c', 'Bearer d.e.f'] })).toMatchObject({
+      allow: false,
+      reason: 'authorization sent more than once: one credential speaks for the agent',
+    });
   });
 
   it('the dry-run reads a proxy host as the proxy does: a host that is none is a 400', async () => {

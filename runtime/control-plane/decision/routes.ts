@@ -7,13 +7,20 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import { mgmtHook } from '../mgmt-errors.js';
 import { dryRun, type DecisionEngine } from './engine.js';
-import { factsFromHeaders, proxyFacts } from './facts.js';
+import { asReceived, factsFromHeaders, proxyFacts } from './facts.js';
 import { normaliseHost } from '../proxy/target.js';
 
 const HeaderValue = z.string().max(64 * 1024);
 const DryRunBody = z
   .object({
-    headers: z.record(z.string().max(256), HeaderValue).openapi({ description: 'The request headers /authz would see (names case-insensitive).' }),
+    headers: z
+      .record(z.string().max(256), z.union([HeaderValue, z.array(HeaderValue).min(1).max(16)]))
+      .openapi({ description: 'The request headers /authz would see (names case-insensitive); a list is a header sent once per value.' }),
+    peer: z
+      .string()
+      .max(64)
+      .optional()
+      .openapi({ description: 'The address the request comes from: a peer in TRUSTED_PROXIES may name the ingress target in X-Forwarded-Host.' }),
     method: z.string().max(16).optional(),
     path: z.string().max(8192).optional(),
     proxy: z
@@ -50,9 +57,11 @@ export function decisionRoutes(engine: DecisionEngine): OpenAPIHono {
     }),
     async (c) => {
       const b = c.req.valid('json');
-      const headers: Record<string, string> = {};
-      for (const [k, v] of Object.entries(b.headers)) headers[k.toLowerCase()] = v;
-      let facts = factsFromHeaders(headers, { method: b.method, path: b.path, trustedPeer: false });
+      const lines: Record<string, string[]> = {};
+      for (const [k, v] of Object.entries(b.headers)) (lines[k.toLowerCase()] ??= []).push(...(typeof v === 'string' ? [v] : v));
+      // As node hands /authz a request: repeats joined with ", ", and the raw lines that tell them.
+      const { headers, rawHeaders } = asReceived(lines);
+      let facts = factsFromHeaders(headers, { method: b.method, path: b.path, trustedPeer: engine.trustedPeer(b.peer), rawHeaders });
       if (b.proxy) {
         // The host as the proxy reads it from a request target: refused, or in its one spelling.
         const host = normaliseHost(b.proxy.host);
@@ -63,6 +72,7 @@ export function decisionRoutes(engine: DecisionEngine): OpenAPIHono {
           { host, port: b.proxy.port, hostPort, connect: b.proxy.connect },
           b.proxy.connect ? 'CONNECT' : (b.method ?? 'GET'),
           b.proxy.connect ? hostPort : `http://${hostPort}${b.path ?? '/'}`,
+          rawHeaders,
         );
       }
       const ev = await dryRun(engine, facts);
