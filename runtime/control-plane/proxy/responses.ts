@@ -28,6 +28,7 @@ function isTimeout(e: unknown): boolean {
 export function upstreamError(t: ProxyTarget, e: unknown): { status: 502 | 504; message: string } {
   if (isTimeout(e)) return { status: 504, message: `upstream ${t.hostPort} timed out: ${errMsg(e)}` };
   const code = (e as { code?: string } | undefined)?.code;
+  if (code === 'EADDRREFUSED') return { status: 502, message: `upstream ${t.hostPort} not dialed: ${errMsg(e)}` };
   return { status: 502, message: `upstream ${t.hostPort} failed: ${code ?? errMsg(e)}` };
 }
 

@@ -28,6 +28,7 @@ import { decideProxy, type ProxyVerdict } from './decide.js';
 import { rewriteRequestHeaders, rewriteResponseHeaders } from './headers.js';
 import { DENY_REASON, REALM, denyBody, denyHeaders, rawReply, sendJson, upstreamError } from './responses.js';
 import { parseAbsoluteTarget, type ProxyTarget } from './target.js';
+import { guardedLookup } from './dial-guard.js';
 import { createTunnels } from './tunnel.js';
 
 const log = logger('egress-proxy');
@@ -111,7 +112,7 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   // headers/body timeouts are the idle timeout of the exchange; connect has its own.
   const upstream = new UndiciAgent({
     keepAliveTimeout: 30_000,
-    connect: { timeout: limits.connectTimeoutMs },
+    connect: { timeout: limits.connectTimeoutMs, lookup: guardedLookup },
     headersTimeout: limits.idleTimeoutMs,
     bodyTimeout: limits.idleTimeoutMs,
   });

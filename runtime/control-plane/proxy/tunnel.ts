@@ -15,6 +15,7 @@ import { errMsg, logger } from '../../lib/log.js';
 import type { DecisionEngine } from '../decision/engine.js';
 import type { HoldAnswer, HoldRequest } from '../decision/types.js';
 import { decideProxy, type ProxyVerdict } from './decide.js';
+import { guardedLookup } from './dial-guard.js';
 import { DENY_REASON, REALM, UpstreamTimeout, denyBody, denyHeaders, rawReply, upstreamError } from './responses.js';
 import type { ProxyLimits } from './server.js';
 import { parseConnectTarget, type ProxyTarget } from './target.js';
@@ -86,7 +87,7 @@ export function createTunnels(deps: TunnelDeps): Tunnels {
 
   function openTunnel(socket: net.Socket, t: ProxyTarget, early: Buffer[], onData: (c: Buffer) => void, recheck?: ProxyVerdict['recheck']): void {
     if (socket.destroyed) return;
-    const up = net.connect({ host: t.connectHost, port: t.port });
+    const up = net.connect({ host: t.connectHost, port: t.port, lookup: guardedLookup });
     upstreamSockets.add(up);
     let established = false;
     const connectTimer = setTimeout(() => up.destroy(new UpstreamTimeout(`no connection within ${limits.connectTimeoutMs} ms`)), limits.connectTimeoutMs);
