@@ -5,7 +5,7 @@
  * decision finishes in the same tick; the first real wait makes the result a promise. Nothing
  * here throws for a decision reason: a failed answer is a `{failed}` the evaluation denies on.
  */
-import { errMsg } from '../../lib/log.js';
+import { errMsg, logger } from '../../lib/log.js';
 import type { BudgetUsage } from '../budget.js';
 import type { DelegationAnswer, PresentationAnswer } from '../identity-port.js';
 import { evaluate } from './evaluate.js';
@@ -21,6 +21,8 @@ import {
   type PolicySnapshot,
   type Question,
 } from './types.js';
+
+const log = logger('decision');
 
 export type AnswerOf<Q extends Question> = Q extends { kind: 'oidc' }
   ? OidcAnswer | Failure
@@ -90,7 +92,11 @@ function record(a: Gathered, q: Question, v: unknown): void {
 function failureFor(q: Question, why: string): unknown {
   if (q.kind === 'hold') return { result: 'unavailable', detail: why } satisfies HoldAnswer;
   if (q.kind === 'ticket') return false;
-  if (q.kind === 'usage') throw new Error(`budget usage unavailable: ${why}`);
+  if (q.kind === 'usage') {
+    // The store's own words (a database name, a host) are for the log, not for the caller.
+    log.warn('budget usage unavailable; denying', { err: why });
+    throw new Error('budget usage unavailable (budget store unreachable)');
+  }
   return { failed: why } satisfies Failure;
 }
 

@@ -37,6 +37,15 @@ describe('budgets in the egress decision', () => {
     expect(budget.usage('bot', T0).callsLastHour).toBe(1);
   });
 
+  it('a budget store that cannot answer denies, and its own words stay out of the answer', async () => {
+    const budget = createBudgetMeter();
+    const down = Object.assign(Object.create(budget) as typeof budget, {
+      usage: () => Promise.reject(new Error('database "ledger_prod" is not currently accepting connections')),
+    });
+    const d = await run(base, { services: withBudget({ callsPerHour: 5 }), budget: down });
+    check(d, { status: 403, rule: 'inline', reason: /^decision error: budget usage unavailable \(budget store unreachable\)$/ });
+  });
+
   it('tokens per hour from usage reports, with expiry', async () => {
     let now = T0;
     const budget = createBudgetMeter();
