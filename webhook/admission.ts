@@ -95,6 +95,8 @@ export function podOf(req: AdmissionRequest): Pod | string {
   if (o.metadata !== undefined && !isObj(o.metadata)) return 'metadata is not an object';
   const labels = (o.metadata as Record<string, unknown> | undefined)?.labels;
   if (labels !== undefined && !isObj(labels)) return 'metadata.labels is not an object';
+  // The API server sends strings only: anything else is a request this webhook cannot trust to read.
+  for (const [k, v] of Object.entries(labels ?? {})) if (typeof v !== 'string') return `metadata.labels[${JSON.stringify(k)}] is not a string`;
   if (!isObj(o.spec) || !Array.isArray(o.spec.containers)) return 'spec.containers is not a list';
   for (const list of CONTAINER_LISTS) {
     const cs = o.spec[list];

@@ -295,6 +295,11 @@ describe('admission webhook over HTTPS', () => {
     it('denies an unreadable pod (failure policy Fail)', async () => {
       const r = await call(main.port, pki.ca, '/validate', reviewOf({ metadata: { labels: { [AGENT_LABEL]: 'true' } } } as Pod));
       expect(r.body.response).toMatchObject({ allowed: false, status: { code: 400, message: 'spec.containers is not a list' } });
+      // A label value that is no string is read as no value at all, never coerced (true is not 'true').
+      const odd = agentPod({ env: [{ name: AGENT_NAME_ENV, value: 'ready-agent' }] }) as unknown as { metadata: { labels: Record<string, unknown> } };
+      odd.metadata.labels[AGENT_LABEL] = true;
+      const coerced = await call(main.port, pki.ca, '/validate', reviewOf(odd as unknown as Pod));
+      expect(coerced.body.response).toMatchObject({ allowed: false, status: { code: 400, message: `metadata.labels["${AGENT_LABEL}"] is not a string` } });
     });
 
     it('with -require-provisioned=false admits an unprovisioned agent with a warning, still refuses an unknown one', async () => {
