@@ -25,13 +25,12 @@ import {
   invalidRequest,
   missingActor,
   shuttingDown,
-  streamBudgetCut,
   upstreamFailed,
   type OpenAIError,
 } from './openai-error.js';
 import type { Settlement, Settlements } from './settlement.js';
 import { outputTokensOf, relay, sseTransform } from './sse.js';
-import { mapUpstreamStatus, readUpstream, upstreamCallError } from './upstream.js';
+import { mapUpstreamStatus, readUpstream, streamFailure, upstreamCallError } from './upstream.js';
 import { completionTextChars, estimateUsage, usageOf, type TokenUsage } from './usage.js';
 
 export type { Route } from './completion-request.js';
@@ -203,7 +202,7 @@ async function forward(
     if (v && /^[\x20-\x7e]{1,256}$/.test(v)) outHeaders[h] = v;
   }
 
-  if (c.stream && ctype.startsWith('text/event-stream')) return relayStream(c, rsv, s, prompt, up, outHeaders, signal, res);
+  if (c.stream && ctype.startsWith('text/event-stream')) return relayStream(c, rsv, s, prompt, up, outHeaders, signal, res, d);
 
   let data: Buffer | undefined;
   try {
@@ -237,7 +236,9 @@ async function forward(
 /**
  * Relays a provider's event stream, counting its output as it flows. With a reservation the
  * stream is cut at the output it holds, whatever the provider does with max_tokens: the chunk
- * that would pass it is replaced by a final `budget_exceeded` error event.
+ * that would pass it is replaced by a final `budget_exceeded` error event. A provider stream that
+ * breaks off, stalls past the gap timeout, sends a malformed event or ends without `[DONE]` ends
+ * the client's the same way, with an `upstream_error` / `upstream_timeout` event.
  */
 function relayStream(
   c: Completion,
@@ -248,15 +249,12 @@ function relayStream(
   outHeaders: Record<string, string>,
   signal: AbortSignal,
   res: http.ServerResponse,
+  d: Deps,
 ): void {
-  const allowance = rsv.id ? rsv.outputTokens : undefined;
-  const t = sseTransform({
-    stripUsageChunk: !c.clientWantsUsage,
-    maxCompletionTokens: allowance,
-    cutEvent: allowance === undefined ? undefined : `data: ${JSON.stringify(streamBudgetCut(allowance))}`,
-  });
-  // Cut short (either side, at the budget, at shutdown): the provider's figures when it got to
-  // send them, else an estimate (output counted as the cut counts it: at least a token per chunk).
+  const t = sseTransform({ stripUsageChunk: !c.clientWantsUsage, maxCompletionTokens: rsv.id ? rsv.outputTokens : undefined });
+  // Cut short (either side, at the budget, at a failure, at shutdown): the provider's figures when
+  // it got to send them, else an estimate (output counted as the cut counts it: at least a token
+  // per chunk).
   const used = (): TokenUsage => {
     const out = outputTokensOf(t.scan);
     return t.scan.usage ?? { ...prompt, completionTokens: out, totalTokens: prompt.promptTokens + out };
@@ -266,10 +264,16 @@ function relayStream(
   t.once('cut', () => res.once('finish', () => up.body.destroy()));
   res.writeHead(200, { ...outHeaders, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
   res.flushHeaders();
-  relay(up.body, t, res, (err) => {
-    s.settle(used());
-    const model = c.route.entry.name;
-    if (t.scan.tooLarge) log.warn('stream stopped: the provider sent an event over the size bound', { model });
-    else if (err && !signal.aborted && !t.scan.cut) log.warn('stream cut short', { model, err: errMsg(err) });
-  });
+  relay(
+    up.body,
+    t,
+    res,
+    (e) => streamFailure(e, d.upstreamTimeoutMs),
+    (err) => {
+      s.settle(used());
+      const model = c.route.entry.name;
+      if (t.scan.failure) log.warn('stream stopped', { model, why: t.scan.failure });
+      else if (err && !signal.aborted && !t.scan.cut) log.warn('stream cut short', { model, err: errMsg(err) });
+    },
+  );
 }

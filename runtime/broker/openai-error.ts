@@ -12,7 +12,11 @@ export interface OpenAIError {
   headers?: Record<string, string>;
 }
 
-export function errorBody(e: OpenAIError): { error: { message: string; type: string; param: null; code: string } } {
+export interface ErrorBody {
+  error: { message: string; type: string; param: null; code: string };
+}
+
+export function errorBody(e: OpenAIError): ErrorBody {
   return { error: { message: e.message, type: e.type, param: null, code: e.code } };
 }
 
@@ -111,7 +115,7 @@ export const budgetUnavailable = (why: string): OpenAIError => ({
 });
 
 /** The body of the final SSE event of a stream cut at the agent's budget (the SDKs raise it). */
-export const streamBudgetCut = (allowance: number): { error: { message: string; type: string; param: null; code: string } } => ({
+export const streamBudgetCut = (allowance: number): ErrorBody => ({
   error: {
     message: `stream stopped at the agent's budget: its output allowance of ${allowance} tokens is used up`,
     type: 'insufficient_quota',
@@ -121,8 +125,22 @@ export const streamBudgetCut = (allowance: number): { error: { message: string; 
 });
 
 /** The body of the final SSE event of a stream whose provider sent one event over the broker's bound. */
-export const streamEventTooLarge = (maxChars: number): ReturnType<typeof errorBody> =>
+export const streamEventTooLarge = (maxChars: number): ErrorBody =>
   errorBody(upstreamFailed(`the model provider sent a stream event larger than ${maxChars} characters; stream stopped`));
+
+/** The body of the final SSE event of a stream whose provider sent an event that is not a JSON object (nor `[DONE]`). */
+export const streamEventMalformed = (): ErrorBody =>
+  errorBody(upstreamFailed('the model provider sent a stream event that is not a JSON object; stream stopped'));
+
+/** The body of the final SSE event of a stream whose provider ended it without `data: [DONE]`. */
+export const streamUnfinished = (): ErrorBody => errorBody(upstreamFailed('the model provider ended the stream without data: [DONE]; stream stopped'));
+
+/** The body of the final SSE event of a stream whose provider broke off (reset, closed mid-event). */
+export const streamBroken = (why: string): ErrorBody => errorBody(upstreamFailed(`the model provider's stream broke off (${why}); stream stopped`));
+
+/** The body of the final SSE event of a stream whose provider sent nothing for the gap timeout. */
+export const streamStalled = (ms: number): ErrorBody =>
+  errorBody({ ...upstreamTimeout(ms), message: `the model provider sent nothing for ${ms} ms; stream stopped` });
 
 /** The upstream did not answer (or stalled between chunks) within the broker's timeout. */
 export const upstreamTimeout = (ms: number): OpenAIError => ({

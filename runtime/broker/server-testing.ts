@@ -46,6 +46,10 @@ export interface Script {
   json?: boolean;
   /** Leaves `usage` out of a whole answer. */
   noUsage?: boolean;
+  /** After its output, a stream breaks: the socket closes mid-body, it ends without [DONE], sends a malformed event, or stalls. */
+  breaks?: 'reset' | 'close' | 'malformed' | 'stall';
+  /** The stream sends a piece every `trickleMs` until the broker lets go. */
+  trickleMs?: number;
 }
 export const script = (s: Script): string => JSON.stringify(s);
 export const SCRIPT_CAP = 20;
@@ -69,7 +73,16 @@ function scripted(body: Seen['body'], res: http.ServerResponse): void {
     return;
   }
   res.writeHead(200, { 'content-type': 'text/event-stream' });
+  if (sc.trickleMs) {
+    const timer = setInterval(() => res.write(chunk(out(PIECE))), sc.trickleMs);
+    res.on('close', () => clearInterval(timer));
+    return;
+  }
   for (let i = 0; i < k && !res.destroyed; i++) for (let c = 0; c < n; c++) res.write(chunk(out(PIECE), null, c));
+  if (sc.breaks === 'reset') return void res.write(': gone\n\n', () => res.socket?.destroy());
+  if (sc.breaks === 'close') return void res.end();
+  if (sc.breaks === 'malformed') res.write(`data: {"choices": [\n\n${chunk(out(PIECE))}`);
+  if (sc.breaks === 'stall') return;
   if (body.stream_options?.include_usage) res.write(usageChunk(usage));
   res.end('data: [DONE]\n\n');
 }

@@ -1,11 +1,13 @@
 /**
  * The SSE scanner: any split of the upstream bytes gives the same events, usage picked up, usage
- * chunk stripped on request. The relay: done once, the rest destroyed when a side breaks.
+ * chunk stripped on request, a stream that goes wrong ended with one error event. The relay: done
+ * once, the rest destroyed when the client side breaks, an error event when the provider does.
  */
 import { once } from 'node:events';
 import { Readable, Writable } from 'node:stream';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { streamBroken, streamEventMalformed, streamUnfinished, type ErrorBody } from './openai-error.js';
 import { createSseScanner, eventData, MAX_EVENT_CHARS, relay, sseTransform } from './sse.js';
 
 const ev = (o: unknown) => `data: ${JSON.stringify(o)}`;
@@ -96,14 +98,48 @@ describe('SSE scanner', () => {
         code: 'upstream_error',
       },
     });
-    expect(s.state).toMatchObject({ cut: true, tooLarge: true, textChunks: 1, completionChars: 2 });
+    expect(s.state).toMatchObject({ cut: true, failure: expect.stringMatching(/larger than 1000 characters/), textChunks: 1, completionChars: 2 });
     expect(s.push(`"}\n\n${first}\n\n`) + s.end()).toBe('');
     // The default bound: 8 Mi characters.
     const big = createSseScanner({ stripUsageChunk: false });
     let got = big.push('data: {"x":"');
     for (let i = 0; i <= MAX_EVENT_CHARS / 65536 && !big.state.cut; i++) got += big.push('a'.repeat(65536));
-    expect(big.state.tooLarge).toBe(true);
+    expect(big.state.failure).toMatch(/larger than 8388608 characters/);
     expect(got).toMatch(/larger than 8388608 characters/);
+  });
+
+  const errorEvent = (body: ErrorBody) => `data: ${JSON.stringify(body)}\n\n`;
+  const okEvent = ev({ choices: [{ index: 0, delta: { content: 'ok' } }] });
+
+  it('ends the stream with an error event at a payload that is neither [DONE] nor a JSON object, and forwards nothing after it', () => {
+    for (const bad of ['{"choices": [', 'hello', '[1]', 'null', '']) {
+      const r = run([`${okEvent}\n\ndata: ${bad}\n\n${okEvent}\n\ndata: [DONE]\n\n`], false);
+      expect(r.out, bad).toBe(`${okEvent}\n\n${errorEvent(streamEventMalformed())}`);
+      expect(r.state, bad).toMatchObject({ cut: true, done: false, textChunks: 1, failure: streamEventMalformed().error.message });
+    }
+  });
+
+  it('ends a stream the provider ended without [DONE] with an error event, after its last event', () => {
+    for (const [text, before] of [
+      [`${okEvent}\n\n`, `${okEvent}\n\n`],
+      [okEvent, `${okEvent}\n\n`],
+      ['', ''],
+    ]) {
+      const r = run([text!], false);
+      expect(r.out, JSON.stringify(text)).toBe(before + errorEvent(streamUnfinished()));
+      expect(r.state.failure).toBe('the model provider ended the stream without data: [DONE]; stream stopped');
+    }
+  });
+
+  it('fail ends a stream with the error event given, dropping the event held, and does nothing to a complete one', () => {
+    const s = createSseScanner({ stripUsageChunk: false });
+    expect(s.push(`${okEvent}\n\ndata: {"choices"`)).toBe(`${okEvent}\n\n`);
+    expect(s.fail(streamBroken('reset'))).toBe(errorEvent(streamBroken('reset')));
+    expect(s.push('}\n\n') + s.end() + s.fail(streamBroken('again'))).toBe('');
+    const complete = createSseScanner({ stripUsageChunk: false });
+    complete.push(`${okEvent}\n\ndata: [DONE]\n\n`);
+    expect(complete.fail(streamBroken('reset'))).toBe('');
+    expect(complete.state.cut).toBe(false);
   });
 });
 
@@ -117,10 +153,16 @@ describe('relay', () => {
   const relayed = (src: Readable, res: Writable) =>
     new Promise<{ err?: Error; calls: number }>((resolve) => {
       let calls = 0;
-      relay(src, sseTransform({ stripUsageChunk: true }), res, (err) => {
-        calls++;
-        setTimeout(() => resolve({ err, calls }), 20);
-      });
+      relay(
+        src,
+        sseTransform({ stripUsageChunk: true }),
+        res,
+        (e) => streamBroken(e.message),
+        (err) => {
+          calls++;
+          setTimeout(() => resolve({ err, calls }), 20);
+        },
+      );
     });
 
   it('relays every event and calls back once, without an error', async () => {
@@ -141,7 +183,7 @@ describe('relay', () => {
     expect(src.destroyed).toBe(true);
   });
 
-  it('a provider that fails midway: the client side is destroyed and the callback has its error', async () => {
+  it('a provider that fails midway: the client stream ends with an error event (not a reset) and the callback has its error', async () => {
     const src = new Readable({ read() {} });
     const out = sink();
     const p = relayed(src, out.w);
@@ -149,6 +191,7 @@ describe('relay', () => {
     setTimeout(() => src.destroy(new Error('provider reset')), 5);
     const r = await p;
     expect(r).toMatchObject({ calls: 1, err: { message: 'provider reset' } });
-    expect(out.w.destroyed).toBe(true);
+    expect(out.w.writableFinished).toBe(true);
+    expect(out.text()).toBe(`${STREAM[0]}\n\ndata: ${JSON.stringify(streamBroken('provider reset'))}\n\n`);
   });
 });

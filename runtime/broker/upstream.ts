@@ -5,7 +5,17 @@
 import type { Dispatcher } from 'undici';
 import { errMsg } from '../lib/log.js';
 import { firstHeader } from './decision-client.js';
-import { upstreamAuth, upstreamFailed, upstreamRejected, upstreamTimeout, upstreamUnreachable, type OpenAIError } from './openai-error.js';
+import {
+  streamBroken,
+  streamStalled,
+  upstreamAuth,
+  upstreamFailed,
+  upstreamRejected,
+  upstreamTimeout,
+  upstreamUnreachable,
+  type ErrorBody,
+  type OpenAIError,
+} from './openai-error.js';
 
 /** What the mapping needs of the broker's settings. */
 export interface UpstreamSettings {
@@ -30,10 +40,20 @@ export async function readUpstream(body: Dispatcher.ResponseData['body'], limit:
   return Buffer.concat(chunks);
 }
 
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
+const errCode = (e: unknown): string => (e as { code?: string }).code ?? '';
+
 export function upstreamCallError(e: unknown, timeoutMs: number): OpenAIError {
-  const code = (e as { code?: string }).code ?? '';
-  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT') return upstreamTimeout(timeoutMs);
+  const code = errCode(e);
+  if (TIMEOUT_CODES.has(code)) return upstreamTimeout(timeoutMs);
   return upstreamUnreachable(code || errMsg(e));
+}
+
+/** The final SSE event's body for a provider stream that failed after the client's stream began. */
+export function streamFailure(e: unknown, timeoutMs: number): ErrorBody {
+  const code = errCode(e);
+  if (TIMEOUT_CODES.has(code)) return streamStalled(timeoutMs);
+  return streamBroken(code || errMsg(e));
 }
 
 /** Maps a non-2xx provider answer to the broker's OpenAI-style error. */
