@@ -25,6 +25,7 @@ import {
   invalidRequest,
   missingActor,
   shuttingDown,
+  streamDeadline,
   upstreamFailed,
   type OpenAIError,
 } from './openai-error.js';
@@ -38,6 +39,8 @@ export type { Route } from './completion-request.js';
 const log = logger('broker');
 
 const MAX_UPSTREAM_ERROR_BYTES = 64 * 1024;
+/** setTimeout's longest delay: a longer one fires at once, so a stream deadline past it is this. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 export const JSON_TYPE = 'application/json';
 /** Upstream response headers worth handing to the agent (never the provider's rate-limit state of our key). */
 const PASS_RESPONSE_HEADERS = ['x-request-id', 'openai-processing-ms'];
@@ -52,6 +55,8 @@ export interface Deps {
   keyVar: string;
   placeholder: boolean;
   upstreamTimeoutMs: number;
+  /** Longest a relayed stream may run, from the provider's response headers. */
+  streamMaxMs: number;
   maxBodyBytes: number;
   maxResponseBytes: number;
   ready: () => boolean;
@@ -238,7 +243,8 @@ async function forward(
  * stream is cut at the output it holds, whatever the provider does with max_tokens: the chunk
  * that would pass it is replaced by a final `budget_exceeded` error event. A provider stream that
  * breaks off, stalls past the gap timeout, sends a malformed event or ends without `[DONE]` ends
- * the client's the same way, with an `upstream_error` / `upstream_timeout` event.
+ * the client's the same way, with an `upstream_error` / `upstream_timeout` event, and so does the
+ * broker at `streamMaxMs` (`stream_timeout`).
  */
 function relayStream(
   c: Completion,
@@ -262,6 +268,7 @@ function relayStream(
   s.fallback = used;
   // Once the cut stream's last event is out, the provider is stopped.
   t.once('cut', () => res.once('finish', () => up.body.destroy()));
+  const deadline = setTimeout(() => t.fail(streamDeadline(d.streamMaxMs)), Math.min(d.streamMaxMs, MAX_TIMER_MS));
   res.writeHead(200, { ...outHeaders, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
   res.flushHeaders();
   relay(
@@ -270,6 +277,7 @@ function relayStream(
     res,
     (e) => streamFailure(e, d.upstreamTimeoutMs),
     (err) => {
+      clearTimeout(deadline);
       s.settle(used());
       const model = c.route.entry.name;
       if (t.scan.failure) log.warn('stream stopped', { model, why: t.scan.failure });

@@ -142,6 +142,10 @@ export const streamBroken = (why: string): ErrorBody => errorBody(upstreamFailed
 export const streamStalled = (ms: number): ErrorBody =>
   errorBody({ ...upstreamTimeout(ms), message: `the model provider sent nothing for ${ms} ms; stream stopped` });
 
+/** The body of the final SSE event of a stream still running at the broker's whole-stream deadline. */
+export const streamDeadline = (ms: number): ErrorBody =>
+  errorBody({ status: 504, type: 'timeout_error', code: 'stream_timeout', message: `the stream ran past the broker's limit of ${ms} ms; stream stopped` });
+
 /** The upstream did not answer (or stalled between chunks) within the broker's timeout. */
 export const upstreamTimeout = (ms: number): OpenAIError => ({
   status: 504,

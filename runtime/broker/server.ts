@@ -7,7 +7,7 @@
  * making the agent wait for it. Bare node:http: this sits on every model call.
  *
  * Env: BROKER_ADDR, BROKER_CONFIG, BROKER_PROVIDER_KEY (fallback OPENAI_API_KEY), BROKER_AUTHZ_URL,
- * BROKER_USAGE_URL, BROKER_UPSTREAM_TIMEOUT_MS, BROKER_DECISION_TIMEOUT_MS,
+ * BROKER_USAGE_URL, BROKER_UPSTREAM_TIMEOUT_MS, BROKER_STREAM_MAX_MS, BROKER_DECISION_TIMEOUT_MS,
  * BROKER_MAX_BODY_BYTES.
  *
  * Budgets (issue 14): the broker's `/authz` call also reserves the call's worst case (the
@@ -21,7 +21,7 @@
 import http from 'node:http';
 import { Agent } from 'undici';
 import { envName } from '../lib/brand.js';
-import { int, optional, str, type Env } from '../lib/config.js';
+import { int, optional, positiveInt, str, type Env } from '../lib/config.js';
 import { listen, listenerDeadline } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import { chat, JSON_TYPE, sendError, type Deps, type Route } from './chat.js';
@@ -52,6 +52,8 @@ export interface BrokerOptions {
   providerKey?: string;
   /** Time to the provider's first byte, and the longest gap between chunks (default 600 000 ms). */
   upstreamTimeoutMs?: number;
+  /** Longest a stream may run from the provider's response headers, then it is stopped with an error event (default 600 000 ms). */
+  streamMaxMs?: number;
   /** Time the decision engine gets (default 2000 ms). */
   decisionTimeoutMs?: number;
   /**
@@ -145,10 +147,11 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   const authzUrl = opts.authzUrl ?? str(env, 'BROKER_AUTHZ_URL', 'http://127.0.0.1:9191/authz');
   const usageUrl = opts.usageUrl ?? str(env, 'BROKER_USAGE_URL', 'http://127.0.0.1:8181/v1/usage');
   const upstreamTimeoutMs = opts.upstreamTimeoutMs ?? int(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 600_000);
+  const streamMaxMs = opts.streamMaxMs ?? positiveInt(env, 'BROKER_STREAM_MAX_MS', 600_000);
   const decisionTimeoutMs = opts.decisionTimeoutMs ?? int(env, 'BROKER_DECISION_TIMEOUT_MS', 2000);
   const maxBodyBytes = opts.maxBodyBytes ?? int(env, 'BROKER_MAX_BODY_BYTES', 4 * 1024 * 1024);
   const maxResponseBytes = opts.maxResponseBytes ?? 32 * 1024 * 1024;
-  for (const [n, v] of Object.entries({ upstreamTimeoutMs, decisionTimeoutMs, maxBodyBytes, maxResponseBytes })) {
+  for (const [n, v] of Object.entries({ upstreamTimeoutMs, streamMaxMs, decisionTimeoutMs, maxBodyBytes, maxResponseBytes })) {
     if (!(v > 0)) throw new Error(`broker: ${n} must be positive`);
   }
   for (const u of [authzUrl, usageUrl]) {
@@ -189,6 +192,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
     upstream,
     ...pk,
     upstreamTimeoutMs,
+    streamMaxMs,
     maxBodyBytes,
     maxResponseBytes,
     ready: () => !closing,

@@ -3,11 +3,13 @@
  * SDK, the real control plane and the harness's scripted provider (server-testing.ts): the
  * provider breaking off, ending without [DONE], sending a malformed event or stalling past the
  * gap timeout ends the client's stream with a final error event the SDK raises (not a reset, not
- * a silent end), and the usage that flowed is settled, once.
+ * a silent end), and the usage that flowed is settled, once. So does a stream still running at
+ * the broker's whole-stream deadline.
  */
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { asApiError, promptEstimate, script, startBrokerHarness, type BrokerHarness, type Script } from './server-testing.js';
+import { startBroker } from './server.js';
+import { asApiError, brokerConfig, promptEstimate, script, startBrokerHarness, type BrokerHarness, type Script } from './server-testing.js';
 
 type Chunk = OpenAI.Chat.Completions.ChatCompletionChunk;
 const streamed = (s: Script) => ({ model: 'gpt-script', stream: true as const, messages: [{ role: 'user' as const, content: script(s) }] });
@@ -53,4 +55,30 @@ describe('broker streams: a provider failure mid-stream', () => {
       await expect.poll(() => t.used(name).tokensLastHour, { timeout: 5000 }).toBe(promptEstimate(body) + 6);
     });
   }
+
+  it('ends a stream still running at the deadline with a stream_timeout event the SDK raises, and settles what flowed', async () => {
+    await t.agent('trickler', { tokensPerHour: 1_000_000 }, ['gpt-script']);
+    const b = await startBroker({
+      env: {},
+      addr: '127.0.0.1:0',
+      config: brokerConfig(t.upBase),
+      authzUrl: `http://127.0.0.1:${t.cp.decisionPort}/authz`,
+      usageUrl: `http://127.0.0.1:${t.cp.mgmtPort}/v1/usage`,
+      providerKey: 'sk-broker',
+      streamMaxMs: 300,
+    });
+    try {
+      // A piece every 40 ms, forever (well under the gap timeout, and the 20-token allowance is not reached by 300 ms).
+      const body = streamed({ tokens: 1, trickleMs: 40 });
+      const client = t.agentClient('trickler', { baseURL: `http://127.0.0.1:${b.port}/v1` });
+      const { pieces, err } = await drain(await client.chat.completions.create(body));
+      expect(err).toBeInstanceOf(OpenAI.APIError);
+      expect(asApiError(err).code).toBe('stream_timeout');
+      expect(asApiError(err).error).toMatchObject({ type: 'timeout_error', message: "the stream ran past the broker's limit of 300 ms; stream stopped" });
+      expect(pieces).toBeGreaterThan(0);
+      await expect.poll(() => t.used('trickler').tokensLastHour, { timeout: 5000 }).toBe(promptEstimate(body) + pieces);
+    } finally {
+      await b.close(100);
+    }
+  });
 });

@@ -124,6 +124,7 @@ export const SETTINGS: readonly Setting[] = [
   s('BROKER_AUTHZ_URL', 'broker', url),
   s('BROKER_USAGE_URL', 'broker', url),
   s('BROKER_UPSTREAM_TIMEOUT_MS', 'broker', pos),
+  s('BROKER_STREAM_MAX_MS', 'broker', pos),
   s('BROKER_DECISION_TIMEOUT_MS', 'broker', pos),
   s('BROKER_MAX_BODY_BYTES', 'broker', pos),
   s('BUDGET_RESERVATION_TTL_MS', 'control-plane', pos),
