@@ -2,7 +2,8 @@
  * The broker's in-process decisions (the all-in-one) against its `/authz` calls: the same
  * questions asked of one real control plane both ways get the same answers (allow, deny,
  * reservation made or refused) and leave the same audit records; a decision that does not finish
- * in time is `unavailable`, which the broker refuses, and its effects are undone when it finishes.
+ * in time is `unavailable`, which the broker refuses, and its effects are undone when it finishes
+ * (an allow it recorded followed by a record saying the call was not made).
  */
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -92,7 +93,7 @@ describe('broker decisions in process', () => {
     expect(await local.decide({ actor: 'bot', model: 'm', passthrough: {} })).toEqual({ kind: 'unavailable', why: 'decision timed out after 50 ms' });
   });
 
-  it('a decision that allows after the broker gave up is undone: its call not counted, its reservation given back', async () => {
+  it('a decision that allows after the broker gave up is undone: its call not counted, its reservation given back, its allow followed by a record that the call was not made', async () => {
     await cp.plane.registry.upsert({
       name: 'tardy',
       upstream: 'tardy.agents.svc:8080',
@@ -116,7 +117,19 @@ describe('broker decisions in process', () => {
       why: 'decision timed out after 20 ms',
     });
     await finished.promise;
-    expect(cp.plane.audit.recent(1)[0]).toMatchObject({ actor: 'tardy', allow: true });
     await expect.poll(() => cp.plane.budget.usage('tardy', Date.now()), { timeout: 5000 }).toMatchObject({ callsLastHour: 0, tokensLastHour: 0 });
+    // The chain keeps the allow it recorded, and says right after it that the call was not made.
+    const [allowed, abandoned] = cp.plane.audit.recent(2);
+    expect(allowed).toMatchObject({ action: 'model.invoke', actor: 'tardy', service: 'm', allow: true });
+    expect(abandoned).toMatchObject({
+      seq: allowed!.seq + 1,
+      action: 'model.invoke',
+      actor: 'tardy',
+      service: 'm',
+      allow: false,
+      reason: `decision answered after the broker's deadline; call not made (the allow of audit record ${allowed!.seq})`,
+    });
+    expect(abandoned!.rule).toBeUndefined();
+    expect(cp.plane.audit.verify()).toEqual({ ok: true, brokenAtSeq: -1 });
   });
 });
