@@ -6,7 +6,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H, metric } from '../lib/brand.js';
 import type { Store } from '../store/factory.js';
 import { openTestPglite } from '../store/testing.js';
+import { createReservations } from './budget-reservations.js';
+import { budgetRoutes } from './budget-routes.js';
+import { createSharedBudgetMeter } from './budget-shared.js';
+import { createBudgetLedger } from './budget-store.js';
 import { startControlPlane, type RunningControlPlane } from './server.js';
+import type { Budget } from './types.js';
 
 describe('budget mode and visibility', () => {
   let store: Store;
@@ -116,5 +121,26 @@ describe('budget mode and visibility', () => {
     const r = await post(`${mgmt}/v1/usage`, { agent: 'watched', model: 'gpt', tokens: 90, costUsd: 0, reservation: '00000000-0000-4000-8000-00000000abcd' });
     expect(r.status).toBe(200);
     expect(await used()).toBe(before + 90);
+  });
+});
+
+describe('budget routes while the store is down', () => {
+  it('a reservation the ledger cannot take is a 503 with a fixed message, never the database text', async () => {
+    const store = await openTestPglite();
+    const budget: Budget = { tokensPerHour: 10_000 };
+    const registry = { get: (n: string) => (n === 'bot' ? { kind: 'agent', budget } : undefined), list: () => [{ name: 'bot', kind: 'agent', budget }] };
+    const meter = createSharedBudgetMeter({ ledger: createBudgetLedger(store), budgetOf: () => budget, now: () => Date.now(), syncMs: 60_000 });
+    const reservations = createReservations({ store, meter, budgetOf: () => budget, now: () => Date.now(), ttlMs: 60_000, sweepMs: 0 });
+    await store.close();
+    const app = budgetRoutes({ registry, budget: meter, reservations, now: () => Date.now() });
+    const r = await app.request('/v1/budgets/bot/reservations', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ promptTokens: 10, outputTokens: 10, priceInputPer1k: 0, priceOutputPer1k: 0 }),
+    });
+    expect(r.status).toBe(503);
+    expect(await r.json()).toEqual({ error: 'budget store unavailable' });
+    await reservations.close();
+    await meter.close().catch(() => {});
   });
 });

@@ -24,6 +24,8 @@ export interface BudgetSources {
 }
 
 const log = logger('budget');
+/** What a caller is told when the budget store fails (the detail is logged, not answered). */
+export const BUDGET_STORE_UNAVAILABLE = 'budget store unavailable';
 
 const Dimension = z
   .object({
@@ -122,8 +124,9 @@ export function budgetRoutes(src: BudgetSources): OpenAPIHono {
         try {
           a = await reservations.reserve({ agent, ...c.req.valid('json') });
         } catch (e) {
+          // The detail is the store's (a database message): logged here, never shown to the caller.
           log.error('reservation failed', { agent, err: errMsg(e) });
-          return c.json({ error: `budget ledger unavailable: ${errMsg(e)}` }, 503);
+          return c.json({ error: BUDGET_STORE_UNAVAILABLE }, 503);
         }
         if (a.ok) return c.json({ id: a.id, outputTokens: a.outputTokens }, 200);
         const retry = retryAfterSeconds(a.freesAt, src.now());
