@@ -87,4 +87,20 @@ describe('usage delivered in process', () => {
     expect(u.stats()).toMatchObject({ sent: 1, failed: 0 });
     await u.close();
   });
+
+  it('a batch whose settlement cannot be written retries only the settlement: the plain report counts once', async () => {
+    let failures = 1;
+    const recorded: UsageReport[] = [];
+    const record = async (r: UsageReport) => {
+      if (r.reservation && failures-- > 0) throw new Error('budget store unavailable');
+      recorded.push(r);
+    };
+    const u = createUsageReporter({ deliver: deliverUsageLocally(record), lingerMs: 20, retryDelayMs: 10 });
+    u.report({ agent: 'local', model: 'gpt', tokens: 4, costUsd: 0 });
+    u.report({ agent: 'local', model: 'gpt', tokens: 6, costUsd: 0, reservation: 'r1' });
+    expect(await u.flush()).toBe(true);
+    expect(recorded.map((r) => r.tokens)).toEqual([4, 6]);
+    expect(u.stats()).toMatchObject({ sent: 2, failed: 0 });
+    await u.close();
+  });
 });

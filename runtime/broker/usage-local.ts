@@ -8,10 +8,11 @@
  *
  * The reporter's queue, linger, retry and drop rules are unchanged (usage-reporter.ts): a batch
  * the schema refuses is `fail` (as a 400: posted again report by report, so one bad report loses
- * only itself), one whose recording throws (the ledger unavailable) is `retry` (as a 5xx).
+ * only itself), one whose recording throws is `retry` (as a 5xx), and one whose settlements alone
+ * were not written (the budget store unavailable) is retried for those only (as the 503's `unsettled`).
  */
 import { errMsg, logger } from '../lib/log.js';
-import { recordUsageBatch } from '../control-plane/mgmt.js';
+import { recordUsageBatch, UsageNotSettled } from '../control-plane/mgmt.js';
 import { UsageBodySchema, type UsageReport } from '../control-plane/types.js';
 import type { UsageDelivery } from './usage-reporter.js';
 
@@ -30,7 +31,8 @@ export function deliverUsageLocally(record: (r: UsageReport) => unknown): UsageD
       return 'ok';
     } catch (e) {
       log.warn('usage not recorded', { err: errMsg(e), reports: batch.length });
-      return 'retry';
+      // Only the settlements not written are tried again (the rest counted, as over HTTP's 503).
+      return e instanceof UsageNotSettled ? { retry: e.unsettled.map((i) => batch[i]!) } : 'retry';
     }
   };
 }

@@ -27,7 +27,9 @@ describe('usage reporter', () => {
         sizes.push(Array.isArray(j) ? j.length : 1);
         const status = answers.get(batch[0]!.agent)?.shift() ?? 200;
         res.writeHead(status, { 'content-type': 'application/json' });
-        res.end(status === 200 ? '{"ok":true}' : '{"error":"x"}');
+        // Agent `partial`: the settlement at index 1 not written (the control plane's 503 names it).
+        const unsettled = batch[0]!.agent === 'partial' && status === 503 ? { unsettled: [1] } : {};
+        res.end(status === 200 ? '{"ok":true}' : JSON.stringify({ error: 'x', ...unsettled }));
       });
     });
     url = `http://127.0.0.1:${await listen(server, '127.0.0.1:0')}/v1/usage`;
@@ -122,6 +124,19 @@ describe('usage reporter', () => {
     await u.close();
     u.report({ agent: 'late', model: 'm', tokens: 1, costUsd: 0 });
     expect(u.stats().dropped).toBe(1);
+  });
+
+  it('a 503 naming unsettled reports posts only those again: the rest of the batch counted once', async () => {
+    posts.length = 0;
+    answers.set('partial', [503]);
+    const u = createUsageReporter({ url, dispatcher, lingerMs: 20, retryDelayMs: 5 });
+    u.report({ agent: 'partial', model: 'm', tokens: 1, costUsd: 0 });
+    u.report({ agent: 'partial', model: 'm', tokens: 2, costUsd: 0, reservation: 'r1' });
+    u.report({ agent: 'partial', model: 'm', tokens: 3, costUsd: 0, reservation: 'r2' });
+    expect(await u.flush()).toBe(true);
+    expect(posts.map((p) => p.tokens)).toEqual([1, 2, 3, 2]);
+    expect(u.stats()).toMatchObject({ sent: 3, failed: 0 });
+    await u.close();
   });
 
   it('never throws when the control plane is unreachable', async () => {

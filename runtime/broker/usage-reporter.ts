@@ -9,7 +9,9 @@
  * quarter of a millisecond at p50 and ~2.5 ms at p99 (bench/broker). Batches go into a bounded
  * queue (oldest dropped when full, counted and logged), a few are posted at a time, a failed post
  * (network, timeout, 5xx) is retried once after a short pause, a 4xx is not retried (a batch
- * refused with a 4xx is posted again report by report, so one bad report loses only itself).
+ * refused with a 4xx is posted again report by report, so one bad report loses only itself); a
+ * 503 naming its `unsettled` reports (settlements the budget store could not take) retries only
+ * those: the rest of the batch was counted, and counting a report twice would overcharge.
  * Nothing here throws.
  */
 import { request, type Dispatcher } from 'undici';
@@ -18,8 +20,12 @@ import { USAGE_BATCH_MAX, type UsageReport } from '../control-plane/types.js';
 
 const log = logger('broker.usage');
 
-/** What delivering one batch came to: delivered, worth one retry, or refused for good. */
-export type Outcome = 'ok' | 'retry' | 'fail';
+/**
+ * What delivering one batch came to: delivered, worth one retry, refused for good, or delivered
+ * but for the reports listed (settlements the control plane could not write: only they are
+ * worth the retry, the rest counted already).
+ */
+export type Outcome = 'ok' | 'retry' | 'fail' | { retry: UsageReport[] };
 /** Delivers one batch: the HTTP post below, or the recording in process (usage-local.ts). */
 export type UsageDelivery = (batch: UsageReport[]) => Promise<Outcome>;
 
@@ -118,23 +124,31 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
       const n = item.batch.length;
       waiting -= n;
       inFlight++;
-      void post(item.batch).then((out) => {
+      void post(item.batch).then((result) => {
         inFlight--;
-        if (out === 'ok') {
-          stats.sent += n;
+        // Delivered but for `retry` (settlements not written): only they are tried again.
+        const partial = typeof result === 'object';
+        const rest = partial ? result.retry : item.batch;
+        const out = partial ? (rest.length ? 'retry' : 'ok') : result;
+        const delivered = partial ? n - rest.length : out === 'ok' ? n : 0;
+        if (delivered > 0) {
+          stats.sent += delivered;
           stats.posts++;
+        }
+        if (out === 'ok') {
+          // nothing left
         } else if (out === 'retry' && item.attempt === 0 && !closed) {
           const t = setTimeout(() => {
             timers.delete(t);
-            enqueue({ batch: item.batch, attempt: 1 });
+            enqueue({ batch: rest, attempt: 1 });
           }, retryDelayMs);
           timers.add(t);
         } else if (out === 'fail' && n > 1 && !closed) {
           // A batch refused whole (one bad report) is posted report by report: only the bad one is lost.
-          for (const r of item.batch) enqueue({ batch: [r], attempt: 0 });
+          for (const r of rest) enqueue({ batch: [r], attempt: 0 });
         } else {
-          stats.failed += n;
-          if (out === 'retry') log.error('usage reports lost after retry', { reports: n, tokens: item.batch.reduce((a, r) => a + r.tokens, 0) });
+          stats.failed += rest.length;
+          if (out === 'retry') log.error('usage reports lost after retry', { reports: rest.length, tokens: rest.reduce((a, r) => a + r.tokens, 0) });
         }
         pump();
         notifyIdle();
@@ -214,6 +228,12 @@ function httpPost(o: UsageReporterOptions): UsageDelivery {
         headersTimeout: timeoutMs,
         bodyTimeout: timeoutMs,
       });
+      if (res.statusCode === 503) {
+        // The settlements the control plane could not write, by index; the rest of the batch counted.
+        const retry = unsettledOf(await res.body.json().catch(() => undefined), batch);
+        log.warn('usage post failed', { status: 503, reports: batch.length, unsettled: retry?.length });
+        return retry ? { retry } : 'retry';
+      }
       res.body.resume();
       if (res.statusCode >= 200 && res.statusCode < 300) return 'ok';
       if (res.statusCode >= 500 || res.statusCode === 429) {
@@ -227,4 +247,11 @@ function httpPost(o: UsageReporterOptions): UsageDelivery {
       return 'retry';
     }
   };
+}
+
+/** The reports a 503 answer names as not recorded (`unsettled`: indexes in the batch); undefined when it names none. */
+export function unsettledOf(body: unknown, batch: readonly UsageReport[]): UsageReport[] | undefined {
+  const idx = (body as { unsettled?: unknown } | undefined)?.unsettled;
+  if (!Array.isArray(idx) || !idx.every((i) => Number.isInteger(i) && i >= 0 && i < batch.length)) return undefined;
+  return [...new Set(idx as number[])].sort((a, b) => a - b).map((i) => batch[i]!);
 }

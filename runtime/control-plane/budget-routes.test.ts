@@ -143,4 +143,36 @@ describe('budget routes while the store is down', () => {
     await reservations.close();
     await meter.close().catch(() => {});
   });
+
+  it('usage while the store is down: the plain report is recorded, the settlement is a 503 naming it for the retry', async () => {
+    const store = await openTestPglite();
+    const cp = await startControlPlane({ store, env: {}, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    try {
+      await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', budget: { tokensPerHour: 10_000 } });
+      const mgmt = `http://127.0.0.1:${cp.mgmtPort}`;
+      const reserved = (await (
+        await fetch(`${mgmt}/v1/budgets/bot/reservations`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ promptTokens: 10, outputTokens: 90, priceInputPer1k: 0, priceOutputPer1k: 0 }),
+        })
+      ).json()) as { id: string };
+      await cp.plane.reservations.expire(); // the row is written
+      await store.close();
+      const before = cp.plane.budget.usage('bot', Date.now()).tokensLastHour;
+      const r = await fetch(`${mgmt}/v1/usage`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify([
+          { agent: 'bot', model: 'gpt', tokens: 7, costUsd: 0 },
+          { agent: 'bot', model: 'gpt', tokens: 40, costUsd: 0, reservation: reserved.id },
+        ]),
+      });
+      expect(r.status).toBe(503);
+      expect(await r.json()).toEqual({ error: 'budget store unavailable', unsettled: [1] });
+      expect(cp.plane.budget.usage('bot', Date.now()).tokensLastHour).toBe(before + 7);
+    } finally {
+      await cp.close().catch(() => {});
+    }
+  });
 });

@@ -11,7 +11,7 @@ import { errMsg, logger } from '../lib/log.js';
 import { budgetStatus, type BudgetUsage } from './budget.js';
 import { retryAfterSeconds, type Reservations } from './budget-reservations.js';
 import { BUDGET_DIMENSIONS } from './metrics.js';
-import { mgmtHook } from './mgmt-errors.js';
+import { BUDGET_STORE_UNAVAILABLE, mgmtHook } from './mgmt-errors.js';
 import { BUDGET_MODES, REGISTRY_NAME_MAX, type Budget } from './types.js';
 import { MAX_CALL_TOKENS, MAX_PRICE_PER_1K } from '../lib/reservation-header.js';
 
@@ -24,8 +24,6 @@ export interface BudgetSources {
 }
 
 const log = logger('budget');
-/** What a caller is told when the budget store fails (the detail is logged, not answered). */
-export const BUDGET_STORE_UNAVAILABLE = 'budget store unavailable';
 
 const Dimension = z
   .object({

@@ -17,6 +17,8 @@ const log = logger('mgmt');
 export const MGMT_BODY_LIMIT = 1024 * 1024;
 export const USAGE_PATH = '/v1/usage';
 const INVALID_BODY = { error: 'invalid body' };
+/** What a caller is told when the budget store fails (the detail is logged, never answered). */
+export const BUDGET_STORE_UNAVAILABLE = 'budget store unavailable';
 
 /** zod-openapi validation hook: the registry's message for services, `invalid body` for usage, else a summary. */
 export function mgmtHook(result: { success: boolean; error?: unknown; target: string }, c: Context) {

@@ -241,7 +241,7 @@ describe('management API over HTTP', () => {
     expect(audit.stats().lastSeq).toBe(seq);
   });
 
-  it('POST /v1/usage with a batch: every report recorded, settlements before the additive ones', async () => {
+  it('POST /v1/usage with a batch: every report recorded; settlements the store cannot write are a 503 naming them, the rest recorded', async () => {
     usage.length = 0;
     const batch = [
       { agent: 'agent-a', model: 'gpt', tokens: 5, costUsd: 0 },
@@ -251,13 +251,17 @@ describe('management API over HTTP', () => {
     const ok = await postJson('/v1/usage', batch);
     expect(ok.status).toBe(200);
     expect(await ok.json()).toEqual({ ok: true });
-    expect(usage).toEqual([batch[1], batch[2], batch[0]]);
-    // A settlement that fails is a 5xx (the reporter retries the batch) before any additive
-    // report is counted, so the retry counts nothing twice.
+    expect(usage).toEqual([batch[0], batch[1], batch[2]]);
+    // A settlement that cannot be written (the store down) is a 503 naming it by index, the
+    // reporter posts only it again; the plain report needs no store and is recorded once.
     usage.length = 0;
-    const failed = await postJson('/v1/usage', [batch[0], { ...batch[1], reservation: 'down' }]);
-    expect(failed.status).toBe(500);
-    expect(usage).toEqual([]);
+    const failed = await postJson('/v1/usage', [batch[0], { ...batch[1], reservation: 'down' }, batch[2]]);
+    expect(failed.status).toBe(503);
+    expect(await failed.json()).toEqual({ error: 'budget store unavailable', unsettled: [1] });
+    expect(usage).toEqual([batch[0], batch[2]]);
+    const lone = await postJson('/v1/usage', { ...batch[1], reservation: 'down' });
+    expect(lone.status).toBe(503);
+    expect(await lone.json()).toEqual({ error: 'budget store unavailable', unsettled: [0] });
   });
 
   it('GET /v1/audit: newest last, default 200, capped at 1000, bad limits are 400', async () => {

@@ -10,6 +10,7 @@
  * - POST /v1/usage with any bad body -> 400 `{error: 'invalid body'}` exactly (SPEC 4.3, 7)
  * - request bodies over 1 MiB (MGMT_BODY_LIMIT) -> 413 `{error: 'body too large: limit 1048576 bytes'}`
  * - unknown route -> 404 `{error: 'not found'}`; store unreachable -> 503; never a 500 for bad input.
+ * - POST /v1/usage whose settlements cannot be written -> 503 `{error: 'budget store unavailable', unsettled: [index]}`
  */
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { Context, Hono, MiddlewareHandler } from 'hono';
@@ -17,7 +18,8 @@ import { bodyLimit } from 'hono/body-limit';
 import { rejectBadInput, writeRefusal } from '../lib/api.js';
 import { BRAND_TITLE } from '../lib/brand.js';
 import { auditRoutes, type AuditRoutesReader } from './audit/routes.js';
-import { MGMT_BODY_LIMIT, mgmtHook, mgmtOnError, USAGE_PATH } from './mgmt-errors.js';
+import { errMsg, logger } from '../lib/log.js';
+import { BUDGET_STORE_UNAVAILABLE, MGMT_BODY_LIMIT, mgmtHook, mgmtOnError, USAGE_PATH } from './mgmt-errors.js';
 import type { Registry } from './registry/registry.js';
 import { registryRoutes } from './registry/routes.js';
 import { UsageBodySchema, USAGE_BATCH_MAX, type UsageReport } from './types.js';
@@ -25,6 +27,7 @@ import { UsageBodySchema, USAGE_BATCH_MAX, type UsageReport } from './types.js';
 export { MGMT_BODY_LIMIT } from './mgmt-errors.js';
 /** Prometheus text exposition format 0.0.4. */
 export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+const log = logger('mgmt');
 
 export interface MgmtDeps {
   registry: Pick<Registry, 'list' | 'get' | 'upsert' | 'apply' | 'remove' | 'snapshot'>;
@@ -49,14 +52,31 @@ export interface MgmtDeps {
 const json = <T extends z.ZodType>(schema: T, description: string) => ({ content: { 'application/json': { schema } }, description });
 
 /**
+ * A batch whose settlements could not be written (the budget store unavailable): every other
+ * report of it was recorded; `unsettled` lists the indexes (in the batch) to post again.
+ */
+export class UsageNotSettled extends Error {
+  constructor(
+    readonly unsettled: number[],
+    cause: unknown,
+  ) {
+    super(`${unsettled.length} reservation settlement(s) not written: ${errMsg(cause)}`, { cause });
+    this.name = 'UsageNotSettled';
+  }
+}
+
+/**
  * Records a batch of usage reports as `POST /v1/usage` does (the broker in the same process calls
- * it directly, broker/usage-local.ts). Settlements first, written before it resolves (a failure
- * rejects and the reporter retries; settling is idempotent); the additive reports only once they
- * all are, so a retried batch counts nothing twice.
+ * it directly, broker/usage-local.ts). Plain reports need no store: recorded at once. Settlements
+ * are written before it resolves; when some cannot be (the store unavailable) it rejects with
+ * UsageNotSettled naming them, and the reporter posts only those again (settling is idempotent,
+ * an additive report is not: it must never be posted twice).
  */
 export async function recordUsageBatch(usage: MgmtDeps['usage'], reports: readonly UsageReport[]): Promise<void> {
-  await Promise.all(reports.filter((r) => r.reservation).map((r) => usage(r)));
   for (const r of reports) if (!r.reservation) await usage(r);
+  const settled = await Promise.allSettled(reports.map((r) => (r.reservation ? usage(r) : undefined)));
+  const unsettled = settled.flatMap((s, i) => (s.status === 'rejected' ? [i] : []));
+  if (unsettled.length) throw new UsageNotSettled(unsettled, (settled[unsettled[0]!] as PromiseRejectedResult).reason);
 }
 
 function usageRoutes(usage: MgmtDeps['usage']): OpenAPIHono {
@@ -78,11 +98,22 @@ function usageRoutes(usage: MgmtDeps['usage']): OpenAPIHono {
       responses: {
         200: json(z.object({ ok: z.literal(true) }), 'Recorded (telemetry only, no audit row).'),
         400: json(z.object({ error: z.literal('invalid body') }), 'Malformed body (any report of a batch: none is recorded).'),
+        503: json(
+          z.object({ error: z.string(), unsettled: z.array(z.number().int()) }),
+          'The budget store is unavailable: the reports at the `unsettled` indexes (settlements) were not recorded, post them again; every other report was.',
+        ),
       },
     }),
     async (c) => {
       const body = c.req.valid('json');
-      await recordUsageBatch(usage, Array.isArray(body) ? body : [body]);
+      try {
+        await recordUsageBatch(usage, Array.isArray(body) ? body : [body]);
+      } catch (e) {
+        if (!(e instanceof UsageNotSettled)) throw e;
+        // The detail is the store's (a database message): logged, never answered.
+        log.warn('usage settlements not written: the reporter posts them again', { err: errMsg(e), unsettled: e.unsettled.length });
+        return c.json({ error: BUDGET_STORE_UNAVAILABLE, unsettled: e.unsettled }, 503);
+      }
       return c.json({ ok: true as const }, 200);
     },
   );
