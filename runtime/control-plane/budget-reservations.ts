@@ -14,16 +14,23 @@
  * The charge is what holds the ceiling, and it is taken before the answer; the reservation row
  * is written behind it, batched (group commit through the audit shipper's queue: ordered,
  * retried, bounded), so a reservation costs the broker no store round trip. A settlement of a
- * row not yet written waits for it. A crash before the row is written loses only the row: its
- * worst case stays charged (never forgiven), and a report for it settles nothing.
+ * row this replica has not yet written waits for it. One naming an id no row holds yet (another
+ * replica reserved it and has not written it) looks again for up to `unstoredWaitMs` (1 s), then
+ * claims the id: its usage is charged as unreserved, and the reservation's row, if it lands
+ * later, takes the claim over and gives its whole worst case back (budget-reservation-rows.ts),
+ * so the call is charged once however late the row comes. A crash before the row is written
+ * loses only the row: its worst case stays charged (never forgiven), and a report for it is
+ * charged as unreserved.
  */
 import { randomUUID } from 'node:crypto';
-import { sql, type SQL } from 'drizzle-orm';
+import { performance } from 'node:perf_hooks';
+import { sql } from 'drizzle-orm';
 import { errMsg, logger } from '../lib/log.js';
 import { UNKNOWN_RETRY_SECONDS } from '../lib/reservation-header.js';
 import { createShipper } from './audit/shipper.js';
 import { rowsOf, type Store } from '../store/factory.js';
 import { limitOf } from './budget-lease.js';
+import { afterMiss, claimStatement, insertRows, lookupStatement, settleStatement, type Figures, type Found, type Row } from './budget-reservation-rows.js';
 import { bucketOf } from './budget-store.js';
 import type { SharedBudgetMeter } from './budget-shared.js';
 import type { Budget } from './types.js';
@@ -89,62 +96,36 @@ export interface ReservationOptions {
   ttlMs: number;
   /** How often expired reservations are reconciled (default 30 s; 0: only on `expire()`). */
   sweepMs?: number;
-}
-
-/** A reservation row on its way to `budget_reservations` (seq orders the write queue). */
-interface Row {
-  seq: number;
-  id: string;
-  agent: string;
-  tokens: number;
-  cost: number;
-  hour: number;
-  day: number;
-  createdAt: string;
-  expiresAt: string;
+  /**
+   * How long a settlement naming an id no row holds yet looks for the row before it claims the
+   * id (default 1000 ms: a healthy writer stores a row within its 10 ms linger and one insert;
+   * kept under the broker's 2 s usage post timeout). Past it the outcome is still exactly once.
+   */
+  unstoredWaitMs?: number;
 }
 
 /** A usage report settling its reservation, waiting for its batch. */
-interface Settlement {
-  id: string;
-  agent: string;
-  tokens: number;
-  cost: number;
+interface Settlement extends Figures {
   resolve(first: boolean): void;
   reject(e: unknown): void;
+  /** When its update first found no row (performance.now()), while it waits for the row. */
+  missedAt?: number;
 }
 
-/** One statement per batch; a retried batch finds its rows there (ids are unique). */
-function insertRows(db: Pick<Store, 'db'>['db'], batch: Row[]) {
-  return db.execute(sql`insert into budget_reservations (id, agent, tokens, cost_usd, hour_bucket, day_bucket, state, created_at, expires_at)
-    select id, agent, tokens, cost, hour, day, 'open', "createdAt"::timestamptz, "expiresAt"::timestamptz
-    from jsonb_to_recordset(${JSON.stringify(batch)}::jsonb) as x(id text, agent text, tokens double precision, cost double precision,
-      hour bigint, day bigint, "createdAt" text, "expiresAt" text)
-    on conflict (id) do nothing`);
-}
-
-/**
- * Settles a batch in one update, each row once (`state <> 'settled'`). The ids are also a list,
- * so the rows are found through the primary key whatever the planner believes of the table's
- * size: without statistics (PGlite gathered none before pglite-maintenance.ts, and they lag a
- * growing table) it hashed a scan of every row kept (two days of them) against the batch:
- * 1.5-4.2 ms a batch of 14 at 5k-20k rows (two runs), against 0.65-0.99 ms this way.
- */
-export function settleStatement(batch: readonly { id: string; agent: string; tokens: number; cost: number }[]): SQL {
-  return sql`update budget_reservations r set state = 'settled', settled_tokens = x.tokens, settled_cost_usd = x.cost
-    from jsonb_to_recordset(${JSON.stringify(batch.map(({ id, agent, tokens, cost }) => ({ id, agent, tokens, cost })))}::jsonb)
-      as x(id text, agent text, tokens double precision, cost double precision)
-    where r.id in ${batch.map((s) => s.id)} and r.id = x.id and r.agent = x.agent and r.state <> 'settled'
-    returning r.id, r.tokens, r.cost_usd, r.hour_bucket, r.day_bucket`;
-}
+/** How often a settlement waiting for its row looks again (ms). */
+const UNSTORED_POLL_MS = 50;
 
 export function createReservations(o: ReservationOptions): Reservations {
   const db = o.store.db;
   /** id -> seq of the rows not yet stored. */
   const unwritten = new Map<string, number>();
   let seq = 0;
+  const unstoredWaitMs = o.unstoredWaitMs ?? 1000;
   const writer = createShipper<Row>({
-    write: async (batch) => void (await insertRows(db, batch)),
+    write: async (batch) => {
+      const tookOver = (await rowsOf<{ id: string; state: string }>(db, insertRows(batch))).filter((r) => r.state === 'settled');
+      if (tookOver.length) giveBackClaimed(batch, new Set(tookOver.map((r) => r.id)));
+    },
     // Rows linger to share a write; a settlement waiting on one cuts the linger short.
     lingerMs: 10,
     maxPending: 10_000,
@@ -152,6 +133,16 @@ export function createReservations(o: ReservationOptions): Reservations {
     log,
     label: 'budget reservation',
   });
+
+  /** Rows whose usage another settlement charged as unreserved before they were written: their worst case goes back. */
+  function giveBackClaimed(batch: readonly Row[], ids: ReadonlySet<string>): void {
+    for (const r of batch) {
+      if (!ids.has(r.id)) continue;
+      if (r.tokens > 0) o.meter.giveBack(r.agent, 'tokens', r.tokens, r.hour);
+      if (r.cost > 0) o.meter.giveBack(r.agent, 'cost', r.cost, r.day);
+    }
+    log.info('reservations settled before their rows were stored: usage charged as unreserved, worst case given back', { count: ids.size });
+  }
 
   async function reserve(r: ReserveRequest): Promise<ReserveAnswer> {
     const b = o.budgetOf(r.agent);
@@ -241,6 +232,18 @@ export function createReservations(o: ReservationOptions): Reservations {
     });
   }
 
+  /** Asks again: at once (`again`), or after a poll interval while it waits for its row. */
+  function askAgain(s: Settlement, later: boolean): void {
+    if (!later) {
+      asked.push(s);
+      return schedule();
+    }
+    setTimeout(() => {
+      asked.push(s);
+      schedule();
+    }, UNSTORED_POLL_MS).unref();
+  }
+
   /** Settles what was asked this turn in one update; an id asked twice waits for the next batch (the first settles it). */
   async function settleBatch(): Promise<void> {
     scheduled = false;
@@ -264,28 +267,9 @@ export function createReservations(o: ReservationOptions): Reservations {
       );
       const byId = new Map(rows.map((r) => [r.id, r]));
       const now = o.now();
-      // Not settled now: settled before (a repeated report: nothing to do), or no reservation of this agent at all.
-      const missed = batch.filter((s) => !byId.has(s.id)).map((s) => s.id);
-      const known = missed.length
-        ? new Map(
-            (
-              await rowsOf<{ id: string; agent: string }>(
-                db,
-                sql`select id, agent from budget_reservations where id in (${sql.join(
-                  missed.map((id) => sql`${id}`),
-                  sql`, `,
-                )})`,
-              )
-            ).map((r) => [r.id, r.agent]),
-          )
-        : undefined;
       for (const s of batch) {
         const row = byId.get(s.id);
-        if (!row) {
-          if (known?.get(s.id) === s.agent) s.resolve(false);
-          else s.reject(new UnknownReservation(s.id, s.agent));
-          continue;
-        }
+        if (!row) continue;
         const dt = r9(s.tokens - Number(row.tokens));
         const dc = r9(s.cost - Number(row.cost_usd));
         // Past the worst case (an estimate the provider beat): owed. Under it: given back.
@@ -294,9 +278,39 @@ export function createReservations(o: ReservationOptions): Reservations {
         if (dc < 0) o.meter.giveBack(s.agent, 'cost', -dc, Number(row.day_bucket));
         s.resolve(true);
       }
+      const missed = batch.filter((s) => !byId.has(s.id));
+      if (missed.length) await afterMisses(missed);
     } catch (e) {
       for (const s of batch) s.reject(e);
     }
+  }
+
+  /**
+   * Settlements the update did not apply: a repeat, another agent's id, a row not there yet
+   * (afterMiss). The statements run before any settlement is answered or asked again, so a
+   * failure rejects each of them once.
+   */
+  async function afterMisses(missed: Settlement[]): Promise<void> {
+    const found = new Map((await rowsOf<Found & { id: string }>(db, lookupStatement(missed.map((s) => s.id)))).map((r) => [r.id, r]));
+    const t = performance.now();
+    const next = missed.map((s) => afterMiss(found.get(s.id), s.agent, t - (s.missedAt ?? t), unstoredWaitMs));
+    const claims = missed.filter((_, i) => next[i] === 'claim');
+    const now = o.now();
+    const claimed = claims.length
+      ? new Set(
+          (await rowsOf<{ id: string }>(db, claimStatement(claims, bucketOf('tokens', now), bucketOf('cost', now), new Date(now).toISOString()))).map(
+            (r) => r.id,
+          ),
+        )
+      : undefined;
+    missed.forEach((s, i) => {
+      const n = next[i];
+      // Claimed: the caller charges it as unreserved. A claim that conflicted: the row landed meanwhile.
+      if (n === 'foreign' || (n === 'claim' && claimed?.has(s.id))) s.reject(new UnknownReservation(s.id, s.agent));
+      else if (n === 'repeat') s.resolve(false);
+      else if (n === 'wait') askAgain(Object.assign(s, { missedAt: s.missedAt ?? t }), true);
+      else askAgain(s, false);
+    });
   }
 
   async function expire(): Promise<number> {

@@ -179,14 +179,19 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   const recordUsage = (r: UsageReport): void | Promise<void> => {
     if (r.reservation) {
       // Settled once: a repeated report of a settled reservation changes nothing. A reservation
-      // the agent never held is no reason to drop what it used: charged as unreserved usage.
+      // the agent does not hold (another agent's, or none stored within the settlement's wait: the
+      // id is then claimed, and its row, if it lands later, gives its worst case back) is no
+      // reason to drop what it used: charged as unreserved usage.
       return reservations.settle(r.reservation, r.agent, r.tokens, r.costUsd).then(
         (first) => {
           if (first) metrics.recordUsage(r.agent, r.model, r.tokens, r.costUsd);
         },
         (e: unknown) => {
           if (!(e instanceof UnknownReservation)) throw e;
-          log.warn('usage names a reservation the agent does not hold; charged as unreserved', { agent: r.agent, reservation: r.reservation });
+          log.warn("usage names a reservation the agent does not hold (none stored within the wait, or another agent's); charged as unreserved", {
+            agent: r.agent,
+            reservation: r.reservation,
+          });
           return recordUsage({ ...r, reservation: undefined });
         },
       );

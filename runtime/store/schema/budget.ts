@@ -1,4 +1,4 @@
-/** Drizzle view of the shared budget tables (migrations 0016_budget_usage, 0017_budget_reservations). */
+/** Drizzle view of the shared budget tables (migrations 0016_budget_usage, 0017_budget_reservations, 0020_budget_reservation_claims). */
 import { bigint, doublePrecision, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
 
 const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'string' });
@@ -18,7 +18,8 @@ export const budgetUsage = pgTable(
   (t) => [primaryKey({ columns: [t.agent, t.dimension, t.bucket] })],
 );
 
-export const RESERVATION_STATES = ['open', 'settled', 'expired'] as const;
+/** `unreserved`: a settlement that came before its row (migration 0020), charged as unreserved usage. */
+export const RESERVATION_STATES = ['open', 'settled', 'expired', 'unreserved'] as const;
 export type ReservationState = (typeof RESERVATION_STATES)[number];
 
 export const budgetReservations = pgTable('budget_reservations', {
