@@ -17,7 +17,7 @@ import { MAX_CALL_TOKENS, MAX_PRICE_PER_1K } from '../lib/reservation-header.js'
 
 export interface BudgetSources {
   registry: { get(name: string): { kind?: string; budget?: Budget } | undefined; list(): readonly { name: string; kind?: string; budget?: Budget }[] };
-  budget: { usage(agent: string, now: number): BudgetUsage; refresh?(agent: string): Promise<BudgetUsage> };
+  budget: { usage(agent: string, now: number): BudgetUsage; read?(agent: string): Promise<BudgetUsage> };
   /** The broker's reservations (POST /v1/budgets/{agent}/reservations); absent: no such route. */
   reservations?: Reservations;
   now: () => number;
@@ -88,7 +88,7 @@ export function budgetRoutes(src: BudgetSources): OpenAPIHono {
       const s = src.registry.get(agent);
       if (!s || s.kind !== 'agent') return c.json({ error: `agent ${JSON.stringify(agent)} not found` }, 404);
       // Fresh from the shared ledger (every replica's use); this replica's belief if it is down.
-      const u = src.budget.refresh ? await src.budget.refresh(agent).catch(() => src.budget.usage(agent, src.now())) : src.budget.usage(agent, src.now());
+      const u = src.budget.read ? await src.budget.read(agent).catch(() => src.budget.usage(agent, src.now())) : src.budget.usage(agent, src.now());
       const dimensions = budgetStatus(s.budget, u);
       return c.json({ agent, mode: s.budget?.mode ?? 'enforce', dimensions }, 200);
     },

@@ -59,6 +59,18 @@ describe('shared budget ledger (PGlite)', () => {
     expect(await ledger.read('bot', 'calls', now)).toBe(1);
   });
 
+  it('a read takes no lease: replicas asked about an agent agree, however often they are asked', async () => {
+    const ledger = createBudgetLedger(store);
+    const budgets: Record<string, Budget> = { quiet: { callsPerHour: 100 } };
+    const meters = [0, 1, 2].map(() => createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => T0, syncMs: 60_000 }));
+    for (let round = 0; round < 3; round++) for (const m of meters) expect(await m.read('quiet')).toMatchObject({ callsLastHour: 0 });
+    expect(await ledger.read('quiet', 'calls', T0)).toBe(0);
+    // A decision's refresh does take one (a lease of 2 here), which the others then count as used.
+    await meters[0]!.refresh('quiet');
+    expect(await meters[1]!.read('quiet')).toMatchObject({ callsLastHour: 2 });
+    for (const m of meters) await m.close();
+  });
+
   it('a burst that finds the lease empty shares one ledger take, sized for every waiting decision', async () => {
     const real = createBudgetLedger(store);
     let takes = 0;

@@ -65,8 +65,13 @@ export interface SharedBudgetOptions {
 export interface SharedBudgetMeter extends BudgetMeter {
   /** The decision's read: at hand, or a promise when the view is missing or stale or the lease is empty. */
   decisionUsage(agent: string, now: number): BudgetUsage | Promise<BudgetUsage>;
-  /** Reads the ledger for `agent` now (every dimension), then its usage. */
+  /** Reads the ledger for `agent` now (every dimension), refilling its lease of calls, then its usage. */
   refresh(agent: string): Promise<BudgetUsage>;
+  /**
+   * The same read without taking a lease (`GET /v1/budgets/{agent}`): a replica asked about an
+   * agent it serves no calls of holds none of its budget for it.
+   */
+  read(agent: string): Promise<BudgetUsage>;
   /** Takes `need` units of `dim` ahead, or as many as fit down to `min` (default all or nothing); the ledger's answer tells the window total and when it frees up. */
   take(agent: string, dim: LedgerDimension, need: number, min?: number): Promise<{ ok: boolean; granted: number; result?: TakeResult }>;
   /** Gives back units taken with `take` (at most the same bucket: else written as a negative charge). */
@@ -106,8 +111,11 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   /** The dimensions with a ceiling (the only ones a decision reads) were read from the ledger lately. */
   const fresh = (st: AgentState, b: Budget | undefined, now: number) => DIMS.every((k) => limitOf(b, k) === 0 || now - st[k].syncedAt <= maxStaleMs);
 
-  /** One ledger take: writes the debt, returns an aged lease, refills (or `want`), reads the window. */
-  async function takeNow(agent: string, dim: LedgerDimension, ask?: { want: number; atLeast?: number }): Promise<TakeResult> {
+  /**
+   * One ledger take: writes the debt, returns an aged lease, refills (or `want`; nothing when
+   * `lease` is false: a read), reads the window.
+   */
+  async function takeNow(agent: string, dim: LedgerDimension, ask?: { want: number; atLeast?: number }, lease = true): Promise<TakeResult> {
     const st = stateOf(agent);
     const d = st[dim];
     const now = clock();
@@ -129,7 +137,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     // in that moment must not read the window fuller than it is.
     const back = giveBack.reduce((n, g) => (inView(d, g.bucket) ? n + g.n : n), 0);
     d.returning += back;
-    const want = ask?.want ?? (dim === 'calls' && limit > 0 ? Math.max(0, leaseSize(budget) - d.lease) : 0);
+    const want = ask?.want ?? (lease && dim === 'calls' && limit > 0 ? Math.max(0, leaseSize(budget) - d.lease) : 0);
     try {
       const r = await o.ledger.take({ agent, dim, now, add, giveBack, want, limit, atLeast: ask?.atLeast });
       d.inflight -= add;
@@ -158,9 +166,9 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     }
   }
 
-  const sync = (agent: string, dim: LedgerDimension) => serial(stateOf(agent)[dim], () => takeNow(agent, dim));
-  const refresh = async (agent: string): Promise<BudgetUsage> => {
-    await Promise.all(DIMS.map((k) => sync(agent, k)));
+  const sync = (agent: string, dim: LedgerDimension, lease = true) => serial(stateOf(agent)[dim], () => takeNow(agent, dim, undefined, lease));
+  const refresh = async (agent: string, lease = true): Promise<BudgetUsage> => {
+    await Promise.all(DIMS.map((k) => sync(agent, k, lease)));
     return usageOf(stateOf(agent));
   };
 
@@ -251,7 +259,8 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
 
   return {
     leaseSize,
-    refresh,
+    refresh: (agent) => refresh(agent),
+    read: (agent) => refresh(agent, false),
     decisionUsage(agent, now) {
       const st = stateOf(agent);
       st.touched = now;

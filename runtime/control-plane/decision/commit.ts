@@ -104,8 +104,9 @@ async function reserveTokens(ev: Evaluation, t: NonNullable<Effects['reserveToke
   try {
     a = await rs.reserve(t);
   } catch (e) {
+    // The store's own words (a database name, a host) are for the log, not for the caller.
     log.error('reservation failed; denying', { agent: t.agent, err: errMsg(e) });
-    return unavailable(`budget ledger unavailable: ${errMsg(e)}`);
+    return unavailable('budget ledger unavailable');
   }
   if (!a.ok) {
     const retry = retryAfterSeconds(a.freesAt, sinks.now());

@@ -46,6 +46,16 @@ describe('budgets in the egress decision', () => {
     check(d, { status: 403, rule: 'inline', reason: /^decision error: budget usage unavailable \(budget store unreachable\)$/ });
   });
 
+  it('a reservation the ledger cannot take denies without the ledger words', async () => {
+    const e = engineOf(withBudget({ tokensPerHour: 1000 }), { now: () => T0 });
+    const reservations = { reserve: () => Promise.reject(new Error('connect ECONNREFUSED 10.0.0.7:5432')), settle: async () => true };
+    const engine = { ...e, sinks: { ...e.sinks, reservations } };
+    const ask = { promptTokens: 10, outputTokens: 20, priceInputPer1k: 0, priceOutputPer1k: 0 };
+    const d = await authorize(engine, { ...base, target: 'gpt', targetKind: 'model', reserve: ask });
+    check(d, { status: 403, rule: 'inline', reason: /^budget ledger unavailable$/ });
+    expect(e.audit.at(-1)).toMatchObject({ allow: false, reason: 'budget ledger unavailable' });
+  });
+
   it('tokens per hour from usage reports, with expiry', async () => {
     let now = T0;
     const budget = createBudgetMeter();
