@@ -135,9 +135,7 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
           stats.sent += delivered;
           stats.posts++;
         }
-        if (out === 'ok') {
-          // nothing left
-        } else if (out === 'retry' && item.attempt === 0 && !closed) {
+        if (out === 'retry' && item.attempt === 0 && !closed) {
           const t = setTimeout(() => {
             timers.delete(t);
             enqueue({ batch: rest, attempt: 1 });
@@ -146,7 +144,7 @@ export function createUsageReporter(o: UsageReporterOptions): UsageReporter {
         } else if (out === 'fail' && n > 1 && !closed) {
           // A batch refused whole (one bad report) is posted report by report: only the bad one is lost.
           for (const r of rest) enqueue({ batch: [r], attempt: 0 });
-        } else {
+        } else if (out !== 'ok') {
           stats.failed += rest.length;
           if (out === 'retry') log.error('usage reports lost after retry', { reports: rest.length, tokens: rest.reduce((a, r) => a + r.tokens, 0) });
         }

@@ -24,7 +24,7 @@
  */
 import { errMsg, logger } from '../lib/log.js';
 import type { LedgerDimension } from '../store/schema/budget.js';
-import type { BudgetMeter, BudgetUsage } from './budget.js';
+import { NO_USAGE, type BudgetMeter, type BudgetUsage } from './budget.js';
 import {
   DIMS,
   enforcing,
@@ -275,7 +275,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     },
     usage(agent) {
       const st = agents.get(agent);
-      return st ? usageOf(st) : { tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 };
+      return st ? usageOf(st) : NO_USAGE;
     },
     check(agent, budget, now) {
       if (!budget || budget.mode === 'audit') return undefined;

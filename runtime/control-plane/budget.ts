@@ -82,6 +82,9 @@ export interface BudgetUsage {
   costUsdLastDay: number;
 }
 
+/** Nothing used (an agent with no meter yet). */
+export const NO_USAGE: Readonly<BudgetUsage> = Object.freeze({ tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 });
+
 /** Egress rate ceilings. `reserveCall` counts one call now; the function it returns undoes it. */
 export interface BudgetPort {
   /** Undefined when within budget, else a reason naming the exceeded dimension. */
@@ -133,7 +136,7 @@ export function createBudgetMeter(opts: BudgetMeterOptions = {}): BudgetMeter {
 
   function usage(agent: string, now: number): BudgetUsage {
     const m = meters.get(agent);
-    if (!m) return { tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 };
+    if (!m) return NO_USAGE;
     return { tokensLastHour: sumOf(m.tokens, now), callsLastHour: sumOf(m.calls, now), costUsdLastDay: sumOf(m.cost, now) };
   }
 

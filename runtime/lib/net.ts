@@ -24,12 +24,17 @@ export function trustedPeers(list: string): (addr: string | undefined) => boolea
       bl.addSubnet(ip!, n, type);
     }
   }
-  return (addr) => {
-    if (!addr) return false;
-    // IPv4 peers on a dual-stack socket arrive as ::ffff:a.b.c.d.
-    const v4 = addr.startsWith('::ffff:') && isIP(addr.slice(7)) === 4 ? addr.slice(7) : undefined;
-    if (v4) return bl.check(v4, 'ipv4');
-    const family = isIP(addr);
-    return family !== 0 && bl.check(addr, family === 6 ? 'ipv6' : 'ipv4');
-  };
+  return (addr) => !!addr && addressIn(bl, addr);
+}
+
+/**
+ * Is an address in a BlockList? An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`: an IPv4 peer on a
+ * dual-stack socket, or a resolver's answer) is looked up as the IPv4 address it is. Not an
+ * address: false.
+ */
+export function addressIn(list: BlockList, addr: string): boolean {
+  const v4 = addr.toLowerCase().startsWith('::ffff:') && isIP(addr.slice(7)) === 4 ? addr.slice(7) : undefined;
+  if (v4) return list.check(v4, 'ipv4');
+  const family = isIP(addr);
+  return family !== 0 && list.check(addr, family === 6 ? 'ipv6' : 'ipv4');
 }

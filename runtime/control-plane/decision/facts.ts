@@ -21,6 +21,13 @@ export interface RequestMeta {
   rawHeaders?: readonly string[];
 }
 
+/** Does node's raw header list hold more than one line named `name` (lower-case)? */
+function sentTwice(raw: readonly string[], name: string): boolean {
+  let seen = 0;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === name.length && raw[i]!.toLowerCase() === name && ++seen > 1) return true;
+  return false;
+}
+
 /** The egress headers that scope a decision to one value each. */
 const SCOPING = [H.task, H.action, H.resource, H.service, H.targetKind];
 
@@ -35,8 +42,7 @@ export function repeatedHeader(h: HeaderBag, raw: readonly string[] | undefined)
   for (const name of SCOPING) {
     const v = h[name];
     if (typeof v !== 'string' || !v.includes(', ')) continue;
-    let seen = 0;
-    for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === name.length && raw[i]!.toLowerCase() === name && ++seen > 1) return name;
+    if (sentTwice(raw, name)) return name;
   }
   return undefined;
 }
@@ -68,11 +74,7 @@ function repeatedCredential(h: HeaderBag, raw: readonly string[] | undefined): s
   const auth = h.authorization;
   if (typeof auth !== 'string') return undefined;
   if (auth.includes(',') && /^bearer\s/i.test(auth)) return 'authorization';
-  if (raw) {
-    let seen = 0;
-    for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === 13 && raw[i]!.toLowerCase() === 'authorization' && ++seen > 1) return 'authorization';
-  }
-  return undefined;
+  return raw && sentTwice(raw, 'authorization') ? 'authorization' : undefined;
 }
 
 /** `X-Writ-Actor` present selects egress; everything else is ingress (SPEC 4.1). */

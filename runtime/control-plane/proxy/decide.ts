@@ -10,6 +10,7 @@
  *   call ticket for the upstream hop, when the upstream serves a registry model: a broker).
  */
 import { startDecisionSpan } from '../../lib/tracing.js';
+import { NO_USAGE } from '../budget.js';
 import { commit, type Committed } from '../decision/commit.js';
 import { decide, type AnswerOf, type Gatherer } from '../decision/decide.js';
 import { withHold, type DecisionEngine } from '../decision/engine.js';
@@ -39,8 +40,6 @@ export interface ProxyVerdict {
    */
   recheck?: () => Promise<Committed | undefined>;
 }
-
-const NO_USAGE = { tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 };
 
 /**
  * The decision again for an open tunnel, on the same facts and the current policy: the agent's

@@ -10,7 +10,8 @@
  * An address typed as one (`127.0.0.1`, `[::1]`) is not looked up: it was decided as written.
  */
 import dns, { type LookupAddress, type LookupOptions } from 'node:dns';
-import { BlockList, isIP } from 'node:net';
+import { BlockList } from 'node:net';
+import { addressIn } from '../../lib/net.js';
 
 const NEVER = new BlockList();
 NEVER.addSubnet('169.254.0.0', 16, 'ipv4');
@@ -24,14 +25,6 @@ const LOOPBACK = new BlockList();
 LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
 LOOPBACK.addAddress('::1', 'ipv6');
 
-/** An address (IPv4-mapped IPv6 read as IPv4) in a list. */
-function within(list: BlockList, address: string): boolean {
-  const v4 = address.toLowerCase().startsWith('::ffff:') && isIP(address.slice(7)) === 4 ? address.slice(7) : undefined;
-  if (v4) return list.check(v4, 'ipv4');
-  const family = isIP(address);
-  return family !== 0 && list.check(address, family === 6 ? 'ipv6' : 'ipv4');
-}
-
 const isLocalhost = (name: string): boolean => {
   const n = name.toLowerCase().replace(/\.$/, '');
   return n === 'localhost' || n.endsWith('.localhost');
@@ -39,8 +32,8 @@ const isLocalhost = (name: string): boolean => {
 
 /** Why `name` may not be dialed at `address`, or undefined. */
 export function refusedAddress(name: string, address: string): string | undefined {
-  if (within(NEVER, address)) return `${name} resolves to ${address}, a link-local, unspecified or multicast address`;
-  if (within(LOOPBACK, address) && !isLocalhost(name)) return `${name} resolves to ${address}, a loopback address`;
+  if (addressIn(NEVER, address)) return `${name} resolves to ${address}, a link-local, unspecified or multicast address`;
+  if (addressIn(LOOPBACK, address) && !isLocalhost(name)) return `${name} resolves to ${address}, a loopback address`;
   return undefined;
 }
 
