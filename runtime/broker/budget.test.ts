@@ -101,6 +101,9 @@ describe('broker budgets: reserve, settle, cut', () => {
       authzUrl: `http://127.0.0.1:${cp.decisionPort}/authz`,
       usageUrl: `${mgmt}/v1/usage`,
       providerKey: 'sk-broker',
+      // Budgets are under test here, not the decision deadline (server-refusals.test.ts): 50 calls
+      // at once on a loaded CI machine must not be cut off at the 2 s default.
+      decisionTimeoutMs: 30_000,
     });
   }, 180_000);
   afterAll(async () => {
