@@ -8,7 +8,7 @@ import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import { Gauge, type Registry as PromRegistry } from 'prom-client';
 import { metric } from '../lib/brand.js';
 import { errMsg, logger } from '../lib/log.js';
-import { budgetStatus, type BudgetUsage } from './budget.js';
+import { budgetStatus, scrapedUsage, type BudgetUsage, type ScrapedMeter } from './budget.js';
 import { retryAfterSeconds, type Reservations } from './budget-reservations.js';
 import { BUDGET_DIMENSIONS } from './metrics.js';
 import { BUDGET_STORE_UNAVAILABLE, mgmtHook } from './mgmt-errors.js';
@@ -17,7 +17,7 @@ import { MAX_CALL_TOKENS, MAX_PRICE_PER_1K } from '../lib/reservation-header.js'
 
 export interface BudgetSources {
   registry: { get(name: string): { kind?: string; budget?: Budget } | undefined; list(): readonly { name: string; kind?: string; budget?: Budget }[] };
-  budget: { usage(agent: string, now: number): BudgetUsage; read?(agent: string): Promise<BudgetUsage> };
+  budget: ScrapedMeter & { read?(agent: string): Promise<BudgetUsage> };
   /** The broker's reservations (POST /v1/budgets/{agent}/reservations); absent: no such route. */
   reservations?: Reservations;
   now: () => number;
@@ -154,12 +154,13 @@ export function registerBudgetMetrics(registry: PromRegistry, src: BudgetSources
     help: 'What is left of an agent budget in its rolling window (tokens, calls or USD), by agent and dimension; only dimensions with a ceiling.',
     labelNames: ['agent', 'dimension'] as const,
     registers: [registry],
-    collect() {
+    async collect() {
       g.reset();
-      const t = src.now();
+      const usage = await scrapedUsage(src.budget, src.now());
+      if (!usage) return;
       for (const s of src.registry.list()) {
         if (s.kind !== 'agent' || !s.budget) continue;
-        const st = budgetStatus(s.budget, src.budget.usage(s.name, t));
+        const st = budgetStatus(s.budget, usage(s.name));
         for (const [dimension, field] of BUDGET_DIMENSIONS) {
           const r = st[field].remaining;
           if (r !== null) g.set({ agent: s.name, dimension }, r);

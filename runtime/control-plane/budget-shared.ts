@@ -77,6 +77,12 @@ export interface SharedBudgetMeter extends BudgetMeter {
   /** Gives back units taken with `take` (at most the same bucket: else written as a negative charge). */
   giveBack(agent: string, dim: LedgerDimension, n: number, bucket: number): void;
   leaseSize(budget: Budget | undefined): number;
+  /**
+   * Every agent's usage as the ledger holds it now, for the whole fleet (the metrics scrape):
+   * what every replica has written, leases charged ahead included. One read, shared by the calls
+   * of the next `syncMs`; rejects when the ledger cannot be read.
+   */
+  fleetUsage(): Promise<ReadonlyMap<string, BudgetUsage>>;
   /** Writes every debt and returns every lease now. */
   flush(): Promise<void>;
   close(): Promise<void>;
@@ -95,6 +101,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   const agents = new Map<string, AgentState>();
   let closed = false;
   let lastErrLog = 0;
+  let fleet: { at: number; read: Promise<ReadonlyMap<string, BudgetUsage>> } | undefined;
 
   /** Lease size per dimension: ceil(ceiling x share), at least 1; dollars as they are. */
   const leaseOf = (b: Budget | undefined, dim: LedgerDimension) =>
@@ -352,6 +359,21 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       else giveBackLater(d, bucket, n);
     },
     size: () => agents.size,
+    fleetUsage() {
+      const now = clock();
+      if (fleet && now - fleet.at < syncMs) return fleet.read;
+      const read = o.ledger.totals(now).then(
+        (totals) =>
+          new Map([...totals].map(([agent, t]) => [agent, { callsLastHour: t.calls ?? 0, tokensLastHour: t.tokens ?? 0, costUsdLastDay: t.cost ?? 0 }])),
+        (e: unknown) => {
+          logErr(e);
+          if (fleet?.read === read) fleet = undefined;
+          throw e;
+        },
+      );
+      fleet = { at: now, read };
+      return read;
+    },
     async flush() {
       await Promise.all([...agents.keys()].flatMap((a) => DIMS.map((k) => sync(a, k).catch(logErr))));
     },

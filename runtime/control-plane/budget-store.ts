@@ -8,7 +8,7 @@
 import { sql } from 'drizzle-orm';
 import { BRAND } from '../lib/brand.js';
 import { rowsOf, type Db, type Store } from '../store/factory.js';
-import type { LedgerDimension } from '../store/schema/budget.js';
+import { BUDGET_LEDGER_DIMENSIONS, type LedgerDimension } from '../store/schema/budget.js';
 import { DAY_MS, HOUR_MS } from './budget.js';
 
 /** Bucket span and window length (in buckets, plus the current one) of each dimension. */
@@ -48,6 +48,8 @@ export interface BudgetLedger {
   take(r: TakeRequest): Promise<TakeResult>;
   /** The window's total now (no write). */
   read(agent: string, dim: LedgerDimension, now: number): Promise<number>;
+  /** Every agent's window totals now, in one read (no write): the metrics scrape. Agents with nothing in a window are absent. */
+  totals(now: number): Promise<Map<string, Partial<Record<LedgerDimension, number>>>>;
 }
 
 const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
@@ -93,6 +95,23 @@ export function createBudgetLedger(store: Pick<Store, 'db'>): BudgetLedger {
         sql`select sum(used) as s from budget_usage where agent = ${agent} and dimension = ${dim} and bucket >= ${first}`,
       );
       return r9(Number(row?.s ?? 0));
+    },
+    async totals(now) {
+      const inWindow = BUDGET_LEDGER_DIMENSIONS.map((dim) => {
+        const { bucketMs, buckets } = LEDGER_WINDOWS[dim];
+        return sql`(dimension = ${dim} and bucket >= ${Math.floor(now / bucketMs) - buckets})`;
+      });
+      const rows = await rowsOf<{ agent: string; dimension: LedgerDimension; s: number | string | null }>(
+        db,
+        sql`select agent, dimension, sum(used) as s from budget_usage where ${sql.join(inWindow, sql` or `)} group by agent, dimension`,
+      );
+      const out = new Map<string, Partial<Record<LedgerDimension, number>>>();
+      for (const r of rows) {
+        const t = out.get(r.agent) ?? {};
+        t[r.dimension] = r9(Number(r.s ?? 0));
+        out.set(r.agent, t);
+      }
+      return out;
     },
   };
 }

@@ -85,6 +85,24 @@ export interface BudgetUsage {
 /** Nothing used (an agent with no meter yet). */
 export const NO_USAGE: Readonly<BudgetUsage> = Object.freeze({ tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 });
 
+/** A meter the budget gauges read: its own usage, and the whole fleet's when it shares a ledger. */
+export interface ScrapedMeter {
+  usage(agent: string, now: number): BudgetUsage;
+  fleetUsage?(): Promise<ReadonlyMap<string, BudgetUsage>>;
+}
+
+/**
+ * The usage the budget gauges show at a scrape: the fleet's, read from the ledger, when the
+ * meter shares one (a replica's own view of an agent it no longer serves goes stale, and a
+ * `max` over replicas would keep showing it); undefined when the ledger cannot be read, so the
+ * series are left out rather than shown stale.
+ */
+export async function scrapedUsage(meter: ScrapedMeter, now: number): Promise<((agent: string) => BudgetUsage) | undefined> {
+  if (!meter.fleetUsage) return (agent) => meter.usage(agent, now);
+  const fleet = await meter.fleetUsage().catch(() => undefined);
+  return fleet && ((agent) => fleet.get(agent) ?? NO_USAGE);
+}
+
 /** Egress rate ceilings. `reserveCall` counts one call now; the function it returns undoes it. */
 export interface BudgetPort {
   /** Undefined when within budget, else a reason naming the exceeded dimension. */

@@ -12,6 +12,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { metric } from '../lib/brand.js';
 import { UNKNOWN_LABEL } from './decision/outcome.js';
+import { scrapedUsage, type ScrapedMeter } from './budget.js';
 import type { Budget } from './types.js';
 
 /** Decision durations (seconds): 10 µs up to 2.5 s. */
@@ -32,7 +33,7 @@ export const BUDGET_DIMENSIONS = [
 export interface MetricSources {
   /** Registry entries (agents with a budget) and the policy version. */
   registry?: { list(): readonly { name: string; kind?: string; budget?: Budget }[]; readonly version?: number };
-  budget?: { usage(agent: string, now: number): { tokensLastHour: number; callsLastHour: number; costUsdLastDay: number } };
+  budget?: ScrapedMeter;
   /** The egress approval queue (started after the plane: attached later). */
   approvals?: {
     list(o?: { status?: 'pending'; limit?: number }): Promise<readonly ApprovalView[]>;
@@ -120,15 +121,14 @@ export function createMetrics(opts: MetricsOptions = {}): ControlPlaneMetrics {
     help: 'Share of an agent budget used in its rolling window (1 = exhausted), by agent and dimension; only dimensions with a ceiling.',
     labelNames: ['agent', 'dimension'] as const,
     registers: [registry],
-    collect() {
+    async collect() {
       utilisation.reset();
       const reg = src.registry;
-      const meter = src.budget;
-      if (!reg || !meter) return;
-      const t = now();
+      const usage = src.budget && (await scrapedUsage(src.budget, now()));
+      if (!reg || !usage) return;
       for (const s of reg.list()) {
         if (s.kind !== 'agent' || !s.budget) continue;
-        const used = meter.usage(s.name, t);
+        const used = usage(s.name);
         for (const [dimension, limit, field] of BUDGET_DIMENSIONS) {
           const max = s.budget[limit];
           if (max) utilisation.set({ agent: s.name, dimension }, used[field] / max);
