@@ -123,14 +123,23 @@ describe('broker budgets: reserve, settle, cut', () => {
     expect(err!.status).toBe(429);
     expect(err!.code).toBe('budget_exceeded');
     expect(err!.type).toBe('insufficient_quota');
-    expect(err!.message).toMatch(/tokensPerHour budget of agent small: this call needs up to \d+ of \d+ tokens per hour/);
-    expect(err!.headers?.get('retry-after')).toMatch(/^\d+$/);
+    // More than the whole budget: no wait makes it fit, so no retry-after.
+    expect(err!.message).toMatch(
+      /tokensPerHour budget of agent small: this call needs up to \d+ of \d+ tokens per hour, more than the whole budget: it never fits/,
+    );
+    expect(err!.headers?.get('retry-after')).toBeNull();
     expect(asked).toBe(n);
     const ok = await c.chat.completions.create({ model: 'm', messages, max_tokens: 50 });
     expect(ok.usage?.total_tokens).toBe(59);
     expect(asked).toBe(n + 1);
     // Settled to the real figure (59), not the worst case.
     await expect.poll(async () => (await status('small')).tokensPerHour!.used, { timeout: 5000 }).toBe(59);
+    // The same call again fits the budget but not what is left of it: it frees up, and says when.
+    const later = await failure(c.chat.completions.create({ model: 'm', messages, max_tokens: 50 }));
+    expect(later!.status).toBe(429);
+    expect(later!.message).toMatch(/this call needs up to \d+ of \d+ tokens per hour and 59 are used or reserved; frees up from /);
+    expect(later!.headers?.get('retry-after')).toMatch(/^\d+$/);
+    expect(asked).toBe(n + 1);
   });
 
   it('a budget already used up is a 429 budget refusal with a retry-after, as one that does not fit', async () => {

@@ -20,8 +20,8 @@ export type DecisionResult =
   /** `reservation`: what the plane reserved (always there when the query asked for one). */
   | { kind: 'allow'; reservation?: { id: string | null; outputTokens: number } }
   | { kind: 'deny'; status: 401 | 403; reason: string; needsApproval: boolean }
-  /** The call's worst case does not fit the agent's budget: nothing reserved. */
-  | { kind: 'refused'; reason: string; retryAfterSeconds: number }
+  /** The call's worst case does not fit the agent's budget: nothing reserved (no `retryAfterSeconds`: it never will). */
+  | { kind: 'refused'; reason: string; retryAfterSeconds?: number }
   /** `budget`: the decision engine answered, the budget ledger did not. */
   | { kind: 'unavailable'; why: string; budget?: boolean };
 

@@ -31,7 +31,7 @@ const shape = (r: DecisionResult) =>
     : r.kind === 'refused'
       ? { ...r, retryAfterSeconds: typeof r.retryAfterSeconds }
       : r;
-const retryAfter = (r: DecisionResult) => (r.kind === 'refused' ? r.retryAfterSeconds : 0);
+const retryAfter = (r: DecisionResult) => (r.kind === 'refused' ? (r.retryAfterSeconds ?? 0) : 0);
 
 describe('broker decisions in process', () => {
   let store: Store;
@@ -57,7 +57,8 @@ describe('broker decisions in process', () => {
     const cases: [string, DecisionQuery, DecisionResult['kind']][] = [
       ['allowed, nothing reserved', { actor: 'bot', model: 'm', passthrough: {} }, 'allow'],
       ['allowed with a reservation that fits', { actor: 'bot', model: 'm', passthrough: {}, reserve: reserve(100) }, 'allow'],
-      ['a reservation over the budget', { actor: 'bot', model: 'm', passthrough: {}, reserve: reserve(5000) }, 'refused'],
+      ['a reservation over the whole budget', { actor: 'bot', model: 'm', passthrough: {}, reserve: reserve(5000) }, 'refused'],
+      ['a reservation over what is left of the budget', { actor: 'bot', model: 'm', passthrough: {}, reserve: reserve(900) }, 'refused'],
       ['a model the agent may not use', { actor: 'bot', model: 'other', passthrough: {} }, 'deny'],
       ['an actor nobody registered', { actor: 'nobody', model: 'm', passthrough: {} }, 'deny'],
       ['a scoping header the client repeated (its lines)', { actor: 'bot', model: 'm', passthrough: { [H.task]: ['t-1', 't-2'] } }, 'deny'],

@@ -98,12 +98,13 @@ export const shuttingDown = (): OpenAIError => ({
  * The agent's budget cannot cover the call's worst case: refused before any provider call.
  * `insufficient_quota` is OpenAI's own type for a spent quota; the SDKs do not retry it.
  */
-export const budgetExceeded = (message: string, retryAfterSeconds: number): OpenAIError => ({
+export const budgetExceeded = (message: string, retryAfterSeconds?: number): OpenAIError => ({
   status: 429,
   type: 'insufficient_quota',
   code: 'budget_exceeded',
   message,
-  headers: { ...NO_RETRY, 'retry-after': String(retryAfterSeconds) },
+  // No retry-after when the call never fits (more than the whole budget).
+  headers: retryAfterSeconds === undefined ? NO_RETRY : { ...NO_RETRY, 'retry-after': String(retryAfterSeconds) },
 });
 
 /** The budget reservation could not be made (control plane or its ledger down): refused, fail closed. */

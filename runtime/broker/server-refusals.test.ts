@@ -82,11 +82,9 @@ describe('model broker: refusals and errors', () => {
     const r = await thrifty.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 });
     expect(r.usage?.total_tokens).toBe(20);
     await eventually(() => t.cp.plane.budget.usage('thrifty', Date.now()).tokensLastHour === 20, 'thrifty usage settled');
-    // 20 used: the next call's worst case no longer fits; refused before the provider.
+    // 20 used: the same call's worst case (the whole budget) no longer fits; refused before the provider.
     const n = t.seen.length;
-    const e = await thrifty.chat.completions
-      .create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'again' }], max_tokens: 8 })
-      .catch((x: unknown) => x);
+    const e = await thrifty.chat.completions.create({ model: 'gpt-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 }).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(OpenAI.RateLimitError);
     expect((e as InstanceType<typeof OpenAI.APIError>).code).toBe('budget_exceeded');
     expect((e as Error).message).toMatch(

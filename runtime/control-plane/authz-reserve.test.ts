@@ -60,6 +60,13 @@ describe('X-Writ-Reserve on /authz', () => {
     expect(await used('capped')).toEqual({ tokens: 400, calls: 1 });
   });
 
+  it('a worst case over the whole budget never fits: refused with no retry-after', async () => {
+    const r = await decide('capped', 'm', formatReserve(ask(100, 1000)));
+    expect(r.status).toBe(403);
+    expect(r.body.reason).toMatch(/this call needs up to 1100 of 1000 tokens per hour, more than the whole budget: it never fits/);
+    expect(r.reservation).toEqual({ kind: 'refused' });
+  });
+
   it('a worst case that does not fit is a recorded deny, the call not counted; a partial ask gets what is left', async () => {
     const r = await decide('capped', 'm', formatReserve(ask(100, 600)));
     expect(r.status).toBe(403);

@@ -80,9 +80,15 @@ export class UnknownReservation extends Error {
   }
 }
 
-/** Seconds until a refused reservation may fit (`freesAt`), at least 1; a minute when unknown. */
-export const retryAfterSeconds = (freesAt: number | undefined, now: number): number =>
-  freesAt ? Math.max(1, Math.ceil((freesAt - now) / 1000)) : UNKNOWN_RETRY_SECONDS;
+/** A refusal asking for more than the whole budget: no wait makes it fit. */
+export const neverFits = (a: { need: number; limit: number }): boolean => a.need > a.limit;
+
+/**
+ * Seconds until a refused reservation may fit (`freesAt`), at least 1; a minute when unknown;
+ * undefined when it never fits (no `retry-after` is sent: a client would wait for nothing).
+ */
+export const retryAfterSeconds = (a: { freesAt?: number; need: number; limit: number }, now: number): number | undefined =>
+  neverFits(a) ? undefined : a.freesAt ? Math.max(1, Math.ceil((a.freesAt - now) / 1000)) : UNKNOWN_RETRY_SECONDS;
 
 const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
 const price = (prompt: number, out: number, r: ReserveRequest) => r9((prompt * r.priceInputPer1k + out * r.priceOutputPer1k) / 1000);
@@ -158,6 +164,11 @@ export function createReservations(o: ReservationOptions): Reservations {
     const refuse = (dimension: 'tokensPerHour' | 'costUsdPerDay', limit: number, need: number, res?: { used: number; freesAt?: number }): ReserveAnswer => {
       const used = res?.used ?? 0;
       const unit = dimension === 'tokensPerHour' ? 'tokens per hour' : 'USD per day';
+      const head = `${dimension} budget of agent ${r.agent}: this call needs up to ${need} of ${limit} ${unit}`;
+      if (neverFits({ need, limit })) {
+        const fewer = dimension === 'tokensPerHour' ? 'tokens (a lower max_tokens, a shorter prompt)' : 'dollars (a lower max_tokens, a cheaper model)';
+        return { ok: false, dimension, limit, used, need, message: `${head}, more than the whole budget: it never fits; ask for fewer ${fewer}` };
+      }
       const frees = res?.freesAt ? `; frees up from ${new Date(res.freesAt).toISOString()}` : '';
       return {
         ok: false,
@@ -166,7 +177,7 @@ export function createReservations(o: ReservationOptions): Reservations {
         used,
         need,
         freesAt: res?.freesAt,
-        message: `${dimension} budget of agent ${r.agent}: this call needs up to ${need} of ${limit} ${unit} and ${r9(Math.max(0, used))} are used or reserved${frees}`,
+        message: `${head} and ${r9(Math.max(0, used))} are used or reserved${frees}`,
       };
     };
     if (tph > 0) {

@@ -104,6 +104,30 @@ describe('budget mode and visibility', () => {
     expect(await (await fetch(`${mgmt}/v1/budgets/watched`)).json()).toEqual(before);
   });
 
+  it('a refused reservation says when it may fit; one over the whole budget says it never will, with no retry-after', async () => {
+    const tight = { name: 'tight', upstream: 'tight.agents.svc:8080', kind: 'agent', budget: { tokensPerHour: 100 } };
+    expect((await post(`${mgmt}/v1/registry/services`, tight)).status).toBe(200);
+    const ask = (outputTokens: number) =>
+      post(`${mgmt}/v1/budgets/tight/reservations`, { promptTokens: 10, outputTokens, priceInputPer1k: 0, priceOutputPer1k: 0 });
+    const never = await ask(200);
+    expect(never.status).toBe(429);
+    expect(never.headers.get('retry-after')).toBeNull();
+    expect(await never.json()).toMatchObject({
+      error: expect.stringMatching(/needs up to 210 of 100 tokens per hour, more than the whole budget: it never fits; ask for fewer tokens/),
+      need: 210,
+      limit: 100,
+      freesAt: null,
+      retryAfterSeconds: null,
+    });
+    expect((await ask(80)).status).toBe(200);
+    const later = await ask(80);
+    expect(later.status).toBe(429);
+    const body = (await later.json()) as { retryAfterSeconds: number; freesAt: string; error: string };
+    expect(later.headers.get('retry-after')).toBe(String(body.retryAfterSeconds));
+    expect(body.retryAfterSeconds).toBeGreaterThan(0);
+    expect(body.error).toMatch(/needs up to 90 of 100 tokens per hour and 90 are used or reserved; frees up from /);
+  });
+
   it('/metrics: budget_remaining per agent and dimension with a ceiling', async () => {
     const text = await (await fetch(`${mgmt}/metrics`)).text();
     const name = metric('budget_remaining');

@@ -67,7 +67,11 @@ const Refused = z
     used: z.number(),
     need: z.number(),
     freesAt: z.string().nullable(),
-    retryAfterSeconds: z.number().int(),
+    retryAfterSeconds: z
+      .number()
+      .int()
+      .nullable()
+      .openapi({ description: 'null (and no retry-after) when the call needs more than the whole budget: it never fits.' }),
   })
   .openapi('ReservationRefused');
 
@@ -127,7 +131,7 @@ export function budgetRoutes(src: BudgetSources): OpenAPIHono {
           return c.json({ error: BUDGET_STORE_UNAVAILABLE }, 503);
         }
         if (a.ok) return c.json({ id: a.id, outputTokens: a.outputTokens }, 200);
-        const retry = retryAfterSeconds(a.freesAt, src.now());
+        const retry = retryAfterSeconds(a, src.now());
         return c.json(
           {
             error: a.message,
@@ -136,10 +140,10 @@ export function budgetRoutes(src: BudgetSources): OpenAPIHono {
             used: a.used,
             need: a.need,
             freesAt: a.freesAt ? new Date(a.freesAt).toISOString() : null,
-            retryAfterSeconds: retry,
+            retryAfterSeconds: retry ?? null,
           },
           429,
-          { 'retry-after': String(retry) },
+          retry === undefined ? {} : { 'retry-after': String(retry) },
         );
       },
     );

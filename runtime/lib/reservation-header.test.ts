@@ -56,7 +56,9 @@ describe('X-Writ-Reserve and X-Writ-Reservation', () => {
     expect(parseReservation(formatReservation({ kind: 'reserved', id, outputTokens: 77 }))).toEqual({ kind: 'reserved', id, outputTokens: 77 });
     expect(parseReservation(formatReservation({ kind: 'reserved', id: null, outputTokens: 5 }))).toEqual({ kind: 'reserved', id: null, outputTokens: 5 });
     expect(parseReservation(formatReservation({ kind: 'refused', retryAfterSeconds: 9 }), '9')).toEqual({ kind: 'refused', retryAfterSeconds: 9 });
-    expect(parseReservation('refused')).toEqual({ kind: 'refused', retryAfterSeconds: 60 });
+    // No retry-after: it never fits; one that is not a number of seconds: a minute.
+    expect(parseReservation('refused')).toStrictEqual({ kind: 'refused' });
+    expect(parseReservation('refused', 'soon')).toEqual({ kind: 'refused', retryAfterSeconds: 60 });
     expect(parseReservation('unavailable')).toEqual({ kind: 'unavailable' });
     for (const bad of [undefined, '', 'ok', 'id=a b; output=1', 'id=x', 'id=x; output=-1', 'id=x; output=1; more=2', `id=${'a'.repeat(65)}; output=1`]) {
       expect(parseReservation(bad)).toBeUndefined();

@@ -6,7 +6,7 @@
  *
  * and an allowed answer carries `X-Writ-Reservation: id=<uuid or none>; output=<allowance>`; a
  * deny because the worst case does not fit carries `X-Writ-Reservation: refused` and
- * `retry-after`, and a deny because the ledger is down `X-Writ-Reservation: unavailable`. Pure.
+ * `retry-after` (absent: more than the whole budget, no wait makes it fit), and a deny because the ledger is down `X-Writ-Reservation: unavailable`. Pure.
  */
 
 export interface ReserveAsk {
@@ -21,7 +21,10 @@ export interface ReserveAsk {
 }
 
 export type ReservationAnswer =
-  { kind: 'reserved'; id: string | null; outputTokens: number } | { kind: 'refused'; retryAfterSeconds: number } | { kind: 'unavailable' };
+  | { kind: 'reserved'; id: string | null; outputTokens: number }
+  /** `retryAfterSeconds` absent: the call asks for more than the whole budget and never fits. */
+  | { kind: 'refused'; retryAfterSeconds?: number }
+  | { kind: 'unavailable' };
 
 /** Most tokens one model call may ask for or report (far beyond any model), and most USD per 1k tokens. */
 export const MAX_CALL_TOKENS = 1e9;
@@ -102,7 +105,8 @@ export function parseReservation(v: string | undefined, retryAfter?: string): Re
   const t = v.trim();
   if (t === 'unavailable') return { kind: 'unavailable' };
   if (t === 'refused') {
-    const n = retryAfter !== undefined && INT.test(retryAfter.trim()) ? Number(retryAfter.trim()) : 60;
+    if (retryAfter === undefined) return { kind: 'refused' };
+    const n = INT.test(retryAfter.trim()) ? Number(retryAfter.trim()) : UNKNOWN_RETRY_SECONDS;
     return { kind: 'refused', retryAfterSeconds: Math.max(1, n) };
   }
   const m = params(t);

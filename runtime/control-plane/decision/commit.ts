@@ -109,8 +109,10 @@ async function reserveTokens(ev: Evaluation, t: NonNullable<Effects['reserveToke
     return unavailable('budget ledger unavailable');
   }
   if (!a.ok) {
-    const retry = retryAfterSeconds(a.freesAt, sinks.now());
-    return { ev: denied(ev, a.message, { [H.reservation]: formatReservation({ kind: 'refused', retryAfterSeconds: retry }), 'retry-after': String(retry) }) };
+    const retry = retryAfterSeconds(a, sinks.now());
+    const headers: Record<string, string> = { [H.reservation]: formatReservation({ kind: 'refused', retryAfterSeconds: retry }) };
+    if (retry !== undefined) headers['retry-after'] = String(retry);
+    return { ev: denied(ev, a.message, headers) };
   }
   const id = a.id;
   const headers: Record<string, string> = Object.assign({}, ev.decision.headers);
