@@ -126,6 +126,8 @@ export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
 export function proxyFacts(h: HeaderBag, hop: ProxyHop, method: string, resourceUrl: string, rawHeaders?: readonly string[]): EgressFacts {
   const auth = first(h, 'proxy-authorization');
   const repeated = repeatedHeader(h, rawHeaders);
+  // node keeps the first of two Proxy-Authorization lines: which VP spoke would depend on the reader.
+  const twice = auth !== undefined && rawHeaders !== undefined && sentTwice(rawHeaders, 'proxy-authorization');
   const action = `http:${method.toLowerCase()}`;
   const said = { action: first(h, H.action)?.trim() || action, resource: first(h, H.resource)?.trim() || resourceUrl };
   return {
@@ -140,5 +142,6 @@ export function proxyFacts(h: HeaderBag, hop: ProxyHop, method: string, resource
     resource: resourceUrl,
     hop,
     ...(repeated ? { repeated } : {}),
+    ...(twice ? { repeatedCredential: 'proxy-authorization' } : {}),
   };
 }

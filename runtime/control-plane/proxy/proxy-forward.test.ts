@@ -63,6 +63,26 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
     expect(tunnel.headers).toContain(`${DENY}: tls is not in lonely.egressallow`);
   });
 
+  it('403 for two Proxy-Authorization lines, even when the first is a good VP: one credential speaks for the agent', async () => {
+    for (const [a, b2] of [
+      [bot, lonely],
+      [bot, bot],
+    ]) {
+      const twice = await curl([
+        '-x',
+        proxy,
+        '--proxy-header',
+        `Proxy-Authorization: Bearer ${a}`,
+        '--proxy-header',
+        `Proxy-Authorization: Bearer ${b2}`,
+        `http://127.0.0.1:${ports.echo}/x`,
+      ]);
+      expect(twice.status).toBe(403);
+      expect(twice.headers).toContain(`${DENY}: proxy-authorization sent more than once`);
+    }
+    expect((await via(bot, [`http://127.0.0.1:${ports.echo}/x`])).status).toBe(200);
+  });
+
   it('allow: streams a 1 MiB upload and a 3 MiB download, strips hop-by-hop and proxy headers, stamps the decision', async () => {
     const file = join(certFile, '..', 'upload.bin');
     const data = randomBytes(1024 * 1024);
