@@ -11,7 +11,7 @@ import { errMsg, logger } from '../lib/log.js';
 import { startDecisionSpan } from '../lib/tracing.js';
 import { answerHeaders, type Committed } from './decision/commit.js';
 import { authorize, type DecisionEngine } from './decision/engine.js';
-import { factsFromHeaders } from './decision/facts.js';
+import { factsFromHeaders, MAX_HEADER_BYTES } from './decision/facts.js';
 import { askingWithin } from './decision/gather.js';
 
 const log = logger('authz');
@@ -133,7 +133,7 @@ export function createAuthzServer(deps: DecisionEngine, opts: AuthzServerOptions
   const requestMs = opts.requestTimeoutMs ?? 66_000;
   return http.createServer(
     {
-      maxHeaderSize: opts.maxHeaderBytes ?? 64 * 1024,
+      maxHeaderSize: opts.maxHeaderBytes ?? MAX_HEADER_BYTES,
       // Envoy and nginx keep connection pools open; let idle sockets live a little longer than theirs.
       keepAliveTimeout: 65_000,
       ...requestDeadline(requestMs),

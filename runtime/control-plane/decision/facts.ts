@@ -12,6 +12,13 @@ export function first(h: HeaderBag, name: string): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
+/**
+ * The largest header section a decision reads: the /authz listener's `maxHeaderSize` (node
+ * answers 431 beyond it, before any decision), and the gRPC Check's headers (the same 431).
+ * Envoy's own default limit is 60 KiB.
+ */
+export const MAX_HEADER_BYTES = 64 * 1024;
+
 export interface RequestMeta {
   method?: string;
   path?: string;

@@ -6,6 +6,7 @@
  */
 import { H } from '../../lib/brand.js';
 import { answerHeaders, type Committed } from '../decision/commit.js';
+import { MAX_HEADER_BYTES } from '../decision/facts.js';
 import { safeHeaderValue } from '../proxy/headers.js';
 
 /** google.rpc.Code values Envoy reads from `CheckResponse.status`. */
@@ -45,6 +46,8 @@ export interface AuthzRequest {
   path: string;
   /** With `header_map` (Envoy's `encode_raw_headers`): each header line as node's `rawHeaders` has it, repeats apart. */
   rawHeaders?: string[];
+  /** The header lines add up to more than MAX_HEADER_BYTES (as `name: value\r\n`): 431, as the HTTP listener. */
+  tooLarge?: true;
 }
 
 type Obj = Record<string, unknown>;
@@ -67,12 +70,19 @@ function add(bag: Record<string, string>, key: string, value: string): void {
  * `headers` (the merged map) or, with `encode_raw_headers`, `header_map` (key + raw_value),
  * whose lines are also kept one by one: there a repeated header can be told from a comma.
  */
-function headersOf(http: Obj): { bag: Record<string, string>; raw?: string[] } {
+function headersOf(http: Obj): { bag: Record<string, string>; raw?: string[]; bytes: number } {
   const bag: Record<string, string> = {};
+  let bytes = 0;
   const map = obj(http.headers);
-  if (map) for (const [k, v] of Object.entries(map)) if (typeof v === 'string') add(bag, k, v);
+  if (map) {
+    for (const [k, v] of Object.entries(map)) {
+      if (typeof v !== 'string') continue;
+      add(bag, k, v);
+      bytes += k.length + v.length + 4;
+    }
+  }
   const list = obj(http.header_map)?.headers;
-  if (!Array.isArray(list)) return { bag };
+  if (!Array.isArray(list)) return { bag, bytes };
   const raw: string[] = [];
   for (const e of list) {
     const hv = obj(e);
@@ -82,8 +92,9 @@ function headersOf(http: Obj): { bag: Record<string, string>; raw?: string[] } {
     const value = typeof hv.value === 'string' && hv.value !== '' ? hv.value : rawValue instanceof Uint8Array ? Buffer.from(rawValue).toString('latin1') : '';
     add(bag, key, value);
     raw.push(key, value);
+    bytes += key.length + value.length + 4;
   }
-  return { bag, raw };
+  return { bag, raw, bytes };
 }
 
 /**
@@ -93,14 +104,14 @@ function headersOf(http: Obj): { bag: Record<string, string>; raw?: string[] } {
  */
 export function requestOf(check: unknown): AuthzRequest {
   const http = obj(obj(obj(obj(check)?.attributes)?.request)?.http) ?? {};
-  const { bag: headers, raw } = headersOf(http);
+  const { bag: headers, raw, bytes } = headersOf(http);
   const host = text(http.host) ?? headers[':authority'];
   if (host !== undefined) headers.host = host;
   const method = text(http.method) ?? headers[':method'];
   const target = text(http.path) ?? headers[':path'] ?? '/';
   const q = target.indexOf('?');
   const path = q === -1 ? target : target.slice(0, q);
-  return { headers, method, path: path === '' ? '/' : path, ...(raw ? { rawHeaders: raw } : {}) };
+  return { headers, method, path: path === '' ? '/' : path, ...(raw ? { rawHeaders: raw } : {}), ...(bytes > MAX_HEADER_BYTES ? { tooLarge: true } : {}) };
 }
 
 function options(headers: Record<string, string>): HeaderValueOption[] {
@@ -142,6 +153,11 @@ export function responseOf(c: Committed): CheckResponse {
     dynamic_metadata: metadata(true, d.rule, d.reason, c.version),
     ok_response: { headers: set, headers_to_remove: STAMPED.filter((h) => !stamped.has(h)) },
   };
+}
+
+/** Headers past MAX_HEADER_BYTES: a 431 with no decision made, as the HTTP listener's. */
+export function tooLargeResponse(): CheckResponse {
+  return denied(431, `request headers larger than ${MAX_HEADER_BYTES} bytes`, 'inline', {});
 }
 
 /** The answer when the decision itself failed (it never should): a deny, as the HTTP listener's. */

@@ -139,6 +139,21 @@ describe('gRPC ext_authz listener', () => {
     }
   });
 
+  it('headers past 64 KiB are a 431 with no decision made, as the HTTP listener answers; just under, decided', async () => {
+    const before = engine.audit.length;
+    const bigs: Record<string, string>[] = [{ 'x-big': 'a'.repeat(64 * 1024) }, { 'x-a': 'a'.repeat(33 * 1024), 'x-b': 'b'.repeat(33 * 1024) }];
+    for (const big of bigs) {
+      const r = await client.check(checkRequest({ headers: { [H.service]: 'web', ...big } }));
+      expect(r.status?.code).toBe(RPC_PERMISSION_DENIED);
+      expect(r.denied_response?.status?.code).toBe(431);
+      expect(asHttp(r).body).toEqual({ allow: false, reason: 'request headers larger than 65536 bytes', rule: 'inline' });
+    }
+    expect(engine.audit.length).toBe(before);
+    const ok = await client.check(checkRequest({ headers: { [H.service]: 'web', 'x-big': 'a'.repeat(60 * 1024) } }));
+    expect(ok.http_response).toBe('ok_response');
+    expect(engine.audit.length).toBe(before + 1);
+  });
+
   it('bytes that are not a CheckRequest fail that call only (INTERNAL), and the listener keeps answering', async () => {
     const err = await new Promise<grpc.ServiceError | null>((resolve) => {
       client.raw.makeUnaryRequest(

@@ -17,7 +17,7 @@ import type { Committed } from '../decision/commit.js';
 import { authorize, type DecisionEngine } from '../decision/engine.js';
 import { factsFromHeaders } from '../decision/facts.js';
 import { askingWithin } from '../decision/gather.js';
-import { failedResponse, requestOf, responseOf, type CheckResponse } from './check.js';
+import { failedResponse, requestOf, responseOf, tooLargeResponse, type CheckResponse } from './check.js';
 
 const log = logger('authz-grpc');
 
@@ -72,6 +72,7 @@ function metaValue(md: grpc.Metadata, key: string): string | undefined {
 /** One Check: the facts /authz would build, the shared decision, the answer in Envoy's shape. */
 function check(engine: DecisionEngine, call: grpc.ServerUnaryCall<unknown, CheckResponse>, reply: grpc.sendUnaryData<CheckResponse>): void {
   const req = requestOf(call.request);
+  if (req.tooLarge) return reply(null, tooLargeResponse());
   // Envoy's own span context for this call if it traces, else the downstream request's.
   const own = metaValue(call.metadata, 'traceparent');
   const span = own
