@@ -31,7 +31,7 @@ import {
 } from './openai-error.js';
 import type { Settlement, Settlements } from './settlement.js';
 import { outputTokensOf, relay, sseTransform } from './sse.js';
-import { mapUpstreamStatus, readUpstream, streamFailure, upstreamCallError } from './upstream.js';
+import { ANSWER_DEADLINE, mapUpstreamStatus, readUpstream, streamFailure, upstreamCallError } from './upstream.js';
 import { completionTextChars, estimateUsage, usageOf, type TokenUsage } from './usage.js';
 
 export type { Route } from './completion-request.js';
@@ -164,6 +164,7 @@ async function forward(
   // The provider may be generating once the request is out: at least the prompt is charged.
   const prompt = estimateUsage(c.requestBytes, 0);
   s.fallback = () => prompt;
+  const sentAt = performance.now();
   let up: Dispatcher.ResponseData;
   try {
     up = await d.upstream.request({
@@ -210,12 +211,21 @@ async function forward(
   if (c.stream && ctype.startsWith('text/event-stream')) return relayStream(c, rsv, s, prompt, up, outHeaders, signal, res, d);
 
   let data: Buffer | undefined;
+  // The whole answer within the upstream timeout from the call: the gap timeout alone would let
+  // a provider dripping bytes hold the call, and its reservation, open for ever.
+  const body = up.body;
+  const deadline = setTimeout(
+    () => body.destroy(Object.assign(new Error('the answer was not complete within the upstream timeout'), { code: ANSWER_DEADLINE })),
+    Math.max(0, d.upstreamTimeoutMs - (performance.now() - sentAt)),
+  );
   try {
-    data = await readUpstream(up.body, d.maxResponseBytes);
+    data = await readUpstream(body, d.maxResponseBytes);
   } catch (e) {
     s.settle(prompt);
     if (signal.aborted) return;
     return sendError(res, upstreamCallError(e, d.upstreamTimeoutMs));
+  } finally {
+    clearTimeout(deadline);
   }
   if (!data) {
     s.settle(prompt);

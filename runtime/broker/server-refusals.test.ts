@@ -142,6 +142,18 @@ describe('model broker: refusals and errors', () => {
     await t.hangClosed.promise; // the broker let go of the upstream call
   });
 
+  it('a whole answer still dripping in at the upstream timeout is cut there: 504, the provider let go', async () => {
+    t.hangClosed = deferred();
+    const started = performance.now();
+    const drip = await t.client.chat.completions.create({ model: 'gpt-drip', messages: [{ role: 'user', content: 'hi' }] }).then(unexpected, asApiError);
+    expect(drip.status).toBe(504);
+    expect(drip.code).toBe('upstream_timeout');
+    expect(drip.message).toMatch(/the model provider did not answer within 800 ms$/);
+    // Cut at 800 ms from the call, not left to drip (the harness gives the SDK no retries).
+    expect(performance.now() - started).toBeLessThan(5000);
+    await t.hangClosed.promise;
+  });
+
   it('rejects bad JSON, bad shapes and oversize bodies with OpenAI-style errors', async () => {
     const bad = await t.post('{"model": ');
     expect(bad.status).toBe(400);

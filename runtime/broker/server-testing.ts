@@ -116,6 +116,7 @@ export const brokerConfig = (apiBase: string): BrokerConfig =>
       { name: 'gpt-500', model: 'provider-500', apiBase },
       { name: 'gpt-429', model: 'provider-429', apiBase },
       { name: 'gpt-hang', model: 'provider-hang', apiBase },
+      { name: 'gpt-drip', model: 'provider-drip', apiBase },
       { name: 'gpt-reset', model: 'provider-reset', apiBase },
       { name: 'gpt-badjson', model: 'provider-badjson', apiBase },
       { name: 'gpt-401', model: 'provider-401', apiBase },
@@ -235,6 +236,16 @@ export async function startBrokerHarness(): Promise<BrokerHarness> {
           return scripted(body, res);
         case 'provider-reset':
           return req.socket.destroy();
+        case 'provider-drip': {
+          // Headers at once, then a byte of a JSON answer every 200 ms: never a gap of the 800 ms timeout, never done.
+          res.writeHead(200, { 'content-type': 'application/json' });
+          const drip = setInterval(() => res.write(' '), 200);
+          res.on('close', () => {
+            clearInterval(drip);
+            t.hangClosed.resolve();
+          });
+          return;
+        }
         case 'provider-hang':
           t.hangArrived.resolve();
           res.on('close', () => t.hangClosed.resolve());

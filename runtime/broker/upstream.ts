@@ -40,7 +40,9 @@ export async function readUpstream(body: Dispatcher.ResponseData['body'], limit:
   return Buffer.concat(chunks);
 }
 
-const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
+/** The code of the error that ends a whole (not streamed) answer still arriving at the upstream timeout. */
+export const ANSWER_DEADLINE = 'BROKER_ANSWER_DEADLINE';
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT', ANSWER_DEADLINE]);
 const errCode = (e: unknown): string => (e as { code?: string }).code ?? '';
 
 export function upstreamCallError(e: unknown, timeoutMs: number): OpenAIError {
