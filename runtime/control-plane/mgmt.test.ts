@@ -384,7 +384,7 @@ describe('management API over HTTP', () => {
     expect(await r.text()).toContain(`${metric('authz_decisions_total')}{service="orders",decision="allow",rule="registry"} 1`);
   });
 
-  it('extra routes are mounted; unknown routes are 404 JSON', async () => {
+  it('extra routes are mounted; unknown routes are 404 JSON, a known path with another method 405 with Allow', async () => {
     const extra = await get('/v1/egress/requests');
     expect(extra.status).toBe(200);
     expect(await extra.json()).toEqual([]);
@@ -392,6 +392,13 @@ describe('management API over HTTP', () => {
     expect(r.status).toBe(404);
     expect(await r.json()).toEqual({ error: 'not found' });
     const wrongMethod = await fetch(base + '/v1/audit', { method: 'DELETE' });
-    expect(wrongMethod.status).toBe(404);
+    expect(wrongMethod.status).toBe(405);
+    expect(wrongMethod.headers.get('allow')).toBe('GET, HEAD');
+    expect(await wrongMethod.json()).toEqual({ error: 'DELETE is not allowed on /v1/audit; allowed: GET, HEAD' });
+    const put = await fetch(base + '/v1/registry/services/some/name', { method: 'PUT' });
+    expect(put.status).toBe(405);
+    expect(put.headers.get('allow')).toBe('DELETE, GET, HEAD');
+    expect((await fetch(base + '/v1/registry/services', { method: 'PATCH' })).headers.get('allow')).toMatch(/^GET, HEAD, POST$/);
+    expect((await fetch(base + '/v1/nothing-here', { method: 'PUT' })).status).toBe(404);
   });
 });

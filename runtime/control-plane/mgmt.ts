@@ -15,7 +15,7 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { Context, Hono, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import { rejectBadInput, writeRefusal } from '../lib/api.js';
+import { allowedMethods, rejectBadInput, writeRefusal } from '../lib/api.js';
 import { BRAND_TITLE } from '../lib/brand.js';
 import { auditRoutes, type AuditRoutesReader } from './audit/routes.js';
 import { errMsg, logger } from '../lib/log.js';
@@ -170,7 +170,11 @@ export function createMgmtApp(deps: MgmtDeps): OpenAPIHono {
   deps.extraRoutes?.(app);
 
   app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: `${BRAND_TITLE} control plane management API`, version: '1' } });
-  app.notFound((c) => c.json({ error: 'not found' }, 404));
+  app.notFound((c) => {
+    const allow = allowedMethods(app, c.req.path);
+    if (allow.length === 0) return c.json({ error: 'not found' }, 404);
+    return c.json({ error: `${c.req.method} is not allowed on ${c.req.path}; allowed: ${allow.join(', ')}` }, 405, { allow: allow.join(', ') });
+  });
   app.onError(mgmtOnError);
   return app;
 }

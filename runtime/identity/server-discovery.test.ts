@@ -61,6 +61,13 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       const nf = await t.api.get('/v1/nope');
       expect(nf.status).toBe(404);
       expectEnvelope(nf, 'not_found');
+      // A path that exists, asked with a method it does not take: 405 naming the ones it does.
+      const put = await t.auth.app.request('/v1/agents', { method: 'PUT' });
+      expect(put.status).toBe(405);
+      const allow = put.headers.get('allow')!.split(', ');
+      expect(allow).toEqual(expect.arrayContaining(['GET', 'HEAD', 'POST']));
+      expect(allow).not.toContain('PUT');
+      expectEnvelope({ json: await put.json() }, 'method_not_allowed');
       const bad = await t.api.post('/v1/agents', '{not json');
       expectDetail(bad);
       expect(bad.json.detail[0].type).toBe('json_invalid');

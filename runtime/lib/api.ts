@@ -297,6 +297,35 @@ export function writeRefusal(method: string, header: (name: string) => string | 
   return undefined;
 }
 
+/** A route pattern (`/a/:id`, `/a/:rest{.+}`, `/a/*`) as a regular expression of whole paths. */
+function patternOf(path: string): RegExp {
+  const parts = path.split('/').map((seg) => {
+    if (seg === '*') return '.*';
+    const param = /^:[\w-]+(?:\{(.+)\})?$/.exec(seg);
+    if (param) return param[1] ? `(?:${param[1]})` : '[^/]+';
+    return seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  });
+  return new RegExp(`^${parts.join('/')}/?$`);
+}
+
+/**
+ * The methods `app` serves `path` with (HEAD wherever GET), for a 405 with `Allow` (RFC 9110
+ * 15.5.6) instead of a 404 when the path exists; empty when no route has it. Middleware
+ * (`use`, method ALL) is not a route. Read when a request matched nothing, never on a hit.
+ */
+export function allowedMethods(app: { routes: readonly { method: string; path: string }[] }, path: string): string[] {
+  const methods = new Set<string>();
+  for (const r of app.routes) {
+    if (r.method === 'ALL' || methods.has(r.method)) continue;
+    let re = patterns.get(r.path);
+    if (!re) patterns.set(r.path, (re = patternOf(r.path)));
+    if (re.test(path)) methods.add(r.method);
+  }
+  if (methods.has('GET')) methods.add('HEAD');
+  return [...methods].sort();
+}
+const patterns = new Map<string, RegExp>();
+
 /**
  * An OpenAPIHono app with the shared error shapes and a request body limit: `bodyLimit` bytes
  * (default DEFAULT_BODY_LIMIT), or what `bodyLimitFor(path)` says for a path that needs more.
@@ -339,6 +368,12 @@ export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: stri
     return detail.length ? c.json({ detail }, 422) : next();
   });
   app.onError(onApiError);
-  app.notFound((c) => c.json(envelope('not_found', `no route for ${c.req.method} ${c.req.path}`), 404));
+  app.notFound((c) => {
+    const allow = allowedMethods(app, c.req.path);
+    if (allow.length === 0) return c.json(envelope('not_found', `no route for ${c.req.method} ${c.req.path}`), 404);
+    return c.json(envelope('method_not_allowed', `${c.req.method} is not allowed on ${c.req.path}; allowed: ${allow.join(', ')}`), 405, {
+      allow: allow.join(', '),
+    });
+  });
   return app;
 }
