@@ -161,6 +161,33 @@ describe('shared budget ledger (PGlite)', () => {
     await m.close();
   });
 
+  it('a reservation whose ledger take crosses into the next minute is granted, not refused with a wrong figure', async () => {
+    const real = createBudgetLedger(store);
+    const budgets: Record<string, Budget> = { turn: { tokensPerHour: 1000 } };
+    let now = T0 + 29_900; // 100 ms before the next minute's bucket
+    let crossing = false;
+    // The ledger's answer comes back in the next minute (a round trip across the turn).
+    const ledger: BudgetLedger = { ...real, take: async (r) => (crossing && ((now = T0 + 30_000), (crossing = false)), real.take(r)) };
+    const m = createSharedBudgetMeter({ ledger, budgetOf: (a) => budgets[a], now: () => now, syncMs: 60_000 });
+    try {
+      // 100 of 1000 used, and a lease of 20 (2%) kept for the next reservation.
+      expect(await m.take('turn', 'tokens', 100)).toMatchObject({ ok: true, granted: 100 });
+      await m.flush();
+      crossing = true;
+      // 300 more fit easily: the take that fetches them answers after the minute turned.
+      expect(await m.take('turn', 'tokens', 300)).toMatchObject({ ok: true, granted: 300 });
+      await m.flush();
+      // Charged once: 400 of the hour, plus no more than one lease held ahead.
+      const used = await real.read('turn', 'tokens', now);
+      expect(used).toBeGreaterThanOrEqual(400);
+      expect(used).toBeLessThanOrEqual(420);
+      expect(m.usage('turn', now).tokensLastHour).toBe(400);
+    } finally {
+      await m.close();
+    }
+    expect(await real.read('turn', 'tokens', now)).toBe(400);
+  });
+
   it('a leased call undone after its bucket turned goes back to that bucket', async () => {
     const ledger = createBudgetLedger(store);
     const budgets: Record<string, Budget> = { undo: { callsPerHour: 100 } }; // a lease is 2 calls

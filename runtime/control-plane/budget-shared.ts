@@ -119,10 +119,12 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   const fresh = (st: AgentState, b: Budget | undefined, now: number) => DIMS.every((k) => limitOf(b, k) === 0 || now - st[k].syncedAt <= maxStaleMs);
 
   /**
-   * One ledger take: writes the debt, returns an aged lease, refills (or `want`; nothing when
-   * `lease` is false: a read), reads the window.
+   * One ledger take: writes the debt, returns an aged lease, refills (or tops the lease up to
+   * `ask.upTo`, all or nothing below `ask.atLeast`; nothing when `lease` is false: a read), reads
+   * the window. The ask is reckoned here, on the lease kept after aging at the take's own clock:
+   * a lease that left its minute since the caller looked goes back whole and is asked for again.
    */
-  async function takeNow(agent: string, dim: LedgerDimension, ask?: { want: number; atLeast?: number }, lease = true): Promise<TakeResult> {
+  async function takeNow(agent: string, dim: LedgerDimension, ask?: { upTo: number; atLeast?: number }, lease = true): Promise<TakeResult> {
     const st = stateOf(agent);
     const d = st[dim];
     const now = clock();
@@ -144,9 +146,10 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     // in that moment must not read the window fuller than it is.
     const back = giveBack.reduce((n, g) => (inView(d, g.bucket) ? n + g.n : n), 0);
     d.returning += back;
-    const want = ask?.want ?? (lease && dim === 'calls' && limit > 0 ? Math.max(0, leaseSize(budget) - d.lease) : 0);
+    const want = ask ? Math.max(0, r9(ask.upTo - d.lease)) : lease && dim === 'calls' && limit > 0 ? Math.max(0, leaseSize(budget) - d.lease) : 0;
+    const atLeast = ask?.atLeast === undefined ? undefined : Math.max(0, r9(ask.atLeast - d.lease));
     try {
-      const r = await o.ledger.take({ agent, dim, now, add, giveBack, want, limit, atLeast: ask?.atLeast });
+      const r = await o.ledger.take({ agent, dim, now, add, giveBack, want, limit, atLeast });
       d.inflight -= add;
       d.returning -= back;
       settleOwed(d, calls, b);
@@ -234,7 +237,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     g.taken = serial(c, () => {
       // From now on, decisions that find the lease empty gather for the take after this one.
       if (c.gathering === g) c.gathering = undefined;
-      return takeNow(agent, 'calls', { want: Math.max(0, leaseSize(o.budgetOf(agent)) + g.waiting - c.lease) });
+      return takeNow(agent, 'calls', { upTo: leaseSize(o.budgetOf(agent)) + g.waiting });
     });
     return g.taken;
   }
@@ -337,19 +340,21 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       if (held() >= need) {
         const g = grab(need);
         // At half a lease or less: refill in the background, so the next reservation finds one.
-        if (held() * 2 <= lease)
-          serial(d, () => (held() * 2 <= lease ? takeNow(agent, dim, { want: r9(lease - held()) }) : Promise.resolve(undefined))).catch(logErr);
+        if (held() * 2 <= lease) serial(d, () => (held() * 2 <= lease ? takeNow(agent, dim, { upTo: lease }) : Promise.resolve(undefined))).catch(logErr);
         return g;
       }
       return serial(d, async () => {
         if (held() >= need) return grab(need);
-        // This call's shortfall and a lease for the ones after it (the ledger grants what fits, at least atLeast).
-        const short = r9(need - held());
-        const result = await takeNow(agent, dim, { want: r9(short + lease), atLeast: r9(Math.max(0, min - held())) });
-        const have = held();
-        // Refused: the window's use as the agent sees it (this replica's unused lease is not use).
-        if (have < min || have <= 0) return { ok: false, granted: 0, result: { ...result, used: Math.max(0, r9(result.used - have)) } };
-        return { ...grab(Math.min(have, need)), result };
+        // This call and a lease for the ones after it (the ledger grants what fits, at least `min` held).
+        for (let first = true; ; first = false) {
+          const result = await takeNow(agent, dim, { upTo: r9(need + lease), atLeast: min });
+          const have = held();
+          if (have >= min && have > 0) return { ...grab(Math.min(have, need)), result };
+          // The minute turned as the ledger answered: what it granted is of the last one. Once more, in this one.
+          if (first && d.lease >= min && d.lease > 0) continue;
+          // Refused: the window's use as the agent sees it (this replica's unused lease is not use).
+          return { ok: false, granted: 0, result: { ...result, used: Math.max(0, r9(result.used - have)) } };
+        }
       });
     },
     giveBack(agent, dim, n, bucket) {
