@@ -68,6 +68,10 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       expect(allow).toEqual(expect.arrayContaining(['GET', 'HEAD', 'POST']));
       expect(allow).not.toContain('PUT');
       expectEnvelope({ json: await put.json() }, 'method_not_allowed');
+      // A path with a parameter too (the OpenAPI `{name}` of the route).
+      const one = await t.auth.app.request('/v1/agents/someone', { method: 'PATCH' });
+      expect(one.status).toBe(405);
+      expect(one.headers.get('allow')!.split(', ')).toEqual(expect.arrayContaining(['GET', 'HEAD']));
       const bad = await t.api.post('/v1/agents', '{not json');
       expectDetail(bad);
       expect(bad.json.detail[0].type).toBe('json_invalid');
