@@ -80,7 +80,8 @@ export interface SharedBudgetMeter extends BudgetMeter {
   /**
    * Every agent's usage as the ledger holds it now, for the whole fleet (the metrics scrape):
    * what every replica has written, leases charged ahead included. One read, shared by the calls
-   * of the next `syncMs`; rejects when the ledger cannot be read.
+   * of the next FLEET_READ_MS however often /metrics is scraped (the portal polls it); rejects
+   * when the ledger cannot be read.
    */
   fleetUsage(): Promise<ReadonlyMap<string, BudgetUsage>>;
   /** Writes every debt and returns every lease now. */
@@ -366,7 +367,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     size: () => agents.size,
     fleetUsage() {
       const now = clock();
-      if (fleet && now - fleet.at < syncMs) return fleet.read;
+      if (fleet && now - fleet.at < FLEET_READ_MS) return fleet.read;
       const read = o.ledger.totals(now).then(
         (totals) =>
           new Map([...totals].map(([agent, t]) => [agent, { callsLastHour: t.calls ?? 0, tokensLastHour: t.tokens ?? 0, costUsdLastDay: t.cost ?? 0 }])),
@@ -410,5 +411,8 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     },
   };
 }
+
+/** How long one ledger read of the whole fleet's usage serves the budget gauges. */
+const FLEET_READ_MS = 5000;
 
 const fmtAt = (now: number) => `at ${new Date(now).toISOString()}`;
