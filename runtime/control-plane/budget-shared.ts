@@ -43,7 +43,7 @@ import {
   used,
   type AgentState,
 } from './budget-lease.js';
-import { bucketOf, type BudgetLedger, type TakeResult } from './budget-store.js';
+import { bucketOf, fleetReader, type BudgetLedger, type TakeResult } from './budget-store.js';
 import { overBudget } from './decision/egress.js';
 import type { Budget } from './types.js';
 
@@ -80,8 +80,8 @@ export interface SharedBudgetMeter extends BudgetMeter {
   /**
    * Every agent's usage as the ledger holds it now, for the whole fleet (the metrics scrape):
    * what every replica has written, leases charged ahead included. One read, shared by the calls
-   * of the next FLEET_READ_MS however often /metrics is scraped (the portal polls it); rejects
-   * when the ledger cannot be read.
+   * within FLEET_READ_MS however often /metrics is scraped (`fleetReader`); rejects when the
+   * ledger cannot be read.
    */
   fleetUsage(): Promise<ReadonlyMap<string, BudgetUsage>>;
   /** Writes every debt and returns every lease now. */
@@ -102,7 +102,6 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
   const agents = new Map<string, AgentState>();
   let closed = false;
   let lastErrLog = 0;
-  let fleet: { at: number; read: Promise<ReadonlyMap<string, BudgetUsage>> } | undefined;
 
   /** Lease size per dimension: ceil(ceiling x share), at least 1; dollars as they are. */
   const leaseOf = (b: Budget | undefined, dim: LedgerDimension) =>
@@ -365,21 +364,7 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
       else giveBackLater(d, bucket, n);
     },
     size: () => agents.size,
-    fleetUsage() {
-      const now = clock();
-      if (fleet && now - fleet.at < FLEET_READ_MS) return fleet.read;
-      const read = o.ledger.totals(now).then(
-        (totals) =>
-          new Map([...totals].map(([agent, t]) => [agent, { callsLastHour: t.calls ?? 0, tokensLastHour: t.tokens ?? 0, costUsdLastDay: t.cost ?? 0 }])),
-        (e: unknown) => {
-          logErr(e);
-          if (fleet?.read === read) fleet = undefined;
-          throw e;
-        },
-      );
-      fleet = { at: now, read };
-      return read;
-    },
+    fleetUsage: fleetReader(o.ledger, clock, logErr),
     async flush() {
       await Promise.all([...agents.keys()].flatMap((a) => DIMS.map((k) => sync(a, k).catch(logErr))));
     },
@@ -411,8 +396,5 @@ export function createSharedBudgetMeter(o: SharedBudgetOptions): SharedBudgetMet
     },
   };
 }
-
-/** How long one ledger read of the whole fleet's usage serves the budget gauges. */
-const FLEET_READ_MS = 5000;
 
 const fmtAt = (now: number) => `at ${new Date(now).toISOString()}`;

@@ -9,7 +9,7 @@ import { sql } from 'drizzle-orm';
 import { BRAND } from '../lib/brand.js';
 import { rowsOf, type Db, type Store } from '../store/factory.js';
 import { BUDGET_LEDGER_DIMENSIONS, type LedgerDimension } from '../store/schema/budget.js';
-import { DAY_MS, HOUR_MS } from './budget.js';
+import { DAY_MS, HOUR_MS, type BudgetUsage } from './budget.js';
 
 /** Bucket span and window length (in buckets, plus the current one) of each dimension. */
 export const LEDGER_WINDOWS: Record<LedgerDimension, { bucketMs: number; buckets: number }> = {
@@ -113,5 +113,32 @@ export function createBudgetLedger(store: Pick<Store, 'db'>): BudgetLedger {
       }
       return out;
     },
+  };
+}
+
+/** How long one ledger read of the whole fleet's usage serves the budget gauges. */
+export const FLEET_READ_MS = 5000;
+
+/**
+ * Every agent's usage from the ledger's window totals (the budget gauges), read at most once per
+ * FLEET_READ_MS however often /metrics is scraped (the portal polls it); a failed read is
+ * reported to `onError`, rejects, and is not kept.
+ */
+export function fleetReader(ledger: BudgetLedger, clock: () => number, onError: (e: unknown) => void): () => Promise<ReadonlyMap<string, BudgetUsage>> {
+  let last: { at: number; read: Promise<ReadonlyMap<string, BudgetUsage>> } | undefined;
+  return () => {
+    const now = clock();
+    if (last && now - last.at < FLEET_READ_MS) return last.read;
+    const read = ledger.totals(now).then(
+      (totals) =>
+        new Map([...totals].map(([agent, t]) => [agent, { callsLastHour: t.calls ?? 0, tokensLastHour: t.tokens ?? 0, costUsdLastDay: t.cost ?? 0 }])),
+      (e: unknown) => {
+        onError(e);
+        if (last?.read === read) last = undefined;
+        throw e;
+      },
+    );
+    last = { at: now, read };
+    return read;
   };
 }
