@@ -10,8 +10,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../lib/brand.js';
 import { eventually } from '../lib/poll-testing.js';
-import { startBroker } from './server.js';
-import { asApiError, brokerConfig, BROKER_KEY, CALLER_KEY, deferred, startBrokerHarness, THRIFTY, unexpected, type BrokerHarness } from './server-testing.js';
+import { asApiError, BROKER_KEY, CALLER_KEY, deferred, startBrokerHarness, THRIFTY, unexpected, type BrokerHarness } from './server-testing.js';
 
 describe('model broker: refusals and errors', () => {
   let t: BrokerHarness;
@@ -206,21 +205,9 @@ describe('model broker: refusals and errors', () => {
     // Refused: port 1 is privileged and below the ephemeral range, so unlike a port freed after
     // listen(0) no other test's server can be handed it (the proxy tests saw that race in CI).
     const deadPort = 1;
-    const b2 = await startBroker({
-      env: {},
-      addr: '127.0.0.1:0',
-      config: brokerConfig(t.upBase),
-      authzUrl: `http://127.0.0.1:${deadPort}/authz`,
-      usageUrl: `http://127.0.0.1:${t.cp.mgmtPort}/v1/usage`,
-      decisionTimeoutMs: 500,
-    });
-    const b3 = await startBroker({
-      env: {},
-      addr: '127.0.0.1:0',
-      config: brokerConfig(t.upBase),
-      authzUrl: `http://127.0.0.1:${t.cp.decisionPort}/authz`,
-      usageUrl: `http://127.0.0.1:${t.cp.mgmtPort}/v1/usage`,
-    });
+    const b2 = await t.anotherBroker({ authzUrl: `http://127.0.0.1:${deadPort}/authz`, decisionTimeoutMs: 500 });
+    // No provider key at all.
+    const b3 = await t.anotherBroker();
     try {
       const n = t.seen.length;
       const e = await t

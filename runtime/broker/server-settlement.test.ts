@@ -8,8 +8,7 @@ import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { close, listen } from '../lib/http.js';
 import type { Budget } from '../control-plane/types.js';
-import { startBroker } from './server.js';
-import { asApiError, brokerConfig, deferred, promptEstimate, startBrokerHarness, unexpected, type BrokerHarness } from './server-testing.js';
+import { asApiError, deferred, promptEstimate, startBrokerHarness, unexpected, type BrokerHarness } from './server-testing.js';
 
 describe('model broker: settlements owed', () => {
   let t: BrokerHarness;
@@ -20,16 +19,7 @@ describe('model broker: settlements owed', () => {
 
   const agent = (name: string, budget: Budget) => t.agent(name, budget, ['gpt-mini', 'gpt-gated']);
   const used = (name: string) => t.used(name).tokensLastHour;
-  const brokerOn = (authzUrl: string, decisionTimeoutMs = 2000) =>
-    startBroker({
-      env: {},
-      addr: '127.0.0.1:0',
-      config: brokerConfig(t.upBase),
-      authzUrl,
-      usageUrl: `http://127.0.0.1:${t.cp.mgmtPort}/v1/usage`,
-      providerKey: 'sk-broker',
-      decisionTimeoutMs,
-    });
+  const brokerOn = (authzUrl: string, decisionTimeoutMs = 2000) => t.anotherBroker({ authzUrl, providerKey: 'sk-broker', decisionTimeoutMs });
 
   it('gives back the reservation of an /authz allow that comes after the broker gave up (503)', async () => {
     await agent('tardy', { tokensPerHour: 1_000_000 });

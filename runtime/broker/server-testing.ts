@@ -14,7 +14,7 @@ import type { BudgetUsage } from '../control-plane/budget.js';
 import type { Budget } from '../control-plane/types.js';
 import { openStore, type Store } from '../store/factory.js';
 import { parseConfig, type BrokerConfig } from './config.js';
-import { startBroker, type RunningBroker } from './server.js';
+import { startBroker, type BrokerOptions, type RunningBroker } from './server.js';
 
 export const BROKER_KEY = 'sk-broker-secret-0123456789';
 export const CALLER_KEY = 'sk-caller-own-key';
@@ -156,6 +156,11 @@ export interface BrokerHarness {
   usedBefore(): Promise<BudgetUsage>;
   agentClient(actor: string | undefined, opts?: { baseURL?: string }): OpenAI;
   post(body: string | Buffer, headers?: Record<string, string>): Promise<Response>;
+  /**
+   * Another broker on the same upstream models, /authz and usage endpoint, with `over` in place
+   * of those (a test's own limits or endpoints); the test closes it.
+   */
+  anotherBroker(over?: BrokerOptions): Promise<RunningBroker>;
   close(): Promise<void>;
 }
 
@@ -335,6 +340,15 @@ export async function startBrokerHarness(): Promise<BrokerHarness> {
       agentClient,
       post: (body: string | Buffer, headers: Record<string, string> = { [H.actor]: 'bot' }) =>
         fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body }),
+      anotherBroker: (over: BrokerOptions = {}) =>
+        startBroker({
+          env: {},
+          addr: '127.0.0.1:0',
+          config: brokerConfig(upBase),
+          authzUrl: `http://127.0.0.1:${plane.decisionPort}/authz`,
+          usageUrl: `http://127.0.0.1:${plane.mgmtPort}/v1/usage`,
+          ...over,
+        }),
       close: closeAll,
     });
   } catch (e) {

@@ -8,8 +8,7 @@
  */
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startBroker } from './server.js';
-import { asApiError, brokerConfig, promptEstimate, script, startBrokerHarness, type BrokerHarness, type Script } from './server-testing.js';
+import { asApiError, promptEstimate, script, startBrokerHarness, type BrokerHarness, type Script } from './server-testing.js';
 
 type Chunk = OpenAI.Chat.Completions.ChatCompletionChunk;
 const streamed = (s: Script) => ({ model: 'gpt-script', stream: true as const, messages: [{ role: 'user' as const, content: script(s) }] });
@@ -58,15 +57,7 @@ describe('broker streams: a provider failure mid-stream', () => {
 
   it('ends a stream still running at the deadline with a stream_timeout event the SDK raises, and settles what flowed', async () => {
     await t.agent('trickler', { tokensPerHour: 1_000_000 }, ['gpt-script']);
-    const b = await startBroker({
-      env: {},
-      addr: '127.0.0.1:0',
-      config: brokerConfig(t.upBase),
-      authzUrl: `http://127.0.0.1:${t.cp.decisionPort}/authz`,
-      usageUrl: `http://127.0.0.1:${t.cp.mgmtPort}/v1/usage`,
-      providerKey: 'sk-broker',
-      streamMaxMs: 300,
-    });
+    const b = await t.anotherBroker({ providerKey: 'sk-broker', streamMaxMs: 300 });
     try {
       // A piece every 40 ms, forever (well under the gap timeout, and the 20-token allowance is not reached by 300 ms).
       const body = streamed({ tokens: 1, trickleMs: 40 });

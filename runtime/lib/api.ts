@@ -308,6 +308,9 @@ function patternOf(path: string): RegExp {
   return new RegExp(`^${parts.join('/')}/?$`);
 }
 
+/** Route patterns as regular expressions, by pattern (the routes are fixed once an app is built). */
+const patterns = new Map<string, RegExp>();
+
 /**
  * The methods `app` serves `path` with (HEAD wherever GET), for a 405 with `Allow` (RFC 9110
  * 15.5.6) instead of a 404 when the path exists; empty when no route has it. Middleware
@@ -324,7 +327,6 @@ export function allowedMethods(app: { routes: readonly { method: string; path: s
   if (methods.has('GET')) methods.add('HEAD');
   return [...methods].sort();
 }
-const patterns = new Map<string, RegExp>();
 
 /**
  * An OpenAPIHono app with the shared error shapes and a request body limit: `bodyLimit` bytes
