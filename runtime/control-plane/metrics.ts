@@ -13,6 +13,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { metric } from '../lib/brand.js';
 import { UNKNOWN_LABEL } from './decision/outcome.js';
 import { scrapedUsage, type ScrapedMeter } from './budget.js';
+import { TallyHistogram } from './tally-histogram.js';
 import type { Budget } from './types.js';
 
 /** Decision durations (seconds): 10 µs up to 2.5 s. */
@@ -93,15 +94,14 @@ export function createMetrics(opts: MetricsOptions = {}): ControlPlaneMetrics {
       tallies.clear();
     },
   });
-  /** Histogram label objects by service, reused across observations. */
-  const serviceLabels = new Map<string, { service: string }>();
-  const duration = new Histogram({
-    name: metric('authz_duration_seconds'),
-    help: 'Time to decide, audit included, by target service.',
-    labelNames: ['service'] as const,
-    buckets: DECISION_BUCKETS,
-    registers: [registry],
-  });
+  // Likewise the decision histogram: plain bucket counts per service, read by the registry as is.
+  const duration = new TallyHistogram(
+    metric('authz_duration_seconds'),
+    'Time to decide, audit included, by target service.',
+    'service',
+    DECISION_BUCKETS,
+    registry,
+  );
   const tokens = new Counter({
     name: metric('token_usage_total'),
     help: 'LLM tokens reported through /v1/usage, by agent and model.',
@@ -207,14 +207,7 @@ export function createMetrics(opts: MetricsOptions = {}): ControlPlaneMetrics {
       const t = tallies.get(key);
       if (t) t.n++;
       else tallies.set(key, { labels: { service: s, decision, rule }, n: 1 });
-      let sl = serviceLabels.get(s);
-      if (!sl) {
-        // Bounded by the registry's names; a registry that churned through many names starts over.
-        if (serviceLabels.size >= 10_000) serviceLabels.clear();
-        sl = { service: s };
-        serviceLabels.set(s, sl);
-      }
-      duration.observe(sl, seconds);
+      duration.observe(s, seconds);
     },
     recordUsage(agent, model, n, usd) {
       const a = label(agent);
