@@ -145,7 +145,7 @@ async function drive(): Promise<void> {
       const floor = t.port === ports.replay ? -1 : targets.findIndex((f) => f.port === ports.replay && f.path === t.path);
       const overFloor = floor < 0 ? '' : `, ${median(rounds.map((r) => r[i]!.rps / r[floor]!.rps)).toFixed(2)}x of its answer replayed`;
       const verdict =
-        (t.target ? (i === 0 ? '' : `  (target >= ${t.target.toFixed(2)}x: ${ratio >= t.target ? 'met' : 'not met'}${overFloor})`) : '') +
+        (i > 0 && t.target ? `  (target >= ${t.target.toFixed(2)}x: ${ratio >= t.target ? 'met' : 'not met'}${overFloor})` : '') +
         (t.port === ports.decision ? `; audit backlog drained ${drain.toFixed(0)} ms after the ${SECONDS} s run` : '');
       console.log(
         `${t.name.padEnd(26)} ${rps.toFixed(0).padStart(7)} req/s  p50 ${String(p50).padStart(4)} ms  p99 ${String(p99).padStart(4)} ms  ratio ${ratio.toFixed(2)}x${verdict}`,
