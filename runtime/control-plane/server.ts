@@ -36,7 +36,7 @@ import type { IdentityPort } from './identity-port.js';
 import { createIdentityClient, type IdentityClient, type IdentityClientOptions, type LocalIdentity } from './identity-client.js';
 import { createMetrics, type ControlPlaneMetrics } from './metrics.js';
 import { createMgmtApp } from './mgmt.js';
-import { createOidcVerifier, oidcFromEnv } from './oidc.js';
+import { createOidcVerifier, oidcFromEnv } from '../lib/oidc.js';
 import { createOpaClient, type OpaClient } from './opa.js';
 import { portalApp } from '../portal/index.js';
 import { createRegistry, type Registry } from './registry/index.js';

@@ -12,7 +12,7 @@
 import type http from 'node:http';
 import { BRAND } from '../lib/brand.js';
 import { withSpan } from '../lib/tracing.js';
-import { MAX_JWT_CHARS } from './jws.js';
+import { MAX_JWT_CHARS } from '../lib/jws.js';
 import { verifyPresentation } from './routes-agents.js';
 import type { IdentityAuthority } from './server.js';
 

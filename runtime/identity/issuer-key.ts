@@ -1,43 +1,21 @@
 /**
  * The issuer's Ed25519 key pair, persisted in the store so restarts keep the same did:web and old
- * credentials still verify. The private key is sealed with AES-256-GCM under a key derived
- * (scrypt, per-row salt) from IDP_KEY_ENCRYPTION_KEY when that is set; without it the key is
+ * credentials still verify. The private key is sealed (lib/seal.ts: AES-256-GCM under a key derived
+ * with scrypt, per-row salt) under IDP_KEY_ENCRYPTION_KEY when that is set; without it the key is
  * stored as is and a warning is logged on every start. A plaintext key found while the secret is
  * set is sealed in place; a sealed key with no secret refuses to load (readyz stays 503).
  */
-import { createCipheriv, createDecipheriv, createPublicKey, generateKeyPairSync, randomBytes, scryptSync, type KeyObject } from 'node:crypto';
+import { createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { and, eq } from 'drizzle-orm';
 import type { Store } from '../store/factory.js';
 import { issuerKeys } from '../store/schema/identity.js';
 import { logger } from '../lib/log.js';
+import { KeySealError, seal, unseal } from '../lib/seal.js';
 import { ed25519Multibase, ISSUER_KEY_FRAGMENT, privateKeyFromBytes, rawPrivateSeed, rawPublicKey } from './did.js';
 import type { IssuerKey } from './vc.js';
 
 const log = logger('identity.issuer-key');
 const ROW_ID = 'issuer';
-
-function kek(secret: string, salt: Buffer): Buffer {
-  return scryptSync(secret, salt, 32, { N: 1 << 15, r: 8, p: 1, maxmem: 64 * 1024 * 1024 });
-}
-
-export function seal(seed: Uint8Array, secret: string): { privateKey: string; salt: string } {
-  const salt = randomBytes(16);
-  const iv = randomBytes(12);
-  const c = createCipheriv('aes-256-gcm', kek(secret, salt), iv);
-  const ct = Buffer.concat([c.update(seed), c.final()]);
-  return { privateKey: Buffer.concat([iv, c.getAuthTag(), ct]).toString('base64'), salt: salt.toString('base64') };
-}
-
-export function unseal(blob: string, salt: string, secret: string): Uint8Array {
-  const buf = Buffer.from(blob, 'base64');
-  const d = createDecipheriv('aes-256-gcm', kek(secret, Buffer.from(salt, 'base64')), buf.subarray(0, 12));
-  d.setAuthTag(buf.subarray(12, 28));
-  try {
-    return new Uint8Array(Buffer.concat([d.update(buf.subarray(28)), d.final()]));
-  } catch {
-    throw new Error('issuer key cannot be decrypted: wrong IDP_KEY_ENCRYPTION_KEY');
-  }
-}
 
 export interface IssuerKeyOptions {
   did: string;
@@ -66,7 +44,11 @@ export async function loadIssuerKey(store: Store, o: IssuerKeyOptions): Promise<
   let seed: Uint8Array;
   if (row.enc === 'aes-256-gcm') {
     if (!o.secret) throw new Error('issuer key is encrypted in the store; set IDP_KEY_ENCRYPTION_KEY');
-    seed = unseal(row.privateKey, row.salt ?? '', o.secret);
+    try {
+      seed = unseal(row.privateKey, row.salt ?? '', o.secret);
+    } catch (e) {
+      throw e instanceof KeySealError ? new Error('issuer key cannot be decrypted: wrong IDP_KEY_ENCRYPTION_KEY') : e;
+    }
   } else {
     seed = new Uint8Array(Buffer.from(row.privateKey, 'base64'));
     if (o.secret) {

@@ -8,7 +8,7 @@ import { swaggerUI } from '@hono/swagger-ui';
 import http from 'node:http';
 import { createApi } from '../lib/api.js';
 import { apiAuth, authFromEnv, authorizedFor, credentialCheck } from '../lib/api-auth.js';
-import { oidcFromEnv } from '../control-plane/oidc.js';
+import { oidcFromEnv } from '../lib/oidc.js';
 import { BRAND, BRAND_TITLE, VP_AUDIENCE } from '../lib/brand.js';
 import { int, oneOf, optional, str, type Env } from '../lib/config.js';
 import { envelope } from '../lib/errors.js';

@@ -9,7 +9,7 @@ import { SignJWT } from 'jose';
 import { W3C_VC_CONTEXT } from './client.js';
 import { verifyEd25519 } from './ed25519.js';
 import { DID_KEY_CHARS, didKeyVerificationMethod, publicKeyFromDidKey, publicKeyObject } from './did.js';
-import { parseJws, type Jws } from './jws.js';
+import { parseJws, type Jws } from '../lib/jws.js';
 
 export const MEMBERSHIP_TYPE = 'AgentMembershipCredential';
 export const CAPABILITY_TYPE = 'AgentCapabilityCredential';
@@ -70,7 +70,7 @@ export async function issueCredential(issuer: IssuerKey, input: IssueInput): Pro
 
 type Json = Record<string, unknown>;
 
-export { parseJws, type Jws } from './jws.js';
+export { parseJws, type Jws } from '../lib/jws.js';
 
 /** Whether `jws` is signed by `key` (EdDSA only; the verification itself is `verifyEd25519`'s, off the event loop while the request thread is saturated). */
 function signatureOk(jws: Jws, key: KeyObject): Promise<boolean> {

@@ -15,7 +15,7 @@ import { openTestPglite } from '../store/testing.js';
 import { startControlPlane } from '../control-plane/server.js';
 import { base58btcDecode, DID_KEY_CHARS, publicKeyFromDidKey } from './did.js';
 import { startIdentityAuthority } from './server.js';
-import { isVpJwt } from './jws.js';
+import { isVpJwt } from '../lib/jws.js';
 
 /** The attacking process: tallies `status reason` answers per target. */
 const ATTACKER = `

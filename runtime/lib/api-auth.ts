@@ -25,6 +25,7 @@ import { sha256 } from './sha256.js';
 import type { Context, MiddlewareHandler } from 'hono';
 import { BRAND, envName } from './brand.js';
 import { oneOf, optional, type Env } from './config.js';
+import type { OidcVerifier } from './oidc.js';
 
 export type AuthMode = 'off' | 'keys';
 
@@ -135,11 +136,6 @@ export function cachedCheck(check: CredentialCheck, now: () => number = Date.now
     seen.set(k, { at: t, p });
     return p;
   };
-}
-
-/** A workforce OIDC verifier (control-plane/oidc.ts): resolves, never rejects. */
-export interface OidcVerifier {
-  verify(token: string): Promise<{ ok: true; subject: string; claims: Record<string, unknown> } | { ok: false; reason: string }>;
 }
 
 /**

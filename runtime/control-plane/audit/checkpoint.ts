@@ -7,7 +7,7 @@
  * deleted or rewritten-and-rehashed history cannot, and a new key cannot sign the old kid.
  *
  * The key lives in the store (`audit_keys`, one row shared by every replica); its private part
- * is sealed with the identity authority's sealing helper under AUDIT_KEY_ENCRYPTION_KEY when set.
+ * is sealed (lib/seal.ts) under AUDIT_KEY_ENCRYPTION_KEY when set.
  * The public key is served as a JWKS at AUDIT_KEY_PATH on the management listener.
  */
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
@@ -17,7 +17,7 @@ import { BRAND } from '../../lib/brand.js';
 import { logger } from '../../lib/log.js';
 import type { Store } from '../../store/factory.js';
 import { auditCheckpoints, auditKeys } from '../../store/schema/audit.js';
-import { seal, unseal } from '../../identity/issuer-key.js';
+import { seal, unseal } from '../../lib/seal.js';
 
 const log = logger('audit.checkpoint');
 const KEY_ROW = 'audit';

@@ -8,7 +8,7 @@ export function bearerToken(authorization: string | undefined): string | undefin
 }
 
 /** VP-shaped bearer tokens (size bounded before any decoding): the identity authority's own check. */
-export { isVpJwt } from '../../identity/jws.js';
+export { isVpJwt } from '../../lib/jws.js';
 
 /**
  * Scopes granted by an OAuth access token: `scope` (RFC 8693/9068, space-separated) and `scp`

@@ -1,13 +1,21 @@
 /**
- * Workforce OIDC verification of ingress bearer tokens (SPEC 5). jose's remote JWKS caches the
+ * Workforce OIDC verification of bearer tokens (SPEC 5): ingress at the decision point and the
+ * management listeners of both the control plane and the identity authority (lib/api-auth.ts). jose's remote JWKS caches the
  * key set and refetches it when a token names an unknown `kid` (key rotation), at most once per
  * cooldown. Only asymmetric algorithms are accepted; issuer, audience and lifetime are checked.
  * verify() never rejects: every failure is `{ok:false, reason}` (the caller answers 401).
  */
 import { createRemoteJWKSet, errors, jwtVerify } from 'jose';
-import { errMsg } from '../lib/log.js';
-import { optional, type Env } from '../lib/config.js';
-import type { OidcPort } from './decision/types.js';
+import { errMsg } from './log.js';
+import { optional, type Env } from './config.js';
+
+/** What a workforce token verification says: its subject and claims, or why not. */
+export type OidcAnswer = { ok: true; subject: string; claims: Record<string, unknown> } | { ok: false; reason: string };
+
+/** A workforce OIDC verifier: resolves, never rejects. */
+export interface OidcVerifier {
+  verify(token: string): Promise<OidcAnswer>;
+}
 
 export interface OidcOptions {
   issuer: string;
@@ -26,7 +34,7 @@ export interface OidcOptions {
 
 const ALGS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'];
 
-export function createOidcVerifier(o: OidcOptions): OidcPort {
+export function createOidcVerifier(o: OidcOptions): OidcVerifier {
   const jwks = createRemoteJWKSet(new URL(o.jwksUrl), {
     timeoutDuration: o.timeoutMs ?? 2000,
     cooldownDuration: o.cooldownMs ?? 30_000,
@@ -62,7 +70,7 @@ function reasonOf(e: unknown): string {
 }
 
 /** Workforce OIDC is on when all three of OIDC_ISSUER, OIDC_JWKS_URL, OIDC_AUDIENCE are set. */
-export function oidcFromEnv(env: Env): OidcPort | undefined {
+export function oidcFromEnv(env: Env): OidcVerifier | undefined {
   const issuer = optional(env, 'OIDC_ISSUER');
   const jwksUrl = optional(env, 'OIDC_JWKS_URL');
   const audience = optional(env, 'OIDC_AUDIENCE');

@@ -2,10 +2,10 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SignJWT, exportJWK, generateKeyPair, type CryptoKey, type JWK } from 'jose';
-import { close, listen } from '../lib/http.js';
+import { close, listen } from './http.js';
 import { createOidcVerifier, oidcFromEnv } from './oidc.js';
 import { openStore } from '../store/factory.js';
-import { createControlPlane } from './server.js';
+import { createControlPlane } from '../control-plane/server.js';
 import { createIdentityAuthority } from '../identity/server.js';
 
 const ISS = 'https://idp.example.test/';
