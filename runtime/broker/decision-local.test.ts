@@ -8,7 +8,7 @@
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../lib/brand.js';
-import type { BudgetUsage } from '../control-plane/budget.js';
+import type { BudgetUsage } from '../control-plane/budget/policy.js';
 import { createDecisionEngine } from '../control-plane/decision/engine.js';
 import { engineOf } from '../control-plane/decision/testkit.js';
 import { startControlPlane, type RunningControlPlane } from '../control-plane/server.js';

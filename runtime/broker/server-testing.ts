@@ -10,7 +10,7 @@ import { H } from '../lib/brand.js';
 import { close, listen } from '../lib/http.js';
 import { startControlPlane, type RunningControlPlane } from '../control-plane/server.js';
 import type { IdentityPort } from '../control-plane/identity-port.js';
-import type { BudgetUsage } from '../control-plane/budget.js';
+import type { BudgetUsage } from '../control-plane/budget/policy.js';
 import type { Budget } from '../control-plane/types.js';
 import { openStore, type Store } from '../store/factory.js';
 import { parseConfig, type BrokerConfig } from './config.js';

@@ -15,7 +15,7 @@ import { openStore } from '../store/factory.js';
 import { startWrit } from '../main.js';
 import { openAuditChain } from './audit/index.js';
 import { createApprovalQueue } from './approvals/index.js';
-import { createBudgetMeter } from './budget.js';
+import { createBudgetMeter } from './budget/testkit.js';
 import { DECISION_BUCKETS, createMetrics } from './metrics.js';
 
 const OBS = fileURLToPath(new URL('../../charts/writ/files/observability/', import.meta.url));

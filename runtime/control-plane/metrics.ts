@@ -12,7 +12,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { metric } from '../lib/brand.js';
 import { UNKNOWN_LABEL } from './decision/outcome.js';
-import { scrapedUsage, type ScrapedMeter } from './budget.js';
+import { scrapedUsage, type ScrapedMeter } from './budget/scrape.js';
 import { TallyHistogram } from './tally-histogram.js';
 import type { Budget } from './types.js';
 

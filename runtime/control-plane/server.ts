@@ -22,10 +22,12 @@ import type { Store, StoreOptions } from '../store/factory.js';
 import { auditHealth, auditOptionsFromEnv, openAuditChain, registerAuditMetrics, type AuditChain } from './audit/index.js';
 import { createAuthzServer } from './authz-server.js';
 import { createExtAuthzGrpcServer } from './grpc/server.js';
-import { createBudgetLedger } from './budget-store.js';
-import { createSharedBudgetMeter, type SharedBudgetMeter } from './budget-shared.js';
-import { budgetRoutes, registerBudgetMetrics } from './budget-routes.js';
-import { createReservations, UnknownReservation, type Reservations } from './budget-reservations.js';
+import { registerBudgetMetrics } from './budget/gauges.js';
+import { createBudgetLedger } from './budget/ledger.js';
+import { createSharedBudgetMeter, type SharedBudgetMeter } from './budget/meter.js';
+import type { Reservations } from './budget/ports.js';
+import { createReservations, UnknownReservation } from './budget/reservations.js';
+import { budgetRoutes } from './budget/routes.js';
 import { createDecisionEngine, type DecisionEngine } from './decision/engine.js';
 import { createPolicySource } from './decision/policy.js';
 import { decisionRoutes } from './decision/routes.js';
@@ -61,7 +63,7 @@ export interface ControlPlaneParts {
   registry: Registry;
   audit: AuditChain;
   budget: SharedBudgetMeter;
-  /** The broker's reserve-then-settle of model calls (budget-reservations.ts). */
+  /** The broker's reserve-then-settle of model calls (budget/reservations.ts). */
   reservations: Reservations;
   metrics: ControlPlaneMetrics;
   /** The decision engine every enforcement point runs (/authz, the forward proxy, the dry-run). */
@@ -150,7 +152,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     await opa?.close();
     throw e;
   }
-  // Budgets are shared by every replica on the store and survive restarts (budget-shared.ts).
+  // Budgets are shared by every replica on the store and survive restarts (budget/meter.ts).
   const budget = createSharedBudgetMeter({ ledger: createBudgetLedger(opts.store), budgetOf: (a) => registry.get(a)?.budget, now });
   const reservations = createReservations({ store: opts.store, meter: budget, budgetOf: (a) => registry.get(a)?.budget, now, ttlMs: reservationTtlMs });
   const metrics = createMetrics({ known: (n) => registry.get(n) !== undefined, registry, budget, now });

@@ -9,8 +9,8 @@
 import { H } from '../../lib/brand.js';
 import { errMsg, logger } from '../../lib/log.js';
 import { formatReservation } from '../../lib/reservation-header.js';
-import type { BudgetMeter } from '../budget.js';
-import { retryAfterSeconds, type ReserveAnswer, type Reservations } from '../budget-reservations.js';
+import { retryAfterSeconds } from '../budget/policy.js';
+import type { BudgetPort, ReserveAnswer, Reservations } from '../budget/ports.js';
 import type { AuditEntry } from '../types.js';
 import { deny } from './outcome.js';
 import type { Effects, Evaluation } from './types.js';
@@ -35,8 +35,8 @@ export interface TicketMinter {
 }
 
 export interface Sinks {
-  budget: Pick<BudgetMeter, 'check' | 'reserveCall'>;
-  /** The broker's token and cost reservations (budget-reservations.ts); absent: an ask for one denies. */
+  budget: BudgetPort;
+  /** The broker's token and cost reservations (budget/reservations.ts); absent: an ask for one denies. */
   reservations?: Pick<Reservations, 'reserve' | 'settle'>;
   audit: AuditSink;
   meter?: DecisionMeter;

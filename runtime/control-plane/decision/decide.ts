@@ -6,7 +6,7 @@
  * here throws for a decision reason: a failed answer is a `{failed}` the evaluation denies on.
  */
 import { errMsg, logger } from '../../lib/log.js';
-import type { BudgetUsage } from '../budget.js';
+import type { BudgetUsage } from '../budget/policy.js';
 import type { DelegationAnswer, PresentationAnswer } from '../identity-port.js';
 import { evaluate } from './evaluate.js';
 import { deny } from './outcome.js';

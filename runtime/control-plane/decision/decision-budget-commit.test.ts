@@ -5,7 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { Service } from '../types.js';
-import { createBudgetMeter, HOUR_MS } from '../budget.js';
+import { HOUR_MS } from '../budget/policy.js';
+import { createBudgetMeter } from '../budget/testkit.js';
 import { authorize } from './engine.js';
 import { engineOf } from './testkit.js';
 import { base, check, opa, run, SERVICES, T0 } from './table-testing.js';

@@ -7,8 +7,8 @@
  */
 import { H } from '../../lib/brand.js';
 import { formatReservation, UNKNOWN_RETRY_SECONDS } from '../../lib/reservation-header.js';
-import type { BudgetUsage } from '../budget.js';
-import type { AuditAction, Budget, Decision, Service } from '../types.js';
+import { overBudget } from '../budget/policy.js';
+import type { AuditAction, Decision, Service } from '../types.js';
 import { bearerToken, isVpJwt } from './credentials.js';
 import { HEADER_SAFE, Run } from './run.js';
 import {
@@ -68,18 +68,6 @@ export function externalAllowEntry(actor: Service, hop: ProxyHop, reg: RegistryV
   const defaultPort = hop.connect ? connectPorts.has(hop.port) : hop.port === 80;
   if (!defaultPort) return undefined;
   for (const e of list) if (!e.includes(':') && e.toLowerCase() === hop.host && !reg.get(e)) return e;
-  return undefined;
-}
-
-const fmt = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(4).replace(/0+$/, '').replace(/\.$/, ''));
-
-/** The budget dimension `usage` exceeds, if any (zero or absent ceilings: no limit). */
-export function overBudget(usage: BudgetUsage, budget: Budget | undefined, opts: { calls?: boolean } = {}): string | undefined {
-  if (!budget) return undefined;
-  const { tokensPerHour: tph = 0, callsPerHour: cph = 0, costUsdPerDay: cpd = 0 } = budget;
-  if (tph > 0 && usage.tokensLastHour >= tph) return `token budget exceeded: ${fmt(usage.tokensLastHour)} of ${tph} tokens per hour`;
-  if (opts.calls !== false && cph > 0 && usage.callsLastHour >= cph) return `call budget exceeded: ${fmt(usage.callsLastHour)} of ${cph} calls per hour`;
-  if (cpd > 0 && usage.costUsdLastDay >= cpd) return `cost budget exceeded: ${fmt(usage.costUsdLastDay)} of ${cpd} USD per day`;
   return undefined;
 }
 

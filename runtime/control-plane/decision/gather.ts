@@ -6,7 +6,7 @@
  */
 import { errMsg, logger } from '../../lib/log.js';
 import type { DecisionSpan } from '../../lib/tracing.js';
-import type { BudgetUsage } from '../budget.js';
+import type { BudgetUsage } from '../budget/policy.js';
 import type { IdentityPort } from '../identity-port.js';
 import type { AnswerOf, Gatherer } from './decide.js';
 import type { Failure, HoldAnswer, HoldRequest, OidcAnswer, Question } from './types.js';

@@ -6,7 +6,7 @@ export { commit, type Committed, type Sinks, type TicketMinter } from './commit.
 export { askingWithin, createGatherer, within, type Ports, type TicketVerifier } from './gather.js';
 export { createPolicySource, makePolicySnapshot, type PolicySource } from './policy.js';
 export { authorize, createDecisionEngine, dryRun, withHold, type DecisionEngine } from './engine.js';
-export { egressAction, allowListFor, overBudget, resolveUpstream, externalAllowEntry, EXTERNAL } from './egress.js';
+export { egressAction, allowListFor, resolveUpstream, externalAllowEntry, EXTERNAL } from './egress.js';
 export { factsFromHeaders, proxyFacts, first, type HeaderBag, type RequestMeta } from './facts.js';
 export { bearerToken, isVpJwt, grantedScopes, hasScopes } from './credentials.js';
 export { resolveHost, UNKNOWN_LABEL, ANONYMOUS } from './outcome.js';

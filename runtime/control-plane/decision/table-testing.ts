@@ -9,7 +9,7 @@ import { expect } from 'vitest';
 import { H } from '../../lib/brand.js';
 import type { DelegationAnswer, IdentityPort, PresentationAnswer } from '../identity-port.js';
 import type { AuditEntry, Service } from '../types.js';
-import type { BudgetMeter } from '../budget.js';
+import type { BudgetMeter } from '../budget/ports.js';
 import { authorize } from './engine.js';
 import { engineOf } from './testkit.js';
 import { type DecisionSettings, type EgressFacts, type Evaluation, type IngressFacts, type OidcPort, type OpaPort } from './types.js';

@@ -3,7 +3,8 @@
  * and an engine over plain ports (in-memory budget meter, audit as an array). No fakes of the
  * decision itself: every test runs the real evaluate, decide and commit.
  */
-import { createBudgetMeter, type BudgetMeter } from '../budget.js';
+import type { BudgetMeter } from '../budget/ports.js';
+import { createBudgetMeter } from '../budget/testkit.js';
 import type { GovernanceStanding, IdentityPort } from '../identity-port.js';
 import { snapshotOf } from '../registry/snapshot.js';
 import type { AuditEntry, Service } from '../types.js';

@@ -6,7 +6,7 @@
  * enforcement point's ports and evaluates again. HTTP, storage, clocks and remote calls are the
  * callers': /authz (HTTP and gRPC), the forward proxy, the broker's hop and the dry-run.
  */
-import type { BudgetUsage } from '../budget.js';
+import type { BudgetUsage } from '../budget/policy.js';
 import type { DelegationAnswer, DelegationQuery, GovernanceStanding, PresentationAnswer } from '../identity-port.js';
 import type { ReserveAsk } from '../../lib/reservation-header.js';
 import type { AuditEntry, Budget, Decision, Rule, Service } from '../types.js';

@@ -10,7 +10,7 @@
  *   call ticket for the upstream hop, when the upstream serves a registry model: a broker).
  */
 import { startDecisionSpan } from '../../lib/tracing.js';
-import { NO_USAGE } from '../budget.js';
+import { NO_USAGE } from '../budget/policy.js';
 import { commit, type Committed } from '../decision/commit.js';
 import { decide, type AnswerOf, type Gatherer } from '../decision/decide.js';
 import { withHold, type DecisionEngine } from '../decision/engine.js';

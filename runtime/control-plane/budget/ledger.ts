@@ -6,10 +6,10 @@
  * more only while the window stays within `limit`. PostgreSQL and PGlite run the same SQL.
  */
 import { sql } from 'drizzle-orm';
-import { BRAND } from '../lib/brand.js';
-import { rowsOf, type Db, type Store } from '../store/factory.js';
-import { BUDGET_LEDGER_DIMENSIONS, type LedgerDimension } from '../store/schema/budget.js';
-import { DAY_MS, HOUR_MS, type BudgetUsage } from './budget.js';
+import { BRAND } from '../../lib/brand.js';
+import { rowsOf, type Db, type Store } from '../../store/factory.js';
+import { BUDGET_LEDGER_DIMENSIONS, type LedgerDimension } from '../../store/schema/budget.js';
+import { DAY_MS, HOUR_MS, r9, type BudgetUsage } from './policy.js';
 
 /** Bucket span and window length (in buckets, plus the current one) of each dimension. */
 export const LEDGER_WINDOWS: Record<LedgerDimension, { bucketMs: number; buckets: number }> = {
@@ -51,8 +51,6 @@ export interface BudgetLedger {
   /** Every agent's window totals now, in one read (no write): the metrics scrape. Agents with nothing in a window are absent. */
   totals(now: number): Promise<Map<string, Partial<Record<LedgerDimension, number>>>>;
 }
-
-const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
 
 export function createBudgetLedger(store: Pick<Store, 'db'>): BudgetLedger {
   const db = store.db;

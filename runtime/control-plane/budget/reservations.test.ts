@@ -5,13 +5,13 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
-import { rowsOf, type Store } from '../store/factory.js';
-import { openTestPglite, testBackends } from '../store/testing.js';
-import { settleStatement } from './budget-reservation-rows.js';
-import { createReservations, UnknownReservation } from './budget-reservations.js';
-import { createSharedBudgetMeter } from './budget-shared.js';
-import { createBudgetLedger, type BudgetLedger } from './budget-store.js';
-import type { Budget } from './types.js';
+import { rowsOf, type Store } from '../../store/factory.js';
+import { openTestPglite, testBackends } from '../../store/testing.js';
+import { settleStatement } from './reservation-rows.js';
+import { createReservations, UnknownReservation } from './reservations.js';
+import { createSharedBudgetMeter } from './meter.js';
+import { createBudgetLedger, type BudgetLedger } from './ledger.js';
+import type { Budget } from '../types.js';
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 30);
 const ask = { promptTokens: 100, outputTokens: 400, priceInputPer1k: 0, priceOutputPer1k: 0 };

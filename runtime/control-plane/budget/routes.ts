@@ -1,19 +1,16 @@
 /**
  * Budget visibility (issue 14): `GET /v1/budgets/{agent}` on the management API (each dimension's
- * limit, use in its rolling window and what is left) and the `budget_remaining` gauge per agent
- * and dimension on the plane's metrics registry (next to `agent_budget_utilisation_ratio`, which
- * metrics.ts exports as a share; this one is in the dimension's own unit).
+ * limit, use in its rolling window and what is left) and `POST /v1/budgets/{agent}/reservations`
+ * (the broker's reserve, `reservations.ts`). The gauge is `gauges.ts`.
  */
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
-import { Gauge, type Registry as PromRegistry } from 'prom-client';
-import { metric } from '../lib/brand.js';
-import { errMsg, logger } from '../lib/log.js';
-import { budgetStatus, scrapedUsage, type BudgetUsage, type ScrapedMeter } from './budget.js';
-import { retryAfterSeconds, type Reservations } from './budget-reservations.js';
-import { BUDGET_DIMENSIONS } from './metrics.js';
-import { BUDGET_STORE_UNAVAILABLE, mgmtHook } from './mgmt-errors.js';
-import { BUDGET_MODES, REGISTRY_NAME_MAX, type Budget } from './types.js';
-import { MAX_CALL_TOKENS, MAX_PRICE_PER_1K } from '../lib/reservation-header.js';
+import { errMsg, logger } from '../../lib/log.js';
+import { budgetStatus, retryAfterSeconds, type BudgetUsage } from './policy.js';
+import type { Reservations } from './ports.js';
+import type { ScrapedMeter } from './scrape.js';
+import { BUDGET_STORE_UNAVAILABLE, mgmtHook } from '../mgmt-errors.js';
+import { BUDGET_MODES, REGISTRY_NAME_MAX, type Budget } from '../types.js';
+import { MAX_CALL_TOKENS, MAX_PRICE_PER_1K } from '../../lib/reservation-header.js';
 
 export interface BudgetSources {
   registry: { get(name: string): { kind?: string; budget?: Budget } | undefined; list(): readonly { name: string; kind?: string; budget?: Budget }[] };
@@ -149,27 +146,4 @@ export function budgetRoutes(src: BudgetSources): OpenAPIHono {
     );
   }
   return app;
-}
-
-/** `budget_remaining{agent,dimension}`: read at scrape time, only dimensions with a ceiling. */
-export function registerBudgetMetrics(registry: PromRegistry, src: BudgetSources): void {
-  const g: Gauge<'agent' | 'dimension'> = new Gauge({
-    name: metric('budget_remaining'),
-    help: 'What is left of an agent budget in its rolling window (tokens, calls or USD), by agent and dimension; only dimensions with a ceiling.',
-    labelNames: ['agent', 'dimension'] as const,
-    registers: [registry],
-    async collect() {
-      g.reset();
-      const usage = await scrapedUsage(src.budget, src.now());
-      if (!usage) return;
-      for (const s of src.registry.list()) {
-        if (s.kind !== 'agent' || !s.budget) continue;
-        const st = budgetStatus(s.budget, usage(s.name));
-        for (const [dimension, field] of BUDGET_DIMENSIONS) {
-          const r = st[field].remaining;
-          if (r !== null) g.set({ agent: s.name, dimension }, r);
-        }
-      }
-    },
-  });
 }

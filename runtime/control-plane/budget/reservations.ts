@@ -17,7 +17,7 @@
  * row this replica has not yet written waits for it. One naming an id no row holds yet (another
  * replica reserved it and has not written it) looks again for up to `unstoredWaitMs` (1 s), then
  * claims the id: its usage is charged as unreserved, and the reservation's row, if it lands
- * later, takes the claim over and gives its whole worst case back (budget-reservation-rows.ts),
+ * later, takes the claim over and gives its whole worst case back (reservation-rows.ts),
  * so the call is charged once however late the row comes. A crash before the row is written
  * loses only the row: its worst case stays charged (never forgiven), and a report for it is
  * charged as unreserved.
@@ -25,49 +25,17 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { sql } from 'drizzle-orm';
-import { errMsg, logger } from '../lib/log.js';
-import { UNKNOWN_RETRY_SECONDS } from '../lib/reservation-header.js';
-import { createShipper } from './audit/shipper.js';
-import { rowsOf, type Store } from '../store/factory.js';
-import { limitOf } from './budget-lease.js';
-import { afterMiss, claimStatement, insertRows, lookupStatement, settleStatement, type Figures, type Found, type Row } from './budget-reservation-rows.js';
-import { bucketOf } from './budget-store.js';
-import type { SharedBudgetMeter } from './budget-shared.js';
-import type { Budget } from './types.js';
+import { errMsg, logger } from '../../lib/log.js';
+import { createShipper } from '../audit/shipper.js';
+import { rowsOf, type Store } from '../../store/factory.js';
+import { afterMiss, claimStatement, insertRows, lookupStatement, settleStatement, type Figures, type Found, type Row } from './reservation-rows.js';
+import { bucketOf } from './ledger.js';
+import type { SharedBudgetMeter } from './meter.js';
+import { limitOf, neverFits, r9 } from './policy.js';
+import type { Reservations, ReserveAnswer, ReserveRequest } from './ports.js';
+import type { Budget } from '../types.js';
 
 const log = logger('budget');
-
-export interface ReserveRequest {
-  agent: string;
-  /** Upper bound of the prompt's tokens. */
-  promptTokens: number;
-  /** Output tokens wanted (max_tokens, or the model's output cap). */
-  outputTokens: number;
-  priceInputPer1k: number;
-  priceOutputPer1k: number;
-  /** Accept fewer output tokens than asked (a stream the broker can cut). */
-  partial?: boolean;
-  /** Deadline of the settlement (default the store's reservation TTL). */
-  ttlMs?: number;
-}
-
-export type ReserveAnswer =
-  | { ok: true; id: string | null; outputTokens: number }
-  | { ok: false; dimension: 'tokensPerHour' | 'costUsdPerDay'; limit: number; used: number; need: number; freesAt?: number; message: string };
-
-export interface Reservations {
-  reserve(r: ReserveRequest): Promise<ReserveAnswer>;
-  /** Settles to the real figures; false when unknown or already settled (nothing applied). */
-  /**
-   * Settles reservation `id` of `agent` to the real figures: true the first time, false for a
-   * repeat (already settled); rejects with UnknownReservation when `agent` never held `id`.
-   */
-  settle(id: string, agent: string, tokens: number, costUsd: number): Promise<boolean>;
-  /** Marks reservations past their deadline expired (their worst case stays charged); how many. */
-  expire(): Promise<number>;
-  /** Writes the reservations not yet stored (bounded), then stops. */
-  close(): Promise<void>;
-}
 
 /** A settlement naming a reservation this agent never held (unknown id, or another agent's). */
 export class UnknownReservation extends Error {
@@ -80,17 +48,6 @@ export class UnknownReservation extends Error {
   }
 }
 
-/** A refusal asking for more than the whole budget: no wait makes it fit. */
-export const neverFits = (a: { need: number; limit: number }): boolean => a.need > a.limit;
-
-/**
- * Seconds until a refused reservation may fit (`freesAt`), at least 1; a minute when unknown;
- * undefined when it never fits (no `retry-after` is sent: a client would wait for nothing).
- */
-export const retryAfterSeconds = (a: { freesAt?: number; need: number; limit: number }, now: number): number | undefined =>
-  neverFits(a) ? undefined : a.freesAt ? Math.max(1, Math.ceil((a.freesAt - now) / 1000)) : UNKNOWN_RETRY_SECONDS;
-
-const r9 = (n: number) => Math.round(n * 1e9) / 1e9;
 const price = (prompt: number, out: number, r: ReserveRequest) => r9((prompt * r.priceInputPer1k + out * r.priceOutputPer1k) / 1000);
 
 export interface ReservationOptions {

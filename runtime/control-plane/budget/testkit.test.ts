@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { DAY_MS, HOUR_MS, createBudgetMeter } from './budget.js';
+import { DAY_MS, HOUR_MS } from './policy.js';
+import { createBudgetMeter } from './testkit.js';
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 0);
 

@@ -1,13 +1,13 @@
 /**
  * One agent budget for the whole fleet and across restarts (issue 14): the meters' windows live
- * in the shared ledger (budget-store.ts, PostgreSQL or PGlite); each replica keeps, per agent and
+ * in the shared ledger (ledger.ts, PostgreSQL or PGlite); each replica keeps, per agent and
  * dimension, the window total it last read (`view`), a lease of calls it charged ahead and serves
  * from memory (`lease`), and what it owes the ledger (`debt`: usage reports, calls allowed while a
  * lease was in flight). A background loop writes debts, returns leases that have aged out of their
  * bucket and refills leases before they run out, so a decision at a steady rate never waits on the
  * database; only a burst that drains a lease before its refill answers waits for it.
  *
- * Overshoot bound (documented and measured in budget-shared.test.ts): a lease is granted only
+ * Overshoot bound (documented and measured in meter.test.ts): a lease is granted only
  * while the window has room, so leased calls never pass the ceiling; a replica allows at most
  * `lease size` calls beyond its lease while a refill is in flight (the debt cap), so the fleet
  * allows at most ceiling + replicas x lease size per window, and a replica that dies loses at most
@@ -22,30 +22,13 @@
  * in the ledger, so it never passes the ceiling; near the ceiling one replica may hold what is
  * left (others are refused until it is used or given back).
  */
-import { errMsg, logger } from '../lib/log.js';
-import type { LedgerDimension } from '../store/schema/budget.js';
-import { NO_USAGE, type BudgetMeter, type BudgetUsage } from './budget.js';
-import {
-  DIMS,
-  enforcing,
-  giveBackLater,
-  inView,
-  limitOf,
-  newDim,
-  owed,
-  oweCall,
-  r9,
-  serial,
-  settleOwed,
-  undoOwed,
-  unwritten,
-  usageOf,
-  used,
-  type AgentState,
-} from './budget-lease.js';
-import { bucketOf, fleetReader, type BudgetLedger, type TakeResult } from './budget-store.js';
-import { overBudget } from './decision/egress.js';
-import type { Budget } from './types.js';
+import { errMsg, logger } from '../../lib/log.js';
+import type { LedgerDimension } from '../../store/schema/budget.js';
+import { DIMS, giveBackLater, inView, newDim, owed, oweCall, serial, settleOwed, undoOwed, unwritten, usageOf, used, type AgentState } from './lease.js';
+import { bucketOf, fleetReader, type BudgetLedger, type TakeResult } from './ledger.js';
+import { enforcing, limitOf, NO_USAGE, overBudget, r9, type BudgetUsage } from './policy.js';
+import type { BudgetMeter } from './ports.js';
+import type { Budget } from '../types.js';
 
 const log = logger('budget');
 

@@ -5,15 +5,15 @@
  * hour, and a ledger that cannot be read leaves the series out rather than showing a stale view.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { metric } from '../lib/brand.js';
-import type { Store } from '../store/factory.js';
-import { openTestPglite } from '../store/testing.js';
-import { HOUR_MS } from './budget.js';
-import { registerBudgetMetrics } from './budget-routes.js';
-import { createSharedBudgetMeter, type SharedBudgetMeter } from './budget-shared.js';
-import { createBudgetLedger, type BudgetLedger } from './budget-store.js';
-import { createMetrics } from './metrics.js';
-import type { Budget } from './types.js';
+import { metric } from '../../lib/brand.js';
+import type { Store } from '../../store/factory.js';
+import { openTestPglite } from '../../store/testing.js';
+import { HOUR_MS } from './policy.js';
+import { registerBudgetMetrics } from './gauges.js';
+import { createSharedBudgetMeter, type SharedBudgetMeter } from './meter.js';
+import { createBudgetLedger, type BudgetLedger } from './ledger.js';
+import { createMetrics } from '../metrics.js';
+import type { Budget } from '../types.js';
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 30);
 const agents = [{ name: 'worker', kind: 'agent', budget: { callsPerHour: 100, tokensPerHour: 1000 } satisfies Budget }];

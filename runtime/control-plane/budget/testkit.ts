@@ -1,15 +1,15 @@
 /**
- * Agent budget meters (SPEC 2.1, 8): tokens and calls over a sliding hour, USD over a sliding
- * day, all in memory (the hot path never waits on the database). Each window is a ring of
- * buckets; a window of span S with n buckets counts the last n+1 buckets, so an event stays
- * counted for at least S and at most S + S/n (the meter errs towards denying, never towards
- * letting spend through early). Zero or absent ceilings mean no limit on that dimension.
+ * A budget meter for tests (SPEC 2.1, 8): tokens and calls over a sliding hour, USD over a
+ * sliding day, all in memory, one process. The plane meters with the shared lease meter
+ * (`meter.ts`); this one stands in for it where a test needs a meter and no ledger (decision,
+ * metrics and broker tests). Each window is a ring of buckets; a window of span S with n buckets
+ * counts the last n+1 buckets, so an event stays counted for at least S and at most S + S/n (the
+ * meter errs towards denying, never towards letting spend through early). Zero or absent
+ * ceilings mean no limit on that dimension.
  */
-import type { Budget } from './types.js';
-import { overBudget } from './decision/egress.js';
-
-export const HOUR_MS = 3_600_000;
-export const DAY_MS = 86_400_000;
+import type { Budget } from '../types.js';
+import { DAY_MS, HOUR_MS, NO_USAGE, overBudget, type BudgetUsage } from './policy.js';
+import type { BudgetMeter } from './ports.js';
 
 interface Window {
   bucketMs: number;
@@ -48,75 +48,6 @@ interface AgentMeter {
   tokens: Window;
   calls: Window;
   cost: Window;
-}
-
-/** One dimension of an agent's budget now: `limit` 0 means no limit (`remaining` null). */
-export interface DimensionStatus {
-  limit: number;
-  used: number;
-  remaining: number | null;
-  windowSeconds: number;
-}
-
-/** The agent budget's dimensions, keyed by their Budget field. */
-export type BudgetStatus = Record<'tokensPerHour' | 'callsPerHour' | 'costUsdPerDay', DimensionStatus>;
-
-const round9 = (n: number) => Math.round(n * 1e9) / 1e9;
-
-/** Limit, use and what is left of each dimension (never negative: an overrun reads 0). */
-export function budgetStatus(budget: Budget | undefined, u: BudgetUsage): BudgetStatus {
-  const dim = (limit: number | undefined, used: number, spanMs: number): DimensionStatus => {
-    const l = limit ?? 0;
-    return { limit: l, used: round9(used), remaining: l > 0 ? round9(Math.max(0, l - used)) : null, windowSeconds: spanMs / 1000 };
-  };
-  return {
-    tokensPerHour: dim(budget?.tokensPerHour, u.tokensLastHour, HOUR_MS),
-    callsPerHour: dim(budget?.callsPerHour, u.callsLastHour, HOUR_MS),
-    costUsdPerDay: dim(budget?.costUsdPerDay, u.costUsdLastDay, DAY_MS),
-  };
-}
-
-export interface BudgetUsage {
-  tokensLastHour: number;
-  callsLastHour: number;
-  costUsdLastDay: number;
-}
-
-/** Nothing used (an agent with no meter yet). */
-export const NO_USAGE: Readonly<BudgetUsage> = Object.freeze({ tokensLastHour: 0, callsLastHour: 0, costUsdLastDay: 0 });
-
-/** A meter the budget gauges read: its own usage, and the whole fleet's when it shares a ledger. */
-export interface ScrapedMeter {
-  usage(agent: string, now: number): BudgetUsage;
-  fleetUsage?(): Promise<ReadonlyMap<string, BudgetUsage>>;
-}
-
-/**
- * The usage the budget gauges show at a scrape: the fleet's, read from the ledger, when the
- * meter shares one (a replica's own view of an agent it no longer serves goes stale, and a
- * `max` over replicas would keep showing it); undefined when the ledger cannot be read, so the
- * series are left out rather than shown stale.
- */
-export async function scrapedUsage(meter: ScrapedMeter, now: number): Promise<((agent: string) => BudgetUsage) | undefined> {
-  if (!meter.fleetUsage) return (agent) => meter.usage(agent, now);
-  const fleet = await meter.fleetUsage().catch(() => undefined);
-  return fleet && ((agent) => fleet.get(agent) ?? NO_USAGE);
-}
-
-/** Egress rate ceilings. `reserveCall` counts one call now; the function it returns undoes it. */
-export interface BudgetPort {
-  /** Undefined when within budget, else a reason naming the exceeded dimension. */
-  check(agent: string, budget: Budget | undefined, now: number): string | undefined;
-  reserveCall(agent: string, now: number): () => void;
-}
-
-export interface BudgetMeter extends BudgetPort {
-  /** Adds a usage report (tokens and USD) to the agent's windows. */
-  recordUsage(agent: string, tokens: number, costUsd: number, now: number): void;
-  /** Current window totals of an agent (zeros when never seen). */
-  usage(agent: string, now: number): BudgetUsage;
-  /** Number of agents metered (bounded by maxAgents). */
-  size(): number;
 }
 
 export interface BudgetMeterOptions {

@@ -8,12 +8,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql, type SQL } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
-import { rowsOf, type Db, type Store } from '../store/factory.js';
-import { openTestPglite, openTestPostgres, testSchema, TEST_DATABASE_URL } from '../store/testing.js';
-import { createReservations, UnknownReservation } from './budget-reservations.js';
-import { createSharedBudgetMeter } from './budget-shared.js';
-import { createBudgetLedger } from './budget-store.js';
-import type { Budget } from './types.js';
+import { rowsOf, type Db, type Store } from '../../store/factory.js';
+import { openTestPglite, openTestPostgres, testSchema, TEST_DATABASE_URL } from '../../store/testing.js';
+import { createReservations, UnknownReservation } from './reservations.js';
+import { createSharedBudgetMeter } from './meter.js';
+import { createBudgetLedger } from './ledger.js';
+import type { Budget } from '../types.js';
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 30);
 const ask = { promptTokens: 100, outputTokens: 900, priceInputPer1k: 0, priceOutputPer1k: 0 };

@@ -3,15 +3,15 @@
  * decisions, `GET /v1/budgets/{agent}` and the `budget_remaining` gauge on /metrics.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { H, metric } from '../lib/brand.js';
-import type { Store } from '../store/factory.js';
-import { openTestPglite } from '../store/testing.js';
-import { createReservations } from './budget-reservations.js';
-import { budgetRoutes } from './budget-routes.js';
-import { createSharedBudgetMeter } from './budget-shared.js';
-import { createBudgetLedger } from './budget-store.js';
-import { startControlPlane, type RunningControlPlane } from './server.js';
-import type { Budget } from './types.js';
+import { H, metric } from '../../lib/brand.js';
+import type { Store } from '../../store/factory.js';
+import { openTestPglite } from '../../store/testing.js';
+import { createReservations } from './reservations.js';
+import { budgetRoutes } from './routes.js';
+import { createSharedBudgetMeter } from './meter.js';
+import { createBudgetLedger } from './ledger.js';
+import { startControlPlane, type RunningControlPlane } from '../server.js';
+import type { Budget } from '../types.js';
 
 describe('budget mode and visibility', () => {
   let store: Store;

@@ -1,13 +1,12 @@
 /**
- * The shared budget meter's per-agent state (budget-shared.ts) and the pure arithmetic on it: for
+ * The shared budget meter's per-agent state (meter.ts) and the pure arithmetic on it: for
  * each agent and dimension, the window total last read from the ledger (`view`), the lease charged
  * ahead, what goes back (`returning`, `returns`) and what is owed (`debt`, `inflight`); the usage a
  * decision reads from them; what a take writes of the debt; one take at a time per dimension.
  */
-import type { LedgerDimension } from '../store/schema/budget.js';
-import type { BudgetUsage } from './budget.js';
-import { bucketOf, LEDGER_WINDOWS } from './budget-store.js';
-import type { Budget } from './types.js';
+import type { LedgerDimension } from '../../store/schema/budget.js';
+import { bucketOf, LEDGER_WINDOWS } from './ledger.js';
+import { r9, type BudgetUsage } from './policy.js';
 
 export interface DimState {
   dim: LedgerDimension;
@@ -57,10 +56,6 @@ export interface AgentState {
 
 export const DIMS: readonly LedgerDimension[] = ['calls', 'tokens', 'cost'];
 
-export const limitOf = (b: Budget | undefined, dim: LedgerDimension): number =>
-  (dim === 'calls' ? b?.callsPerHour : dim === 'tokens' ? b?.tokensPerHour : b?.costUsdPerDay) ?? 0;
-
-export const enforcing = (b: Budget | undefined) => !!b && b.mode !== 'audit';
 export const newDim = (dim: LedgerDimension): DimState => ({
   dim,
   view: 0,
@@ -143,5 +138,3 @@ export function serial<T>(d: DimState, fn: () => Promise<T>): Promise<T> {
   d.chain = p.catch(() => {});
   return p;
 }
-
-export const r9 = (n: number) => Math.round(n * 1e9) / 1e9;

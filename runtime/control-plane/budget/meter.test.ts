@@ -5,14 +5,14 @@
  * measured figure printed.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { H } from '../lib/brand.js';
-import type { Store } from '../store/factory.js';
-import { openTestPglite, openTestPostgres, testSchema, TEST_DATABASE_URL } from '../store/testing.js';
-import { HOUR_MS } from './budget.js';
-import { createSharedBudgetMeter } from './budget-shared.js';
-import { bucketOf, createBudgetLedger, type BudgetLedger } from './budget-store.js';
-import { startControlPlane, type RunningControlPlane } from './server.js';
-import type { Budget } from './types.js';
+import { H } from '../../lib/brand.js';
+import type { Store } from '../../store/factory.js';
+import { openTestPglite, openTestPostgres, testSchema, TEST_DATABASE_URL } from '../../store/testing.js';
+import { HOUR_MS } from './policy.js';
+import { createSharedBudgetMeter } from './meter.js';
+import { bucketOf, createBudgetLedger, type BudgetLedger } from './ledger.js';
+import { startControlPlane, type RunningControlPlane } from '../server.js';
+import type { Budget } from '../types.js';
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 30);
 
