@@ -54,7 +54,6 @@ export const BrokerConfigSchema = z
     });
   });
 export type BrokerConfig = z.infer<typeof BrokerConfigSchema>;
-export type BrokerConfigInput = z.input<typeof BrokerConfigSchema>;
 
 /** The model table bundled with the broker (used when BROKER_CONFIG is unset). */
 export const DEFAULT_CONFIG_PATH = fileURLToPath(new URL('./models.yaml', import.meta.url));

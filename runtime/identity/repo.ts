@@ -245,5 +245,3 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
     },
   };
 }
-
-export type IdentityRepo = ReturnType<typeof identityRepo>;

@@ -19,7 +19,7 @@
 import { hostname } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { envName } from '../../lib/brand.js';
-import { int, oneOf, optional, positiveInt, str, type Env } from '../../lib/config.js';
+import { int, oneOf, optional, positiveInt, type Env } from '../../lib/config.js';
 import type { AuditChainOptions } from './chain.js';
 
 function nonNegative(env: Env, name: string, fallback: number): number {
@@ -63,6 +63,3 @@ export function auditOptionsFromEnv(env: Env): Omit<AuditChainOptions, 'now'> {
     },
   };
 }
-
-/** For messages: the chain id a start would try first. */
-export const chainIdHint = (env: Env): string => str(env, 'AUDIT_CHAIN_ID', optional(env, 'POD_NAME') ?? hostname());

@@ -16,11 +16,6 @@ export function isTenantId(s: string): boolean {
   return TENANT_ID.test(s);
 }
 
-export function assertTenantId(s: string): string {
-  if (!isTenantId(s)) throw new Error(`invalid tenant id ${JSON.stringify(s)}`);
-  return s;
-}
-
 /** Tenant embedded in an employee subject `<idp>:<tenant>:<external_id>` (external ids may hold ':'). */
 export function tenantOfSubject(subject: string): string | undefined {
   const parts = subject.split(':');

@@ -1,4 +1,4 @@
-/** Drizzle view of the audit-proof tables (migration 0010_audit_proof) and the egress holders (0011). */
+/** Drizzle view of the audit-proof tables (migration 0010_audit_proof). `egress_holders` (0011) is reached with raw SQL only (control-plane/approvals/holders.ts). */
 import { bigint, boolean, jsonb, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
 
 const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'string' });
@@ -32,12 +32,5 @@ export const auditKeys = pgTable('audit_keys', {
 export const auditLeases = pgTable('audit_leases', {
   chain: text('chain').primaryKey(),
   owner: text('owner').notNull(),
-  expiresAt: ts('expires_at').notNull(),
-});
-
-/** Live approval-queue processes (0011): a pending request whose holder instance is absent here lost its connection. */
-export const egressHolders = pgTable('egress_holders', {
-  instance: text('instance').primaryKey(),
-  replica: text('replica').notNull(),
   expiresAt: ts('expires_at').notNull(),
 });

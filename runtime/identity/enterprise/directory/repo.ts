@@ -11,7 +11,7 @@ import { and, asc, desc, eq, gt, sql } from 'drizzle-orm';
 import { employees, groups, syncRuns } from '../../../store/schema/directory.js';
 import { rowsOf, type Db } from '../../../store/factory.js';
 import type { CurrentEmployee } from './plan.js';
-import { groupKey as makeGroupKey, tenantOfGroupKey, tenantOfSubject, type DbOrTx } from '../tenant.js';
+import { tenantOfGroupKey, tenantOfSubject, type DbOrTx } from '../tenant.js';
 
 /**
  * Lets the event loop run (timers, sockets) between the steps of a long read or sync: the rows
@@ -388,9 +388,6 @@ export function directoryRepo(db: DbOrTx, tenantId: string): DirectoryRepo {
   };
   return repo;
 }
-
-/** Group key helper re-exported for callers that build keys from external ids. */
-export const groupKeyOf = makeGroupKey;
 
 /**
  * The only unscoped directory query: which tenants exist. Used to answer list reads that name no
