@@ -67,6 +67,28 @@ function personCheck(role: 'approver' | 'requester', p: PersonFact): Check & { c
   return { check: `${role}_active`, ok: true, detail: `${role} ${p.subject} is an active employee of the tenant` };
 }
 
+/** How a person stands to an agent, as the grant's authority rule reads it. */
+export interface StandingRelation {
+  /** The owning employee. */
+  isOwner: boolean;
+  /** A durable member of the owning group (team-owned agents). */
+  inOwningTeam: boolean;
+  /** Position in the owning employee's manager chain (1 = direct manager), or 0. */
+  managerLevel: number;
+}
+
+/**
+ * The standing authority bases a person holds over an agent, strongest first: what lets them
+ * approve its delegations (decideGrant) and what the authority preview reports for `approve`.
+ */
+export function standingBases(r: StandingRelation): AuthorityBasis[] {
+  const out: AuthorityBasis[] = [];
+  if (r.isOwner) out.push('agent_owner');
+  if (r.inOwningTeam) out.push('owning_team_member');
+  if (r.managerLevel > 0) out.push('owner_manager_chain');
+  return out;
+}
+
 /** Every check runs (the decision lists them all); the first failure decides the code. */
 export function decideGrant(f: GrantFacts): GrantDecision {
   const checks: (Check & { code?: string })[] = [];
@@ -101,10 +123,7 @@ export function decideGrant(f: GrantFacts): GrantDecision {
       checks.push({ check: 'required_group', ok: false, detail: `approver is not a member of ${g.key}`, code: 'approver_not_in_required_group' });
     else checks.push({ check: 'required_group', ok: true, detail: `approver is a member of ${g.key}` });
   }
-  const bases: AuthorityBasis[] = [];
-  if (f.approverIsOwner) bases.push('agent_owner');
-  if (f.approverInOwningTeam) bases.push('owning_team_member');
-  if (f.managerLevel > 0) bases.push('owner_manager_chain');
+  const bases: AuthorityBasis[] = standingBases({ isOwner: f.approverIsOwner, inOwningTeam: f.approverInOwningTeam, managerLevel: f.managerLevel });
   // The requester names the required group: membership narrows who may approve, it is no
   // authority of its own (any employee is in some group). It is recorded beside a basis.
   if (bases.length && f.requiredGroup?.approverMember && f.requiredGroup.exists) bases.push('required_group_member');

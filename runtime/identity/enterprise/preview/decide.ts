@@ -1,8 +1,15 @@
 /**
  * Pure authority preview (SPEC 2.11, 4.6): design-time eligibility of one principal for the five
- * capabilities, with the reason that decided and a human note. Facts in, results out; it mirrors
- * the governance rules (activation gate, grant bases) but is never an enforcement decision.
+ * capabilities, with the reason that decided and a human note. Facts in, results out. It asks the
+ * rules the enforcement asks, never a copy of them: which agents receive delegations
+ * (GRANTABLE_AGENT) and the standing authority bases (standingBases), as the delegation grant
+ * does (governance/policy.ts); whether an agent may act at all (mayAct), as the decision point
+ * does (lib/governance-standing.ts). It is still never an enforcement decision.
  */
+import { mayAct } from '../../../lib/governance-standing.js';
+import { GRANTABLE_AGENT, type AgentStatus } from '../governance/model.js';
+import { standingBases } from '../governance/policy.js';
+
 export const ACTIONS = ['own', 'sponsor', 'approve', 'operate', 'audit'] as const;
 export type Action = (typeof ACTIONS)[number];
 
@@ -34,19 +41,12 @@ export interface Result {
   note: string;
 }
 
-const GRANTABLE = new Set(['approved', 'active']);
 const DISCLAIMER = 'Preview only, not an enforcement decision; use the control plane /authz dry-run for a runtime-faithful answer.';
 
 const r = (action: Action, eligible: boolean, reason: string, note: string): Result => ({ action, eligible, reason, note: `${note} ${DISCLAIMER}` });
 
-/** Authority bases the grant policy recognises, strongest first (governance policy.ts). */
-function bases(a: AgentFact): string[] {
-  const out: string[] = [];
-  if (a.isOwner) out.push('agent_owner');
-  if (a.inOwningTeam) out.push('owning_team_member');
-  if (a.managerLevel > 0) out.push('owner_manager_chain');
-  return out;
-}
+/** The agent receives delegations (the grant's agent_grantable check). */
+const grantable = (a: AgentFact): boolean => GRANTABLE_AGENT.has(a.status as AgentStatus);
 
 export function denyAll(actions: readonly Action[], reason: string, note: string): Result[] {
   return actions.map((a) => r(a, false, reason, note));
@@ -89,9 +89,9 @@ export function decide(actions: readonly Action[], f: PrincipalFacts, auditRoles
         return r(action, true, 'active_employee', `An active employee can be a business sponsor; sponsors ${count((a) => a.isSponsor)} agent(s) now.`);
       case 'approve': {
         if (one) {
-          if (!GRANTABLE.has(one.status))
+          if (!grantable(one))
             return r(action, false, `agent_${one.status}`, `${one.name} is ${one.status}; only approved or active agents receive delegations.`);
-          const b = bases(one);
+          const b = standingBases(one);
           return b.length
             ? r(action, true, b[0]!, `Holds authority over ${one.name}: ${b.join(', ')}.`)
             : r(
@@ -101,7 +101,7 @@ export function decide(actions: readonly Action[], f: PrincipalFacts, auditRoles
                 `Not the owner of ${one.name}, not in its owning team, not in its owner's manager chain; could approve only where a delegation names a requiredGroup they belong to, or by break-glass.`,
               );
         }
-        const withBasis = f.agents.filter((a) => bases(a).length > 0);
+        const withBasis = f.agents.filter((a) => standingBases(a).length > 0);
         if (!withBasis.length) {
           return r(
             action,
@@ -110,25 +110,30 @@ export function decide(actions: readonly Action[], f: PrincipalFacts, auditRoles
             "Holds no standing authority over any governed agent of the tenant (owner, owning team, owner's manager chain); could approve only through a delegation's requiredGroup or break-glass.",
           );
         }
-        const kinds = [...new Set(withBasis.flatMap(bases))];
-        const grantable = withBasis.filter((a) => GRANTABLE.has(a.status)).length;
+        const kinds = [...new Set(withBasis.flatMap((a) => standingBases(a)))];
+        const receiving = withBasis.filter(grantable).length;
         return r(
           action,
           true,
           kinds[0]!,
-          `Holds authority over ${withBasis.length} agent(s) (${kinds.join(', ')}); ${grantable} of them approved or active and able to receive delegations now.`,
+          `Holds authority over ${withBasis.length} agent(s) (${kinds.join(', ')}); ${receiving} of them approved or active and able to receive delegations now.`,
         );
       }
       case 'operate':
         if (one) {
-          return GRANTABLE.has(one.status)
+          return mayAct(one.status)
             ? r(
                 action,
                 true,
                 'active_employee',
                 `Can request delegations for ${one.name} (requester: an active employee of its tenant); each action still needs a grant.`,
               )
-            : r(action, false, `agent_${one.status}`, `${one.name} is ${one.status}; an agent operates only when approved or active.`);
+            : r(
+                action,
+                false,
+                `agent_${one.status}`,
+                `${one.name} is ${one.status}; a governed agent acts only while active (the decision point refuses its calls otherwise).`,
+              );
         }
         return r(
           action,
