@@ -103,6 +103,8 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
     });
     closers.push({ name: 'control plane', close: () => run.close() });
     const cp = run.cp;
+    // The token endpoint reads this process's registry snapshot (IDP_REGISTRY_URL unset).
+    if (!optional(env, 'IDP_REGISTRY_URL')) idp.authority.useRegistry({ entry: async (name) => cp.plane.registry.get(name) });
 
     if (policy) {
       const folder = await startPolicyFolder(policy, { registry: cp.plane.registry, authority: idp.authority });

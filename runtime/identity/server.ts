@@ -9,7 +9,7 @@ import http from 'node:http';
 import { createApi } from '../lib/api.js';
 import { apiAuth, authFromEnv, authorizedFor, credentialCheck } from '../lib/api-auth.js';
 import { oidcFromEnv } from '../lib/oidc.js';
-import { BRAND, BRAND_TITLE, VP_AUDIENCE } from '../lib/brand.js';
+import { BRAND, BRAND_TITLE, envName, VP_AUDIENCE } from '../lib/brand.js';
 import { int, oneOf, optional, str, type Env } from '../lib/config.js';
 import { envelope } from '../lib/errors.js';
 import { close as closeServer, listen, listenerDeadline } from '../lib/http.js';
@@ -24,6 +24,9 @@ import { notReady, type IdentityContext, type IdentitySettings } from './context
 import { didWeb } from './did.js';
 import { withFastVerify } from './fast-verify.js';
 import { loadIssuerKey } from './issuer-key.js';
+import { TOKEN_PATH, type OAuthContext } from './oauth/context.js';
+import { httpRegistry, type RegistryFacts } from './oauth/registry.js';
+import { oauthRoutes } from './oauth/routes.js';
 import { agentRoutes } from './routes-agents.js';
 import { delegationRoutes } from './routes-delegations.js';
 import { discoveryRoutes } from './routes-discovery.js';
@@ -51,6 +54,17 @@ export function settingsFromEnv(env: Env): IdentitySettings {
   };
 }
 
+/** The control plane's registry over its management API when IDP_REGISTRY_URL is set. */
+function registryFromEnv(env: Env): RegistryFacts | undefined {
+  const url = optional(env, 'IDP_REGISTRY_URL');
+  return url ? httpRegistry({ baseUrl: url, apiKey: optional(env, envName('API_KEY')) }) : undefined;
+}
+
+function oauthContext(id: IdentityContext, env: Env, registry: () => RegistryFacts | undefined, oidc: OAuthContext['oidc']): OAuthContext {
+  const issuer = id.settings.publicUrl;
+  return { id, issuer, tokenEndpoint: `${issuer}${TOKEN_PATH}`, tokenTtlSeconds: int(env, 'IDP_TOKEN_TTL_SECONDS', 300), registry, oidc };
+}
+
 export interface IdentityAuthority {
   app: OpenAPIHono;
   /** The listener's credential check (WRIT_API_AUTH): true when `authorization` may call `scope`. */
@@ -60,6 +74,8 @@ export interface IdentityAuthority {
   whenReady(): Promise<void>;
   issuerDid: string;
   context: IdentityContext;
+  /** The registry the token endpoint reads (the all-in-one hands its control plane's in process). */
+  useRegistry(registry: RegistryFacts): void;
   close(): Promise<void>;
 }
 
@@ -116,10 +132,13 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   // API keys are verified by the same service that serves them (its cache follows the change feed).
   const keys = keyService({ db: o.store.db, now, env, changes });
   const auth = authFromEnv(env);
+  const oidc = oidcFromEnv(env);
+  let registry = registryFromEnv(env);
+  const oauth = oauthContext(ctx, env, () => registry, oidc);
   // Workforce OIDC tokens too (the OIDC_* settings), as on the control plane's management API.
   const check = credentialCheck(
     {
-      oidc: oidcFromEnv(env),
+      oidc,
       verifyKey: async (token) => {
         const r = await keys.verify(token);
         return r.valid && r.key ? { id: r.key.id, scopes: r.key.scopes, tenantId: r.key.tenantId } : undefined;
@@ -127,7 +146,7 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
     },
     now,
   );
-  const app = createApi({ bodyLimitFor: enterpriseBodyLimit });
+  const app = createApi({ bodyLimitFor: enterpriseBodyLimit, formPath: (p) => p.startsWith('/oauth/') });
   app.use('*', identityTracing());
   app.use('*', apiAuth({ ...auth, check, deny: (c, status, message) => c.json(envelope(status === 401 ? 'unauthorized' : 'forbidden', message), status) }));
   app.use('*', async (c, next) => {
@@ -140,6 +159,7 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   );
   app.route('/', agentRoutes(ctx));
   app.route('/', delegationRoutes(ctx));
+  app.route('/', oauthRoutes(oauth));
   app.route('/', enterpriseRoutes({ store: o.store, now, env, changes, keys }));
   app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: `${BRAND_TITLE} identity authority`, version: '1.0.0' } });
   app.get('/docs', swaggerUI({ url: '/openapi.json' }));
@@ -151,6 +171,9 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
     whenReady: () => readyP,
     issuerDid: settings.issuerDid,
     context: ctx,
+    useRegistry: (r) => {
+      registry = r;
+    },
     close: async () => {
       closed = true;
       if (retry) clearTimeout(retry);

@@ -66,6 +66,10 @@ export const ROUTE_SCOPES: readonly RouteScope[] = [
   // config (title, metric name, ring size: what the shell needs before it has a credential).
   r(GET, /^\/portal(\/(?!api\/).*)?$/, PUBLIC),
   r(GET, /^\/portal\/api\/config$/, PUBLIC),
+  // The OAuth token endpoint authenticates the agent by its VP or client assertion (RFC 8693,
+  // 7523); revoking a token needs only the token (it takes access away, RFC 7009).
+  r(['POST'], /^\/oauth\/(token|revoke)$/, PUBLIC),
+  r(['POST'], /^\/oauth\/introspect$/, 'identity:verify'),
   // Identity authority: what the data plane asks on every request or poll.
   r(['POST'], /^\/v1\/agents\/verify-presentation$/, 'identity:verify'),
   r(GET, /^\/v1\/(delegations\/check|revocations|governance\/standing|authority\/delegations\/[^/]+\/usable)$/, 'identity:verify'),

@@ -283,16 +283,22 @@ function sameOrigin(origin: string, host: string | undefined): boolean {
  *   other than `same-origin` or `none` (typed by the user), or without that header an `Origin`
  *   that is not this host: 403. Clients that are no browser (curl, SDKs, Writ's own) send neither;
  * - a body that does not declare JSON: 415. A browser sends a body cross-site without a CORS
- *   preflight only as a form, as text/plain or with no type; every route here reads JSON.
+ *   preflight only as a form, as text/plain or with no type; every route here reads JSON, except
+ *   the OAuth endpoints (`formBody`), which read forms (RFC 6749 3.2) and refuse anything else
+ *   themselves: a browser's cross-origin post to them is still refused by the first check.
  */
-export function writeRefusal(method: string, header: (name: string) => string | undefined): { status: 403 | 415; message: string } | undefined {
+export function writeRefusal(
+  method: string,
+  header: (name: string) => string | undefined,
+  formBody = false,
+): { status: 403 | 415; message: string } | undefined {
   if (SAFE_METHODS.has(method)) return undefined;
   const site = header('sec-fetch-site');
   const origin = header('origin');
   if (site !== undefined ? site !== 'same-origin' && site !== 'none' : origin !== undefined && !sameOrigin(origin, header('host'))) {
     return { status: 403, message: 'cross-origin request refused: a web page may not write to this API' };
   }
-  if (hasBody({ 'content-length': header('content-length'), 'transfer-encoding': header('transfer-encoding') }) && !isJson(header('content-type')))
+  if (!formBody && hasBody({ 'content-length': header('content-length'), 'transfer-encoding': header('transfer-encoding') }) && !isJson(header('content-type')))
     return { status: 415, message: 'Content-Type must be application/json in UTF-8' };
   return undefined;
 }
@@ -333,7 +339,9 @@ export function allowedMethods(app: { routes: readonly { method: string; path: s
  * (default DEFAULT_BODY_LIMIT), or what `bodyLimitFor(path)` says for a path that needs more.
  * Writes a browser could be made to send from another site are refused (`writeRefusal`).
  */
-export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: string) => number | undefined } = {}): OpenAPIHono {
+export function createApi(
+  opts: { bodyLimit?: number; bodyLimitFor?: (path: string) => number | undefined; formPath?: (path: string) => boolean } = {},
+): OpenAPIHono {
   const app = new OpenAPIHono({ defaultHook: validationHook });
   const max = opts.bodyLimit ?? DEFAULT_BODY_LIMIT;
   const limiters = new Map<number, MiddlewareHandler>();
@@ -357,7 +365,7 @@ export function createApi(opts: { bodyLimit?: number; bodyLimitFor?: (path: stri
       c.res.headers.set('connection', 'close');
   });
   app.use('*', (c, next) => {
-    const no = writeRefusal(c.req.method, (h) => c.req.header(h));
+    const no = writeRefusal(c.req.method, (h) => c.req.header(h), opts.formPath?.(c.req.path));
     if (!no) return next();
     return Promise.resolve(c.json(envelope(no.status === 403 ? 'cross_origin' : 'unsupported_media_type', no.message), no.status));
   });

@@ -113,6 +113,8 @@ export const SETTINGS: readonly Setting[] = [
   s('IDP_ISSUER_MAP', 'identity', { type: 'json' }),
   s('IDP_API_KEY_PEPPER', 'identity', str),
   s('IDP_AUDIT_ROLES', 'identity', str),
+  s('IDP_TOKEN_TTL_SECONDS', 'identity', pos),
+  s('IDP_REGISTRY_URL', 'identity', url),
   // Read by libuv (its thread pool's size) and by identity/ed25519.ts, which bounds the Ed25519
   // verifications it queues there by it.
   s('UV_THREADPOOL_SIZE', 'identity', pos),

@@ -1,0 +1,27 @@
+/**
+ * Whether an issued token is still active, from the store (introspection, an access token used as
+ * actor token): not revoked, its delegation still approved, unexpired and unrevoked, its agent in
+ * standing and still holding the key the token names. Enforcement points decide the same offline
+ * (token.ts `tokenActive`) from the revocation and standing feeds.
+ */
+import { identityRepo } from '../repo.js';
+import { nowSec, type OAuthContext } from './context.js';
+import type { AccessTokenClaims } from './token.js';
+
+/** Why the token is inactive, or undefined when it is active. */
+export async function storedInactivity(o: OAuthContext, c: AccessTokenClaims): Promise<string | undefined> {
+  const repo = identityRepo(o.id.store);
+  const jtis = c.delegation ? [c.jti, c.delegation.vc_jti] : [c.jti];
+  const revoked = await repo.revokedAmong(jtis);
+  if (revoked.has(c.jti)) return 'token revoked';
+  if (c.delegation && revoked.has(c.delegation.vc_jti)) return 'delegation revoked';
+  const status = await repo.governanceStatus(c.act.name);
+  if (status !== undefined && status !== 'active') return `agent ${c.act.name} is ${status} (governance)`;
+  const agent = await repo.getAgent(c.act.name);
+  if (!agent || agent.did !== c.act.sub) return `agent ${c.act.name} no longer holds the key the token names`;
+  if (!c.delegation) return undefined;
+  const d = await repo.getDelegation(c.delegation.id);
+  if (!d || d.status !== 'approved' || d.vcJti !== c.delegation.vc_jti) return 'delegation no longer approved';
+  if (d.notAfter === null || d.notAfter <= nowSec(o)) return 'delegation expired';
+  return undefined;
+}

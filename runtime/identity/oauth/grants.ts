@@ -1,0 +1,131 @@
+/**
+ * The two grants of the token endpoint: RFC 8693 token exchange (a human's delegation and the
+ * agent's proof become a token for one registry entry) and client_credentials with an RFC 7523
+ * private_key_jwt (the agent alone, for an entry that needs no delegation). Each resolves with the
+ * RFC 6749 5.1 / RFC 8693 2.2.1 answer or throws the OAuthError of RFC 6749 5.2.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Service } from '../../control-plane/types.js';
+import { agentFromAssertion, actorFromToken, inStanding, sameClient, type ProvedAgent } from './agent.js';
+import { invalidClient, invalidRequest, invalidScope, invalidTarget } from './errors.js';
+import { required } from './form.js';
+import { GRANT, JWT_BEARER_ASSERTION, nowSec, TOKEN_TYPE, type OAuthContext } from './context.js';
+import { callRefusal, readEntry } from './registry.js';
+import { oauthStore } from './store.js';
+import { delegationFromSubject } from './subject.js';
+import { mintAccessToken, type AccessTokenClaims, type TokenDelegation } from './token.js';
+
+export interface TokenAnswer {
+  access_token: string;
+  token_type: 'Bearer';
+  expires_in: number;
+  scope: string;
+  issued_token_type?: string;
+}
+
+/** The registry entry `audience` or `resource` (RFC 8707) names, which the agent may call. */
+async function targetFor(o: OAuthContext, form: Map<string, string>, agent: ProvedAgent): Promise<Service> {
+  const audience = form.get('audience');
+  const resource = form.get('resource');
+  if (audience !== undefined && resource !== undefined && audience !== resource) throw invalidTarget('audience and resource name different entries');
+  const name = audience ?? resource;
+  if (name === undefined) throw invalidTarget('audience (or resource) must name the registry entry the token is for');
+  const target = await readEntry(o.registry(), name);
+  if (!target) throw invalidTarget(`unknown registry entry ${JSON.stringify(name)}`);
+  const refusal = callRefusal(await readEntry(o.registry(), agent.name), agent.name, target);
+  if (refusal) throw invalidTarget(refusal);
+  return target;
+}
+
+/** The scope granted: what was asked, each one offered; all of `offered` when nothing was asked. */
+function grantedScope(form: Map<string, string>, offered: string[]): string {
+  const asked = form.get('scope')?.split(' ').filter(Boolean);
+  if (!asked) return offered.join(' ');
+  const extra = asked.filter((s) => !offered.includes(s));
+  if (extra.length) throw invalidScope(`scope ${extra.join(' ')} is not granted for this entry${offered.length ? ` (offered: ${offered.join(' ')})` : ''}`);
+  return [...new Set(asked)].join(' ');
+}
+
+interface Issue {
+  grant: string;
+  agent: ProvedAgent;
+  sub: string;
+  target: Service;
+  scope: string;
+  delegation?: TokenDelegation;
+  /** Latest exp allowed besides the TTL (delegation notAfter, the agent's proof). */
+  notAfter: number;
+}
+
+/** Signs, records (never the value) and answers the token. */
+async function issue(o: OAuthContext, i: Issue): Promise<TokenAnswer> {
+  const iat = nowSec(o);
+  const exp = Math.min(iat + o.tokenTtlSeconds, i.notAfter);
+  if (exp <= iat) throw invalidRequest('the grant expires now: nothing left to issue');
+  const claims: AccessTokenClaims = {
+    iss: o.issuer,
+    sub: i.sub,
+    aud: i.target.name,
+    act: { sub: i.agent.did, name: i.agent.name },
+    client_id: i.agent.name,
+    scope: i.scope,
+    jti: `urn:uuid:${randomUUID()}`,
+    iat,
+    exp,
+    ...(i.delegation ? { delegation: i.delegation } : {}),
+  };
+  const token = await mintAccessToken(o.id.issuer(), claims);
+  await oauthStore(o.id.store).recordToken({
+    jti: claims.jti,
+    grantType: i.grant,
+    agentName: i.agent.name,
+    agentDid: i.agent.did,
+    subject: i.sub,
+    audience: i.target.name,
+    scope: i.scope,
+    delegationId: i.delegation?.id ?? null,
+    delegationJti: i.delegation?.vc_jti ?? null,
+    issuedAt: new Date(iat * 1000).toISOString(),
+    exp,
+  });
+  return { access_token: token, token_type: 'Bearer', expires_in: exp - iat, scope: i.scope };
+}
+
+/** RFC 8693: subject_token (the human's delegation), actor_token (the agent), audience/resource. */
+export async function tokenExchange(o: OAuthContext, form: Map<string, string>): Promise<TokenAnswer> {
+  const rt = form.get('requested_token_type');
+  if (rt !== undefined && rt !== TOKEN_TYPE.accessToken && rt !== TOKEN_TYPE.jwt) throw invalidRequest(`requested_token_type ${rt} is not issued here`);
+  const agent = await actorFromToken(o, form.get('actor_token'), form.get('actor_token_type'));
+  sameClient(form.get('client_id'), agent);
+  const membershipExp = await inStanding(o, agent);
+  const target = await targetFor(o, form, agent);
+  const d = await delegationFromSubject(o, form, agent);
+  const offered = [d.delegation.action, ...(target.requireScope ? [target.requireScope] : [])];
+  const scope = grantedScope(form, offered);
+  const answer = await issue(o, {
+    grant: GRANT.exchange,
+    agent,
+    sub: d.human,
+    target,
+    scope,
+    delegation: d.delegation,
+    notAfter: Math.min(d.notAfter, membershipExp),
+  });
+  return { ...answer, issued_token_type: TOKEN_TYPE.accessToken };
+}
+
+/** RFC 6749 4.4 with RFC 7523 private_key_jwt: the agent alone, for an entry without a delegation requirement. */
+export async function clientCredentials(o: OAuthContext, form: Map<string, string>): Promise<TokenAnswer> {
+  const type = form.get('client_assertion_type');
+  if (type !== JWT_BEARER_ASSERTION) throw invalidClient(`client authentication must be private_key_jwt (client_assertion_type ${JWT_BEARER_ASSERTION})`);
+  const proved = await agentFromAssertion(o, required(form, 'client_assertion'), form.get('client_id'));
+  const membershipExp = await inStanding(o, proved);
+  // Recorded only once the signature verified: nobody else can spend the agent's jtis.
+  if (!(await oauthStore(o.id.store).firstUse(proved.name, proved.jti, proved.exp, nowSec(o)))) {
+    throw invalidClient('client_assertion replayed: its jti was already used');
+  }
+  const target = await targetFor(o, form, proved);
+  if (target.dataClass === 'regulated') throw invalidTarget(`${target.name} is regulated: it needs a human's delegation (token exchange)`);
+  const scope = grantedScope(form, target.requireScope ? [target.requireScope] : []);
+  return issue(o, { grant: GRANT.clientCredentials, agent: proved, sub: proved.did, target, scope, notAfter: membershipExp });
+}
