@@ -23,32 +23,21 @@
  * charged as unreserved.
  */
 import { randomUUID } from 'node:crypto';
-import { performance } from 'node:perf_hooks';
 import { sql } from 'drizzle-orm';
 import { errMsg, logger } from '../../lib/log.js';
-import { createShipper } from '../audit/shipper.js';
 import { rowsOf, type Store } from '../../store/factory.js';
-import { afterMiss, claimStatement, insertRows, lookupStatement, settleStatement, type Figures, type Found, type Row } from './reservation-rows.js';
+import type { Budget } from '../types.js';
 import { bucketOf } from './ledger.js';
 import type { SharedBudgetMeter } from './meter.js';
-import { limitOf, neverFits, r9 } from './policy.js';
+import { enforcing, limitOf } from './policy.js';
 import type { Reservations, ReserveAnswer, ReserveRequest } from './ports.js';
-import type { Budget } from '../types.js';
+import { createRowWriter, type RowWriter } from './reservation-writer.js';
+import { createSettler } from './settlements.js';
+import { chargeWorstCase, type Charged } from './worst-case.js';
+
+export { UnknownReservation } from './settlements.js';
 
 const log = logger('budget');
-
-/** A settlement naming a reservation this agent never held (unknown id, or another agent's). */
-export class UnknownReservation extends Error {
-  constructor(
-    readonly id: string,
-    readonly agent: string,
-  ) {
-    super(`no reservation ${id} of agent ${agent}`);
-    this.name = 'UnknownReservation';
-  }
-}
-
-const price = (prompt: number, out: number, r: ReserveRequest) => r9((prompt * r.priceInputPer1k + out * r.priceOutputPer1k) / 1000);
 
 export interface ReservationOptions {
   store: Pick<Store, 'db'>;
@@ -67,232 +56,36 @@ export interface ReservationOptions {
   unstoredWaitMs?: number;
 }
 
-/** A usage report settling its reservation, waiting for its batch. */
-interface Settlement extends Figures {
-  resolve(first: boolean): void;
-  reject(e: unknown): void;
-  /** When its update first found no row (performance.now()), while it waits for the row. */
-  missedAt?: number;
-}
-
-/** How often a settlement waiting for its row looks again (ms). */
-const UNSTORED_POLL_MS = 50;
-
 export function createReservations(o: ReservationOptions): Reservations {
   const db = o.store.db;
-  /** id -> seq of the rows not yet stored. */
-  const unwritten = new Map<string, number>();
-  let seq = 0;
-  const unstoredWaitMs = o.unstoredWaitMs ?? 1000;
-  const writer = createShipper<Row>({
-    write: async (batch) => {
-      const tookOver = (await rowsOf<{ id: string; state: string }>(db, insertRows(batch))).filter((r) => r.state === 'settled');
-      if (tookOver.length) giveBackClaimed(batch, new Set(tookOver.map((r) => r.id)));
-    },
-    // Rows linger to share a write; a settlement waiting on one cuts the linger short.
-    lingerMs: 10,
-    maxPending: 10_000,
-    onStored: (batch) => batch.forEach((r) => unwritten.delete(r.id)),
-    log,
-    label: 'budget reservation',
-  });
-
-  /** Rows whose usage another settlement charged as unreserved before they were written: their worst case goes back. */
-  function giveBackClaimed(batch: readonly Row[], ids: ReadonlySet<string>): void {
-    for (const r of batch) {
-      if (!ids.has(r.id)) continue;
-      if (r.tokens > 0) o.meter.giveBack(r.agent, 'tokens', r.tokens, r.hour);
-      if (r.cost > 0) o.meter.giveBack(r.agent, 'cost', r.cost, r.day);
-    }
-    log.info('reservations settled before their rows were stored: usage charged as unreserved, worst case given back', { count: ids.size });
-  }
+  const rows = createRowWriter(db, o.meter);
+  const settle = createSettler({ db, meter: o.meter, rows, now: o.now, unstoredWaitMs: o.unstoredWaitMs ?? 1000 });
 
   async function reserve(r: ReserveRequest): Promise<ReserveAnswer> {
     const b = o.budgetOf(r.agent);
-    const enforce = !!b && b.mode !== 'audit';
-    const tph = enforce ? limitOf(b, 'tokens') : 0;
-    const cpd = enforce ? limitOf(b, 'cost') : 0;
+    const tph = enforcing(b) ? limitOf(b, 'tokens') : 0;
+    const cpd = enforcing(b) ? limitOf(b, 'cost') : 0;
     if (tph === 0 && cpd === 0) return { ok: true, id: null, outputTokens: r.outputTokens };
     const now = o.now();
-    const minOut = r.partial ? Math.min(1, r.outputTokens) : r.outputTokens;
-    let out = r.outputTokens;
-    let tokens = 0;
-    let cost = 0;
-    const refuse = (dimension: 'tokensPerHour' | 'costUsdPerDay', limit: number, need: number, res?: { used: number; freesAt?: number }): ReserveAnswer => {
-      const used = res?.used ?? 0;
-      const unit = dimension === 'tokensPerHour' ? 'tokens per hour' : 'USD per day';
-      const head = `${dimension} budget of agent ${r.agent}: this call needs up to ${need} of ${limit} ${unit}`;
-      if (neverFits({ need, limit })) {
-        const fewer = dimension === 'tokensPerHour' ? 'tokens (a lower max_tokens, a shorter prompt)' : 'dollars (a lower max_tokens, a cheaper model)';
-        return { ok: false, dimension, limit, used, need, message: `${head}, more than the whole budget: it never fits; ask for fewer ${fewer}` };
-      }
-      const frees = res?.freesAt ? `; frees up from ${new Date(res.freesAt).toISOString()}` : '';
-      return {
-        ok: false,
-        dimension,
-        limit,
-        used,
-        need,
-        freesAt: res?.freesAt,
-        message: `${head} and ${r9(Math.max(0, used))} are used or reserved${frees}`,
-      };
-    };
-    if (tph > 0) {
-      const t = await o.meter.take(r.agent, 'tokens', r.promptTokens + out, r.promptTokens + minOut);
-      if (!t.ok) return refuse('tokensPerHour', tph, r.promptTokens + minOut, t.result);
-      tokens = t.granted;
-      out = tokens - r.promptTokens;
-    }
-    if (cpd > 0) {
-      const need = price(r.promptTokens, out, r);
-      const t = await o.meter.take(r.agent, 'cost', need, price(r.promptTokens, minOut, r));
-      if (!t.ok) {
-        if (tokens > 0) o.meter.giveBack(r.agent, 'tokens', tokens, bucketOf('tokens', now));
-        return refuse('costUsdPerDay', cpd, price(r.promptTokens, minOut, r), t.result);
-      }
-      cost = t.granted;
-      if (cost < need && r.priceOutputPer1k > 0) {
-        // Fewer dollars than asked: the output allowance shrinks to what they buy.
-        const fit = Math.max(minOut, Math.floor((cost * 1000 - r.promptTokens * r.priceInputPer1k) / r.priceOutputPer1k + 1e-9));
-        if (tokens > 0 && fit < out) {
-          o.meter.giveBack(r.agent, 'tokens', out - fit, bucketOf('tokens', now));
-          tokens -= out - fit;
-        }
-        out = fit;
-      }
-    }
+    const held = await chargeWorstCase(o.meter, r, { tph, cpd }, bucketOf('tokens', now));
+    if ('ok' in held) return held;
     const id = randomUUID();
-    try {
-      writer.push({
-        seq: ++seq,
-        id,
-        agent: r.agent,
-        tokens,
-        cost,
-        hour: bucketOf('tokens', now),
-        day: bucketOf('cost', now),
-        createdAt: new Date(now).toISOString(),
-        expiresAt: new Date(now + (r.ttlMs ?? o.ttlMs)).toISOString(),
-      });
-    } catch (e) {
-      // Too many rows waiting for a store that is down: refused, and the charge given back.
-      if (tokens > 0) o.meter.giveBack(r.agent, 'tokens', tokens, bucketOf('tokens', now));
-      if (cost > 0) o.meter.giveBack(r.agent, 'cost', cost, bucketOf('cost', now));
-      throw new Error(`reservations cannot be recorded: ${errMsg(e)}`, { cause: e });
-    }
-    unwritten.set(id, seq);
-    return { ok: true, id, outputTokens: out };
-  }
-
-  /** Settlements asked for and not yet sent; they go out together, one statement per batch. */
-  let asked: Settlement[] = [];
-  let scheduled = false;
-  const schedule = () => {
-    if (scheduled || asked.length === 0) return;
-    scheduled = true;
-    setImmediate(() => void settleBatch());
-  };
-
-  function settle(id: string, agent: string, tokens: number, costUsd: number): Promise<boolean> {
-    return new Promise<boolean>((resolve, reject) => {
-      asked.push({ id, agent, tokens, cost: costUsd, resolve, reject });
-      schedule();
-    });
-  }
-
-  /** Asks again: at once (`again`), or after a poll interval while it waits for its row. */
-  function askAgain(s: Settlement, later: boolean): void {
-    if (!later) {
-      asked.push(s);
-      return schedule();
-    }
-    setTimeout(() => {
-      asked.push(s);
-      schedule();
-    }, UNSTORED_POLL_MS).unref();
-  }
-
-  /** Settles what was asked this turn in one update; an id asked twice waits for the next batch (the first settles it). */
-  async function settleBatch(): Promise<void> {
-    scheduled = false;
-    const ids = new Set<string>();
-    const batch: Settlement[] = [];
-    const later: Settlement[] = [];
-    for (const s of asked.splice(0, 500)) {
-      (ids.has(s.id) ? later : batch).push(s);
-      ids.add(s.id);
-    }
-    asked = later.concat(asked);
-    schedule();
-    try {
-      // Rows still on their way to the store are written first (writes are ordered: the last one suffices).
-      const seqs = batch.map((s) => unwritten.get(s.id) ?? 0);
-      const last = Math.max(0, ...seqs);
-      if (last > 0) await writer.whenStored(last);
-      const rows = await rowsOf<{ id: string; tokens: number | string; cost_usd: number | string; hour_bucket: number | string; day_bucket: number | string }>(
-        db,
-        settleStatement(batch),
-      );
-      const byId = new Map(rows.map((r) => [r.id, r]));
-      const now = o.now();
-      for (const s of batch) {
-        const row = byId.get(s.id);
-        if (!row) continue;
-        const dt = r9(s.tokens - Number(row.tokens));
-        const dc = r9(s.cost - Number(row.cost_usd));
-        // Past the worst case (an estimate the provider beat): owed. Under it: given back.
-        o.meter.recordUsage(s.agent, Math.max(0, dt), Math.max(0, dc), now);
-        if (dt < 0) o.meter.giveBack(s.agent, 'tokens', -dt, Number(row.hour_bucket));
-        if (dc < 0) o.meter.giveBack(s.agent, 'cost', -dc, Number(row.day_bucket));
-        s.resolve(true);
-      }
-      const missed = batch.filter((s) => !byId.has(s.id));
-      if (missed.length) await afterMisses(missed);
-    } catch (e) {
-      for (const s of batch) s.reject(e);
-    }
-  }
-
-  /**
-   * Settlements the update did not apply: a repeat, another agent's id, a row not there yet
-   * (afterMiss). The statements run before any settlement is answered or asked again, so a
-   * failure rejects each of them once.
-   */
-  async function afterMisses(missed: Settlement[]): Promise<void> {
-    const found = new Map((await rowsOf<Found & { id: string }>(db, lookupStatement(missed.map((s) => s.id)))).map((r) => [r.id, r]));
-    const t = performance.now();
-    const next = missed.map((s) => afterMiss(found.get(s.id), s.agent, t - (s.missedAt ?? t), unstoredWaitMs));
-    const claims = missed.filter((_, i) => next[i] === 'claim');
-    const now = o.now();
-    const claimed = claims.length
-      ? new Set(
-          (await rowsOf<{ id: string }>(db, claimStatement(claims, bucketOf('tokens', now), bucketOf('cost', now), new Date(now).toISOString()))).map(
-            (r) => r.id,
-          ),
-        )
-      : undefined;
-    missed.forEach((s, i) => {
-      const n = next[i];
-      // Claimed: the caller charges it as unreserved. A claim that conflicted: the row landed meanwhile.
-      if (n === 'foreign' || (n === 'claim' && claimed?.has(s.id))) s.reject(new UnknownReservation(s.id, s.agent));
-      else if (n === 'repeat') s.resolve(false);
-      else if (n === 'wait') askAgain(Object.assign(s, { missedAt: s.missedAt ?? t }), true);
-      else askAgain(s, false);
-    });
+    record(rows, o.meter, { id, r, held, now, ttlMs: r.ttlMs ?? o.ttlMs });
+    return { ok: true, id, outputTokens: held.out };
   }
 
   async function expire(): Promise<number> {
-    await writer.flush(5000);
+    await rows.flush(5000);
     const now = new Date(o.now()).toISOString();
-    const rows = await rowsOf<{ id: string; agent: string }>(
+    const expired = await rowsOf<{ id: string; agent: string }>(
       db,
       sql`update budget_reservations set state = 'expired' where state = 'open' and expires_at < ${now} returning id, agent`,
     );
-    if (rows.length)
-      log.warn('reservations expired unsettled: their worst case stays charged', { count: rows.length, ids: rows.slice(0, 20).map((r) => r.id) });
+    if (expired.length)
+      log.warn('reservations expired unsettled: their worst case stays charged', { count: expired.length, ids: expired.slice(0, 20).map((r) => r.id) });
     // Settled and expired rows are kept two days (a late report still finds its reservation).
     await db.execute(sql`delete from budget_reservations where state <> 'open' and expires_at < ${new Date(o.now() - 2 * 86_400_000).toISOString()}`);
-    return rows.length;
+    return expired.length;
   }
 
   const sweepMs = o.sweepMs ?? 30_000;
@@ -305,7 +98,32 @@ export function createReservations(o: ReservationOptions): Reservations {
     expire,
     async close() {
       clearInterval(timer);
-      await writer.close(5000).catch((e: unknown) => log.error('reservations not stored at close: their worst case stays charged', { err: errMsg(e) }));
+      await rows.close(5000).catch((e: unknown) => log.error('reservations not stored at close: their worst case stays charged', { err: errMsg(e) }));
     },
   };
+}
+
+/** Queues the reservation's row; too many rows waiting for a store that is down: refused, and the charge given back. */
+function record(
+  rows: RowWriter,
+  meter: Pick<SharedBudgetMeter, 'giveBack'>,
+  a: { id: string; r: ReserveRequest; held: Charged; now: number; ttlMs: number },
+): void {
+  const { id, r, held, now } = a;
+  try {
+    rows.push({
+      id,
+      agent: r.agent,
+      tokens: held.tokens,
+      cost: held.cost,
+      hour: bucketOf('tokens', now),
+      day: bucketOf('cost', now),
+      createdAt: new Date(now).toISOString(),
+      expiresAt: new Date(now + a.ttlMs).toISOString(),
+    });
+  } catch (e) {
+    if (held.tokens > 0) meter.giveBack(r.agent, 'tokens', held.tokens, bucketOf('tokens', now));
+    if (held.cost > 0) meter.giveBack(r.agent, 'cost', held.cost, bucketOf('cost', now));
+    throw new Error(`reservations cannot be recorded: ${errMsg(e)}`, { cause: e });
+  }
 }
