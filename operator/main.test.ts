@@ -60,10 +60,23 @@ describe('operator process', () => {
         currentContext: 'c',
       });
       const op = await startOperator(
-        { WRIT_MGMT_URL: `http://127.0.0.1:${cp.mgmtPort}`, WRIT_POLICY_DIR: dir, WRIT_CLUSTER_NAME: 'test', POD_NAME: 'op-0', POD_NAMESPACE: 'writ' },
+        {
+          WRIT_MGMT_URL: `http://127.0.0.1:${cp.mgmtPort}`,
+          WRIT_POLICY_DIR: dir,
+          WRIT_CLUSTER_NAME: 'test',
+          POD_NAME: 'op-0',
+          POD_NAMESPACE: 'writ',
+          OPERATOR_HEALTH_ADDR: '127.0.0.1:0',
+        },
         kc,
       );
       try {
+        // Ready once the informers listed and the election told leader or standby.
+        const health = `http://127.0.0.1:${op.ports!.health}`;
+        expect((await fetch(`${health}/healthz`)).status).toBe(200);
+        const until = Date.now() + 20_000;
+        while ((await fetch(`${health}/readyz`)).status !== 200 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+        expect(await (await fetch(`${health}/readyz`)).json()).toEqual({ ready: true });
         const reg = cp.plane.registry;
         const end = Date.now() + 20_000;
         while (!(reg.get('from-cluster') && reg.get('from-folder')) && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
@@ -77,6 +90,33 @@ describe('operator process', () => {
       }
       // Closing released the Lease: a successor need not wait for it to expire.
       expect(api.get('leases', 'writ', 'writ-io-operator')!.spec.holderIdentity).toBe('');
+    });
+
+    it('an API server it cannot reach: alive, not ready, saying why', async () => {
+      const kc = new KubeConfig();
+      kc.loadFromOptions({
+        clusters: [{ name: 't', server: 'https://127.0.0.1:1', skipTLSVerify: true }],
+        users: [{ name: 'u', token: 'x' }],
+        contexts: [{ name: 'c', cluster: 't', user: 'u' }],
+        currentContext: 'c',
+      });
+      const op = await startOperator(
+        { WRIT_MGMT_URL: `http://127.0.0.1:${cp.mgmtPort}`, POD_NAME: 'op-1', POD_NAMESPACE: 'writ', OPERATOR_HEALTH_ADDR: '127.0.0.1:0' },
+        kc,
+      );
+      try {
+        const health = `http://127.0.0.1:${op.ports!.health}`;
+        expect((await fetch(`${health}/healthz`)).status).toBe(200);
+        const r = await fetch(`${health}/readyz`);
+        expect(r.status).toBe(503);
+        expect(await r.json()).toEqual({
+          ready: false,
+          error: 'not ready',
+          reasons: ['informers not synced yet', 'leader election: neither leader nor standby known yet'],
+        });
+      } finally {
+        await op.close();
+      }
     });
   });
 });

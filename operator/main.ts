@@ -11,6 +11,9 @@
  *   WRIT_POLICY_DIR     a folder of resources (owner `folder:<path>`)
  *   POD_NAME            Lease holder identity (default the host name, which is the pod name)
  *   POD_NAMESPACE       namespace of the leader-election Lease (default: the service account's)
+ *   OPERATOR_HEALTH_ADDR  plain-HTTP /healthz (liveness) and /readyz (default `:8081`): ready once
+ *                       the informers listed, leader election told leader or standby, and the
+ *                       folder source's first apply is done
  *   WRIT_API_KEY        its credential when the management API has WRIT_API_AUTH=keys: a scoped key
  *                       needs registry:write and registry:owner:<each owner it applies as>, plus
  *                       the identity and governance write scopes (the chart passes the bootstrap key)
@@ -20,7 +23,9 @@ import { hostname } from 'node:os';
 import { KubeConfig } from '@kubernetes/client-node';
 import { envName } from '../runtime/lib/brand.js';
 import { bool, optional, str, type Env } from '../runtime/lib/config.js';
+import { close as closeServer, listen } from '../runtime/lib/http.js';
 import { isMain, runUntilSignal, type Closable } from '../runtime/lib/process.js';
+import { createHealthServer, createReadiness } from '../runtime/lib/readiness.js';
 import { createApplier } from './apply.js';
 import { policyFolderConfig } from './folder/embedded.js';
 import { startFolderSource, type FolderSource } from './folder/source.js';
@@ -39,6 +44,8 @@ export interface OperatorConfig {
   policyDir?: string;
   podName: string;
   podNamespace: string;
+  /** OPERATOR_HEALTH_ADDR: /healthz and /readyz. */
+  healthAddr: string;
 }
 
 /** Reads and checks the settings before anything starts. */
@@ -69,6 +76,7 @@ export function operatorConfig(env: Env): OperatorConfig {
     policyDir: folder?.dir,
     podName: str(env, 'POD_NAME', hostname()),
     podNamespace: ns,
+    healthAddr: str(env, 'OPERATOR_HEALTH_ADDR', ':8081'),
   };
 }
 
@@ -82,6 +90,11 @@ export async function startOperator(
   const applier = (owner: string) => createApplier({ owner, registry, identity });
   let kubernetes: KubernetesSource | undefined;
   let folder: FolderSource | undefined;
+  // Liveness answers from the start; readiness once every source has done its first work.
+  const readiness = createReadiness();
+  const started = readiness.gate('starting: the folder source has not applied yet');
+  const health = createHealthServer(readiness);
+  const healthPort = await listen(health, cfg.healthAddr);
   try {
     if (cfg.kubernetes) {
       let kc = kubeConfig;
@@ -89,7 +102,11 @@ export async function startOperator(
         kc = new KubeConfig();
         kc.loadFromDefault();
       }
-      kubernetes = startKubernetesSource({ kubeConfig: kc, applier, cluster: cfg.cluster, identity: cfg.podName, leaseNamespace: cfg.podNamespace });
+      const k = startKubernetesSource({ kubeConfig: kc, applier, cluster: cfg.cluster, identity: cfg.podName, leaseNamespace: cfg.podNamespace });
+      kubernetes = k;
+      const listed = readiness.gate('informers not synced yet');
+      k.synced.then(listed, () => {});
+      readiness.watch(() => (k.roleKnown() ? undefined : 'leader election: neither leader nor standby known yet'));
     }
     if (cfg.policyDir) {
       folder = startFolderSource({ dir: cfg.policyDir, applier });
@@ -98,14 +115,19 @@ export async function startOperator(
   } catch (e) {
     await folder?.close();
     await kubernetes?.close();
+    await closeServer(health);
     throw e;
   }
+  started();
   return {
     kubernetes,
     folder,
+    ports: { health: healthPort },
     async close() {
+      readiness.gate('closing');
       await folder?.close();
       await kubernetes?.close();
+      await closeServer(health);
     },
   };
 }

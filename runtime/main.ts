@@ -19,6 +19,7 @@ import { BRAND, envName } from './lib/brand.js';
 import { bool, optional, str, type Env } from './lib/config.js';
 import { errMsg, logger } from './lib/log.js';
 import { isMain, runUntilSignal } from './lib/process.js';
+import { createReadiness } from './lib/readiness.js';
 import { initTracing, shutdownTracing, tracingFromEnv } from './lib/tracing.js';
 import { openStore, type Store, type StoreOptions } from './store/factory.js';
 import { controlPlaneStoreOptions } from './control-plane/server.js';
@@ -63,6 +64,10 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
   }
   const policy = policyFolderConfig(env);
   const closers: Closer[] = [];
+  // /readyz (:8181) answers 200 only once everything below is up: every listener, the policy
+  // folder's first apply, the audit chain held, the governance standing fetched once.
+  const readiness = createReadiness();
+  const started = readiness.gate('starting: not every listener is open, or the policy folder is not applied yet');
   // One tracer provider for every component of this process (closed last: spans flushed).
   if (initTracing(tracingFromEnv(env), BRAND)) closers.push({ name: 'tracing', close: shutdownTracing });
   const closeAll = async () => {
@@ -99,6 +104,7 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
     const run = await startControlPlaneWithEgress({
       store: cpStore,
       env: cpEnv,
+      readiness,
       ...(idpUrl ? {} : { localIdentity: inProcessIdentity(idp.authority) }),
     });
     closers.push({ name: 'control plane', close: () => run.close() });
@@ -109,10 +115,10 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
     if (policy) {
       const folder = await startPolicyFolder(policy, { registry: cp.plane.registry, authority: idp.authority });
       closers.push({ name: 'policy folder', close: () => folder.close() });
-      // The folder registered its governed agents (draft) and activated them: decisions see that
-      // standing from the first request, not a poll later.
-      await (cp.plane.identity as Partial<IdentityClient> | undefined)?.pollStanding?.();
     }
+    // The governance standing fetched now (after the folder registered and activated its governed
+    // agents): decisions see it from the first request, not a poll later.
+    await (cp.plane.identity as Partial<IdentityClient> | undefined)?.pollStanding?.();
 
     // The broker asks this process's decision engine and records its usage in process, unless
     // BROKER_AUTHZ_URL or BROKER_USAGE_URL names another control plane.
@@ -132,6 +138,8 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
     const ports: Writ['ports'] = { identity: idp.port, decision: cp.decisionPort, grpc: cp.grpcPort, mgmt: cp.mgmtPort };
     if (run.gateway.port !== undefined) ports.proxy = run.gateway.port;
     if (broker) ports.broker = broker.port;
+    readiness.watch(() => (idp.authority.ready() ? undefined : 'identity authority not ready (issuer key not loaded)'));
+    started();
     log.info('writ is up', { ...ports, agentIdpUrl: cpEnv.AGENT_IDP_URL });
     return { ports, close: closeAll };
   } catch (e) {

@@ -14,6 +14,7 @@ import https from 'node:https';
 import tls from 'node:tls';
 import { BodyTooLarge, close as closeServer, listen, readBody, sendJson } from '../runtime/lib/http.js';
 import { errMsg, logger } from '../runtime/lib/log.js';
+import { createHealthServer, createReadiness } from '../runtime/lib/readiness.js';
 import {
   agentNameOf,
   isAgentPod,
@@ -151,14 +152,9 @@ export async function startWebhook(s: WebhookSettings): Promise<RunningWebhook> 
     return true;
   };
 
-  let ready = false;
-  const health = http.createServer((req, res) => {
-    req.resume();
-    const path = (req.url ?? '/').split('?')[0];
-    if (path === '/healthz') return sendJson(res, 200, { ok: true });
-    if (path === '/readyz') return ready ? sendJson(res, 200, { ready: true }) : sendJson(res, 503, { ready: false });
-    sendJson(res, 404, { error: `no route ${path}: GET /healthz or /readyz` });
-  });
+  const readiness = createReadiness();
+  const started = readiness.gate('webhook listener not open yet');
+  const health = createHealthServer(readiness);
 
   let port: number;
   let healthPort: number;
@@ -171,14 +167,14 @@ export async function startWebhook(s: WebhookSettings): Promise<RunningWebhook> 
   }
   const poll = setInterval(reloadCert, s.certReloadMs);
   poll.unref();
-  ready = true;
+  started();
   log.info('webhook listening', { port, healthPort, idpUrl: s.idpUrl, requireProvisioned: s.requireProvisioned, proxy: s.proxyEnv.HTTPS_PROXY });
   return {
     port,
     healthPort,
     reloadCert,
     async close() {
-      ready = false;
+      readiness.gate('webhook closing');
       clearInterval(poll);
       await Promise.all([closeServer(server as unknown as http.Server), closeServer(health)]);
     },

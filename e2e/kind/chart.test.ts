@@ -187,6 +187,37 @@ describe('charts/writ without a cluster', () => {
     expect(template('_helpers.tpl')).toMatch(/define "writ\.fullname"/);
   });
 
+  it("every component's probes point at its real health and readiness endpoints, operator included", () => {
+    // What each component serves, by container port name (the routes its process answers).
+    const served: Record<string, Record<string, { live: string; ready: string }>> = {
+      'control-plane.yaml': { mgmt: { live: '/healthz', ready: '/readyz' } },
+      'identity.yaml': { http: { live: '/healthz', ready: '/readyz' } },
+      'broker.yaml': { http: { live: '/health/liveliness', ready: '/health/readiness' } },
+      'webhook.yaml': { health: { live: '/healthz', ready: '/readyz' } },
+      'operator.yaml': { health: { live: '/healthz', ready: '/readyz' } },
+    };
+    for (const [file, ports] of Object.entries(served)) {
+      const deploy = (roughRender(template(file)) as any[]).find((d) => d?.kind === 'Deployment');
+      const container = deploy.spec.template.spec.containers[0];
+      const names = (container.ports as { name: string }[]).map((p) => p.name);
+      const ready = container.readinessProbe?.httpGet;
+      expect(ready, `${file} readinessProbe`).toBeDefined();
+      expect(names, file).toContain(ready.port);
+      expect(ready.path, `${file} readiness`).toBe(ports[ready.port]!.ready);
+      for (const probe of ['livenessProbe', 'startupProbe'] as const) {
+        const get = container[probe]?.httpGet;
+        if (!get) continue;
+        expect(names, `${file} ${probe}`).toContain(get.port);
+        expect(get.path, `${file} ${probe}`).toBe(ports[get.port]!.live);
+      }
+      expect(container.livenessProbe, `${file} livenessProbe`).toBeDefined();
+    }
+    // The operator's health listener is the port its probes name.
+    expect(template('operator.yaml')).toMatch(/- name: OPERATOR_HEALTH_ADDR\n\s+value: ":\{\{ \$c\.healthPort \}\}"/);
+    expect(template('operator.yaml')).toMatch(/- name: health\n\s+containerPort: \{\{ \$c\.healthPort \}\}/);
+    expect((values as any).operator.healthPort).toBe(8081);
+  });
+
   it('every env variable a template sets is one the code reads', () => {
     const set: string[] = [];
     for (const f of templates) for (const m of readFileSync(f, 'utf8').matchAll(/- name: ([A-Z][A-Z0-9_]+)\n/g)) set.push(m[1]!);

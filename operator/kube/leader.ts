@@ -32,6 +32,8 @@ export interface LeaderElectionOptions {
 
 export interface LeaderElection {
   isLeader(): boolean;
+  /** False until one attempt told this replica where it stands: leader, or standby behind a live holder. */
+  known(): boolean;
   /** Stops campaigning; a leader releases the Lease (holder cleared) so a successor need not wait. */
   stop(): Promise<void>;
   /** Stops without releasing, as a crash would (tests). */
@@ -47,6 +49,7 @@ export function startLeaderElection(o: LeaderElectionOptions): LeaderElection {
   const retryPeriodMs = o.retryPeriodMs ?? 2_000;
   if (!(renewDeadlineMs < leaseDurationMs)) throw new Error('renewDeadline must be shorter than leaseDuration');
   let leading = false;
+  let known = false;
   let lastRenew = -Infinity;
   let observedRecord = '';
   let observedAt = -Infinity;
@@ -56,6 +59,7 @@ export function startLeaderElection(o: LeaderElectionOptions): LeaderElection {
 
   const leaderNow = () => leading && now() < lastRenew + renewDeadlineMs;
   function setLeading(v: boolean): void {
+    known = true;
     if (v === leading) return;
     leading = v;
     log.info(v ? 'started leading' : 'stopped leading', { lease: `${o.namespace}/${o.name}`, identity: o.identity });
@@ -114,7 +118,10 @@ export function startLeaderElection(o: LeaderElectionOptions): LeaderElection {
       // 409: another candidate wrote first; anything else: we could not renew. Either way we are
       // leader only until the renew deadline passes.
       if (statusOf(e) !== 409) log.warn('lease attempt failed', { err: errMsg(e) });
+      // A 409 means another candidate holds it now: standby is known. Any other error tells nothing.
+      const wasKnown = known;
       if (!leaderNow()) setLeading(false);
+      known = wasKnown || statusOf(e) === 409;
     }
   }
 
@@ -136,6 +143,7 @@ export function startLeaderElection(o: LeaderElectionOptions): LeaderElection {
 
   return {
     isLeader: leaderNow,
+    known: () => known,
     halt() {
       stopped = true;
       clearTimeout(timer);

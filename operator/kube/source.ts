@@ -49,7 +49,9 @@ export interface KubernetesSourceOptions {
 export interface KubernetesSource {
   owner: string;
   isLeader(): boolean;
-  /** Resolves once every informer has listed. */
+  /** True once leader election told this replica it leads or stands by (readiness). */
+  roleKnown(): boolean;
+  /** Resolves once every informer has listed (a list that failed does not count). */
   synced: Promise<void>;
   /** Runs a pass now (no-op when not leader); resolves to the number of writes it made. */
   resync(): Promise<number>;
@@ -191,25 +193,38 @@ export function startKubernetesSource(o: KubernetesSourceOptions): KubernetesSou
   }
 
   const restarts = new Map<CrdKind, number>();
-  const synced = Promise.all(
-    informers.map(({ kind, inf }) => {
-      for (const ev of ['add', 'update', 'delete'] as const) inf.on(ev, () => schedule());
-      inf.on('error', (e: unknown) => {
-        if (closed) return;
-        const delay = Math.min(30_000, (restarts.get(kind) ?? 500) * 2);
-        restarts.set(kind, delay);
-        log.warn('informer stopped; restarting', { kind: kind.kind, inMs: delay, err: errMsg(e) });
-        setTimeout(() => {
-          if (!closed)
-            inf.start().then(
-              () => restarts.delete(kind),
-              () => {},
-            );
-        }, delay).unref();
-      });
-      return inf.start();
-    }),
-  ).then(() => undefined);
+  // client-node's start() resolves after a failed list too (it emits `error`): an informer has
+  // listed only when a start resolved with no error meanwhile.
+  const listed = new Set<CrdKind>();
+  let onSynced: () => void = () => {};
+  const synced = new Promise<void>((resolve) => (onSynced = resolve));
+  const startListing = (kind: CrdKind, inf: (typeof informers)[number]['inf'], failed: { now: boolean }) => {
+    failed.now = false;
+    return inf.start().then(
+      () => {
+        if (failed.now) return;
+        restarts.delete(kind);
+        listed.add(kind);
+        if (listed.size === informers.length) onSynced();
+      },
+      () => {},
+    );
+  };
+  for (const { kind, inf } of informers) {
+    const failed = { now: false };
+    for (const ev of ['add', 'update', 'delete'] as const) inf.on(ev, () => schedule());
+    inf.on('error', (e: unknown) => {
+      failed.now = true;
+      if (closed) return;
+      const delay = Math.min(30_000, (restarts.get(kind) ?? 500) * 2);
+      restarts.set(kind, delay);
+      log.warn('informer stopped; restarting', { kind: kind.kind, inMs: delay, err: errMsg(e) });
+      setTimeout(() => {
+        if (!closed) void startListing(kind, inf, failed);
+      }, delay).unref();
+    });
+    void startListing(kind, inf, failed);
+  }
   const resyncTimer = setInterval(() => void trigger(), o.resyncMs ?? 30_000);
   resyncTimer.unref();
 
@@ -223,6 +238,7 @@ export function startKubernetesSource(o: KubernetesSourceOptions): KubernetesSou
   return {
     owner,
     isLeader: () => election.isLeader(),
+    roleKnown: () => election.known(),
     synced,
     resync: () => (running ? running.then(() => trigger()) : trigger()),
     async close() {

@@ -23,6 +23,7 @@
 import type { Hono } from 'hono';
 import { positiveInt, str, type Env } from '../lib/config.js';
 import { listen } from '../lib/http.js';
+import { createReadiness } from '../lib/readiness.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { Store } from '../store/factory.js';
 import { createApprovalQueue, registerEgressRoutes, type ApprovalQueue, type ApprovalQueueOptions } from './approvals/index.js';
@@ -153,7 +154,9 @@ export async function startControlPlaneWithEgress(
 ): Promise<RunningWithEgress> {
   if (opts.extraRoutes) throw new Error('startControlPlaneWithEgress mounts its own extraRoutes');
   const slot = egressRoutesSlot();
-  const cp = await startControlPlane({ ...opts, extraRoutes: slot.register });
+  const readiness = opts.readiness ?? createReadiness();
+  const proxyUp = readiness.gate('forward proxy not listening yet');
+  const cp = await startControlPlane({ ...opts, readiness, extraRoutes: slot.register });
   let gateway: EgressGateway;
   try {
     gateway = await startEgressGateway({
@@ -169,6 +172,7 @@ export async function startControlPlaneWithEgress(
     await cp.close();
     throw e;
   }
+  proxyUp();
   return {
     cp,
     gateway,

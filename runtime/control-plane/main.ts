@@ -9,6 +9,7 @@
 import { BRAND } from '../lib/brand.js';
 import type { Env } from '../lib/config.js';
 import { isMain, runUntilSignal, type Closable } from '../lib/process.js';
+import { createReadiness } from '../lib/readiness.js';
 import { initTracing, shutdownTracing, tracingFromEnv } from '../lib/tracing.js';
 import { openStore } from '../store/factory.js';
 import { startControlPlaneWithEgress } from './egress-gateway.js';
@@ -18,7 +19,10 @@ export async function startControlPlaneProcess(env: Env = process.env): Promise<
   const tracing = initTracing(tracingFromEnv(env), `${BRAND}-control-plane`);
   const store = await openStore(controlPlaneStoreOptions(env));
   try {
-    const run = await startControlPlaneWithEgress({ store, env });
+    const readiness = createReadiness();
+    const started = readiness.gate('starting');
+    const run = await startControlPlaneWithEgress({ store, env, readiness });
+    started();
     return {
       ports: { decision: run.cp.decisionPort, grpc: run.cp.grpcPort, mgmt: run.cp.mgmtPort, proxy: run.gateway.port },
       async close() {

@@ -12,6 +12,7 @@ import { createMgmtApp, METRICS_CONTENT_TYPE, MGMT_BODY_LIMIT, type MgmtDeps } f
 import { createRegistry, type Registry } from './registry/registry.js';
 import { MAX_CALL_TOKENS } from '../lib/reservation-header.js';
 import { USAGE_BATCH_MAX, USAGE_COST_MAX, type UsageReport } from './types.js';
+import { createReadiness } from '../lib/readiness.js';
 
 setLogLevel('error');
 
@@ -31,7 +32,8 @@ describe('management API over HTTP', () => {
   let registry: Registry;
   let server: Server;
   let base: string;
-  let isReady = false;
+  const readiness = createReadiness();
+  const started = readiness.gate('starting');
   const usage: UsageReport[] = [];
   const prom = new PromRegistry();
   const decisions = new Counter({ name: metric('authz_decisions_total'), help: 'decisions', labelNames: ['service', 'decision', 'rule'], registers: [prom] });
@@ -46,7 +48,7 @@ describe('management API over HTTP', () => {
       // A settlement of reservation `down` fails, as when the ledger cannot be written.
       usage: (r) => (r.reservation === 'down' ? Promise.reject(new Error('ledger down')) : usage.push(r)),
       metricsText: () => prom.metrics(),
-      ready: () => isReady,
+      readiness,
       extraRoutes: (app) => app.get('/v1/egress/requests', (c) => c.json([])),
     }));
   });
@@ -62,14 +64,14 @@ describe('management API over HTTP', () => {
     req(base + path, { method: 'POST', body, headers });
   const postJson = (path: string, body: unknown) => post(path, JSON.stringify(body));
 
-  it('GET /healthz is 200; /readyz is 503 until ready', async () => {
+  it('GET /healthz is 200; /readyz is 503 with its reasons until ready', async () => {
     const h = await get('/healthz');
     expect(h.status).toBe(200);
     expect(await h.json()).toEqual({ ok: true });
     const notYet = await get('/readyz');
     expect(notYet.status).toBe(503);
-    expect((await notYet.json()).ready).toBe(false);
-    isReady = true;
+    expect(await notYet.json()).toEqual({ ready: false, error: 'not ready', reasons: ['starting'] });
+    started();
     const r = await get('/readyz');
     expect(r.status).toBe(200);
     expect(await r.json()).toEqual({ ready: true });
@@ -295,7 +297,7 @@ describe('management API over HTTP', () => {
     await c.close();
     await store.exec(`update audit_log set allow = false where chain = 'tampered' and seq = 4`);
     const reopened = await openAuditChain(store, { chain: 'tampered' });
-    const other = await serveApp({ registry, audit: reopened, usage: () => {}, metricsText: async () => '', ready: () => true });
+    const other = await serveApp({ registry, audit: reopened, usage: () => {}, metricsText: async () => '', readiness: createReadiness() });
     try {
       expect(await (await req(other.base + '/v1/audit/verify')).json()).toEqual({ ok: false, brokenAtSeq: 4 });
     } finally {
@@ -361,7 +363,7 @@ describe('management API over HTTP', () => {
     const down = await openTestPglite();
     const reg = await createRegistry(down);
     await down.close();
-    const other = await serveApp({ registry: reg, audit, usage: () => {}, metricsText: async () => '', ready: () => true });
+    const other = await serveApp({ registry: reg, audit, usage: () => {}, metricsText: async () => '', readiness: createReadiness() });
     try {
       const r = await req(other.base + '/v1/registry/services', {
         method: 'POST',

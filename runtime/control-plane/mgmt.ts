@@ -17,6 +17,7 @@ import type { Context, Hono, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { allowedMethods, rejectBadInput, writeRefusal } from '../lib/api.js';
 import { BRAND_TITLE } from '../lib/brand.js';
+import { readyzAnswer, type Readiness } from '../lib/readiness.js';
 import { auditRoutes, type AuditRoutesReader } from './audit/routes.js';
 import { errMsg, logger } from '../lib/log.js';
 import { BUDGET_STORE_UNAVAILABLE, MGMT_BODY_LIMIT, mgmtHook, mgmtOnError, USAGE_PATH } from './mgmt-errors.js';
@@ -36,8 +37,9 @@ export interface MgmtDeps {
   /** May return a promise (a settlement), awaited before the answer. */
   usage: (r: UsageReport) => unknown;
   metricsText: () => Promise<string>;
-  ready: () => boolean;
-  /** Detail added to a ready /readyz answer (the audit chain's state); the status stays deps.ready's. */
+  /** What `/readyz` answers: 200 once every gate is done and no watch fails, else 503 with the reasons. */
+  readiness: Readiness;
+  /** Detail added to a ready /readyz answer (the audit chain's state); the status stays readiness's. */
   readyDetail?: () => Record<string, unknown>;
   /** More sub-apps (decision dry-run, egress approvals, portal), composed at the root. */
   routes?: Hono<any, any, any>[];
@@ -155,7 +157,10 @@ export function createMgmtApp(deps: MgmtDeps): OpenAPIHono {
   );
 
   app.get('/healthz', (c) => c.json({ ok: true }));
-  app.get('/readyz', (c) => (deps.ready() ? c.json({ ready: true, ...deps.readyDetail?.() }) : c.json({ ready: false, error: 'not ready' }, 503)));
+  app.get('/readyz', (c) => {
+    const [status, body] = readyzAnswer(deps.readiness, deps.readyDetail);
+    return c.json(body, status);
+  });
 
   app.route('/', registryRoutes({ registry: deps.registry, actor: deps.actor }));
   app.route('/', usageRoutes(deps.usage));

@@ -19,7 +19,8 @@ import { connectPortsFromEnv } from './proxy/target.js';
 import { close as closeServer, listen, listenerDeadline } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { Store, StoreOptions } from '../store/factory.js';
-import { auditHealth, auditOptionsFromEnv, openAuditChain, registerAuditMetrics, type AuditChain } from './audit/index.js';
+import { auditHealth, auditOptionsFromEnv, auditUnable, openAuditChain, registerAuditMetrics, type AuditChain } from './audit/index.js';
+import { createReadiness, type Readiness } from '../lib/readiness.js';
 import { createAuthzServer } from './authz-server.js';
 import { createExtAuthzGrpcServer } from './grpc/server.js';
 import { registerBudgetMetrics } from './budget/gauges.js';
@@ -96,6 +97,11 @@ export interface ControlPlaneOptions {
   oidc?: Parameters<typeof createOidcVerifier>[0];
   /** CONNECT ports open to hosts outside the registry; default EGRESS_CONNECT_PORTS or 443. */
   connectPorts?: readonly number[];
+  /**
+   * What `/readyz` answers (lib/readiness.ts); default a new one. A process that starts more
+   * than the control plane (the all-in-one) passes its own and adds its start steps as gates.
+   */
+  readiness?: Readiness;
 }
 
 export interface ControlPlane extends ControlPlaneParts {
@@ -105,6 +111,8 @@ export interface ControlPlane extends ControlPlaneParts {
   mgmtApp: OpenAPIHono;
   /** Feeds a usage report to the budget meters and the token/cost counters (settling its reservation). */
   recordUsage(r: UsageReport): void | Promise<void>;
+  /** `/readyz`'s gates and watches: the audit chain writable, the governance standing fetched once, not closing. */
+  readiness: Readiness;
   /** Flushes the audit shipper and releases everything this plane opened (not the store). */
   close(): Promise<void>;
 }
@@ -122,6 +130,21 @@ function identityFromEnv(env: Env, onCall?: IdentityClientOptions['onCall'], loc
     pollMs: int(env, 'AGENT_IDP_REVOCATION_POLL_MS', 500),
     apiKey: optional(env, envName('API_KEY')),
   });
+}
+
+/**
+ * The control plane's running dependencies on `readiness`: it is not ready while closing, while
+ * its audit chain cannot record (every decision would deny), and until the identity authority's
+ * governance standing was fetched once (before it, every governed agent denies). A standing that
+ * goes stale later keeps it ready: those agents deny (fail closed) and the rest decide as usual.
+ */
+function readinessOf(given: Readiness | undefined, d: { audit: AuditChain; identity?: IdentityPort; closed: () => boolean }): Readiness {
+  const r = given ?? createReadiness();
+  r.watch(() => (d.closed() ? 'control plane closing' : undefined));
+  r.watch(() => auditUnable(d.audit));
+  const standing = d.identity?.standing?.bind(d.identity);
+  if (standing) r.watch(() => (standing() ? undefined : 'governance standing not fetched from the identity authority yet'));
+  return r;
 }
 
 export async function createControlPlane(opts: ControlPlaneOptions): Promise<ControlPlane> {
@@ -204,6 +227,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
 
   const parts: ControlPlaneParts = { registry, audit, budget, reservations, metrics, engine, identity, now };
   let closed = false;
+  const readiness = readinessOf(opts.readiness, { audit, identity, closed: () => closed });
   // WRIT_API_AUTH=keys: API keys are checked at the identity authority (POST /v1/keys/verify),
   // every time (a revoked key stops at once), workforce OIDC tokens by the OIDC verifier.
   const verifyKey = (identity as Partial<IdentityClient> | undefined)?.verifyApiKey;
@@ -216,7 +240,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     audit,
     usage: recordUsage,
     metricsText: () => metrics.text(),
-    ready: () => !closed,
+    readiness,
     readyDetail: () => ({ audit: auditHealth(audit) }),
     routes: [decisionRoutes(engine), budgetRoutes({ registry, budget, reservations, now }), portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') })],
     extraRoutes: opts.extraRoutes ? (app) => opts.extraRoutes!(app, parts) : undefined,
@@ -236,6 +260,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     authzServer,
     mgmtApp,
     recordUsage,
+    readiness,
     async close() {
       if (closed) return;
       closed = true;
@@ -286,6 +311,7 @@ export async function startControlPlane(opts: StartOptions): Promise<RunningCont
   const decisionAddr = opts.decisionAddr ?? str(env, 'DECISION_ADDR', ':9191');
   const mgmtAddr = opts.mgmtAddr ?? str(env, 'MGMT_ADDR', ':8181');
   const grpcServer = createExtAuthzGrpcServer(plane.engine);
+  const listening = plane.readiness.gate('control-plane listeners not open yet');
   let mgmt: http.Server | undefined;
   try {
     const decisionPort = await listen(plane.authzServer, decisionAddr);
@@ -293,6 +319,7 @@ export async function startControlPlane(opts: StartOptions): Promise<RunningCont
     const mgmtServer = createAdaptorServer({ fetch: plane.mgmtApp.fetch, serverOptions: deadline }) as http.Server;
     mgmt = mgmtServer;
     const mgmtPort = await listen(mgmtServer, mgmtAddr);
+    listening();
     log.info('listening', { decision: decisionPort, grpc: grpcPort, mgmt: mgmtPort });
     return {
       decisionPort,

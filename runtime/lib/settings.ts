@@ -148,6 +148,7 @@ export const SETTINGS: readonly Setting[] = [
   s('OTEL_TRACES_SAMPLER_ARG', 'tracing', str),
   // audit log (control plane)
   s('AUDIT_CHAIN_ID', 'audit', str),
+  s('AUDIT_LEASE_TTL_MS', 'audit', pos),
   s('AUDIT_DURABILITY', 'audit', { type: 'enum', values: ['async', 'sync'] }),
   s('AUDIT_COMMIT_TIMEOUT_MS', 'audit', pos),
   s('AUDIT_MAX_PENDING', 'audit', pos),
@@ -175,6 +176,7 @@ export const SETTINGS: readonly Setting[] = [
   s('POD_NAME', 'proxy', str),
   s(envName('MGMT_URL'), 'operator', url),
   s(envName('CLUSTER_NAME'), 'operator', str),
+  s('OPERATOR_HEALTH_ADDR', 'operator', addr),
   s(envName('KUBERNETES'), 'operator', bool),
 ];
 

@@ -64,7 +64,16 @@ export interface AuditChain extends AuditSink, AuditReader {
   flush(timeoutMs?: number): Promise<void>;
   /** Flushes (default bound 30 s; what cannot be stored is spooled to disk), then stops. */
   close(timeoutMs?: number): Promise<void>;
-  stats(): ShipperStats & { lastSeq: number; chainId: string; durable: boolean; durability: Durability; refused: number; spooled: number };
+  stats(): ShipperStats & {
+    lastSeq: number;
+    chainId: string;
+    durable: boolean;
+    durability: Durability;
+    refused: number;
+    spooled: number;
+    /** False once the chain's lease was lost to another writer, or the chain closed: appends fail. */
+    writable: boolean;
+  };
 }
 
 export interface AuditChainOptions {
@@ -72,6 +81,11 @@ export interface AuditChainOptions {
   chain?: string;
   /** Default id base (pod or host name): the first free of base, base-2, ... Ignored when `chain` is set. */
   chainBase?: string;
+  /**
+   * This process's identity (pod or host name) recorded with its lease: a restart under the same
+   * identity takes back a chain its own dead predecessor holds at once (predecessor.ts).
+   */
+  identity?: string;
   /** Clock (ms since epoch); default Date.now. */
   now?: () => number;
   ringSize?: number;
@@ -110,10 +124,11 @@ export async function openAuditChain(store: Store | undefined, opts: AuditChainO
   let chainId = opts.chain ?? (store ? undefined : opts.chainBase) ?? 'default';
   if (store && opts.leaseTtlMs !== false) {
     const ttlMs = opts.leaseTtlMs ?? undefined;
+    const identity = opts.identity ?? opts.chainBase;
     lease =
       opts.chain || !opts.chainBase
-        ? await acquireChainLease(store, chainId, { ttlMs, waitMs: (ttlMs ?? 15_000) + 1000 })
-        : await acquireDefaultChain(store, opts.chainBase, { ttlMs });
+        ? await acquireChainLease(store, chainId, { ttlMs, identity, waitMs: (ttlMs ?? 15_000) + 1000 })
+        : await acquireDefaultChain(store, opts.chainBase, { ttlMs, identity });
     chainId = lease.chain;
   } else if (store && opts.chainBase && !opts.chain) {
     chainId = opts.chainBase;
@@ -303,6 +318,7 @@ export async function openAuditChain(store: Store | undefined, opts: AuditChainO
       durability,
       refused,
       spooled: spool?.count() ?? 0,
+      writable: !closed && (!lease || lease.held()),
     }),
   };
   proof?.attach(chain);

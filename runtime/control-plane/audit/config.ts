@@ -3,6 +3,7 @@
  *
  *   AUDIT_CHAIN_ID               explicit chain id; default: POD_NAME or the host name, made
  *                                unique per live writer (base, base-2, ...)
+ *   AUDIT_LEASE_TTL_MS           the chain lease's time-to-live (15000), renewed every third of it
  *   AUDIT_DURABILITY             async (default) | sync: answer a decision only once its record is committed
  *   AUDIT_COMMIT_TIMEOUT_MS      sync: longest wait for a commit before the decision is denied (5000)
  *   AUDIT_MAX_PENDING            the async window: records allowed to wait for the store (100000)
@@ -48,6 +49,8 @@ export function auditOptionsFromEnv(env: Env): Omit<AuditChainOptions, 'now'> {
   const records = nonNegative(env, 'AUDIT_RETENTION_RECORDS', 0);
   return {
     ...(explicit ? { chain: explicit } : { chainBase: base }),
+    identity: base,
+    leaseTtlMs: positiveInt(env, 'AUDIT_LEASE_TTL_MS', 15_000),
     durability: oneOf(env, 'AUDIT_DURABILITY', ['async', 'sync'] as const, 'async'),
     commitTimeoutMs: positiveInt(env, 'AUDIT_COMMIT_TIMEOUT_MS', 5000),
     maxPending: positiveInt(env, 'AUDIT_MAX_PENDING', 100_000),

@@ -9,5 +9,5 @@ export { AUDIT_KEY_PATH, CHECKPOINT_TYP, verifyCheckpoint, type Checkpoint, type
 export { verifyExport, exportLines, type OfflineResult } from './export.js';
 export { auditOptionsFromEnv } from './config.js';
 export { auditRoutes } from './routes.js';
-export { auditHealth, registerAuditMetrics, type AuditHealth } from './metrics.js';
+export { auditHealth, auditUnable, registerAuditMetrics, type AuditHealth } from './metrics.js';
 export { ChainLeasedError } from './lease.js';

@@ -7,12 +7,19 @@
  * PGlite is embedded: one process owns the data folder, so a lease left by another process
  * (a crash) is dead for sure and is taken over at once; within this process the owner id tells
  * two planes on one store apart.
+ *
+ * On PostgreSQL a lease also records its holder (identity, boot, namespaces, pid:
+ * predecessor.ts). A process restarting under the same identity (a container restarted in its
+ * pod, keeping the pod name) takes its chain back at once when the holder is provably its own dead
+ * predecessor, instead of waiting up to a whole time-to-live with no listener; any other holder,
+ * and every live one, is waited for or refused as before.
  */
 import { randomUUID } from 'node:crypto';
 import { and, eq, lt, or, sql } from 'drizzle-orm';
 import { errMsg, logger } from '../../lib/log.js';
 import type { Store } from '../../store/factory.js';
 import { auditLeases } from '../../store/schema/audit.js';
+import { isOwnDeadPredecessor, parseHolder, thisHolder, type Holder } from './predecessor.js';
 
 const log = logger('audit.lease');
 /** This process; a PGlite lease of another process is from a process that is gone. */
@@ -39,31 +46,49 @@ export interface ChainLease {
 
 export interface AcquireOptions {
   ttlMs?: number;
+  /** This process's identity (pod or host name): a holder under it may be its own dead predecessor. */
+  identity?: string;
   /** How long to wait for a live lease to lapse (explicit ids); 0 = refuse at once. */
   waitMs?: number;
   onLost?: () => void;
 }
 
-/** Takes the lease when it is free, expired, ours, or (PGlite) left by another process. */
-async function tryTake(store: Store, chain: string, owner: string, ttlMs: number): Promise<boolean> {
-  const exp = sql`now() + make_interval(secs => ${ttlMs / 1000})`;
+/**
+ * Takes the lease when it is free, expired, ours, (PGlite) left by another process, or held by
+ * this process's own dead predecessor (a compare-and-set on the owner that was seen).
+ */
+async function tryTake(store: Store, chain: string, owner: string, ttlMs: number, me: Holder | undefined): Promise<boolean> {
+  const exp = sql`now() + make_interval(secs => ${ttlMs / 1000})` as unknown as string;
+  const holder = me ? JSON.stringify(me) : null;
   const free =
     store.kind === 'pglite'
       ? or(lt(auditLeases.expiresAt, sql`now()`), eq(auditLeases.owner, owner), sql`${auditLeases.owner} not like ${PROCESS + ':%'}`)
       : or(lt(auditLeases.expiresAt, sql`now()`), eq(auditLeases.owner, owner));
   const rows = await store.db
     .insert(auditLeases)
-    .values({ chain, owner, expiresAt: sql`${exp}` as unknown as string })
-    .onConflictDoUpdate({ target: auditLeases.chain, set: { owner, expiresAt: sql`${exp}` as unknown as string }, setWhere: free })
+    .values({ chain, owner, expiresAt: exp, holder })
+    .onConflictDoUpdate({ target: auditLeases.chain, set: { owner, expiresAt: exp, holder }, setWhere: free })
     .returning({ owner: auditLeases.owner });
-  return rows[0]?.owner === owner;
+  if (rows[0]?.owner === owner) return true;
+  const [held] = await store.db.select({ owner: auditLeases.owner, holder: auditLeases.holder }).from(auditLeases).where(eq(auditLeases.chain, chain));
+  // A holder in this process is alive (another plane of it), whatever its pid says.
+  if (!held || held.owner.startsWith(`${PROCESS}:`) || !isOwnDeadPredecessor(parseHolder(held.holder), me)) return false;
+  const taken = await store.db
+    .update(auditLeases)
+    .set({ owner, expiresAt: exp, holder })
+    .where(and(eq(auditLeases.chain, chain), eq(auditLeases.owner, held.owner)))
+    .returning({ owner: auditLeases.owner });
+  if (taken.length === 0) return false;
+  log.info("audit chain taken back from this process's own dead predecessor (same identity, its process gone)", { chain, previous: parseHolder(held.holder) });
+  return true;
 }
 
 export async function acquireChainLease(store: Store, chain: string, o: AcquireOptions = {}): Promise<ChainLease> {
   const ttlMs = o.ttlMs ?? DEFAULT_LEASE_TTL_MS;
   const owner = `${PROCESS}:${++counter}`;
+  const me = o.identity !== undefined ? thisHolder(o.identity) : undefined;
   const deadline = Date.now() + (o.waitMs ?? 0);
-  while (!(await tryTake(store, chain, owner, ttlMs))) {
+  while (!(await tryTake(store, chain, owner, ttlMs, me))) {
     if (Date.now() >= deadline) throw new ChainLeasedError(chain);
     await new Promise((r) => setTimeout(r, Math.min(1000, ttlMs / 3)));
   }

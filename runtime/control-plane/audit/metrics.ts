@@ -52,6 +52,19 @@ export function auditHealth(chain: AuditChain): AuditHealth {
   return h;
 }
 
+/**
+ * Why this chain cannot record a decision now (readiness: a control plane that cannot audit
+ * denies every call), or undefined: closed or lease lost, the async window full (appends
+ * refused), or sync durability with the store failing (commits time out, decisions deny).
+ */
+export function auditUnable(chain: AuditChain): string | undefined {
+  const s = chain.stats();
+  if (!s.writable) return `audit chain ${s.chainId} is not writable (closed, or its lease lost to another writer)`;
+  if (s.refused > 0) return `audit store unavailable: ${s.refused} decisions denied for audit backpressure`;
+  if (s.durability === 'sync' && s.failures > 0) return `audit store unavailable (sync durability): ${s.lastError ?? 'writes failing'}`;
+  return undefined;
+}
+
 /** Registers the audit gauges (read at scrape time) on `registry`. */
 export function registerAuditMetrics(registry: Registry, chain: AuditChain): void {
   const gauge = (name: string, help: string, read: (h: AuditHealth) => number | undefined) => {

@@ -33,4 +33,6 @@ export const auditLeases = pgTable('audit_leases', {
   chain: text('chain').primaryKey(),
   owner: text('owner').notNull(),
   expiresAt: ts('expires_at').notNull(),
+  /** The holder process (lease.ts `Holder`, JSON; 0023): proves a restart's dead predecessor. */
+  holder: text('holder'),
 });
