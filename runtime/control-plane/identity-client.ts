@@ -26,6 +26,7 @@ import { errMsg, logger } from '../lib/log.js';
 import { sha256 } from '../lib/sha256.js';
 import { injectTrace } from '../lib/tracing.js';
 import type { DelegationAnswer, DelegationQuery, GovernanceStanding, IdentityPort, PresentationAnswer } from './identity-port.js';
+import { followTokens, type TokenFollower } from './identity-tokens.js';
 
 const log = logger('identity-client');
 
@@ -70,6 +71,8 @@ const OPERATIONS: Record<string, string> = {
   '/v1/keys/verify': 'key_verify',
   '/v1/revocations': 'revocations',
   '/v1/governance/standing': 'standing',
+  '/.well-known/oauth-authorization-server': 'oauth_metadata',
+  '/.well-known/jwks.json': 'jwks',
 };
 
 interface Entry {
@@ -102,6 +105,8 @@ export interface IdentityClient extends IdentityPort {
   pollRevocations(): Promise<boolean>;
   /** Runs one governance-standing fetch now; resolves true when the authority answered. */
   pollStanding(): Promise<boolean>;
+  /** Writ access tokens, checked offline against the revocation and standing feeds (identity-tokens.ts). */
+  tokens(): TokenFollower;
   /** POST /v1/keys/verify: the key's id and scopes when it is a valid, active key; undefined otherwise. */
   verifyApiKey(key: string): Promise<{ id: string; scopes: string[]; tenantId: string | null } | undefined>;
   close(): Promise<void>;
@@ -125,6 +130,8 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
   const inflight = new Map<string, Promise<PresentationAnswer>>();
   let lastPollOk = Number.NEGATIVE_INFINITY;
   let etag: string | undefined;
+  /** Every revoked jti, as of the last poll that read the list. */
+  let revoked = new Set<string>();
   let closed = false;
   const auth: Record<string, string> = opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {};
 
@@ -299,10 +306,14 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
       }
       const list = (json as { revoked?: unknown } | undefined)?.revoked;
       if (status !== 200 || !Array.isArray(list)) return false;
+      const next = new Set<string>();
       for (const jti of list) {
-        const keys = typeof jti === 'string' ? byJti.get(jti) : undefined;
+        if (typeof jti !== 'string') continue;
+        next.add(jti);
+        const keys = byJti.get(jti);
         if (keys) for (const k of [...keys]) forget(k);
       }
+      revoked = next;
       const tag = headers.etag;
       etag = typeof tag === 'string' ? tag : undefined;
       lastPollOk = now();
@@ -351,9 +362,24 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
   };
   void standingLoop();
 
+  const tokens = followTokens({
+    get: async (path) => {
+      const r = await call('GET', path);
+      return r.status === 200 ? r.json : undefined;
+    },
+    isRevoked: (jti) => revoked.has(jti),
+    revocationsCurrent: cacheTrusted,
+    standing: () => standing,
+    standingMaxAgeMs: staleMs,
+    now,
+  });
+  let tokensLoaded = false;
+
   let timer: NodeJS.Timeout | undefined;
   let failing = false;
   const loop = async () => {
+    // The token key is read with the first poll, and retried with each until it is had.
+    if (!tokensLoaded) tokensLoaded = await tokens.load();
     const ok = await pollRevocations();
     if (ok !== !failing) {
       failing = !ok;
@@ -382,6 +408,7 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
     pollRevocations,
     pollStanding,
     standing: () => standing,
+    tokens: () => tokens,
     onStanding(l) {
       standingListeners.add(l);
       return () => standingListeners.delete(l);

@@ -37,6 +37,8 @@ export interface PresentationAnswer {
   reason: string;
 }
 
+import type { TokenVerifier } from '../identity/oauth/verifier.js';
+
 export interface IdentityPort {
   /** GET /v1/delegations/check on the identity authority. */
   checkDelegation(q: DelegationQuery): Promise<DelegationAnswer>;
@@ -49,6 +51,8 @@ export interface IdentityPort {
   cachedPresentation?(vp: string, audience?: string): PresentationAnswer | undefined;
   /** The governance standing feed, when this port keeps one (undefined before the first fetch). */
   standing?(): GovernanceStanding | undefined;
+  /** Writ access tokens checked offline (identity-tokens.ts), when this port follows them. */
+  tokens?(): TokenVerifier;
   /** Called when the standing's content changes. */
   onStanding?(listener: () => void): () => void;
   close?(): Promise<void>;

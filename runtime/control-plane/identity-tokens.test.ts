@@ -1,0 +1,103 @@
+/**
+ * The control plane's token follower against a real identity authority over HTTP: the key is read
+ * from the published metadata and JWKS; a token verifies offline (once); a revoked token, a
+ * revoked delegation and a suspended agent are refused after the next poll of the feeds the
+ * identity client already follows (every 500 ms and 250 ms by default: within 1 s), never by a
+ * call per request; a bearer token of another issuer is not claimed.
+ */
+import { describe, expect, it } from 'vitest';
+import { SignJWT } from 'jose';
+import { generateKeyPairSync } from 'node:crypto';
+import { governedAgents } from '../store/schema/governance.js';
+import { testBackends } from '../store/testing.js';
+import { actorVp, agent, delegation, postForm, tool, useBed, type OAuthBed } from '../identity/oauth/oauth-testing.js';
+import { createIdentityClient } from './identity-client.js';
+
+const EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const JWT = 'urn:ietf:params:oauth:token-type:jwt';
+
+async function tokenFor(bed: OAuthBed, name: string, task: string): Promise<{ token: string; vcJti: string }> {
+  const me = await agent(bed, name, ['crm']);
+  tool(bed, 'crm');
+  const d = await delegation(bed, name, { task, action: 'crm:read', resource: 'crm/*' });
+  const r = await postForm(bed, '/oauth/token', {
+    grant_type: EXCHANGE,
+    subject_token: d.vc!,
+    subject_token_type: JWT,
+    actor_token: await actorVp(me),
+    actor_token_type: JWT,
+    audience: 'crm',
+  });
+  expect(r.status).toBe(200);
+  return { token: r.json.access_token, vcJti: d.vcJti! };
+}
+
+describe.each(testBackends())('control-plane token follower on $name', (b) => {
+  const bed = useBed(b);
+
+  it('verifies offline and follows revocation and standing through the polls', async () => {
+    const client = createIdentityClient({ baseUrl: `http://127.0.0.1:${bed.port}`, pollMs: 500 });
+    try {
+      const tokens = client.tokens();
+      expect(await tokens.load()).toBe(true);
+      expect(await client.pollRevocations()).toBe(true);
+      expect(await client.pollStanding()).toBe(true);
+      const a = await tokenFor(bed, 'f-a', 'T-1');
+      const b2 = await tokenFor(bed, 'f-b', 'T-2');
+      const c = await tokenFor(bed, 'f-c', 'T-3');
+      for (const t of [a, b2, c]) expect(tokens.check(t.token)).toMatchObject({ ok: true });
+      expect(tokens.check(a.token)).toMatchObject({ ok: true, claims: { aud: 'crm', act: { name: 'f-a' }, delegation: { task: 'T-1' } } });
+      expect(tokens.signatureChecks()).toBe(3);
+
+      // RFC 7009 revocation of the token, the delegation VC revoked, the agent suspended.
+      expect((await postForm(bed, '/oauth/revoke', { token: a.token })).status).toBe(200);
+      expect((await bed.api.post('/v1/revoke', { vcJti: b2.vcJti })).status).toBe(200);
+      const now = new Date().toISOString();
+      await bed.store.db
+        .insert(governedAgents)
+        .values({
+          agentName: 'f-c',
+          tenantId: 'default',
+          ownerType: 'employee',
+          ownerRef: 'x',
+          status: 'suspended',
+          createdAt: now,
+          updatedAt: now,
+          history: [],
+        });
+      expect(await client.pollRevocations()).toBe(true);
+      expect(await client.pollStanding()).toBe(true);
+      expect(tokens.check(a.token)).toEqual({ ok: false, reason: 'token revoked' });
+      expect(tokens.check(b2.token)).toEqual({ ok: false, reason: 'delegation revoked' });
+      expect(tokens.check(c.token)).toEqual({ ok: false, reason: 'agent "f-c" is suspended (governance)' });
+      expect(tokens.signatureChecks()).toBe(3);
+
+      // Altered: claimed (Writ's issuer) and refused. Another issuer's at+jwt: not claimed.
+      const [h, p] = c.token.split('.');
+      expect(tokens.claimed(`${h}.${p}.${'A'.repeat(86)}`)).toBe(true);
+      expect(tokens.check(`${h}.${p}.${'A'.repeat(86)}`)).toEqual({ ok: false, reason: 'token signature invalid' });
+      const foreign = await new SignJWT({ act: { sub: 'x', name: 'f-a' } })
+        .setProtectedHeader({ alg: 'EdDSA', typ: 'at+jwt' })
+        .setIssuer('https://login.other.test')
+        .setAudience('crm')
+        .sign(generateKeyPairSync('ed25519').privateKey);
+      expect(tokens.claimed(foreign)).toBe(false);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('refuses every token while the key is not loaded or a feed is stale', async () => {
+    const client = createIdentityClient({ baseUrl: `http://127.0.0.1:${bed.port}`, pollMs: 0 });
+    try {
+      const { token } = await tokenFor(bed, 'f-d', 'T-4');
+      expect(client.tokens().claimed(token)).toBe(true);
+      expect(client.tokens().check(token)).toEqual({ ok: false, reason: 'authorization server key not loaded yet (fail closed)' });
+      expect(await client.tokens().load()).toBe(true);
+      // pollMs 0: no revocation feed, so no token can be known unrevoked.
+      expect(client.tokens().check(token)).toEqual({ ok: false, reason: 'revocation list not current: identity authority unreachable (fail closed)' });
+    } finally {
+      await client.close();
+    }
+  });
+});
