@@ -115,10 +115,20 @@ describe('charts/writ without a cluster', () => {
       ).toBe(true);
   });
 
-  it('webhook configurations: mutate Ignore, validate Fail, agent pods only, never kube-system or the release namespace', () => {
+  it('webhook configurations: mutate Ignore, validate Fail, agent pods of the labelled application namespaces only, never kube-system or the release namespace', () => {
     const docs = roughRender(template('webhook.yaml')) as { kind?: string; webhooks?: any[] }[];
+    // Both configurations take their namespaceSelector from the one helper, rendered here.
+    const helper = /define "writ\.webhookNamespaceSelector" -\}\}\n([\s\S]*?)\{\{- end \}\}\n$/.exec(template('_helpers.tpl'))![1]!;
+    const selector = roughRender(helper)[0] as { matchLabels: Record<string, string>; matchExpressions: { key: string; operator: string; values: string[] }[] };
+    expect((values as any).webhook.namespaceLabel).toEqual({ key: 'writ.io/agents', value: 'enabled' });
+    expect(Object.keys(selector.matchLabels)).toHaveLength(1);
+    expect(template('_helpers.tpl')).toMatch(/matchLabels:\n\s+\{\{ \$c\.namespaceLabel\.key \}\}: \{\{ \$c\.namespaceLabel\.value \| quote \}\}/);
+    expect(selector.matchExpressions).toEqual([
+      { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: expect.arrayContaining(['kube-system', 'RELEASE_NS']) },
+    ]);
     const configs = docs.filter((d) => d?.kind === 'MutatingWebhookConfiguration' || d?.kind === 'ValidatingWebhookConfiguration');
     expect(configs.map((d) => d.kind).sort()).toEqual(['MutatingWebhookConfiguration', 'ValidatingWebhookConfiguration']);
+    expect(template('webhook.yaml').match(/namespaceSelector:\n\s+\{\{- include "writ\.webhookNamespaceSelector" \. \| nindent 6 \}\}/g)).toHaveLength(2);
     for (const cfg of configs) {
       expect(cfg.webhooks!.length).toBeGreaterThan(0);
       for (const w of cfg.webhooks!) {
@@ -129,10 +139,7 @@ describe('charts/writ without a cluster', () => {
         expect(w.sideEffects).toBe('None');
         expect(w.objectSelector).toEqual({ matchLabels: { 'writ.io/agent': 'true' } });
         expect(w.rules).toEqual([expect.objectContaining({ operations: ['CREATE'], resources: ['pods'], apiGroups: [''] })]);
-        const notIn = (w.namespaceSelector.matchExpressions as { key: string; operator: string; values: string[] }[]).find(
-          (e) => e.key === 'kubernetes.io/metadata.name' && e.operator === 'NotIn',
-        );
-        expect(notIn?.values).toEqual(expect.arrayContaining(['kube-system', 'RELEASE_NS']));
+        expect(w.namespaceSelector).toBeNull(); // filled by the helper's include (its own line)
       }
     }
   });

@@ -124,6 +124,8 @@ describe.skipIf(why !== undefined)(`kind e2e${why ? ` (skipped: ${why})` : ''}`,
       'webhook.replicas=1',
     ]);
     for (const ns of ['agents', 'tools', 'models']) await k.kubectl(['create', 'namespace', ns]);
+    // The application namespace the webhooks see (webhook.namespaceLabel).
+    await k.kubectl(['label', 'namespace', 'agents', 'writ.io/agents=enabled']);
     const idp = await k.portForward(NS, `svc/${FULL}-identity`, 8090);
     closers.push(idp.close);
     identityUrl = `http://127.0.0.1:${idp.port}`;

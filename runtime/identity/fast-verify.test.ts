@@ -45,6 +45,11 @@ describe('verify-presentation fast path', () => {
       { body: JSON.stringify([vp]) },
       { body: '{"vp": ' },
       { body: JSON.stringify({ vp }), headers: { 'content-type': 'text/plain' } },
+      // Malformed media types: whatever the routed API answers (415).
+      { body: JSON.stringify({ vp }), headers: { 'content-type': 'application/json; ;;;==' } },
+      { body: JSON.stringify({ vp }), headers: { 'content-type': 'application/json; foo' } },
+      { body: JSON.stringify({ vp }), headers: { 'content-type': 'application/json; charset=utf-8' } },
+      { body: JSON.stringify({ vp }), headers: { 'content-type': 'APPLICATION/JSON;CHARSET="UTF-8"' } },
       { body: JSON.stringify({ vp }), headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' } },
       // A browser on another site: refused by the app's cross-origin check, on the fast path too.
       { body: JSON.stringify({ vp }), headers: { origin: 'http://evil.example' } },
@@ -59,6 +64,20 @@ describe('verify-presentation fast path', () => {
         status: viaApp.status,
         json: await viaApp.json(),
       });
+    }
+  });
+
+  it("refuses a malformed or non-UTF-8 Content-Type with the routed API's 415 over the wire, never a 200", async () => {
+    for (const type of ['application/json; ;;;==', 'application/json; foo', 'application/json;charset=latin1']) {
+      for (const path of ['/v1/agents/verify-presentation', '/v1/agents']) {
+        const r = await fetch(`http://127.0.0.1:${idp.port}${path}`, { method: 'POST', headers: { 'content-type': type }, body: JSON.stringify({ vp }) });
+        expect({ type, path, status: r.status, json: await r.json() }).toEqual({
+          type,
+          path,
+          status: 415,
+          json: { error: { code: 'unsupported_media_type', message: 'Content-Type must be application/json in UTF-8' } },
+        });
+      }
     }
   });
 

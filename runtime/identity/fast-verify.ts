@@ -2,7 +2,8 @@
  * `POST /v1/agents/verify-presentation` answered on node:http directly: the egress hot path
  * (every VP a control plane has not cached comes here). Going through Hono costs each request a
  * web Request, a web-stream body read and the middleware chain, about twice the verification
- * itself. Only a plainly well-formed request takes this path: JSON object with a compact-JWS `vp`
+ * itself. Only a plainly well-formed request takes this path: `Content-Type: application/json`
+ * (optionally `; charset=utf-8`), a JSON object with a compact-JWS `vp`
  * and optional printable `audience`/`nonce` (nothing else), a Content-Length within the limit,
  * the issuer key loaded, no `traceparent`. It answers exactly what the Hono route answers for it
  * (same `verifyPresentation`, same JSON), with the same tracing span when tracing is on. Anything
@@ -21,6 +22,12 @@ const PATH = '/v1/agents/verify-presentation';
 const MAX_BODY = MAX_JWT_CHARS + 4096;
 const JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 const PRINTABLE = /^[\x20-\x7e]{1,1024}$/;
+/**
+ * The only Content-Types this path takes: `application/json`, alone or with a UTF-8 charset.
+ * Anything else (other parameters, a malformed list such as `application/json; ;;;==`, another
+ * charset) goes to the app, so it answers exactly what the routed API answers (415 for those).
+ */
+const PLAIN_JSON = /^application\/json\s*(;\s*charset\s*=\s*("utf-8"|utf-8)\s*)?$/i;
 /** The verify-presentation span's attributes (also the in-process path's, in-process.ts). */
 export const VERIFY_SPAN_ATTRS = { 'http.request.method': 'POST', 'http.route': PATH, 'http.response.status_code': 200, [`${BRAND}.operation`]: 'vp.verify' };
 
@@ -80,7 +87,7 @@ export function withFastVerify(authority: IdentityAuthority, fallback: http.Requ
       h['sec-fetch-site'] !== undefined ||
       h['transfer-encoding'] !== undefined ||
       !(len > 0 && len <= MAX_BODY) ||
-      !/^application\/json\s*(;|$)/i.test(h['content-type'] ?? '')
+      !PLAIN_JSON.test(h['content-type'] ?? '')
     ) {
       return fallback(req, res);
     }

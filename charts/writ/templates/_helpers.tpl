@@ -176,3 +176,23 @@ initContainers:
       limits: { memory: 64Mi }
 {{- end }}
 {{- end -}}
+
+{{/*
+The webhooks' namespaceSelector (SPEC 4.8: scoped to the application namespaces): only namespaces
+labelled webhook.namespaceLabel (as sidecar injectors select theirs), and never kube-system, this
+release's namespace (a webhook that can block its own pods deadlocks) or webhook.excludeNamespaces.
+*/}}
+{{- define "writ.webhookNamespaceSelector" -}}
+{{- $c := .Values.webhook -}}
+matchLabels:
+  {{ $c.namespaceLabel.key }}: {{ $c.namespaceLabel.value | quote }}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values:
+      - kube-system
+      - {{ .Release.Namespace }}
+      {{- range $c.excludeNamespaces }}
+      - {{ . }}
+      {{- end }}
+{{- end }}
