@@ -1,5 +1,8 @@
 /** Pure parsing of the credentials a decision sees. Nothing here verifies a signature. */
 
+/** Header values a listener can send: no control characters (a client-sent value never reaches an upstream unvetted). */
+export const HEADER_SAFE = /^[\t\x20-\x7e\x80-\xff]*$/;
+
 /** The token of `Authorization: Bearer <token>`, or undefined for any other shape. */
 export function bearerToken(authorization: string | undefined): string | undefined {
   if (!authorization) return undefined;

@@ -2,11 +2,12 @@
  * Table tests of the egress decision (SPEC 4.1 and the choices in ../README.md): each row runs
  * the whole gather -> evaluate -> commit through `authorize` with ports that are answer tables
  * (table-testing.ts): the allowlists by target kind, the agent's VP in header and vc identity
- * modes, delegations for regulated targets, the OPA veto, repeated and injected headers.
+ * modes, delegations for regulated targets, the OPA veto, repeated and injected headers; and every
+ * row again as the dry-run explains it (the same decision, its layers ending in the one that decided).
  */
 import { describe, expect, it } from 'vitest';
 import { H } from '../../lib/brand.js';
-import { base, check, fakeVpJwt, identityFake, NOT_AFTER, opa, run, VPS, type Expect, type Over } from './table-testing.js';
+import { base, check, checkExplained, fakeVpJwt, identityFake, liveAndExplained, NOT_AFTER, opa, run, VPS, type Expect, type Over } from './table-testing.js';
 import type { EgressFacts } from './types.js';
 
 interface EgressRow {
@@ -244,6 +245,12 @@ const egressRows: EgressRow[] = [
 describe('egress (SPEC 4.1)', () => {
   it.each(egressRows)('$name', async (row) => {
     check(await run({ ...base, ...row.facts }, row.deps), row.expect);
+  });
+
+  it.each(egressRows)('dry-run layers equal the live decision: $name', async (row) => {
+    const { live, explained } = await liveAndExplained({ ...base, ...row.facts }, row.deps);
+    expect([live.decision.status, live.decision.rule]).toEqual([row.expect.status, row.expect.rule]);
+    checkExplained('egress', live, explained);
   });
 
   it('asks for the delegation with actor, task, action, resource and the VP with the default audience', async () => {

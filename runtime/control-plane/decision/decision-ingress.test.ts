@@ -2,11 +2,12 @@
  * Table tests of the ingress decision (SPEC 4.1 and the choices in ../README.md): each row runs
  * the whole gather -> evaluate -> commit through `authorize` with ports that are answer tables
  * (table-testing.ts): public and private services, OIDC tokens and scopes, the registry lookup by
- * service or host, the OPA veto.
+ * service or host, the OPA veto; and every row again as the dry-run explains it (the same decision,
+ * its layers ending in the one that decided).
  */
 import { describe, expect, it } from 'vitest';
 import { H } from '../../lib/brand.js';
-import { check, oidcFake, opa, run, type Expect, type Over } from './table-testing.js';
+import { check, checkExplained, liveAndExplained, oidcFake, opa, run, type Expect, type Over } from './table-testing.js';
 import type { IngressFacts } from './types.js';
 
 interface IngressRow {
@@ -138,6 +139,12 @@ const ingressRows: IngressRow[] = [
 describe('ingress (SPEC 4.1)', () => {
   it.each(ingressRows)('$name', async (row) => {
     check(await run({ kind: 'ingress', ...row.facts }, row.deps), row.expect);
+  });
+
+  it.each(ingressRows)('dry-run layers equal the live decision: $name', async (row) => {
+    const { live, explained } = await liveAndExplained({ kind: 'ingress', ...row.facts }, row.deps);
+    expect([live.decision.status, live.decision.rule]).toEqual([row.expect.status, row.expect.rule]);
+    checkExplained('ingress', live, explained);
   });
 
   it('OPA sees the facts, not the credential', async () => {

@@ -1,7 +1,7 @@
 /**
  * The pure `evaluate(facts, snapshot, answers, now)` with plain answers: governance standings,
  * the forward proxy's target resolution and holds, call tickets, the questions it asks, and the
- * dry-run deciding exactly as the live path for a grid of fact sets.
+ * dry-run deciding exactly as the live path for each row and for a grid of fact sets.
  */
 import { describe, expect, it } from 'vitest';
 import { H } from '../../lib/brand.js';
@@ -9,6 +9,7 @@ import type { GovernanceStanding } from '../identity-port.js';
 import type { Service } from '../types.js';
 import { authorize, dryRun } from './engine.js';
 import { evaluate } from './evaluate.js';
+import { checkExplained } from './table-testing.js';
 import { engineOf, policyOf } from './testkit.js';
 import { isQuestion, type Answers, type EgressFacts, type Evaluation, type Facts, type PolicySnapshot, type Step } from './types.js';
 
@@ -86,6 +87,12 @@ describe('governance standing reaches the decision (rule identity)', () => {
       expect(ev.layers.at(-1)).toMatchObject({ layer: 'governance', verdict: 'deny' });
       expect(ev.effects.reserveCall).toBeUndefined();
     }
+  });
+  it.each(rows)('dry-run layers equal the live decision: $name', (row) => {
+    const snap = policyOf(SERVICES, { requireGoverned: row.requireGoverned ?? false }, row.gov);
+    const live = done(evaluate(authz(), snap, { usage: USAGE }, NOW));
+    expect(live.decision.status).toBe(row.status);
+    checkExplained('egress', live, done(evaluate(authz(), snap, { usage: USAGE }, NOW, true)));
   });
 });
 
@@ -176,12 +183,113 @@ describe('the forward proxy through the same evaluation', () => {
     if (row.service) expect(ev.effects.audit.service).toBe(row.service);
     if (row.facts.vp === undefined) expect(ev.decision.challenge).toBe(true);
   });
+  it.each(rows)('dry-run layers equal the live decision: $name', (row) => {
+    const live = evaluate(row.facts, snap, row.answers ?? a(), NOW);
+    const explained = evaluate(row.facts, snap, row.answers ?? a(), NOW, true);
+    if (row.ask) {
+      expect(isQuestion(live) && live.question.kind).toBe(row.ask);
+      expect(explained).toStrictEqual(live);
+      return;
+    }
+    expect(done(live).decision.status).toBe(row.status);
+    checkExplained('egress', done(live), done(explained));
+  });
   it('a registry target served with a model (a broker) gets a call ticket effect; another or an external one does not', () => {
     expect(done(evaluate(proxied('broker.writ.svc', 8080), snap, a(), NOW)).effects.ticket).toEqual({ actor: 'bot', upstream: 'broker.writ.svc:8080' });
     const orders = done(evaluate(proxied('orders.svc', 8080), snap, a(), NOW));
     expect(orders.decision.allow).toBe(true);
     expect(orders.effects.ticket).toBeUndefined();
     expect(done(evaluate(proxied('api.example.com', 80), snap, a(), NOW)).effects.ticket).toBeUndefined();
+  });
+});
+
+describe("the dry-run's layers: each layer that applies, in order, with its verdict and why", () => {
+  const OPA_OK: Answers['opa'] = { allow: true, reason: 'org policy allows' };
+  const rows: { name: string; facts: Facts; answers?: Answers; settings?: Parameters<typeof policyOf>[1]; gov?: GovernanceStanding; layers: string[] }[] = [
+    {
+      name: 'an allowed tool call',
+      facts: authz(),
+      layers: [
+        'identity pass agent bot (header identity)',
+        'governance pass not governed',
+        'registry pass target search',
+        'inline pass search is in bot.allowTools',
+        'budget pass within budget',
+        'delegation pass allowed by registry allowlist and budget',
+      ],
+    },
+    {
+      name: 'with OPA: its verdict last',
+      facts: authz({ target: 'orders' }),
+      settings: { opa: true },
+      answers: { usage: USAGE, opa: OPA_OK },
+      gov: standing({ bot: 'active' }),
+      layers: [
+        'identity pass agent bot (header identity)',
+        'governance pass governed agent is active',
+        'registry pass target orders',
+        'inline pass orders is in bot.egressAllow',
+        'budget pass within budget',
+        'delegation pass allowed by registry allowlist and budget',
+        'opa pass org policy allows',
+      ],
+    },
+    {
+      name: 'a suspended agent: governance denies',
+      facts: authz(),
+      gov: standing({ bot: 'suspended' }),
+      layers: ['identity pass agent bot (header identity)', 'governance deny agent "bot" is suspended (governance)'],
+    },
+    {
+      name: 'a regulated target without delegation at /authz: needs approval',
+      facts: authz({ target: 'ledger' }),
+      settings: { identityAuthority: true },
+      answers: { usage: USAGE, delegation: { ok: false, reason: 'no approved delegation' } },
+      layers: [
+        'identity pass agent bot (header identity)',
+        'governance pass not governed',
+        'registry pass target ledger',
+        'inline pass ledger is in bot.allowTools',
+        'budget pass within budget',
+        'delegation needs-approval needs approval: no approved delegation',
+      ],
+    },
+    {
+      name: 'an unlisted external host approved by a human: approval, no delegation layer',
+      facts: proxied('evil.example', 80),
+      settings: { identityAuthority: true },
+      answers: { vps: VP_BOT, usage: USAGE, hold: { result: 'approved', id: 'r1', detail: 'ops@x' } },
+      layers: [
+        'identity pass agent bot proved by VP (did:key:zBot)',
+        'governance pass not governed',
+        'registry pass external evil.example:80',
+        'inline pass unlisted external host',
+        'budget pass within budget',
+        'approval pass egress request r1 approved by ops@x',
+      ],
+    },
+    {
+      name: 'CONNECT to a port outside the registry: denied before the registry passes',
+      facts: proxied('evil.example', 25, { hop: { host: 'evil.example', port: 25, hostPort: 'evil.example:25', connect: true } }),
+      settings: { identityAuthority: true },
+      answers: { vps: VP_BOT },
+      layers: [
+        'identity pass agent bot proved by VP (did:key:zBot)',
+        'governance pass not governed',
+        'inline deny CONNECT to port 25 is not allowed for evil.example (not a registry upstream, not in egressAllow)',
+      ],
+    },
+    {
+      name: 'ingress to a public service',
+      facts: { kind: 'ingress', service: 'web' },
+      layers: ['identity pass anonymous', 'registry pass service web', 'inline pass public service'],
+    },
+  ];
+  const services: Service[] = [...SERVICES, { name: 'web', upstream: 'web.svc:80', public: true }];
+  it.each(rows)('$name', (row) => {
+    const snap = policyOf(services, row.settings ?? {}, row.gov);
+    const ev = done(evaluate(row.facts, snap, row.answers ?? { usage: USAGE }, NOW, true));
+    expect(ev.layers.map((l) => `${l.layer} ${l.verdict} ${l.reason}`)).toEqual(row.layers);
   });
 });
 

@@ -2,12 +2,37 @@
  * The one pure decision: `evaluate(facts, snapshot, answers, now)` -> a finished Evaluation, or
  * the Question it needs answered first. No I/O, no clock, no state: /authz (HTTP and gRPC), the
  * forward proxy, the broker's hop, the dry-run and the tests all run it (see decide.ts).
+ *
+ * Each path is a list of layers run in order by the driver (driver.ts). A new layer is one
+ * function of `(context, answers)` (with what it adds to the context declared on the context
+ * type) and one entry in a list below, where its place in the order is decided.
  */
-import { evaluateEgress } from './egress.js';
-import { evaluateIngress } from './ingress.js';
-import type { Answers, Facts, PolicySnapshot, Step } from './types.js';
+import { drive, type Path } from './driver.js';
+import { egressAllowed, egressContext, egressEnd, egressVeto, type EgressContext } from './egress.js';
+import { budgetLayer } from './egress-budget.js';
+import { approvalLayer, delegationLayer } from './egress-delegation.js';
+import { egressIdentity, governance } from './egress-identity.js';
+import { allowlistLayer, egressRegistry } from './egress-target.js';
+import { ingressAllowed, ingressContext, ingressEnd, ingressIdentity, ingressInline, ingressRegistry, ingressVeto, type IngressContext } from './ingress.js';
+import type { Answers, EgressFacts, Facts, IngressFacts, PolicySnapshot, Step } from './types.js';
+
+/** Ingress (north-south): the caller's credential, the target service, its inline rules, the OPA veto. */
+export const INGRESS: Path<IngressFacts, IngressContext> = {
+  context: ingressContext,
+  layers: [ingressIdentity, ingressRegistry, ingressInline, ingressVeto],
+  denied: ingressEnd,
+  allowed: ingressAllowed,
+};
+
+/** Egress (agent calls): identity, governance standing, registry, allowlist, budget, delegation, a human's approval, the OPA veto. */
+export const EGRESS: Path<EgressFacts, EgressContext> = {
+  context: egressContext,
+  layers: [egressIdentity, governance, egressRegistry, allowlistLayer, budgetLayer, delegationLayer, approvalLayer, egressVeto],
+  denied: egressEnd,
+  allowed: egressAllowed,
+};
 
 /** `explain` records every layer's verdict (the dry-run); the decision is the same either way. */
 export function evaluate(facts: Facts, snap: PolicySnapshot, answers: Answers, now: number, explain = false): Step {
-  return facts.kind === 'egress' ? evaluateEgress(facts, snap, answers, now, explain) : evaluateIngress(facts, snap, answers, explain);
+  return facts.kind === 'egress' ? drive(EGRESS, facts, snap, answers, now, explain) : drive(INGRESS, facts, snap, answers, now, explain);
 }

@@ -5,10 +5,10 @@
  * be held says so). SPEC 4.6 points users here for a runtime-faithful allow or deny.
  */
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { normaliseHost } from '../../lib/host-name.js';
 import { mgmtHook } from '../mgmt-errors.js';
 import { dryRun, type DecisionEngine } from './engine.js';
 import { asReceived, factsFromHeaders, proxyFacts } from './facts.js';
-import { normaliseHost } from '../proxy/target.js';
 
 const HeaderValue = z.string().max(64 * 1024);
 const DryRunBody = z

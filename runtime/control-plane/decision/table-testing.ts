@@ -2,17 +2,19 @@
  * Test helpers for the decision's table tests (decision-*.test.ts): a registry of plain services,
  * ports that are answer tables (a VP token -> its verification, a token -> its claims, a fixed
  * delegation answer or failure, an OPA that allows, denies or throws), `run` (the whole gather ->
- * evaluate -> commit through `authorize`, the in-memory budget meter and an injected clock) and
- * `check` (the decision and its audit row against an expected row).
+ * evaluate -> commit through `authorize`, the in-memory budget meter and an injected clock),
+ * `check` (the decision and its audit row against an expected row), and `liveAndExplained` with
+ * `checkExplained` (the dry-run's layers against the live decision, for every row).
  */
 import { expect } from 'vitest';
 import { H } from '../../lib/brand.js';
 import type { DelegationAnswer, IdentityPort, PresentationAnswer } from '../identity-port.js';
-import type { AuditEntry, Service } from '../types.js';
+import type { AuditEntry, Rule, Service } from '../types.js';
 import type { BudgetMeter } from '../budget/ports.js';
+import { decide } from './decide.js';
 import { authorize } from './engine.js';
 import { engineOf } from './testkit.js';
-import { type DecisionSettings, type EgressFacts, type Evaluation, type IngressFacts, type OidcPort, type OpaPort } from './types.js';
+import type { DecisionSettings, EgressFacts, Evaluation, Facts, IngressFacts, LayerName, OidcPort, OpaPort } from './types.js';
 
 export const T0 = Date.UTC(2026, 5, 1, 9, 0, 0);
 export const NOT_AFTER = Math.floor(T0 / 1000) + 3600;
@@ -99,9 +101,8 @@ export interface Over {
   now?: () => number;
 }
 
-/** Gather, evaluate and commit one decision against an engine built from `over`. */
-export async function run(facts: IngressFacts | EgressFacts, over: Over = {}): Promise<Evaluation> {
-  const e = engineOf(over.services ?? SERVICES, {
+const engineFor = (over: Over) =>
+  engineOf(over.services ?? SERVICES, {
     identity: over.identity,
     oidc: over.oidc,
     opa: over.opa,
@@ -109,7 +110,60 @@ export async function run(facts: IngressFacts | EgressFacts, over: Over = {}): P
     now: over.now ?? (() => T0),
     budget: over.budget,
   });
-  return authorize(e, facts);
+
+/** Gather, evaluate and commit one decision against an engine built from `over`. */
+export async function run(facts: IngressFacts | EgressFacts, over: Over = {}): Promise<Evaluation> {
+  return authorize(engineFor(over), facts);
+}
+
+/** Gather and evaluate one decision twice, live and explained (the dry-run), against an engine built from `over`. */
+export async function liveAndExplained(facts: IngressFacts | EgressFacts, over: Over = {}): Promise<{ live: Evaluation; explained: Evaluation }> {
+  const e = engineFor(over);
+  const live = await decide(facts, () => e.policy.current(), e.gather, e.now);
+  const explained = await decide(facts, () => e.policy.current(), e.gather, e.now, true);
+  return { live, explained };
+}
+
+/** Each path's layers in order, as the dry-run names them. */
+const ORDER: Record<Facts['kind'], readonly LayerName[]> = {
+  ingress: ['identity', 'registry', 'inline', 'opa'],
+  egress: ['identity', 'governance', 'registry', 'inline', 'budget', 'delegation', 'approval', 'opa'],
+};
+/** The layers that may end an allow, and those a deny of each rule may come from. */
+const ALLOWED_AT: readonly LayerName[] = ['inline', 'delegation', 'approval', 'opa'];
+const DENIED_AT: Record<Rule, readonly LayerName[]> = {
+  identity: ['identity', 'governance', 'inline'],
+  registry: ['registry'],
+  inline: ['inline', 'budget'],
+  delegation: ['delegation', 'approval'],
+  opa: ['opa'],
+};
+
+/**
+ * The dry-run's contract: explaining changes nothing (the same decision and effects as live, and
+ * a live decision records no layer), and the explained layers are in the path's order, every one
+ * a pass but the last, which is the layer that decided (a deny's verdict and reason).
+ */
+export function checkExplained(kind: Facts['kind'], live: Evaluation, explained: Evaluation) {
+  expect(explained.decision).toStrictEqual(live.decision);
+  expect(explained.effects).toStrictEqual(live.effects);
+  expect({ ...explained, layers: [] }).toStrictEqual(live);
+  const names = explained.layers.map((l) => l.layer);
+  const at = names.map((n) => ORDER[kind].indexOf(n));
+  expect(
+    at.every((i, k) => i >= 0 && (k === 0 || i > at[k - 1]!)),
+    names.join(' '),
+  ).toBe(true);
+  const last = explained.layers.at(-1)!;
+  for (const l of explained.layers.slice(0, -1)) expect(l.verdict).toBe('pass');
+  const d = explained.decision;
+  if (d.allow) {
+    expect(last.verdict).toBe('pass');
+    expect(ALLOWED_AT).toContain(last.layer);
+  } else {
+    expect(last).toMatchObject({ verdict: d.needsApproval ? 'needs-approval' : 'deny', reason: d.reason });
+    expect(DENIED_AT[d.rule]).toContain(last.layer);
+  }
 }
 
 export interface Expect {

@@ -168,9 +168,12 @@ export interface Answers {
   opa?: { allow: boolean; reason: string } | Failure;
 }
 
+/** The names the dry-run shows for the layers (driver.ts; the lists are in evaluate.ts). */
+export type LayerName = Rule | 'governance' | 'budget' | 'approval';
+
 /** One layer's verdict, in evaluation order (the dry-run shows them). */
 export interface Layer {
-  layer: Rule | 'governance' | 'budget' | 'approval';
+  layer: LayerName;
   verdict: 'pass' | 'deny' | 'needs-approval';
   reason: string;
 }

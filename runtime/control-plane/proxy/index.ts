@@ -2,5 +2,6 @@
 export { createForwardProxy, DEFAULT_LIMITS } from './server.js';
 export type { ForwardProxy, ForwardProxyOptions, ProxyLimits, ProxyStats } from './server.js';
 export { decideProxy, type Hold, type ProxyRequest, type ProxyVerdict } from './decide.js';
-export { parseAbsoluteTarget, parseConnectTarget, normaliseHost, connectPortsFromEnv, DEFAULT_CONNECT_PORTS, type ProxyTarget } from './target.js';
+export { parseAbsoluteTarget, parseConnectTarget, connectPortsFromEnv, DEFAULT_CONNECT_PORTS, type ProxyTarget } from './target.js';
+export { normaliseHost } from '../../lib/host-name.js';
 export { rewriteHeaders, VIA } from './headers.js';

@@ -3,6 +3,7 @@
  * `http://host[:port]/path?q` of a plain request, or the authority form `host:port` of CONNECT.
  * Pure; every rejection carries a message fit for a 400 body.
  */
+import { normaliseHost } from '../../lib/host-name.js';
 
 export interface ProxyTarget {
   /** Lower-case host without a trailing dot; IPv6 literals keep their brackets. */
@@ -19,35 +20,6 @@ export interface ProxyTarget {
 }
 
 export type Parsed = { ok: true; target: ProxyTarget } | { ok: false; error: string };
-
-const DNS_HOST = /^[a-z0-9_](?:[a-z0-9_.-]{0,251}[a-z0-9_])?$/;
-const IPV6 = /^\[[0-9a-f:.]+\]$/;
-
-/** A last label the WHATWG URL host parser reads as a number: the host is an IPv4 address. */
-const NUMERIC_LABEL = /(?:^|\.)(?:\d+|0x[0-9a-f]*)$/;
-
-/**
- * An IP address in its one canonical spelling (`127.0.0.1`, `[::ffff:7f00:1]`), as the WHATWG URL
- * parser writes it; undefined when it is no address. The resolver would connect
- * `2130706433`, `0x7f.1` or `127.1` to 127.0.0.1 (inet_aton), while an approval record or an
- * egressAllow entry showed them as something else.
- */
-function canonicalAddress(h: string): string | undefined {
-  try {
-    return new URL(`http://${h}/`).hostname;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Validates and normalises a host as it appears in a URI or authority. */
-export function normaliseHost(raw: string): string | undefined {
-  let h = raw.toLowerCase();
-  if (h.endsWith('.') && !h.startsWith('[')) h = h.slice(0, -1);
-  if (IPV6.test(h)) return h.includes(':') ? canonicalAddress(h) : undefined;
-  if (!DNS_HOST.test(h) || h.includes('..')) return undefined;
-  return NUMERIC_LABEL.test(h) ? canonicalAddress(h) : h;
-}
 
 function portOf(raw: string | undefined, fallback: number | undefined): number | undefined {
   if (raw === undefined || raw === '') return fallback;

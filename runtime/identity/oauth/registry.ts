@@ -6,7 +6,7 @@
  * presenting `WRIT_API_KEY`, scope `registry:read`), each answer kept `REGISTRY_CACHE_MS`. An
  * unreachable registry refuses the grant (`temporarily_unavailable`), never guesses.
  */
-import { allowListFor } from '../../control-plane/decision/egress.js';
+import { allowListFor } from '../../control-plane/decision/egress-target.js';
 import type { Service } from '../../control-plane/types.js';
 import { errMsg } from '../../lib/log.js';
 import { OAuthError } from './errors.js';
