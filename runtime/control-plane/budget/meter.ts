@@ -21,6 +21,9 @@
  * is topped up in the background, and a lease unused for a minute goes back. A lease is charged
  * in the ledger, so it never passes the ceiling; near the ceiling one replica may hold what is
  * left (others are refused until it is used or given back).
+ *
+ * The parts: meter-state.ts (what they share), ledger-take.ts (the one write), sync-loop.ts (the
+ * background loop), call-lease.ts (the decision path, `refill`), token-lease.ts (`take`).
  */
 import { callLease, type CallLease } from './call-lease.js';
 import { DIMS, usageOf } from './lease.js';

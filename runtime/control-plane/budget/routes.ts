@@ -72,78 +72,76 @@ const Refused = z
   })
   .openapi('ReservationRefused');
 
+const statusRoute = createRoute({
+  method: 'get',
+  path: '/v1/budgets/{agent}',
+  request: { params: z.object({ agent: z.string().min(1).max(REGISTRY_NAME_MAX) }) },
+  responses: {
+    200: { content: { 'application/json': { schema: BudgetView } }, description: 'The agent budget now, per dimension.' },
+    404: { content: { 'application/json': { schema: Err } }, description: 'No registry entry of kind agent by that name.' },
+  },
+});
+
+const reserveRoute = createRoute({
+  method: 'post',
+  path: '/v1/budgets/{agent}/reservations',
+  request: {
+    params: z.object({ agent: z.string().min(1).max(REGISTRY_NAME_MAX) }),
+    body: { content: { 'application/json': { schema: ReserveBody } }, required: true },
+  },
+  responses: {
+    200: {
+      content: { 'application/json': { schema: Reserved } },
+      description: 'Reserved (id null: no token or cost ceiling to reserve against); outputTokens is the allowance.',
+    },
+    400: { content: { 'application/json': { schema: Err } }, description: 'Malformed request.' },
+    404: { content: { 'application/json': { schema: Err } }, description: 'No registry entry of kind agent by that name.' },
+    429: { content: { 'application/json': { schema: Refused } }, description: 'The worst case does not fit the budget: nothing reserved.' },
+    503: { content: { 'application/json': { schema: Err } }, description: 'The budget ledger is unavailable (refused: fail closed).' },
+  },
+});
+
 export function budgetRoutes(src: BudgetSources): OpenAPIHono {
   const app = new OpenAPIHono({ defaultHook: mgmtHook });
-  app.openapi(
-    createRoute({
-      method: 'get',
-      path: '/v1/budgets/{agent}',
-      request: { params: z.object({ agent: z.string().min(1).max(REGISTRY_NAME_MAX) }) },
-      responses: {
-        200: { content: { 'application/json': { schema: BudgetView } }, description: 'The agent budget now, per dimension.' },
-        404: { content: { 'application/json': { schema: Err } }, description: 'No registry entry of kind agent by that name.' },
-      },
-    }),
-    async (c) => {
+  app.openapi(statusRoute, async (c) => {
+    const { agent } = c.req.valid('param');
+    const s = src.registry.get(agent);
+    if (!s || s.kind !== 'agent') return c.json({ error: `agent ${JSON.stringify(agent)} not found` }, 404);
+    // Fresh from the shared ledger (every replica's use); this replica's belief if it is down.
+    const u = src.budget.read ? await src.budget.read(agent).catch(() => src.budget.usage(agent, src.now())) : src.budget.usage(agent, src.now());
+    const dimensions = budgetStatus(s.budget, u);
+    return c.json({ agent, mode: s.budget?.mode ?? 'enforce', dimensions }, 200);
+  });
+  const reservations = src.reservations;
+  if (reservations) {
+    app.openapi(reserveRoute, async (c) => {
       const { agent } = c.req.valid('param');
       const s = src.registry.get(agent);
       if (!s || s.kind !== 'agent') return c.json({ error: `agent ${JSON.stringify(agent)} not found` }, 404);
-      // Fresh from the shared ledger (every replica's use); this replica's belief if it is down.
-      const u = src.budget.read ? await src.budget.read(agent).catch(() => src.budget.usage(agent, src.now())) : src.budget.usage(agent, src.now());
-      const dimensions = budgetStatus(s.budget, u);
-      return c.json({ agent, mode: s.budget?.mode ?? 'enforce', dimensions }, 200);
-    },
-  );
-  const reservations = src.reservations;
-  if (reservations) {
-    app.openapi(
-      createRoute({
-        method: 'post',
-        path: '/v1/budgets/{agent}/reservations',
-        request: {
-          params: z.object({ agent: z.string().min(1).max(REGISTRY_NAME_MAX) }),
-          body: { content: { 'application/json': { schema: ReserveBody } }, required: true },
+      let a;
+      try {
+        a = await reservations.reserve({ agent, ...c.req.valid('json') });
+      } catch (e) {
+        // The detail is the store's (a database message): logged here, never shown to the caller.
+        log.error('reservation failed', { agent, err: errMsg(e) });
+        return c.json({ error: BUDGET_STORE_UNAVAILABLE }, 503);
+      }
+      if (a.ok) return c.json({ id: a.id, outputTokens: a.outputTokens }, 200);
+      const retry = retryAfterSeconds(a, src.now());
+      return c.json(
+        {
+          error: a.message,
+          dimension: a.dimension,
+          limit: a.limit,
+          used: a.used,
+          need: a.need,
+          freesAt: a.freesAt ? new Date(a.freesAt).toISOString() : null,
+          retryAfterSeconds: retry ?? null,
         },
-        responses: {
-          200: {
-            content: { 'application/json': { schema: Reserved } },
-            description: 'Reserved (id null: no token or cost ceiling to reserve against); outputTokens is the allowance.',
-          },
-          400: { content: { 'application/json': { schema: Err } }, description: 'Malformed request.' },
-          404: { content: { 'application/json': { schema: Err } }, description: 'No registry entry of kind agent by that name.' },
-          429: { content: { 'application/json': { schema: Refused } }, description: 'The worst case does not fit the budget: nothing reserved.' },
-          503: { content: { 'application/json': { schema: Err } }, description: 'The budget ledger is unavailable (refused: fail closed).' },
-        },
-      }),
-      async (c) => {
-        const { agent } = c.req.valid('param');
-        const s = src.registry.get(agent);
-        if (!s || s.kind !== 'agent') return c.json({ error: `agent ${JSON.stringify(agent)} not found` }, 404);
-        let a;
-        try {
-          a = await reservations.reserve({ agent, ...c.req.valid('json') });
-        } catch (e) {
-          // The detail is the store's (a database message): logged here, never shown to the caller.
-          log.error('reservation failed', { agent, err: errMsg(e) });
-          return c.json({ error: BUDGET_STORE_UNAVAILABLE }, 503);
-        }
-        if (a.ok) return c.json({ id: a.id, outputTokens: a.outputTokens }, 200);
-        const retry = retryAfterSeconds(a, src.now());
-        return c.json(
-          {
-            error: a.message,
-            dimension: a.dimension,
-            limit: a.limit,
-            used: a.used,
-            need: a.need,
-            freesAt: a.freesAt ? new Date(a.freesAt).toISOString() : null,
-            retryAfterSeconds: retry ?? null,
-          },
-          429,
-          retry === undefined ? {} : { 'retry-after': String(retry) },
-        );
-      },
-    );
+        429,
+        retry === undefined ? {} : { 'retry-after': String(retry) },
+      );
+    });
   }
   return app;
 }
