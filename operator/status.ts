@@ -5,7 +5,7 @@
  *   Programmed  True Programmed | False Pending, Conflict (another owner, e.g. `api`, holds the
  *               entry), Rejected (the apply refused it), ApplyFailed, IdentityFailed, Blocked
  *               (activation gate), Held (suspended/quarantined by someone else: never undone by
- *               the operator), Retired, Drifted (a field the identity authority cannot update)
+ *               the operator), Retired (terminal)
  *   Ready       True Ready, or False with the first failing condition's reason
  *
  * `lastTransitionTime` moves only when a condition's status changes (metav1.Condition rules).
@@ -18,7 +18,7 @@ import type { Desired } from './reconcile.js';
 /** What the registry's apply answered (runtime/control-plane/registry). */
 export type { ApplyResult };
 
-export type GovernedReason = 'Blocked' | 'Held' | 'Retired' | 'Drifted' | 'Rejected' | 'ApplyFailed';
+export type GovernedReason = 'Blocked' | 'Held' | 'Retired' | 'Rejected' | 'ApplyFailed';
 
 export interface GovernedOutcome {
   lifecycle?: string;

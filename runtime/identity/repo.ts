@@ -34,18 +34,119 @@ async function governanceStatusOf(db: Pick<Store['db'], 'select'>, name: string)
   return rows[0]?.s;
 }
 
+export interface DesiredAgent {
+  name: string;
+  role: string;
+  capabilities: Capability[];
+}
+
+export interface AgentsApplyResult {
+  owner: string;
+  created: string[];
+  updated: string[];
+  unchanged: string[];
+  /** Agents the owner managed and no longer declares, retired by this apply (credentials revoked). */
+  retired: string[];
+  /** Names another producer manages (not written), and who. */
+  conflicts: string[];
+  conflictOwners: Record<string, string>;
+  /** Membership credentials this apply revoked (for the caller's verify index). */
+  revokedMemberships: string[];
+}
+
+/** The stored declaration differs from `a`, or the agent is retired (SQL: the update's guard). */
+const differs = (a: DesiredAgent, owner?: string) =>
+  sql`(${agents.role} is distinct from ${a.role} or ${agents.capabilities} is distinct from ${JSON.stringify(a.capabilities)}::jsonb
+      or ${agents.retiredAt} is not null${owner === undefined ? sql`` : sql` or ${agents.managedBy} is distinct from ${owner}`})`;
+
+type Tx = Parameters<Parameters<Store['db']['transaction']>[0]>[0];
+
+/** Retires one agent: every credential it holds is revoked, `retired_at` set; row and credentials kept. */
+async function retireAgent(tx: Tx, tenant: string, name: string, at: string): Promise<void> {
+  const held = await tx
+    .select({ jti: credentials.jti })
+    .from(credentials)
+    .where(and(eq(credentials.tenantId, tenant), eq(credentials.agentName, name)));
+  if (held.length)
+    await tx
+      .insert(revocations)
+      .values(held.map((c) => ({ jti: c.jti, tenantId: tenant, list: DEFAULT_LIST, revokedAt: at })))
+      .onConflictDoNothing();
+  await tx
+    .update(agents)
+    .set({ retiredAt: at, updatedAt: at })
+    .where(and(eq(agents.tenantId, tenant), eq(agents.name, name)));
+}
+
+/**
+ * A producer's apply (the registry's `apply(desired, {owner})` model), one transaction: creates
+ * what is missing (managed by `owner`), updates what differs (adopting an agent no producer
+ * manages, reviving a retired one), reports names another producer manages as conflicts,
+ * retires what `owner` manages and no longer declares, and writes nothing when nothing differs.
+ */
+async function applyAgents(db: Store['db'], tenant: string, owner: string, desired: readonly DesiredAgent[], nowMs: number): Promise<AgentsApplyResult> {
+  const at = new Date(nowMs).toISOString();
+  const out: AgentsApplyResult = { owner, created: [], updated: [], unchanged: [], retired: [], conflicts: [], conflictOwners: {}, revokedMemberships: [] };
+  const declared = new Set(desired.map((d) => d.name));
+  return db.transaction(async (tx) => {
+    const mine = or(eq(agents.managedBy, owner), declared.size ? inArray(agents.name, [...declared]) : undefined);
+    const rows = await tx
+      .select({ name: agents.name, managedBy: agents.managedBy, retiredAt: agents.retiredAt, membershipJti: agents.membershipJti })
+      .from(agents)
+      .where(and(eq(agents.tenantId, tenant), mine))
+      .orderBy(asc(agents.name))
+      .for('update');
+    const byName = new Map(rows.map((r) => [r.name, r]));
+    for (const d of [...desired].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
+      const cur = byName.get(d.name);
+      if (cur && cur.managedBy !== null && cur.managedBy !== owner) {
+        out.conflicts.push(d.name);
+        out.conflictOwners[d.name] = cur.managedBy;
+      } else if (!cur) {
+        await tx.insert(agents).values({ tenantId: tenant, name: d.name, role: d.role, capabilities: d.capabilities, managedBy: owner, createdAt: at, updatedAt: at });
+        out.created.push(d.name);
+      } else {
+        const set = { role: d.role, capabilities: d.capabilities, managedBy: owner, retiredAt: null, updatedAt: at };
+        const hit = await tx
+          .update(agents)
+          .set(set)
+          .where(and(eq(agents.tenantId, tenant), eq(agents.name, d.name), differs(d, owner)))
+          .returning({ name: agents.name });
+        (hit.length ? out.updated : out.unchanged).push(d.name);
+      }
+    }
+    for (const r of rows) {
+      if (r.managedBy !== owner || declared.has(r.name) || r.retiredAt !== null) continue;
+      await retireAgent(tx, tenant, r.name, at);
+      out.retired.push(r.name);
+      if (r.membershipJti) out.revokedMemberships.push(r.membershipJti);
+    }
+    return out;
+  });
+}
+
 export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
   const db = store.db;
   const iso = (ms: number) => new Date(ms).toISOString();
 
   return {
-    /** Creates the agent or updates role/capabilities (keys and DID untouched). */
+    /**
+     * Creates the agent or updates role/capabilities (keys, DID and producer untouched; a retired
+     * agent is declared again). The same declaration again writes nothing (no row touched).
+     */
     async upsertAgent(a: { name: string; role: string; capabilities: Capability[] }, nowMs: number): Promise<void> {
       await db
         .insert(agents)
         .values({ tenantId: tenant, name: a.name, role: a.role, capabilities: a.capabilities, createdAt: iso(nowMs), updatedAt: iso(nowMs) })
-        .onConflictDoUpdate({ target: [agents.tenantId, agents.name], set: { role: a.role, capabilities: a.capabilities, updatedAt: iso(nowMs) } });
+        .onConflictDoUpdate({
+          target: [agents.tenantId, agents.name],
+          set: { role: a.role, capabilities: a.capabilities, retiredAt: null, updatedAt: iso(nowMs) },
+          setWhere: differs(a),
+        });
     },
+
+    /** A producer's whole desired set of agents (`POST /v1/agents/apply`): one transaction; see applyAgents. */
+    applyAgents: (owner: string, desired: readonly DesiredAgent[], nowMs: number) => applyAgents(db, tenant, owner, desired, nowMs),
 
     async getAgent(name: string): Promise<AgentRow | undefined> {
       return (
@@ -81,11 +182,11 @@ export function identityRepo(store: Store, tenant = DEFAULT_TENANT) {
       name: string,
       p: { did: string; publicKey: string; membershipJti: string; membershipExp: number; creds: NewCredential[] },
       nowMs: number,
-      guard: (current: { did: string | null; membershipJti: string | null }, governance: string | undefined) => void = () => {},
-    ): Promise<{ did: string | null; membershipJti: string | null } | undefined> {
+      guard: (current: { did: string | null; membershipJti: string | null; retiredAt: string | null }, governance: string | undefined) => void = () => {},
+    ): Promise<{ did: string | null; membershipJti: string | null; retiredAt: string | null } | undefined> {
       return db.transaction(async (tx) => {
         const locked = await tx
-          .select({ did: agents.did, membershipJti: agents.membershipJti })
+          .select({ did: agents.did, membershipJti: agents.membershipJti, retiredAt: agents.retiredAt })
           .from(agents)
           .where(and(eq(agents.tenantId, tenant), eq(agents.name, name)))
           .for('update');

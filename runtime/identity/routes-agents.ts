@@ -2,17 +2,19 @@
 import { subApi } from '../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { generateKeyPairSync, createPublicKey } from 'node:crypto';
-import { ApiError, conflict, notFound } from '../lib/errors.js';
-import { grants, principalOf } from '../lib/api-auth.js';
+import { ApiError, conflict, forbidden, notFound } from '../lib/errors.js';
+import { grants, mayApplyAs, principalOf, producerScope } from '../lib/api-auth.js';
 import type { Capability } from '../store/schema/identity.js';
 import type { IdentityContext } from './context.js';
 import { didKeyFromPublicKey, rawPrivateSeed, rawPublicKey } from './did.js';
 import { INACTIVE_AGENT, type AgentStatus } from './enterprise/governance/model.js';
-import { identityRepo, type AgentRow, type NewCredential } from './repo.js';
+import { identityRepo, type AgentRow, type DesiredAgent, type NewCredential } from './repo.js';
 import {
   AgentCreateSchema,
   AgentName,
   AgentRecordSchema,
+  AgentsApplyResultSchema,
+  AgentsApplySchema,
   body,
   err,
   errors,
@@ -26,7 +28,14 @@ import type { Step3 } from './verify-index.js';
 
 const NameParam = z.object({ name: AgentName.openapi({ param: { name: 'name', in: 'path' } }) });
 
-export const agentRecord = (a: AgentRow) => ({ name: a.name, role: a.role, did: a.did, capabilities: a.capabilities, provisioned: a.did !== null });
+export const agentRecord = (a: AgentRow) => ({
+  name: a.name,
+  role: a.role,
+  did: a.did,
+  capabilities: a.capabilities,
+  provisioned: a.did !== null,
+  ...(a.retiredAt ? { retired_at: new Date(a.retiredAt).toISOString() } : {}),
+});
 
 export interface VerifyAnswer {
   ok: boolean;
@@ -97,6 +106,32 @@ export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
 
   app.openapi(
     createRoute({
+      method: 'post',
+      path: '/v1/agents/apply',
+      tags: ['agents'],
+      summary:
+        "A producer's whole desired set of agents (the registry's apply model): create, update, retire what it manages and no longer declares (credentials revoked, records kept); unchanged writes nothing",
+      request: { body: body(AgentsApplySchema) },
+      responses: {
+        200: json(AgentsApplyResultSchema, 'Names per outcome; conflicts name the producer that manages them'),
+        403: err('With auth on: applying as an owner needs the scope `identity:owner:<owner>`'),
+        ...errors,
+      },
+    }),
+    async (c) => {
+      const b = c.req.valid('json');
+      if (!mayApplyAs(c, 'identity', b.owner))
+        throw forbidden('forbidden', `applying as owner ${JSON.stringify(b.owner)} needs the scope ${producerScope('identity', b.owner)} (or admin)`);
+      const { revokedMemberships, ...result } = await identityRepo(ctx.store).applyAgents(b.owner, b.agents as DesiredAgent[], ctx.now());
+      // This replica knows at once; the others through the change feed.
+      for (const jti of revokedMemberships) ctx.verifyIndex?.noteRevoked(jti);
+      if (result.retired.length) await ctx.changes?.settled();
+      return c.json(result, 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
       method: 'get',
       path: '/v1/agents',
       tags: ['agents'],
@@ -134,7 +169,7 @@ export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
         200: json(ProvisionSchema),
         403: err('Already provisioned, and the caller lacks identity:admin (WRIT_API_AUTH=keys)'),
         404: err('Unknown agent'),
-        409: err('The agent is suspended, quarantined or retired (governance): no new identity'),
+        409: err('The agent is suspended, quarantined or retired (governance), or retired by its producer: no new identity'),
         ...errors,
       },
     }),
@@ -144,7 +179,9 @@ export function agentRoutes(ctx: IdentityContext): OpenAPIHono {
       const agent = await repo.getAgent(name);
       if (!agent) throw notFound('agent', name);
       const caller = principalOf(c);
-      const guard = (current: { did: string | null }, governance: string | undefined) => {
+      const guard = (current: { did: string | null; retiredAt?: string | null }, governance: string | undefined) => {
+        // Retired by its producer (no longer declared): declared again first, then provisioned.
+        if (current.retiredAt) throw conflict('agent_retired', `agent ${name} is retired (no longer declared by its producer): declare it again first`);
         // Re-provisioning replaces a live identity (its credentials are revoked): with
         // WRIT_API_AUTH=keys it needs identity:admin, not only the identity:write of a first one.
         if (caller && current.did !== null && !grants(caller, 'identity:admin'))

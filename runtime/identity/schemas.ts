@@ -1,5 +1,6 @@
 /** zod schemas of the identity-authority API: they validate requests and generate /openapi.json. */
 import { z } from '@hono/zod-openapi';
+import { ProducerOwner } from '../lib/api.js';
 
 export const ErrorSchema = z.object({ error: z.object({ code: z.string(), message: z.string() }) }).openapi('Error');
 export const ValidationErrorSchema = z
@@ -27,8 +28,35 @@ export const CapabilitySchema = z
 export const AgentCreateSchema = z.object({ name: AgentName, role: text(256), capabilities: z.array(CapabilitySchema).max(256) }).openapi('AgentCreate');
 
 export const AgentRecordSchema = z
-  .object({ name: z.string(), role: z.string(), did: z.string().nullable(), capabilities: z.array(CapabilitySchema), provisioned: z.boolean() })
+  .object({
+    name: z.string(),
+    role: z.string(),
+    did: z.string().nullable(),
+    capabilities: z.array(CapabilitySchema),
+    provisioned: z.boolean(),
+    retired_at: z.string().optional().openapi({ description: 'Present once its producer stopped declaring it: its credentials are revoked.' }),
+  })
   .openapi('Agent');
+
+export const AgentsApplySchema = z
+  .object({
+    owner: ProducerOwner.openapi({ description: 'The producer: `folder:<path>`, `kubernetes:<cluster>`, ...' }),
+    agents: z.array(AgentCreateSchema).max(10_000),
+  })
+  .refine((b) => new Set(b.agents.map((a) => a.name)).size === b.agents.length, { message: 'an agent is declared twice', path: ['agents'] })
+  .openapi('AgentsApply');
+
+export const AgentsApplyResultSchema = z
+  .object({
+    owner: z.string(),
+    created: z.array(z.string()),
+    updated: z.array(z.string()),
+    unchanged: z.array(z.string()),
+    retired: z.array(z.string()),
+    conflicts: z.array(z.string()),
+    conflictOwners: z.record(z.string(), z.string()),
+  })
+  .openapi('AgentsApplyResult');
 
 export const ProvisionSchema = z
   .object({

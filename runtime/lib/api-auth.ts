@@ -84,7 +84,7 @@ export const ROUTE_SCOPES: readonly RouteScope[] = [
   r(['POST'], /^\/v1\/directory\/sync$/, 'directory:sync'),
   r(GET, /^\/v1\/directory(\/|$)/, 'directory:read'),
   r(GET, /^\/v1\/governance(\/|$)/, 'governance:read'),
-  r(['POST'], /^\/v1\/governance(\/|$)/, 'governance:write'),
+  r(['POST', 'PATCH'], /^\/v1\/governance(\/|$)/, 'governance:write'),
   r('*', /^\/v1\/keys(\/|$)/, 'keys:admin'),
   // Control plane.
   r(GET, /^\/v1\/registry(\/|$)/, 'registry:read'),
@@ -263,6 +263,27 @@ export function principalOf(c: Context): Principal | undefined {
  * Who did it, as a record names them: with auth on, the authenticated caller, never what the
  * request says (`given`, a body or query field, is only the auth-off posture's account).
  */
+/**
+ * The scope that lets a credential apply as producer `owner` in an area (`registry`, `identity`,
+ * `governance`): an owner is a claim, applying as it prunes what it holds.
+ */
+export const producerScope = (area: string, owner: string): string => `${area}:owner:${owner}`;
+
+/**
+ * Whether the caller may apply as `owner` in `area` (auth off: no caller, no check). With auth
+ * on, `history by` of such a write names both: `<caller>:<owner>`.
+ */
+export function mayApplyAs(c: Context, area: string, owner: string): boolean {
+  const p = principalOf(c);
+  return !p || grants(p, producerScope(area, owner));
+}
+
+/** Who a producer's apply is recorded as: the authenticated caller and the owner it applied as (auth off: the owner). */
+export function applierOf(c: Context, owner: string): string {
+  const p = principalOf(c);
+  return p ? `${p.id}:${owner}` : owner;
+}
+
 export function actorOf<T extends string | undefined>(c: Context, given: T): string | T {
   return principalOf(c)?.id ?? given;
 }

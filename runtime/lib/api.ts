@@ -7,7 +7,7 @@
  * UTF-16 surrogate in any string (body values and keys, path and query parameters), and JSON
  * nested deeper than MAX_INPUT_DEPTH (free-form fields such as capability `constraints`).
  */
-import { OpenAPIHono } from '@hono/zod-openapi';
+import { OpenAPIHono, z } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { Context, MiddlewareHandler } from 'hono';
@@ -22,6 +22,13 @@ import { errMsg, logger, withoutParams } from './log.js';
 const log = logger('api');
 
 /** Default request body limit of the management APIs (SPEC is silent: 1 MiB). */
+/** A producer's name as an apply's `owner` (`api`, `folder:<path>`, `kubernetes:<cluster>`, ...). */
+export const ProducerOwner = z
+  .string()
+  .min(1)
+  .max(300)
+  .regex(/^[\x21-\x7e][\x20-\x7e]*$/, 'owner: printable ASCII');
+
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
 
 /** Deepest nesting of arrays and objects a request may carry (the body itself is level 1). */

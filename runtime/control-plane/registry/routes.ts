@@ -5,7 +5,8 @@
  */
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { Context } from 'hono';
-import { grants, principalOf } from '../../lib/api-auth.js';
+import { grants, principalOf, producerScope } from '../../lib/api-auth.js';
+import { ProducerOwner } from '../../lib/api.js';
 import { errMsg, logger } from '../../lib/log.js';
 import { AuditBackpressureError } from '../audit/shipper.js';
 import { ServiceSchema } from '../types.js';
@@ -14,7 +15,7 @@ import { RegistryConflictError, RegistryValidationError } from './service.js';
 import { mgmtHook } from '../mgmt-errors.js';
 
 /** The scope that lets a credential apply as `owner` (SPEC's producers: `folder:<path>`, `kubernetes:<cluster>`, ...). */
-export const ownerScope = (owner: string): string => `registry:owner:${owner}`;
+export const ownerScope = (owner: string): string => producerScope('registry', owner);
 
 const log = logger('registry');
 
@@ -26,11 +27,7 @@ const NameParam = z.object({
     .min(1)
     .openapi({ param: { name: 'name', in: 'path' } }),
 });
-const Owner = z
-  .string()
-  .min(1)
-  .max(300)
-  .regex(/^[\x21-\x7e][\x20-\x7e]*$/, 'owner: printable ASCII');
+const Owner = ProducerOwner;
 const ApplyBody = z
   .object({
     owner: Owner.openapi({ description: 'The producer: `api`, `examples`, `folder:<path>`, `kubernetes:<cluster>`, ...' }),

@@ -24,6 +24,8 @@ export const governedAgents = pgTable(
     approvedRuntime: text('approved_runtime'),
     status: text('status').$type<'draft' | 'pending_approval' | 'approved' | 'active' | 'suspended' | 'quarantined' | 'retired'>().notNull(),
     createdBy: text('created_by'),
+    /** The producer whose apply manages it (migration 0021); null: registered through the API. */
+    managedBy: text('managed_by'),
     createdAt: ts('created_at').notNull(),
     updatedAt: ts('updated_at').notNull(),
     lastReviewedAt: ts('last_reviewed_at'),

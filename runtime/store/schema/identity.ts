@@ -32,6 +32,10 @@ export const agents = pgTable(
     provisionedAt: ts('provisioned_at'),
     createdAt: ts('created_at').notNull(),
     updatedAt: ts('updated_at').notNull(),
+    /** The producer whose apply manages it (migration 0022); null: registered through the API. */
+    managedBy: text('managed_by'),
+    /** Set when its producer stopped declaring it: credentials revoked, row and history kept. */
+    retiredAt: ts('retired_at'),
   },
   (t) => [primaryKey({ columns: [t.tenantId, t.name] }), uniqueIndex('identity_agents_did').on(t.did)],
 );

@@ -121,62 +121,76 @@ export interface RegisterInput {
   createdBy?: string;
 }
 
+/** An owner reference resolved in tenant `t`, or 400 (unknown or cross-tenant). */
+async function ownerIn(view: DirectoryView, t: string, type: OwnerType, ref: string): Promise<{ ref: string; health: PartyHealth }> {
+  if (crossTenant(t, ref)) throw badRequest('owner_cross_tenant', `owner ${JSON.stringify(ref)} belongs to another tenant`);
+  const owner = await resolveOwner(view, type, ref);
+  if (!owner) throw badRequest('owner_unresolved', `owner ${JSON.stringify(ref)} is not a ${type === 'employee' ? 'unique employee' : 'group'} of tenant ${t}`);
+  return owner;
+}
+
+/** A team reference names a group of this tenant (stored as its group key); another tenant's group denies (SPEC 7). */
+async function teamIn(view: DirectoryView, t: string, ref: string | null): Promise<string | null> {
+  if (ref === null) return null;
+  if (crossTenant(t, ref)) throw badRequest('team_cross_tenant', `team ${JSON.stringify(ref)} belongs to another tenant`);
+  const key = groupKeyIn(t, ref);
+  if (!key || !(await view.group(key))) throw badRequest('team_unresolved', `team ${JSON.stringify(ref)} is not a group of tenant ${t}`);
+  return key;
+}
+
+/** A business sponsor names a unique employee of this tenant (stored as the subject). */
+async function sponsorIn(view: DirectoryView, t: string, ref: string | null): Promise<string | null> {
+  if (ref === null) return null;
+  const s = crossTenant(t, ref) ? undefined : ((await view.employee(ref)) ?? (await view.findEmployee(ref)));
+  if (!s) throw badRequest('sponsor_unresolved', `business sponsor ${JSON.stringify(ref)} is not a unique employee of tenant ${t}`);
+  return s.employee_subject;
+}
+
+/**
+ * Registration inside the caller's transaction, under the tenant's lock (`repo.lock()` taken):
+ * always `draft`; `managedBy` records the producer that manages it (apply.ts), null from the API.
+ */
+export async function registerIn(
+  tx: DbOrTx,
+  repo: GovernanceRepo,
+  b: RegisterInput,
+  at: string,
+  managedBy: string | null = null,
+  by = b.createdBy ?? 'unknown',
+): Promise<AgentRow> {
+  const t = repo.tenantId;
+  if ((await tenantOfAgent(tx, b.agentName)) !== undefined) throw conflict('agent_exists', `governed agent ${JSON.stringify(b.agentName)} already exists`);
+  const view = lazyView(tx, t);
+  const owner = await ownerIn(view, t, b.ownerType, b.ownerRef);
+  const team = await teamIn(view, t, b.teamRef ?? null);
+  const sponsor = await sponsorIn(view, t, b.businessSponsor ?? null);
+  const detail = owner.health.active ? `owner ${owner.ref}` : `owner ${owner.ref} is inactive: the agent stays draft until ownership is fixed`;
+  await repo.insertAgent({
+    agentName: b.agentName,
+    ownerType: b.ownerType,
+    ownerRef: owner.ref,
+    teamRef: team,
+    businessSponsor: sponsor,
+    riskTier: b.riskTier ?? null,
+    approvedRuntime: b.approvedRuntime ?? null,
+    status: 'draft',
+    createdBy: b.createdBy ?? null,
+    managedBy,
+    createdAt: at,
+    updatedAt: at,
+    history: [{ at, action: 'registered', by, detail }],
+  });
+  return (await repo.getAgent(b.agentName))!;
+}
+
 /** SPEC 3.1: every agent starts `draft`; an unknown or cross-tenant owner (or sponsor) is 400. */
 export async function registerAgent(deps: GovDeps, b: RegisterInput): Promise<AgentRecord> {
-  const t = b.tenantId;
   try {
     const made = await deps.db.transaction(async (tx) => {
-      const repo = governanceRepo(tx, t);
+      const repo = governanceRepo(tx, b.tenantId);
       await repo.lock();
-      if ((await tenantOfAgent(tx, b.agentName)) !== undefined) throw conflict('agent_exists', `governed agent ${JSON.stringify(b.agentName)} already exists`);
-      const view = lazyView(tx, t);
-      if (crossTenant(t, b.ownerRef)) throw badRequest('owner_cross_tenant', `owner ${JSON.stringify(b.ownerRef)} belongs to another tenant`);
-      const owner = await resolveOwner(view, b.ownerType, b.ownerRef);
-      if (!owner)
-        throw badRequest(
-          'owner_unresolved',
-          `owner ${JSON.stringify(b.ownerRef)} is not a ${b.ownerType === 'employee' ? 'unique employee' : 'group'} of tenant ${t}`,
-        );
-      // A team reference names a group of this tenant; another tenant's group denies (SPEC 7).
-      let team: string | null = null;
-      if (b.teamRef !== undefined) {
-        if (crossTenant(t, b.teamRef)) throw badRequest('team_cross_tenant', `team ${JSON.stringify(b.teamRef)} belongs to another tenant`);
-        const key = groupKeyIn(t, b.teamRef);
-        if (!key || !(await view.group(key))) throw badRequest('team_unresolved', `team ${JSON.stringify(b.teamRef)} is not a group of tenant ${t}`);
-        team = key;
-      }
-      let sponsor: string | null = null;
-      if (b.businessSponsor !== undefined) {
-        const s = crossTenant(t, b.businessSponsor) ? undefined : ((await view.employee(b.businessSponsor)) ?? (await view.findEmployee(b.businessSponsor)));
-        if (!s) throw badRequest('sponsor_unresolved', `business sponsor ${JSON.stringify(b.businessSponsor)} is not a unique employee of tenant ${t}`);
-        sponsor = s.employee_subject;
-      }
-      const at = new Date(deps.now()).toISOString();
-      const by = b.createdBy ?? 'unknown';
-      const history: HistoryEntry[] = [
-        {
-          at,
-          action: 'registered',
-          by,
-          detail: owner.health.active ? `owner ${owner.ref}` : `owner ${owner.ref} is inactive: the agent stays draft until ownership is fixed`,
-        },
-      ];
-      await repo.insertAgent({
-        agentName: b.agentName,
-        ownerType: b.ownerType,
-        ownerRef: owner.ref,
-        teamRef: team,
-        businessSponsor: sponsor,
-        riskTier: b.riskTier ?? null,
-        approvedRuntime: b.approvedRuntime ?? null,
-        status: 'draft',
-        createdBy: b.createdBy ?? null,
-        createdAt: at,
-        updatedAt: at,
-        history,
-      });
-      const row = await repo.getAgent(b.agentName);
-      return agentOut(row!, await healthOf(view, row!));
+      const row = await registerIn(tx, repo, b, new Date(deps.now()).toISOString());
+      return agentOut(row, await healthOf(lazyView(tx, b.tenantId), row));
     });
     await deps.changes?.settled();
     return made;
@@ -249,6 +263,31 @@ export async function invalidateAgentDelegations(repo: GovernanceRepo, agent: st
   return live.length;
 }
 
+/**
+ * One SPEC 3.1 manual move of the locked `row`, in the caller's transaction: 409 bad_transition
+ * off the table, 409 activation_blocked at the gate. Moves out of service invalidate the agent's
+ * live delegations and revoke its Membership VC in the same transaction.
+ */
+export async function moveIn(tx: DbOrTx, repo: GovernanceRepo, row: AgentRow, to: string, by: string, at: string): Promise<AgentRow> {
+  const name = row.agentName;
+  const from = row.status;
+  if (!(AGENT_STATUSES as readonly string[]).includes(to) || !canTransition(from, to as AgentStatus)) {
+    throw conflict('bad_transition', `cannot move governed agent ${name} from ${from} to ${to}`, { from, to, allowed: [...TRANSITIONS[from]] });
+  }
+  const next = to as AgentStatus;
+  if (next === 'active') {
+    const { blockers } = await healthOf(lazyView(tx, repo.tenantId), row);
+    if (blockers.length) throw conflict('activation_blocked', `activation gate not met: ${blockers.join(', ')}`, { blockers });
+  }
+  const reviewed = next === 'approved' || next === 'active' ? { lastReviewedAt: at } : {};
+  await repo.updateAgent(name, { status: next, updatedAt: at, ...reviewed }, [{ at, action: 'transition', by, detail: `${from} -> ${next}` }]);
+  if (INACTIVE_AGENT.has(next)) {
+    await invalidateAgentDelegations(repo, name, at, by, next);
+    await revokeMemberships(tx, repo, [name], at, 'admin', by, 'agent_inactive');
+  }
+  return (await repo.getAgent(name))!;
+}
+
 /** SPEC 3.1 manual move: 409 bad_transition off the table, 409 activation_blocked at the gate. */
 export async function transitionAgent(deps: GovDeps, name: string, to: string, by = 'unknown', tenantHint?: string): Promise<AgentRecord> {
   const t = await agentTenant(deps.db, name, tenantHint);
@@ -257,25 +296,8 @@ export async function transitionAgent(deps: GovDeps, name: string, to: string, b
     await repo.lock();
     const row = await repo.getAgent(name);
     if (!row) throw notFound('governed agent', name);
-    const from = row.status;
-    if (!(AGENT_STATUSES as readonly string[]).includes(to) || !canTransition(from, to as AgentStatus)) {
-      throw conflict('bad_transition', `cannot move governed agent ${name} from ${from} to ${to}`, { from, to, allowed: [...TRANSITIONS[from]] });
-    }
-    const next = to as AgentStatus;
-    const view = lazyView(tx, t);
-    if (next === 'active') {
-      const { blockers } = await healthOf(view, row);
-      if (blockers.length) throw conflict('activation_blocked', `activation gate not met: ${blockers.join(', ')}`, { blockers });
-    }
-    const at = new Date(deps.now()).toISOString();
-    const reviewed = next === 'approved' || next === 'active' ? { lastReviewedAt: at } : {};
-    await repo.updateAgent(name, { status: next, updatedAt: at, ...reviewed }, [{ at, action: 'transition', by, detail: `${from} -> ${next}` }]);
-    if (INACTIVE_AGENT.has(next)) {
-      await invalidateAgentDelegations(repo, name, at, by, next);
-      await revokeMemberships(tx, repo, [name], at, 'admin', by, 'agent_inactive');
-    }
-    const updated = (await repo.getAgent(name))!;
-    return agentOut(updated, await healthOf(view, updated));
+    const updated = await moveIn(tx, repo, row, to, by, new Date(deps.now()).toISOString());
+    return agentOut(updated, await healthOf(lazyView(tx, t), updated));
   });
   await deps.changes?.settled();
   return moved;
@@ -288,23 +310,104 @@ export async function transferOwnership(
   b: { ownerType: OwnerType; ownerRef: string; by?: string },
   tenantHint?: string,
 ): Promise<AgentRecord> {
+  return updateAgentFields(deps, name, { ownerType: b.ownerType, ownerRef: b.ownerRef }, b.by ?? 'unknown', tenantHint, { activeOwner: true });
+}
+
+/** The fields of a governed agent that an update sets (SPEC 2.8); null clears an optional one. */
+export interface FieldsInput {
+  ownerType?: OwnerType;
+  ownerRef?: string;
+  teamRef?: string | null;
+  businessSponsor?: string | null;
+  riskTier?: 'low' | 'medium' | 'high' | 'critical' | null;
+  approvedRuntime?: string | null;
+}
+
+type Fields = Pick<AgentRow, 'ownerType' | 'ownerRef' | 'teamRef' | 'businessSponsor' | 'riskTier' | 'approvedRuntime'>;
+
+/** `patch` resolved in the tenant to the stored form (owner subject or group key, team key, sponsor subject), or 400. */
+async function resolvedFields(view: DirectoryView, row: AgentRow, patch: FieldsInput): Promise<{ set: Partial<Fields>; ownerActive: boolean }> {
+  const t = row.tenantId;
+  const set: Partial<Fields> = {};
+  let ownerActive = true;
+  if (patch.ownerRef !== undefined || patch.ownerType !== undefined) {
+    const type = patch.ownerType ?? row.ownerType;
+    const owner = await ownerIn(view, t, type, patch.ownerRef ?? row.ownerRef);
+    set.ownerType = type;
+    set.ownerRef = owner.ref;
+    ownerActive = owner.health.active;
+  }
+  if (patch.teamRef !== undefined) set.teamRef = await teamIn(view, t, patch.teamRef);
+  if (patch.businessSponsor !== undefined) set.businessSponsor = await sponsorIn(view, t, patch.businessSponsor);
+  if (patch.riskTier !== undefined) set.riskTier = patch.riskTier;
+  if (patch.approvedRuntime !== undefined) set.approvedRuntime = patch.approvedRuntime;
+  return { set, ownerActive };
+}
+
+const FIELD_NAMES: Record<Exclude<keyof Fields, 'ownerType' | 'ownerRef'>, string> = {
+  teamRef: 'team_ref',
+  businessSponsor: 'business_sponsor',
+  riskTier: 'risk_tier',
+  approvedRuntime: 'approved_runtime',
+};
+
+/** One history entry per changed field (an owner change is an `ownership_transferred`); empty: nothing changes. */
+export function fieldChanges(row: Fields, set: Partial<Fields>, at: string, by: string): HistoryEntry[] {
+  const out: HistoryEntry[] = [];
+  const type = set.ownerType ?? row.ownerType;
+  const ref = set.ownerRef ?? row.ownerRef;
+  if (type !== row.ownerType || ref !== row.ownerRef)
+    out.push({ at, action: 'ownership_transferred', by, detail: `${row.ownerType}:${row.ownerRef} -> ${type}:${ref}` });
+  for (const [k, col] of Object.entries(FIELD_NAMES) as [keyof typeof FIELD_NAMES, string][]) {
+    const v = set[k];
+    if (v !== undefined && v !== row[k]) out.push({ at, action: 'updated', by, detail: `${col}: ${JSON.stringify(row[k])} -> ${JSON.stringify(v)}` });
+  }
+  return out;
+}
+
+/**
+ * Sets the changed fields of the locked `row` in the caller's transaction, one history entry each
+ * (`by`: the principal). Nothing changed: nothing is written (no row touched, no history entry).
+ * A new owner must resolve and be active (as a transfer); a retired agent is terminal (409).
+ */
+export async function updateFieldsIn(
+  repo: GovernanceRepo,
+  view: DirectoryView,
+  row: AgentRow,
+  patch: FieldsInput,
+  by: string,
+  at: string,
+  opts: { activeOwner?: boolean } = {},
+): Promise<AgentRow> {
+  const name = row.agentName;
+  if (row.status === 'retired') throw conflict('bad_transition', `governed agent ${name} is retired (terminal)`, { from: 'retired', allowed: [] });
+  const { set, ownerActive } = await resolvedFields(view, row, patch);
+  const history = fieldChanges(row, set, at, by);
+  const transferred = history.some((h) => h.action === 'ownership_transferred');
+  // The owner an agent moves to must be active; a transfer (SPEC 4.4) says so even when it names the current one.
+  if ((transferred || opts.activeOwner) && !ownerActive) throw badRequest('owner_inactive', `new owner ${set.ownerRef} is inactive`);
+  if (!history.length) return row;
+  await repo.updateAgent(name, { ...set, updatedAt: at, ...(transferred ? { lastReviewedAt: at } : {}) }, history);
+  return (await repo.getAgent(name))!;
+}
+
+/** PATCH /v1/governance/agents/{name}: one transaction under the tenant's governance lock. */
+export async function updateAgentFields(
+  deps: GovDeps,
+  name: string,
+  patch: FieldsInput,
+  by: string,
+  tenantHint?: string,
+  opts: { activeOwner?: boolean } = {},
+): Promise<AgentRecord> {
   const t = await agentTenant(deps.db, name, tenantHint);
   return deps.db.transaction(async (tx) => {
     const repo = governanceRepo(tx, t);
     await repo.lock();
     const row = await repo.getAgent(name);
     if (!row) throw notFound('governed agent', name);
-    if (row.status === 'retired') throw conflict('bad_transition', `governed agent ${name} is retired (terminal)`, { from: 'retired', allowed: [] });
-    if (crossTenant(t, b.ownerRef)) throw badRequest('owner_cross_tenant', `owner ${JSON.stringify(b.ownerRef)} belongs to another tenant`);
     const view = lazyView(tx, t);
-    const owner = await resolveOwner(view, b.ownerType, b.ownerRef);
-    if (!owner) throw badRequest('owner_unresolved', `new owner ${JSON.stringify(b.ownerRef)} does not resolve in tenant ${t}`);
-    if (!owner.health.active) throw badRequest('owner_inactive', `new owner ${owner.ref} is inactive`);
-    const at = new Date(deps.now()).toISOString();
-    await repo.updateAgent(name, { ownerType: b.ownerType, ownerRef: owner.ref, updatedAt: at, lastReviewedAt: at }, [
-      { at, action: 'ownership_transferred', by: b.by ?? 'unknown', detail: `${row.ownerType}:${row.ownerRef} -> ${b.ownerType}:${owner.ref}` },
-    ]);
-    const updated = (await repo.getAgent(name))!;
+    const updated = await updateFieldsIn(repo, view, row, patch, by, new Date(deps.now()).toISOString(), opts);
     return agentOut(updated, await healthOf(view, updated));
   });
 }

@@ -26,6 +26,27 @@ export const TRANSITIONS: Readonly<Record<AgentStatus, readonly AgentStatus[]>> 
 
 export const canTransition = (from: AgentStatus, to: AgentStatus): boolean => TRANSITIONS[from].includes(to);
 
+/** Shortest path of manual moves (SPEC 3.1) from one status to another; undefined when none. */
+export function pathTo(from: AgentStatus, to: AgentStatus): AgentStatus[] | undefined {
+  if (from === to) return [];
+  const prev = new Map<AgentStatus, AgentStatus>([[from, from]]);
+  const queue: AgentStatus[] = [from];
+  while (queue.length) {
+    const cur = queue.shift()!;
+    for (const next of TRANSITIONS[cur]) {
+      if (prev.has(next)) continue;
+      prev.set(next, cur);
+      if (next === to) {
+        const path: AgentStatus[] = [to];
+        for (let s = cur; s !== from; s = prev.get(s)!) path.unshift(s);
+        return path;
+      }
+      queue.push(next);
+    }
+  }
+  return undefined;
+}
+
 /** Agents in these states hold no authority: their live delegations are invalidated (agent_inactive). */
 export const INACTIVE_AGENT: ReadonlySet<AgentStatus> = new Set(['suspended', 'quarantined', 'retired']);
 /** Only these agents may receive a delegation; draft/pending ones are not approved yet. */

@@ -6,7 +6,7 @@
  * delegation id) before any scoped read.
  */
 import { randomUUID } from 'node:crypto';
-import { and, desc, eq, inArray, sql } from 'drizzle-orm';
+import { and, desc, eq, inArray, isNull, or, sql } from 'drizzle-orm';
 import { rowsOf, type Db } from '../../../store/factory.js';
 import { authorityDelegations, governedAgents, revocationLog, type HistoryEntry } from '../../../store/schema/governance.js';
 import { iso } from '../directory/repo.js';
@@ -69,7 +69,12 @@ export interface GovernanceRepo {
   /** Sets fields and appends history entries in one statement; false when no such agent here. */
   updateAgent(
     name: string,
-    set: Partial<Pick<AgentRow, 'status' | 'ownerType' | 'ownerRef' | 'updatedAt' | 'lastReviewedAt'>>,
+    set: Partial<
+      Pick<
+        AgentRow,
+        'status' | 'ownerType' | 'ownerRef' | 'teamRef' | 'businessSponsor' | 'riskTier' | 'approvedRuntime' | 'managedBy' | 'updatedAt' | 'lastReviewedAt'
+      >
+    >,
     history: HistoryEntry[],
   ): Promise<boolean>;
   getDelegation(id: string): Promise<DelegationRow | undefined>;
@@ -185,6 +190,20 @@ export function governanceRepo(db: DbOrTx, tenantId: string): GovernanceRepo {
 export async function tenantOfAgent(db: DbOrTx, name: string): Promise<string | undefined> {
   const rows = await db.select({ t: governedAgents.tenantId }).from(governedAgents).where(eq(governedAgents.agentName, name)).limit(1);
   return rows[0]?.t;
+}
+
+/**
+ * The governed agents a producer manages, in every tenant (for its apply's prune): recorded
+ * `managed_by = owner`, or, from before ownership was recorded, registered by it (`created_by`)
+ * and managed by no one.
+ */
+export async function managedBy(db: DbOrTx, owner: string): Promise<{ tenantId: string; agentName: string }[]> {
+  const A = governedAgents;
+  return db
+    .select({ tenantId: A.tenantId, agentName: A.agentName })
+    .from(A)
+    .where(or(eq(A.managedBy, owner), and(isNull(A.managedBy), eq(A.createdBy, owner))))
+    .orderBy(A.agentName);
 }
 
 export async function tenantOfDelegation(db: DbOrTx, id: string): Promise<string | undefined> {

@@ -3,11 +3,13 @@
  * on-demand revocation cascade and the revocation log. Handlers are thin: zod validates (422
  * {detail}), the service functions decide and write, ApiErrors become {error:{code,message}}.
  */
-import { actorOf, principalOf } from '../../../lib/api-auth.js';
+import { actorOf, applierOf, mayApplyAs, principalOf, producerScope } from '../../../lib/api-auth.js';
 import { subApi } from '../../../lib/api.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponse, invalid, json, body, Limit } from '../directory/http.js';
-import { getAgent, listAgents, registerAgent, transferOwnership, transitionAgent, type GovDeps } from './agents.js';
+import { getAgent, listAgents, registerAgent, transferOwnership, transitionAgent, updateAgentFields, type GovDeps } from './agents.js';
+import { applyGoverned } from './apply.js';
+import { forbidden } from '../../../lib/errors.js';
 import { cascadeNow, getDelegation, grantDelegation, listDelegations, revocationLog, revokeDelegation, usable } from './delegations.js';
 import { AGENT_STATUSES, DELEGATION_STATUSES } from './model.js';
 import { listIssues, summary } from './reports.js';
@@ -16,6 +18,8 @@ import {
   CascadeCountsSchema,
   DelegationRecordSchema,
   GovAgentName,
+  GovernedApplyResultSchema,
+  GovernedApplySchema,
   GrantSchema,
   IdParam,
   IssueSchema,
@@ -28,6 +32,7 @@ import {
   TenantQuery,
   TransferSchema,
   TransitionSchema,
+  UpdateSchema,
   UsableSchema,
 } from './schemas.js';
 
@@ -126,6 +131,51 @@ export function governanceRoutes(deps: GovDeps): OpenAPIHono {
         (await transferOwnership(deps, c.req.valid('param').name, { ...b, by: b.by ?? principalOf(c)?.id }, c.req.valid('query').tenant)) as AgentOut,
         200,
       );
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'patch',
+      path: '/v1/governance/agents/{name}',
+      tags,
+      summary: 'Update owner, team, sponsor, risk tier, runtime: one history entry per changed field, by the caller; nothing changed writes nothing',
+      request: { params: NameParam, query: TenantQuery, body: body(UpdateSchema) },
+      responses: {
+        200: json(AgentRecordSchema, 'Updated (or unchanged)'),
+        400: errorResponse('Owner, team or sponsor unresolved or cross-tenant; new owner inactive'),
+        404: errorResponse('Unknown agent'),
+        409: errorResponse('Agent retired'),
+        ...invalid,
+      },
+    }),
+    async (c) => {
+      const { by, ...patch } = c.req.valid('json');
+      const name = c.req.valid('param').name;
+      return c.json((await updateAgentFields(deps, name, patch, actorOf(c, by) ?? 'unknown', c.req.valid('query').tenant)) as AgentOut, 200);
+    },
+  );
+
+  app.openapi(
+    createRoute({
+      method: 'post',
+      path: '/v1/governance/agents/apply',
+      tags,
+      summary:
+        "A producer's whole desired set (the registry's apply model): register, update, walk SPEC 3.1, retire what it manages and no longer declares; unchanged writes nothing",
+      request: { body: body(GovernedApplySchema) },
+      responses: {
+        200: json(GovernedApplyResultSchema, 'Each declared agent with its outcome, and the agents retired'),
+        403: errorResponse('With auth on: applying as an owner needs the scope `governance:owner:<owner>`'),
+        409: errorResponse('An agent declared twice, or registered concurrently (apply again)'),
+        ...invalid,
+      },
+    }),
+    async (c) => {
+      const b = c.req.valid('json');
+      if (!mayApplyAs(c, 'governance', b.owner))
+        throw forbidden('forbidden', `applying as owner ${JSON.stringify(b.owner)} needs the scope ${producerScope('governance', b.owner)} (or admin)`);
+      return c.json(await applyGoverned(deps, b.owner, b.agents, applierOf(c, b.owner)), 200);
     },
   );
 

@@ -1,5 +1,6 @@
 /** zod schemas of the governance routes (SPEC 2.8, 2.9, 4.4): they validate and feed /openapi.json. */
 import { z } from '@hono/zod-openapi';
+import { ProducerOwner } from '../../../lib/api.js';
 import { TenantId } from '../directory/http.js';
 import { AGENT_STATUSES, DELEGATION_STATUSES, OWNER_TYPES, REVOKE_REASONS, RISK_TIERS, RUNTIMES } from './model.js';
 
@@ -38,6 +39,46 @@ export const TransitionSchema = z.object({ status: z.string().min(1).max(64), by
 
 export const TransferSchema = z.object({ ownerType: z.enum(OWNER_TYPES), ownerRef: text(600), by: text(600).optional() }).openapi('GovernedAgentTransfer');
 
+/** PATCH: the fields to set (absent: unchanged; null clears an optional one). The owner's type and reference come together. */
+export const UpdateSchema = z
+  .object({
+    ownerType: z.enum(OWNER_TYPES).optional(),
+    ownerRef: text(600).optional(),
+    teamRef: text(600).nullable().optional(),
+    businessSponsor: text(600).nullable().optional(),
+    riskTier: z.enum(RISK_TIERS).nullable().optional(),
+    approvedRuntime: RuntimeLabel.nullable().optional(),
+    by: text(600).optional().openapi({ description: 'Who, with WRIT_API_AUTH=off; with auth on the history names the authenticated caller.' }),
+  })
+  .strict()
+  .refine((b) => (b.ownerType === undefined) === (b.ownerRef === undefined), {
+    message: 'ownerType and ownerRef are set together',
+    path: ['ownerRef'],
+  })
+  .openapi('GovernedAgentUpdate');
+
+const DesiredGovernedSchema = z
+  .object({
+    agentName: GovAgentName,
+    tenantId: TenantId,
+    ownerType: z.enum(OWNER_TYPES),
+    ownerRef: text(600),
+    teamRef: text(600).optional(),
+    businessSponsor: text(600).optional(),
+    riskTier: z.enum(RISK_TIERS).optional(),
+    approvedRuntime: RuntimeLabel.optional(),
+    status: z.enum(AGENT_STATUSES).default('draft'),
+  })
+  .strict()
+  .openapi('GovernedAgentDesired');
+
+export const GovernedApplySchema = z
+  .object({
+    owner: ProducerOwner.openapi({ description: 'The producer: `folder:<path>`, `kubernetes:<cluster>`, ...' }),
+    agents: z.array(DesiredGovernedSchema).max(10_000),
+  })
+  .openapi('GovernedAgentApply');
+
 export const AgentRecordSchema = z
   .object({
     agent_name: z.string(),
@@ -62,6 +103,21 @@ export const AgentRecordSchema = z
     activation_blockers: z.array(z.string()),
   })
   .openapi('GovernedAgent');
+
+export const GovernedApplyResultSchema = z
+  .object({
+    owner: z.string(),
+    agents: z.array(
+      z.object({
+        agent_name: z.string(),
+        outcome: z.enum(['created', 'updated', 'unchanged', 'conflict', 'rejected', 'blocked', 'held', 'retired']),
+        message: z.string().optional(),
+        agent: AgentRecordSchema.optional(),
+      }),
+    ),
+    retired: z.array(z.string()),
+  })
+  .openapi('GovernedAgentApplyResult');
 
 export const IssueSchema = z
   .object({
