@@ -1,4 +1,4 @@
-import { cpSync, mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -9,6 +9,14 @@ import { startFolderSource, type FolderSource } from './source.js';
 async function until(check: () => boolean, what: string, ms = 15_000): Promise<void> {
   const end = Date.now() + ms;
   while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function untilAsync(check: () => Promise<boolean>, what: string, ms = 15_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await check())) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
@@ -60,6 +68,36 @@ describe('folder source', () => {
     rmSync(join(dir, 'agents/research-agent.yaml'));
     await until(() => t.registry.get('research-agent') === undefined, 'the deletion');
     expect(t.registry.get('extra-a')).toBeDefined();
+  });
+
+  it('an edited GovernedAgent reaches the identity authority and reports Ready; a removed one is retired (history kept)', async () => {
+    const s = start();
+    await s.ready;
+    const governed = async (name: string) => (await t.identity(`/v1/governance/agents/${name}`)).json() as Promise<Record<string, any>>;
+    const file = join(dir, 'agents/research-agent.yaml');
+    const text = readFileSync(file, 'utf8');
+    writeFileSync(file, text.replace('riskTier: medium', 'riskTier: high').replace('approvedRuntime: doks_prod', 'approvedRuntime: github_actions'));
+    await untilAsync(async () => (await governed('research-agent')).risk_tier === 'high', 'the edit at the identity authority');
+    const g = await governed('research-agent');
+    expect(g).toMatchObject({ status: 'active', risk_tier: 'high', approved_runtime: 'github_actions' });
+    expect(g.history.slice(4).map((h: { action: string; by: string; detail: string }) => [h.action, h.by, h.detail])).toEqual([
+      ['updated', s.owner, 'risk_tier: "medium" -> "high"'],
+      ['updated', s.owner, 'approved_runtime: "doks_prod" -> "github_actions"'],
+    ]);
+    const st = s.statuses().get('GovernedAgent/agents/research-agent')!;
+    expect(st.conditions.find((c) => c.type === 'Ready')).toMatchObject({ status: 'True', reason: 'Ready', message: 'governed agent is active' });
+    expect(st).toMatchObject({ lifecycle: 'active', activationBlockers: [] });
+
+    // The summarizer's GovernedAgent document is removed (its AgentPolicy stays): it is retired.
+    const sfile = join(dir, 'agents/summarizer.yaml');
+    writeFileSync(sfile, readFileSync(sfile, 'utf8').split('\n---\n')[0]!);
+    await untilAsync(async () => (await governed('summarizer')).status === 'retired', 'the removal');
+    expect((await governed('summarizer')).history.map((h: { detail: string }) => h.detail).slice(1)).toEqual([
+      'draft -> pending_approval',
+      'pending_approval -> approved',
+      'approved -> retired',
+    ]);
+    expect(t.registry.get('summarizer')).toBeDefined();
   });
 
   it('an invalid document is reported with file:line and never blocks the rest of its file or the folder', async () => {

@@ -119,11 +119,39 @@ describe('Kubernetes source against the in-test API server', () => {
     api.remove('agentpolicies', 'agents', 'research-agent');
     await until(() => api.get('agentpolicies', 'agents', 'research-agent') === undefined, 'the CR to be gone');
     expect(t.registry.get('research-agent')).toBeUndefined();
-    // Idempotent: deleting the governed agent CR suspends the agent, and a second pass is a no-op.
+    // Idempotent: deleting the governed agent CR retires the agent (history kept), and a second pass is a no-op.
     api.remove('governedagents', 'agents', 'research-agent');
     await until(() => api.get('governedagents', 'agents', 'research-agent') === undefined, 'the governed agent CR to be gone');
-    const g = (await (await t.identity('/v1/governance/agents/research-agent')).json()) as { status: string };
-    expect(g.status).toBe('suspended');
+    const g = (await (await t.identity('/v1/governance/agents/research-agent')).json()) as { status: string; history: { action: string; detail: string }[] };
+    expect(g.status).toBe('retired');
+    expect(g.history.map((h) => h.detail).slice(-2)).toEqual(['approved -> active', 'active -> retired']);
+    expect(await s.resync()).toBe(0);
+  });
+
+  it('kubectl apply of an edited GovernedAgent reaches the identity authority and the resource reports Ready at its new generation', async () => {
+    for (const d of exampleDocs()) api.apply(d);
+    const s = start('op-a');
+    await s.synced;
+    await until(() => ready(api.get('governedagents', 'agents', 'research-agent'))?.status === 'True', 'Ready');
+    const cr = api.get('governedagents', 'agents', 'research-agent')!;
+    api.apply({ ...cr, spec: { ...cr.spec, riskTier: 'critical', approvedRuntime: 'doks_stage', businessSponsor: 'idp_a:example:e1a2b3c4-0000-4000-8000-000000000002' } });
+    await until(() => api.get('governedagents', 'agents', 'research-agent')!.status.observedGeneration === 2, 'observedGeneration 2');
+    const after = api.get('governedagents', 'agents', 'research-agent')!;
+    expect(after.metadata.generation).toBe(2);
+    expect(ready(after)).toMatchObject({ status: 'True', reason: 'Ready', observedGeneration: 2 });
+    expect(after.status).toMatchObject({ lifecycle: 'active', activationBlockers: [] });
+    const g = (await (await t.identity('/v1/governance/agents/research-agent')).json()) as Record<string, any>;
+    expect(g).toMatchObject({
+      status: 'active',
+      risk_tier: 'critical',
+      approved_runtime: 'doks_stage',
+      business_sponsor: 'idp_a:example:e1a2b3c4-0000-4000-8000-000000000002',
+    });
+    expect(g.history.slice(4).map((h: { action: string; by: string; detail: string }) => [h.action, h.by, h.detail])).toEqual([
+      ['updated', 'kubernetes:test', 'business_sponsor: "idp_a:example:e1a2b3c4-0000-4000-8000-000000000001" -> "idp_a:example:e1a2b3c4-0000-4000-8000-000000000002"'],
+      ['updated', 'kubernetes:test', 'risk_tier: "medium" -> "critical"'],
+      ['updated', 'kubernetes:test', 'approved_runtime: "doks_prod" -> "doks_stage"'],
+    ]);
     expect(await s.resync()).toBe(0);
   });
 
