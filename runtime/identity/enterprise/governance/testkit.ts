@@ -154,6 +154,7 @@ export async function serveEnterprise(store: Store, now: () => number, o: { chan
     base,
     get: (p: string) => call('GET', p),
     post: (p: string, b?: unknown) => call('POST', p, b),
+    patch: (p: string, b?: unknown) => call('PATCH', p, b),
     close: () => closeServer(server),
   };
 }
