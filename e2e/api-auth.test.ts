@@ -270,6 +270,25 @@ describe('WRIT_API_AUTH=keys on the all-in-one', () => {
     expect(same.status, same.text).toBe(200);
   });
 
+  it('a governed agent update names the authenticated caller; applying identity or governed agents as a producer needs <area>:owner:<owner>', async () => {
+    const writer = await keyFor('governance:write');
+    const r = await call(idp, 'PATCH', '/v1/governance/agents/summarizer', writer.plaintext, { riskTier: 'medium', by: 'the-CISO' });
+    expect(r.status, r.text).toBe(200);
+    const agent = JSON.parse(r.text) as Json;
+    expect(agent.history.at(-1)).toEqual({ at: expect.any(String), action: 'updated', by: `key:${writer.id}`, detail: 'risk_tier: "low" -> "medium"' });
+    const owner = agent.created_by as string;
+    expect(owner).toMatch(/^folder:/);
+    const gov = await call(idp, 'POST', '/v1/governance/agents/apply', writer.plaintext, { owner, agents: [] });
+    expect(gov.status, gov.text).toBe(403);
+    expect(gov.text).toContain(`governance:owner:${owner}`);
+    const ids = await call(idp, 'POST', '/v1/agents/apply', (await keyFor('identity:write')).plaintext, { owner, agents: [] });
+    expect(ids.status, ids.text).toBe(403);
+    expect(ids.text).toContain(`identity:owner:${owner}`);
+    // Nothing was retired by the refused applies.
+    const after = JSON.parse((await call(idp, 'GET', '/v1/governance/agents/summarizer', BOOT)).text) as Json;
+    expect(after.status).toBe('approved');
+  });
+
   it('a delegation approval names the authenticated caller, never the body field', async () => {
     const writer = await keyFor('identity:write');
     const approverKey = await keyFor('approvals:decide');

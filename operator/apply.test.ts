@@ -147,7 +147,11 @@ describe('applier against the real registry and identity authority', () => {
         'employee:idp_a:example:e1a2b3c4-0000-4000-8000-000000000002 -> employee:idp_a:example:e1a2b3c4-0000-4000-8000-000000000001',
       ],
       ['updated', 'folder:test', 'team_ref: "example:research-team" -> null'],
-      ['updated', 'folder:test', 'business_sponsor: "idp_a:example:e1a2b3c4-0000-4000-8000-000000000001" -> "idp_a:example:e1a2b3c4-0000-4000-8000-000000000002"'],
+      [
+        'updated',
+        'folder:test',
+        'business_sponsor: "idp_a:example:e1a2b3c4-0000-4000-8000-000000000001" -> "idp_a:example:e1a2b3c4-0000-4000-8000-000000000002"',
+      ],
       ['updated', 'folder:test', 'risk_tier: "medium" -> "high"'],
       ['updated', 'folder:test', 'approved_runtime: "doks_prod" -> "doks_stage"'],
     ]);

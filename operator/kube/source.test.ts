@@ -134,7 +134,10 @@ describe('Kubernetes source against the in-test API server', () => {
     await s.synced;
     await until(() => ready(api.get('governedagents', 'agents', 'research-agent'))?.status === 'True', 'Ready');
     const cr = api.get('governedagents', 'agents', 'research-agent')!;
-    api.apply({ ...cr, spec: { ...cr.spec, riskTier: 'critical', approvedRuntime: 'doks_stage', businessSponsor: 'idp_a:example:e1a2b3c4-0000-4000-8000-000000000002' } });
+    api.apply({
+      ...cr,
+      spec: { ...cr.spec, riskTier: 'critical', approvedRuntime: 'doks_stage', businessSponsor: 'idp_a:example:e1a2b3c4-0000-4000-8000-000000000002' },
+    });
     await until(() => api.get('governedagents', 'agents', 'research-agent')!.status.observedGeneration === 2, 'observedGeneration 2');
     const after = api.get('governedagents', 'agents', 'research-agent')!;
     expect(after.metadata.generation).toBe(2);
@@ -148,7 +151,11 @@ describe('Kubernetes source against the in-test API server', () => {
       business_sponsor: 'idp_a:example:e1a2b3c4-0000-4000-8000-000000000002',
     });
     expect(g.history.slice(4).map((h: { action: string; by: string; detail: string }) => [h.action, h.by, h.detail])).toEqual([
-      ['updated', 'kubernetes:test', 'business_sponsor: "idp_a:example:e1a2b3c4-0000-4000-8000-000000000001" -> "idp_a:example:e1a2b3c4-0000-4000-8000-000000000002"'],
+      [
+        'updated',
+        'kubernetes:test',
+        'business_sponsor: "idp_a:example:e1a2b3c4-0000-4000-8000-000000000001" -> "idp_a:example:e1a2b3c4-0000-4000-8000-000000000002"',
+      ],
       ['updated', 'kubernetes:test', 'risk_tier: "medium" -> "critical"'],
       ['updated', 'kubernetes:test', 'approved_runtime: "doks_prod" -> "doks_stage"'],
     ]);

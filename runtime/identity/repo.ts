@@ -103,7 +103,9 @@ async function applyAgents(db: Store['db'], tenant: string, owner: string, desir
         out.conflicts.push(d.name);
         out.conflictOwners[d.name] = cur.managedBy;
       } else if (!cur) {
-        await tx.insert(agents).values({ tenantId: tenant, name: d.name, role: d.role, capabilities: d.capabilities, managedBy: owner, createdAt: at, updatedAt: at });
+        await tx
+          .insert(agents)
+          .values({ tenantId: tenant, name: d.name, role: d.role, capabilities: d.capabilities, managedBy: owner, createdAt: at, updatedAt: at });
         out.created.push(d.name);
       } else {
         const set = { role: d.role, capabilities: d.capabilities, managedBy: owner, retiredAt: null, updatedAt: at };

@@ -29,7 +29,15 @@ describe.each(testBackends())('identity agents apply on $name', (b) => {
     const bb = { name: 'app-b', role: 'reader', capabilities: [] };
     const first = await apply('folder:/one', [bb, a]);
     expect(first.status).toBe(200);
-    expect(first.json).toEqual({ owner: 'folder:/one', created: ['app-a', 'app-b'], updated: [], unchanged: [], retired: [], conflicts: [], conflictOwners: {} });
+    expect(first.json).toEqual({
+      owner: 'folder:/one',
+      created: ['app-a', 'app-b'],
+      updated: [],
+      unchanged: [],
+      retired: [],
+      conflicts: [],
+      conflictOwners: {},
+    });
     const before = (await rows()).filter((r) => r.n.startsWith('app-'));
     expect(before.map((r) => [r.n, r.m, r.r])).toEqual([
       ['app-a', 'folder:/one', false],

@@ -67,7 +67,12 @@ interface Ctx {
 const byProducer = (entryBy: string | undefined, c: Ctx) => entryBy === c.by || entryBy === c.owner || !!entryBy?.endsWith(`:${c.owner}`);
 
 /** Walks the locked `row` to `want` along SPEC 3.1; the row after the walk or the refusal. */
-async function walk(c: Ctx, repo: GovernanceRepo, row: AgentRow, want: AgentStatus): Promise<{ row: AgentRow; refusal?: Pick<AgentApplyResult, 'outcome' | 'message'> }> {
+async function walk(
+  c: Ctx,
+  repo: GovernanceRepo,
+  row: AgentRow,
+  want: AgentStatus,
+): Promise<{ row: AgentRow; refusal?: Pick<AgentApplyResult, 'outcome' | 'message'> }> {
   if (row.status === want) return { row };
   if (row.status === 'retired') return { row, refusal: { outcome: 'retired', message: 'the governed agent is retired (terminal)' } };
   const last = row.history[row.history.length - 1];
@@ -90,7 +95,8 @@ async function walk(c: Ctx, repo: GovernanceRepo, row: AgentRow, want: AgentStat
 async function applyOne(c: Ctx, g: DesiredGoverned): Promise<AgentApplyResult> {
   const name = g.agentName;
   const holder = await tenantOfAgent(c.tx, name);
-  if (holder !== undefined && holder !== g.tenantId) return { agent_name: name, outcome: 'conflict', message: `governed agent ${name} exists in another tenant` };
+  if (holder !== undefined && holder !== g.tenantId)
+    return { agent_name: name, outcome: 'conflict', message: `governed agent ${name} exists in another tenant` };
   const repo = governanceRepo(c.tx, g.tenantId);
   const view = lazyView(c.tx, g.tenantId);
   let row = await repo.getAgent(name);
@@ -102,7 +108,11 @@ async function applyOne(c: Ctx, g: DesiredGoverned): Promise<AgentApplyResult> {
     } else {
       const manager = row.managedBy ?? (row.createdBy === c.owner ? c.owner : null);
       if (manager !== c.owner)
-        return { agent_name: name, outcome: 'conflict', message: `governed agent ${name} is managed by ${row.managedBy ?? 'the API (registered by ' + (row.createdBy ?? 'unknown') + ')'}` };
+        return {
+          agent_name: name,
+          outcome: 'conflict',
+          message: `governed agent ${name} is managed by ${row.managedBy ?? 'the API (registered by ' + (row.createdBy ?? 'unknown') + ')'}`,
+        };
       if (row.managedBy === null) {
         // Registered by this producer before ownership was recorded: adopt it (recorded once).
         await repo.updateAgent(name, { managedBy: c.owner }, [{ at: c.at, action: 'managed', by: c.by, detail: `managed by ${c.owner}` }]);
