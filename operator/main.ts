@@ -16,7 +16,8 @@
  *                       folder source's first apply is done
  *   WRIT_API_KEY        its credential when the management API has WRIT_API_AUTH=keys: a scoped key
  *                       needs registry:write and registry:owner:<each owner it applies as>, plus
- *                       the identity and governance write scopes (the chart passes the bootstrap key)
+ *                       identity:write, governance:write and identity:owner:<owner>,
+ *                       governance:owner:<owner> for each (the chart passes the bootstrap key)
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
