@@ -1,7 +1,7 @@
 /**
  * Authenticated management (issue 15 item 8): the all-in-one as `npm start` runs it, with
  * `WRIT_API_AUTH=keys` and a bootstrap key, over real sockets. Every route of both management
- * listeners' `/openapi.json` (and the routes they do not document: egress approvals, the portal)
+ * listeners' `/openapi.json` (and the route they do not document: the portal's forwarder)
  * answers 401 without a credential, 403 with a key that lacks the route's scope, and neither with a
  * key holding exactly that scope; the public routes answer without one; a revoked or rotated key
  * stops working at once on both listeners; no key mints or rotates a key stronger than itself; a
@@ -103,6 +103,7 @@ describe('WRIT_API_AUTH=keys on the all-in-one', () => {
       [cp, '/healthz'],
       [cp, '/readyz'],
       [cp, '/openapi.json'],
+      [cp, '/docs'],
       [cp, '/metrics'],
       [cp, '/portal/'],
       [cp, '/portal/api/config'],
@@ -128,7 +129,9 @@ describe('WRIT_API_AUTH=keys on the all-in-one', () => {
       }
     }
     // Mounted outside the documented apps.
-    routes.push([cp, 'GET', '/v1/egress/requests'], [cp, 'POST', '/v1/egress/requests/p1/approve'], [cp, 'GET', '/portal/api/identity/v1/delegations']);
+    routes.push([cp, 'GET', '/portal/api/identity/v1/delegations']);
+    // The egress approvals are documented now.
+    for (const p of ['/v1/egress/requests', '/v1/egress/requests/p1/approve']) expect(routes.some(([b, , path]) => b === cp && path === p)).toBe(true);
     const checked: string[] = [];
     for (const [base, method, path] of routes) {
       const scope = requiredScope(method, path);

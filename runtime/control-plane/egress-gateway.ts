@@ -1,11 +1,11 @@
 /**
- * Egress enforcement composition: the approval queue, its management routes and the forward
- * proxy, started against a control plane's parts (the same registry, budgets, identity port,
- * audit chain and metrics as /authz).
+ * Egress enforcement composition: the approval queue and the forward proxy, started against a
+ * control plane's parts (the same registry, budgets, identity port, audit chain and metrics as
+ * /authz). The plane's management app always has the approval routes (approvals/routes.ts); the
+ * gateway hands them its queue through `plane.approvals` while it runs.
  *
- *   const slot = egressRoutesSlot();
- *   const cp = await startControlPlane({ store, env, extraRoutes: slot.register });
- *   const gw = await startEgressGateway({ plane: cp.plane, store, env, slot });
+ *   const cp = await startControlPlane({ store, env });
+ *   const gw = await startEgressGateway({ plane: cp.plane, store, env });
  *   gw.port;            // the proxy port, undefined when disabled
  *   await gw.close();   // BEFORE cp.close(): held requests are expired and audited first,
  *   await cp.close();   // then the control plane flushes the audit chain
@@ -20,13 +20,12 @@
  * EGRESS_PROXY_HEADERS_TIMEOUT_MS, EGRESS_PROXY_MAX_HEADER_BYTES, EGRESS_PROXY_CONNECT_TIMEOUT_MS,
  * EGRESS_PROXY_IDLE_TIMEOUT_MS, EGRESS_PROXY_KEEPALIVE_TIMEOUT_MS.
  */
-import type { Hono } from 'hono';
 import { positiveInt, str, type Env } from '../lib/config.js';
 import { listen } from '../lib/http.js';
 import { createReadiness } from '../lib/readiness.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { Store } from '../store/factory.js';
-import { createApprovalQueue, registerEgressRoutes, type ApprovalQueue, type ApprovalQueueOptions } from './approvals/index.js';
+import { createApprovalQueue, type ApprovalQueue, type ApprovalQueueOptions } from './approvals/index.js';
 import { createForwardProxy, DEFAULT_LIMITS, type ForwardProxy, type ProxyLimits } from './proxy/index.js';
 export { connectPortsFromEnv } from './proxy/target.js';
 import { startControlPlane, type ControlPlaneParts, type RunningControlPlane, type StartOptions } from './server.js';
@@ -35,30 +34,11 @@ const log = logger('egress-gateway');
 
 export const DEFAULT_PROXY_ADDR = ':9092';
 
-/** Mounts the egress-request routes now and serves whichever queue is set later. */
-export interface EgressRoutesSlot {
-  /** Pass as `extraRoutes` to createControlPlane / startControlPlane. */
-  register(app: Hono, parts?: ControlPlaneParts): void;
-  /** The queue the routes serve; undefined answers 503 (queue disabled). */
-  queue: ApprovalQueue | undefined;
-}
-
-export function egressRoutesSlot(): EgressRoutesSlot {
-  const slot: EgressRoutesSlot = {
-    queue: undefined,
-    register(app) {
-      registerEgressRoutes(app, { queue: () => slot.queue });
-    },
-  };
-  return slot;
-}
-
 export interface EgressGatewayOptions {
   /** The control plane (or its parts) whose decision deps the proxy runs. */
   plane: ControlPlaneParts;
   /** The control plane's store (egress requests live there). */
   store: Store;
-  slot: EgressRoutesSlot;
   env?: Env;
   /** Default EGRESS_PROXY_ADDR or `:9092`. */
   addr?: string;
@@ -95,7 +75,7 @@ export async function startEgressGateway(o: EgressGatewayOptions): Promise<Egres
   const env = o.env ?? process.env;
   if (!o.plane.identity) {
     log.info('forward proxy disabled: no identity authority (set AGENT_IDP_URL); egress-request routes answer 503');
-    o.slot.queue = undefined;
+    o.plane.approvals.queue = undefined;
     return { enabled: false, close: async () => {} };
   }
   // Validate every setting before opening anything.
@@ -104,13 +84,13 @@ export async function startEgressGateway(o: EgressGatewayOptions): Promise<Egres
 
   const queue = await createApprovalQueue({ store: o.store, audit: o.plane.audit, env, now: o.plane.now, ...o.queue });
   o.plane.metrics.attach({ approvals: queue });
-  const proxy = createForwardProxy({ engine: o.plane.engine, queue: () => o.slot.queue, limits, metricsRegistry: o.plane.metrics.registry });
-  o.slot.queue = queue;
+  const proxy = createForwardProxy({ engine: o.plane.engine, queue: () => o.plane.approvals.queue, limits, metricsRegistry: o.plane.metrics.registry });
+  o.plane.approvals.queue = queue;
   let port: number;
   try {
     port = await listen(proxy.server, addr);
   } catch (e) {
-    o.slot.queue = undefined;
+    o.plane.approvals.queue = undefined;
     await proxy.close(0);
     await queue.close();
     throw e;
@@ -135,7 +115,7 @@ export async function startEgressGateway(o: EgressGatewayOptions): Promise<Egres
         log.error('approval queue close failed', { err: errMsg(e) });
       }
       await proxy.close();
-      o.slot.queue = undefined;
+      o.plane.approvals.queue = undefined;
       o.plane.metrics.attach({ approvals: undefined });
     },
   };
@@ -148,21 +128,18 @@ export interface RunningWithEgress {
   close(): Promise<void>;
 }
 
-/** startControlPlane with the egress routes mounted and the gateway started on its parts. */
+/** startControlPlane with the egress gateway started on its parts. */
 export async function startControlPlaneWithEgress(
   opts: StartOptions & Pick<EgressGatewayOptions, 'limits' | 'queue'> & { proxyAddr?: string },
 ): Promise<RunningWithEgress> {
-  if (opts.extraRoutes) throw new Error('startControlPlaneWithEgress mounts its own extraRoutes');
-  const slot = egressRoutesSlot();
   const readiness = opts.readiness ?? createReadiness();
   const proxyUp = readiness.gate('forward proxy not listening yet');
-  const cp = await startControlPlane({ ...opts, readiness, extraRoutes: slot.register });
+  const cp = await startControlPlane({ ...opts, readiness });
   let gateway: EgressGateway;
   try {
     gateway = await startEgressGateway({
       plane: cp.plane,
       store: opts.store,
-      slot,
       env: opts.env,
       addr: opts.proxyAddr,
       limits: opts.limits,

@@ -1,5 +1,6 @@
 import type { Server } from 'node:http';
 import { createAdaptorServer } from '@hono/node-server';
+import { Hono } from 'hono';
 import { Counter, Registry as PromRegistry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metric } from '../lib/brand.js';
@@ -49,7 +50,7 @@ describe('management API over HTTP', () => {
       usage: (r) => (r.reservation === 'down' ? Promise.reject(new Error('ledger down')) : usage.push(r)),
       metricsText: () => prom.metrics(),
       readiness,
-      extraRoutes: (app) => app.get('/v1/egress/requests', (c) => c.json([])),
+      routes: [new Hono().get('/v1/egress/requests', (c) => c.json([]))],
     }));
   });
   afterAll(async () => {

@@ -1,8 +1,9 @@
 /**
  * Control-plane management listener (SPEC 4.3, `:8181`): health, registry (with apply and the
- * version), usage, audit, dry-run decisions, metrics, and `/openapi.json` generated from the
- * same zod schemas that validate the requests. Each area is a sub-app composed here with
- * `app.route('/', ...)`; the tests serve exactly this app.
+ * version), usage, audit, dry-run decisions, budgets, egress approvals, metrics, and
+ * `/openapi.json` generated from the same zod schemas that validate the requests (every
+ * management route is in it), with Swagger UI on `/docs` as on the identity authority. Each area
+ * is a sub-app composed here with `app.route('/', ...)`; the tests serve exactly this app.
  *
  * Error shapes (the control plane's, not the identity authority's; see mgmt-errors.ts):
  * `{error: string}` with a message naming the offending field; validation errors add `detail`.
@@ -13,6 +14,7 @@
  * - POST /v1/usage whose settlements cannot be written -> 503 `{error: 'budget store unavailable', unsettled: [index]}`
  */
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { swaggerUI } from '@hono/swagger-ui';
 import type { Context, Hono, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { allowedMethods, rejectBadInput, writeRefusal } from '../lib/api.js';
@@ -41,10 +43,8 @@ export interface MgmtDeps {
   readiness: Readiness;
   /** Detail added to a ready /readyz answer (the audit chain's state); the status stays readiness's. */
   readyDetail?: () => Record<string, unknown>;
-  /** More sub-apps (decision dry-run, egress approvals, portal), composed at the root. */
+  /** More sub-apps (decision dry-run, budgets, egress approvals, portal), composed at the root. */
   routes?: Hono<any, any, any>[];
-  /** Mounts more routes on the same app (legacy seam of the egress approvals). */
-  extraRoutes?: (app: Hono) => void;
   /** Who registry writes are attributed to in the audit log (default `mgmt-api`). */
   actor?: (c: Context) => string;
   /** Authentication and scopes of every route (lib/api-auth.ts `apiAuth`), mounted first. */
@@ -122,6 +122,41 @@ function usageRoutes(usage: MgmtDeps['usage']): OpenAPIHono {
   return app;
 }
 
+const Ready = z.object({
+  ready: z.boolean(),
+  audit: z.any().optional().openapi({ description: "The audit chain's state (when ready)." }),
+  error: z.string().optional(),
+  reasons: z.array(z.string()).optional().openapi({ description: 'Why not ready (starting, a gate not passed, a watch failing).' }),
+});
+
+/** Liveness, readiness and the Prometheus exposition. */
+function healthRoutes(deps: Pick<MgmtDeps, 'readiness' | 'readyDetail' | 'metricsText'>): OpenAPIHono {
+  const app = new OpenAPIHono({ defaultHook: mgmtHook });
+  app.openapi(createRoute({ method: 'get', path: '/healthz', responses: { 200: json(z.object({ ok: z.literal(true) }), 'Alive.') } }), (c) =>
+    c.json({ ok: true as const }, 200),
+  );
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/readyz',
+      responses: { 200: json(Ready, 'Ready to serve: `{ready: true, audit}`.'), 503: json(Ready, 'Not ready: `{ready: false, error, reasons}`.') },
+    }),
+    (c) => {
+      const [status, body] = readyzAnswer(deps.readiness, deps.readyDetail);
+      return status === 200 ? c.json(body as z.infer<typeof Ready>, 200) : c.json(body as z.infer<typeof Ready>, 503);
+    },
+  );
+  app.openapi(
+    createRoute({
+      method: 'get',
+      path: '/metrics',
+      responses: { 200: { content: { [METRICS_CONTENT_TYPE]: { schema: z.string() } }, description: 'Prometheus text exposition format 0.0.4.' } },
+    }),
+    async (c) => c.text(await deps.metricsText(), 200, { 'content-type': METRICS_CONTENT_TYPE }),
+  );
+  return app;
+}
+
 export function createMgmtApp(deps: MgmtDeps): OpenAPIHono {
   const app = new OpenAPIHono({ defaultHook: mgmtHook });
   // WRIT_API_AUTH (lib/api-auth.ts): before anything reads the request.
@@ -156,25 +191,15 @@ export function createMgmtApp(deps: MgmtDeps): OpenAPIHono {
     ),
   );
 
-  app.get('/healthz', (c) => c.json({ ok: true }));
-  app.get('/readyz', (c) => {
-    const [status, body] = readyzAnswer(deps.readiness, deps.readyDetail);
-    return c.json(body, status);
-  });
+  app.route('/', healthRoutes(deps));
 
   app.route('/', registryRoutes({ registry: deps.registry, actor: deps.actor }));
   app.route('/', usageRoutes(deps.usage));
   app.route('/', auditRoutes(deps.audit));
   for (const r of deps.routes ?? []) app.route('/', r);
 
-  app.get('/metrics', async (c) => {
-    const text = await deps.metricsText();
-    return c.body(text, 200, { 'content-type': METRICS_CONTENT_TYPE });
-  });
-
-  deps.extraRoutes?.(app);
-
   app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: `${BRAND_TITLE} control plane management API`, version: '1' } });
+  app.get('/docs', swaggerUI({ url: '/openapi.json' }));
   app.notFound((c) => {
     const allow = allowedMethods(app, c.req.path);
     if (allow.length === 0) return c.json({ error: 'not found' }, 404);

@@ -10,7 +10,6 @@
  */
 import type http from 'node:http';
 import { createAdaptorServer } from '@hono/node-server';
-import type { Hono } from 'hono';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import { bool, int, oneOf, optional, parseAddr, str, type Env } from '../lib/config.js';
 import { apiAuth, authFromEnv, credentialCheck, principalOf } from '../lib/api-auth.js';
@@ -37,6 +36,7 @@ import { callTicketKey, createCallTickets } from './tickets.js';
 import { trustedPeers } from '../lib/net.js';
 import type { IdentityPort } from './identity-port.js';
 import { createIdentityClient, type IdentityClient, type IdentityClientOptions, type LocalIdentity } from './identity-client.js';
+import { approvalRoutes, type ApprovalQueue } from './approvals/index.js';
 import { createMetrics, type ControlPlaneMetrics } from './metrics.js';
 import { createMgmtApp } from './mgmt.js';
 import { createOidcVerifier, oidcFromEnv } from '../lib/oidc.js';
@@ -59,7 +59,7 @@ export function controlPlaneStoreOptions(env: Env): StoreOptions {
   return { backend, url: backend === 'postgres' ? url : undefined, dataDir: str(env, 'REGISTRY_DATA_DIR', '.data/control-plane') };
 }
 
-/** What extra management routes (egress approvals, engineer D2) get to work with. */
+/** The plane's parts: what the egress gateway (egress-gateway.ts) starts the forward proxy on. */
 export interface ControlPlaneParts {
   registry: Registry;
   audit: AuditChain;
@@ -70,6 +70,12 @@ export interface ControlPlaneParts {
   /** The decision engine every enforcement point runs (/authz, the forward proxy, the dry-run). */
   engine: DecisionEngine;
   identity?: IdentityPort;
+  /**
+   * The egress approval queue the management routes serve (`/v1/egress/requests`): set by the
+   * egress gateway once it runs (egress-gateway.ts), undefined while there is none (the routes
+   * answer 503).
+   */
+  approvals: { queue?: ApprovalQueue };
   now: () => number;
 }
 
@@ -86,8 +92,6 @@ export interface ControlPlaneOptions {
   localIdentity?: LocalIdentity;
   /** Clock for budgets, audit and registry (epoch ms); default Date.now. */
   now?: () => number;
-  /** Mounts more routes on the management app, e.g. `(app, p) => registerEgressRoutes(app, {...})`. */
-  extraRoutes?: (app: Hono, parts: ControlPlaneParts) => void;
   /**
    * Ship audit records to the store (default true). false keeps the chain in memory only (the
    * 1000-record ring): for dry runs and the benchmark's decision-path figure, never production.
@@ -225,7 +229,8 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     metrics.recordUsage(r.agent, r.model, r.tokens, r.costUsd);
   };
 
-  const parts: ControlPlaneParts = { registry, audit, budget, reservations, metrics, engine, identity, now };
+  const approvals: ControlPlaneParts['approvals'] = {};
+  const parts: ControlPlaneParts = { registry, audit, budget, reservations, metrics, engine, identity, approvals, now };
   let closed = false;
   const readiness = readinessOf(opts.readiness, { audit, identity, closed: () => closed });
   // WRIT_API_AUTH=keys: API keys are checked at the identity authority (POST /v1/keys/verify),
@@ -242,8 +247,12 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     metricsText: () => metrics.text(),
     readiness,
     readyDetail: () => ({ audit: auditHealth(audit) }),
-    routes: [decisionRoutes(engine), budgetRoutes({ registry, budget, reservations, now }), portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') })],
-    extraRoutes: opts.extraRoutes ? (app) => opts.extraRoutes!(app, parts) : undefined,
+    routes: [
+      decisionRoutes(engine),
+      budgetRoutes({ registry, budget, reservations, now }),
+      approvalRoutes({ queue: () => approvals.queue }),
+      portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') }),
+    ],
   });
   const authzServer = createAuthzServer(engine);
 

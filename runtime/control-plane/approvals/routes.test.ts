@@ -4,7 +4,7 @@ import type { Store } from '../../store/factory.js';
 import { testBackends } from '../../store/testing.js';
 import type { AuditEntry } from '../types.js';
 import { createApprovalQueue, type ApprovalQueue } from './queue.js';
-import { registerEgressRoutes } from './routes.js';
+import { approvalRoutes } from './routes.js';
 import { apiAuth, type Principal } from '../../lib/api-auth.js';
 
 const post = (app: Hono, path: string, body: unknown) =>
@@ -13,7 +13,7 @@ const post = (app: Hono, path: string, body: unknown) =>
 describe('egress routes with the queue disabled', () => {
   it('answer 503 on every route', async () => {
     const app = new Hono();
-    registerEgressRoutes(app, { queue: undefined });
+    app.route('/', approvalRoutes({ queue: undefined }));
     const list = await app.request('/v1/egress/requests');
     expect(list.status).toBe(503);
     expect(((await list.json()) as { error: string }).error).toMatch(/disabled/);
@@ -30,7 +30,7 @@ describe.each(testBackends())('egress routes on $name', (b) => {
   beforeAll(async () => {
     store = await b.open();
     queue = await createApprovalQueue({ store, audit: { append: (e) => void audit.push(e) }, replicaId: 'routes', timeoutMs: 60_000 });
-    registerEgressRoutes(app, { queue });
+    app.route('/', approvalRoutes({ queue }));
   });
   afterAll(async () => {
     await queue.close();
@@ -104,7 +104,7 @@ describe.each(testBackends())('egress routes with WRIT_API_AUTH=keys on $name', 
     store = await b.open();
     queue = await createApprovalQueue({ store, audit: { append: () => {} }, replicaId: 'auth', timeoutMs: 60_000 });
     app.use('*', apiAuth({ mode: 'keys', check: async (t) => principals[t], deny: (c, status, message) => c.json({ error: message }, status) }));
-    registerEgressRoutes(app, { queue });
+    app.route('/', approvalRoutes({ queue }));
   });
   afterAll(async () => {
     await queue.close();
