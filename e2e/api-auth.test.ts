@@ -86,6 +86,7 @@ describe('WRIT_API_AUTH=keys on the all-in-one', () => {
     expect(requiredScope('POST', '/v1/registry/apply')).toBe('registry:write');
     expect(requiredScope('DELETE', '/v1/registry/services/web')).toBe('registry:write');
     expect(requiredScope('GET', '/v1/audit/verify')).toBe('audit:read');
+    expect(requiredScope('POST', '/v1/audit/consistency')).toBe('audit:read');
     expect(requiredScope('POST', '/v1/delegations/d1/approve')).toBe('approvals:decide');
     expect(requiredScope('POST', '/v1/egress/requests/r1/approve')).toBe('approvals:decide');
     expect(requiredScope('POST', '/v1/agents/a/provision')).toBe('identity:write');

@@ -90,6 +90,8 @@ export const ROUTE_SCOPES: readonly RouteScope[] = [
   r(GET, /^\/v1\/registry(\/|$)/, 'registry:read'),
   r(WRITE, /^\/v1\/registry(\/|$)/, 'registry:write'),
   r(GET, /^\/v1\/audit(\/|$)/, 'audit:read'),
+  // A check of a kept checkpoint against the log: it writes nothing.
+  r(['POST'], /^\/v1\/audit\/consistency$/, 'audit:read'),
   r(['POST'], /^\/v1\/usage$/, 'usage:write'),
   r(GET, /^\/v1\/budgets(\/|$)/, 'budgets:read'),
   r(WRITE, /^\/v1\/budgets\/[^/]+\/reservations(\/|$)/, 'budgets:reserve'),
