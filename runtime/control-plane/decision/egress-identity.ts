@@ -3,13 +3,13 @@
  * its governance standing (a governed agent that is not active acts for no one). Pure.
  */
 import { H } from '../../lib/brand.js';
+import { mayAct } from '../../lib/governance-standing.js';
 import { bearerToken, HEADER_SAFE, isVpJwt } from './credentials.js';
 import { ask, pass, refuse, type PolicyLayer, type Verdict } from './driver.js';
 import type { EgressContext } from './egress.js';
 import { isFailure, type Answers, type PolicySnapshot } from './types.js';
 
 type V = Verdict<EgressContext>;
-const ACTIVE = 'active';
 
 /** An identity deny; the audit row names the agent a VP proved before it. */
 const no = (reason: string, proved?: Pick<EgressContext, 'actorName' | 'agentDid'>, challenge = false): V =>
@@ -66,7 +66,7 @@ function governanceDenial(snap: PolicySnapshot, agent: string, now: number): str
   const fresh = g !== undefined && now - g.fetchedAt <= snap.settings.governanceMaxAgeMs;
   if (status !== undefined) {
     if (!fresh) return `governance standing of agent ${JSON.stringify(agent)} is unknown: identity authority unreachable (fail closed)`;
-    return status === ACTIVE ? undefined : `agent ${JSON.stringify(agent)} is ${status} (governance)`;
+    return mayAct(status) ? undefined : `agent ${JSON.stringify(agent)} is ${status} (governance)`;
   }
   if (!snap.settings.requireGoverned) return undefined;
   if (!fresh) return `governance standing of agent ${JSON.stringify(agent)} is unknown: identity authority unreachable (fail closed)`;
