@@ -12,9 +12,9 @@
 import type { KeyObject } from 'node:crypto';
 import { mayAct } from '../lib/governance-standing.js';
 import { errMsg, logger } from '../lib/log.js';
-import { ACCESS_TOKEN_TYP, keyFromJwk, type TokenCheck } from '../identity/oauth/token.js';
+import { keyFromJwk } from '../identity/oauth/token.js';
+import { accessTokenShaped, type TokenCheck } from '../lib/access-token.js';
 import { createTokenVerifier, type TokenVerifier } from '../identity/oauth/verifier.js';
-import { parseJws } from '../lib/jws.js';
 import type { GovernanceStanding } from './identity-port.js';
 
 const log = logger('identity-tokens');
@@ -89,7 +89,7 @@ export function followTokens(f: TokenFeeds): TokenFollower {
   return {
     load,
     // Before the issuer is known, any access-token-shaped bearer token may be Writ's: refused, not ignored.
-    claimed: (token) => (verifier ? verifier.claimed(token) : parseJws(token)?.header.typ === ACCESS_TOKEN_TYP),
+    claimed: (token) => (verifier ? verifier.claimed(token) : accessTokenShaped(token)),
     check: (token) => (!verifier ? notLoaded : !f.revocationsCurrent() ? stale : verifier.check(token)),
     signatureChecks: () => verifier?.signatureChecks() ?? 0,
   };

@@ -1,25 +1,9 @@
 /**
- * Task-scoped delegation rules (SPEC 3.3), pure: resource globs and the check verdict.
+ * Task-scoped delegation rules (SPEC 3.3), pure: the check verdict (resource globs: lib/resource-glob.ts).
  */
+import { resourceMatches } from '../lib/resource-glob.js';
 
-/**
- * A path (before any `?` or `#`) a server may resolve somewhere other than where it reads: a `.`
- * or `..` segment, also percent-encoded (`%2e`), an encoded `/` or `\` (`%2f`, `%5c`), or a `\`.
- * `/public/../admin` starts with `/public/` and reaches `/admin`.
- */
-const AMBIGUOUS_PATH = /(?:^|[/\\])(?:\.|%2e){1,2}(?:[/\\]|$)|%2f|%5c|\\/i;
-
-/**
- * A trailing `/*` matches everything below that prefix, but never an ambiguous path (above): it
- * is held for a human, who sees it as sent. Anything else matches exactly.
- */
-export function resourceMatches(pattern: string, resource: string): boolean {
-  if (pattern.endsWith('/*')) {
-    const prefix = pattern.slice(0, -1);
-    return resource === pattern || (resource.startsWith(prefix) && !AMBIGUOUS_PATH.test(resource.split(/[?#]/, 1)[0]!));
-  }
-  return pattern === resource;
-}
+export { resourceMatches };
 
 export interface DelegationFacts {
   id: string;

@@ -20,6 +20,7 @@ import {
   type OidcAnswer,
   type PolicySnapshot,
   type Question,
+  type TokenAnswer,
 } from './types.js';
 
 const log = logger('decision');
@@ -28,15 +29,17 @@ export type AnswerOf<Q extends Question> = Q extends { kind: 'oidc' }
   ? OidcAnswer | Failure
   : Q extends { kind: 'vp' }
     ? PresentationAnswer | Failure
-    : Q extends { kind: 'usage' }
-      ? BudgetUsage
-      : Q extends { kind: 'ticket' }
-        ? boolean
-        : Q extends { kind: 'delegation' }
-          ? DelegationAnswer | Failure
-          : Q extends { kind: 'hold' }
-            ? HoldAnswer
-            : { allow: boolean; reason: string } | Failure;
+    : Q extends { kind: 'token' }
+      ? TokenAnswer | Failure
+      : Q extends { kind: 'usage' }
+        ? BudgetUsage
+        : Q extends { kind: 'ticket' }
+          ? boolean
+          : Q extends { kind: 'delegation' }
+            ? DelegationAnswer | Failure
+            : Q extends { kind: 'hold' }
+              ? HoldAnswer
+              : { allow: boolean; reason: string } | Failure;
 
 /** Answers questions; must never reject (a failure is a `{failed}` answer). */
 export interface Gatherer {
@@ -62,6 +65,9 @@ function record(a: Gathered, q: Question, v: unknown): void {
     case 'vp':
       (a.vps ??= []).push([q.vp, v as PresentationAnswer | Failure]);
       break;
+    case 'token':
+      a.token = v as Gathered['token'];
+      break;
     case 'usage':
       a.usage = v as BudgetUsage;
       break;
@@ -77,6 +83,7 @@ function record(a: Gathered, q: Question, v: unknown): void {
       // or a budget spent while the request waited still denies it when it is approved.
       delete a.oidc;
       delete a.vps;
+      delete a.token;
       delete a.usage;
       delete a.delegation;
       delete a.opa;

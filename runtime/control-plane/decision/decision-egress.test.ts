@@ -114,7 +114,7 @@ const egressRows: EgressRow[] = [
     name: 'vc mode: missing VP -> 403 identity',
     facts: {},
     deps: { identityMode: 'vc', ...ID },
-    expect: { status: 403, rule: 'identity', reason: /VP required/ },
+    expect: { status: 403, rule: 'identity', reason: /VP or access token required/ },
   },
   {
     name: 'vc mode: opaque bearer does not satisfy the VP requirement',

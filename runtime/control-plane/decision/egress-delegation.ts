@@ -8,6 +8,7 @@ import { H } from '../../lib/brand.js';
 import { ask, pass, refuse, skip, type PolicyLayer, type Verdict } from './driver.js';
 import { EXTERNAL, type EgressContext } from './egress.js';
 import type { DelegationAnswer } from '../identity-port.js';
+import { delegationCovers } from '../../lib/access-token.js';
 import { isFailure, type Answers } from './types.js';
 
 type V = Verdict<EgressContext>;
@@ -28,6 +29,12 @@ function delegation(c: Readonly<EgressContext>, a: Answers): V {
   const action = c.facts.action?.trim();
   const resource = c.facts.resource?.trim();
   if (!task || !action || !resource) return refuse(403, 'delegation', 'regulated target needs task, action and resource');
+  // A Writ access token whose delegation covers this call is that delegation, checked offline
+  // (its revocation and the agent's standing were read by the identity layer).
+  const t = c.token;
+  if (t?.delegation && delegationCovers(t, { target: target.name, task, action, resource })) {
+    return pass({ rule: 'delegation', reason: 'approved delegation (access token)', delegation: { id: t.delegation.id, exp: t.exp } });
+  }
   const d = a.delegation;
   if (!d) return ask({ kind: 'delegation', query: { actor: c.actorName, task, action, resource } });
   // An outage is not an approval question: no human can fix it.

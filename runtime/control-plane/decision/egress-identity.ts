@@ -2,22 +2,25 @@
  * The egress path's identity layers: who the agent is (its name, and the VPs that prove it), and
  * its governance standing (a governed agent that is not active acts for no one). Pure.
  */
+import { accessTokenShaped } from '../../lib/access-token.js';
 import { H } from '../../lib/brand.js';
 import { mayAct } from '../../lib/governance-standing.js';
 import { bearerToken, HEADER_SAFE, isVpJwt } from './credentials.js';
 import { ask, pass, refuse, type PolicyLayer, type Verdict } from './driver.js';
 import type { EgressContext } from './egress.js';
-import { isFailure, type Answers, type PolicySnapshot } from './types.js';
+import { isFailure, type Answers, type Failure, type PolicySnapshot, type TokenAnswer } from './types.js';
 
 type V = Verdict<EgressContext>;
 
 /** An identity deny; the audit row names the agent a VP proved before it. */
-const no = (reason: string, proved?: Pick<EgressContext, 'actorName' | 'agentDid'>, challenge = false): V =>
+const no = (reason: string, proved?: Partial<Pick<EgressContext, 'actorName' | 'agentDid' | 'token'>>, challenge = false): V =>
   refuse(403, 'identity', reason, { adds: proved, extra: challenge ? { challenge } : undefined });
 
 /**
- * The agent token and the VP. The agent token is the agent's Membership VP in VC-JWT form (what
- * the sidecar mints); a token of any other shape is not a VP and is ignored.
+ * The agent token and the VP. The agent token is a Writ access token (issue 43: checked offline,
+ * `token` below) or the agent's Membership VP in VC-JWT form (what the sidecar mints); a bearer
+ * token of any other issuer is not taken as a credential and is ignored. Through the proxy the one
+ * credential is Proxy-Authorization: a VP, or an access token.
  */
 function agentIdentity(c: Readonly<EgressContext>, a: Answers): V {
   const f = c.facts;
@@ -26,28 +29,61 @@ function agentIdentity(c: Readonly<EgressContext>, a: Answers): V {
   if (f.via === 'authz' && !c.actorName) return no('empty actor');
   if (f.repeatedCredential) return no(`${f.repeatedCredential} sent more than once: one credential speaks for the agent`);
   if (s.identityMode === 'vc' && !s.identityAuthority) return no('vc identity mode needs the identity authority (AGENT_IDP_URL)');
-  const headerVp = f.vp?.trim() || undefined;
-  const token = bearerToken(f.authorization);
-  const tokenVp = token && token !== headerVp && isVpJwt(token) ? token : undefined;
-  if (!headerVp && !tokenVp && s.identityMode === 'vc') return no('agent VP required (vc identity mode)');
-  let proved: Pick<EgressContext, 'actorName' | 'agentDid'> = { actorName: c.actorName, agentDid: undefined };
+  const given = f.vp?.trim() || undefined;
+  const bearer = f.via === 'proxy' ? given : bearerToken(f.authorization);
+  const candidate = bearer && accessTokenShaped(bearer) ? bearer : undefined;
+  let proved: Proved = { actorName: c.actorName, agentDid: undefined, token: undefined };
+  if (candidate) {
+    const t = a.token;
+    if (!t) return ask({ kind: 'token', token: candidate });
+    const v = tokenProves(c, t, proved);
+    if (v.kind !== 'pass') return v;
+    proved = v.adds as Proved;
+  }
+  // Through the proxy a claimed token is the credential; anything else there is taken as a VP.
+  const headerVp = f.via === 'proxy' && proved.token ? undefined : given;
+  const tokenVp = f.via === 'authz' && bearer && bearer !== headerVp && isVpJwt(bearer) ? bearer : undefined;
+  if (!headerVp && !tokenVp && !proved.token && s.identityMode === 'vc') return no('agent VP or access token required (vc identity mode)');
   for (const vp of [headerVp, tokenVp]) {
     if (!vp) continue;
     const v = provedBy(c, a, vp, proved);
     if (v.kind !== 'pass') return v;
-    proved = v.adds as typeof proved;
+    proved = { ...proved, ...(v.adds as Proved) };
   }
+  return whoFor(c, proved);
+}
+
+type Proved = Pick<EgressContext, 'actorName' | 'agentDid' | 'token'>;
+
+/** A Writ access token: ignored when not Writ's; else it must hold and name the actor declared. */
+function tokenProves(c: Readonly<EgressContext>, t: TokenAnswer | Failure, so: Proved): V {
+  if (isFailure(t)) return refuse(401, 'identity', t.failed);
+  if (!t.claimed) return pass(so);
+  if (!t.ok) return refuse(401, 'identity', `invalid access token: ${t.reason}`);
+  const agent = t.claims.act;
+  if (so.actorName && agent.name !== so.actorName)
+    return refuse(401, 'identity', `access token is for agent ${JSON.stringify(agent.name)}, not ${JSON.stringify(so.actorName)}`);
+  // A delegated token speaks for its human; a call for someone else is not what it was issued for.
+  const human = c.facts.onBehalfOf?.trim();
+  if (t.claims.delegation && human && human !== t.claims.sub)
+    return refuse(401, 'identity', `access token is for ${JSON.stringify(t.claims.sub)}, not on behalf of ${JSON.stringify(human)}`);
+  return pass({ actorName: agent.name, agentDid: agent.sub, token: t.claims });
+}
+
+/** For whom the call is made: `X-Writ-On-Behalf-Of`, else a delegated token's human, else the actor. */
+function whoFor(c: Readonly<EgressContext>, proved: Proved): V {
+  const f = c.facts;
   const { actorName } = proved;
-  const subject = f.onBehalfOf?.trim() || actorName;
+  const subject = f.onBehalfOf?.trim() || (proved.token?.delegation ? proved.token.sub : actorName);
   if (!HEADER_SAFE.test(subject) || !HEADER_SAFE.test(actorName)) return no('actor or on-behalf-of is not a valid header value', proved);
   // A call is made for one human. Repeated headers reach here joined with commas (node, Envoy):
   // which of them the call is for is ambiguous, and a principal has no comma in it.
   if (f.onBehalfOf?.includes(',')) return no(`more than one ${H.onBehalfOf}: a call is made on behalf of one human`, proved);
-  return pass({ actorName, agentDid: proved.agentDid, subject });
+  return pass({ ...proved, subject });
 }
 
 /** One VP's verification: passes with the agent it proves, which must be the one named and proved so far. */
-function provedBy(c: Readonly<EgressContext>, a: Answers, vp: string, so: Pick<EgressContext, 'actorName' | 'agentDid'>): V {
+function provedBy(c: Readonly<EgressContext>, a: Answers, vp: string, so: Proved): V {
   const s = c.snap.settings;
   if (!s.identityAuthority) return no('agent VP presented but no identity authority is configured to verify it (fail closed)', so);
   const v = a.vps?.find((p) => p[0] === vp)?.[1];
@@ -76,7 +112,12 @@ function governanceDenial(snap: PolicySnapshot, agent: string, now: number): str
 export const egressIdentity: PolicyLayer<EgressContext> = {
   name: 'identity',
   decide: agentIdentity,
-  why: (c) => (c.agentDid ? `agent ${c.actorName} proved by VP (${c.agentDid})` : `agent ${c.actorName} (header identity)`),
+  why: (c) =>
+    c.token
+      ? `agent ${c.actorName} proved by access token (${c.agentDid})`
+      : c.agentDid
+        ? `agent ${c.actorName} proved by VP (${c.agentDid})`
+        : `agent ${c.actorName} (header identity)`,
 };
 
 /** Governance standing (rule `identity`): a governed agent that is not active acts for no one. */

@@ -2,10 +2,11 @@
  * Egress evaluation, SPEC 4.1: "may this agent make this call, on behalf of this human, for this
  * task, right now?". Pure, as layers over one context (evaluate.ts lists them): agent identity
  * (token and VP) and governance standing (egress-identity.ts), registry and allowlist
- * (egress-target.ts), budget (egress-budget.ts), delegation for regulated targets and a human's
+ * (egress-target.ts), the access token's audience (egress-token.ts), budget (egress-budget.ts), delegation for regulated targets and a human's
  * approval of a held proxy request (egress-delegation.ts), the optional OPA veto (veto.ts).
  * /authz and the forward proxy evaluate the same layers. This file: the context and the ends.
  */
+import type { AccessTokenClaims } from '../../lib/access-token.js';
 import { H } from '../../lib/brand.js';
 import type { AuditAction, Decision, Rule, Service } from '../types.js';
 import { allow, auditOf, UNKNOWN_LABEL } from './outcome.js';
@@ -24,8 +25,10 @@ export interface EgressContext {
   readonly task: string | undefined;
   /** `X-Writ-Actor`, then the agent its VP proves (identity). */
   actorName: string;
-  /** The DID a verified VP proves (identity). */
+  /** The DID a verified VP or access token proves (identity). */
   agentDid: string | undefined;
+  /** The verified Writ access token the call carries (identity); its audience is checked (token). */
+  token: AccessTokenClaims | undefined;
   /** For whom the call is made: `X-Writ-On-Behalf-Of`, else the actor (identity). */
   subject: string;
   /** The actor's registry entry (registry). */
@@ -61,6 +64,7 @@ export function egressContext(f: EgressFacts, snap: PolicySnapshot, now: number)
     task: f.task?.trim() || undefined,
     actorName: f.actor?.trim() ?? '',
     agentDid: undefined,
+    token: undefined,
     subject: '',
     actor: undefined,
     target: undefined,

@@ -12,6 +12,7 @@ import { egressAllowed, egressContext, egressEnd, egressVeto, type EgressContext
 import { budgetLayer } from './egress-budget.js';
 import { approvalLayer, delegationLayer } from './egress-delegation.js';
 import { egressIdentity, governance } from './egress-identity.js';
+import { tokenLayer } from './egress-token.js';
 import { allowlistLayer, egressRegistry } from './egress-target.js';
 import { ingressAllowed, ingressContext, ingressEnd, ingressIdentity, ingressInline, ingressRegistry, ingressVeto, type IngressContext } from './ingress.js';
 import type { Answers, EgressFacts, Facts, IngressFacts, PolicySnapshot, Step } from './types.js';
@@ -24,10 +25,10 @@ export const INGRESS: Path<IngressFacts, IngressContext> = {
   allowed: ingressAllowed,
 };
 
-/** Egress (agent calls): identity, governance standing, registry, allowlist, budget, delegation, a human's approval, the OPA veto. */
+/** Egress (agent calls): identity, governance standing, registry, the access token's audience, allowlist, budget, delegation, a human's approval, the OPA veto. */
 export const EGRESS: Path<EgressFacts, EgressContext> = {
   context: egressContext,
-  layers: [egressIdentity, governance, egressRegistry, allowlistLayer, budgetLayer, delegationLayer, approvalLayer, egressVeto],
+  layers: [egressIdentity, governance, egressRegistry, tokenLayer, allowlistLayer, budgetLayer, delegationLayer, approvalLayer, egressVeto],
   denied: egressEnd,
   allowed: egressAllowed,
 };

@@ -93,6 +93,12 @@ export function createGatherer(p: Ports): Gatherer {
           if (hit) return hit as A;
           return within(p.identity.verifyPresentation(q.vp, q.audience), p.identityTimeoutMs, 'VP verification') as Promise<A>;
         }
+        case 'token': {
+          // Offline, from the feeds the identity client follows: no call per request.
+          const tokens = p.identity?.tokens?.();
+          if (!tokens?.claimed(q.token)) return { claimed: false } as A;
+          return { claimed: true, ...tokens.check(q.token) } as A;
+        }
         case 'usage':
           return p.budget.usage(q.agent, p.now()) as A;
         case 'ticket':

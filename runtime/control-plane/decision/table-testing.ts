@@ -127,12 +127,12 @@ export async function liveAndExplained(facts: IngressFacts | EgressFacts, over: 
 /** Each path's layers in order, as the dry-run names them. */
 const ORDER: Record<Facts['kind'], readonly LayerName[]> = {
   ingress: ['identity', 'registry', 'inline', 'opa'],
-  egress: ['identity', 'governance', 'registry', 'inline', 'budget', 'delegation', 'approval', 'opa'],
+  egress: ['identity', 'governance', 'registry', 'token', 'inline', 'budget', 'delegation', 'approval', 'opa'],
 };
 /** The layers that may end an allow, and those a deny of each rule may come from. */
 const ALLOWED_AT: readonly LayerName[] = ['inline', 'delegation', 'approval', 'opa'];
 const DENIED_AT: Record<Rule, readonly LayerName[]> = {
-  identity: ['identity', 'governance', 'inline'],
+  identity: ['identity', 'governance', 'token', 'inline'],
   registry: ['registry'],
   inline: ['inline', 'budget'],
   delegation: ['delegation', 'approval'],

@@ -6,6 +6,7 @@
  * enforcement point's ports and evaluates again. HTTP, storage, clocks and remote calls are the
  * callers': /authz (HTTP and gRPC), the forward proxy, the broker's hop and the dry-run.
  */
+import type { TokenCheck } from '../../lib/access-token.js';
 import type { BudgetUsage } from '../budget/policy.js';
 import type { DelegationAnswer, DelegationQuery, GovernanceStanding, PresentationAnswer } from '../identity-port.js';
 import type { ReserveAsk } from '../../lib/reservation-header.js';
@@ -145,6 +146,7 @@ export interface HoldRequest {
 export type Question =
   | { kind: 'oidc'; token: string }
   | { kind: 'vp'; vp: string; audience: string }
+  | { kind: 'token'; token: string }
   | { kind: 'usage'; agent: string }
   | { kind: 'ticket'; ticket: string; actor: string; upstream: string }
   | { kind: 'delegation'; query: DelegationQuery }
@@ -159,6 +161,8 @@ export interface Answers {
    * the whole ~1 KB token on every request (~1.5 us, bench/proxy.bench.ts).
    */
   vps?: readonly (readonly [string, PresentationAnswer | Failure])[];
+  /** The bearer token's check: not Writ's (`claimed: false`), or Writ's and whether it holds. */
+  token?: TokenAnswer | Failure;
   /** The actor's current budget usage. */
   usage?: BudgetUsage;
   /** The call ticket is valid for this actor and target. */
@@ -169,7 +173,10 @@ export interface Answers {
 }
 
 /** The names the dry-run shows for the layers (driver.ts; the lists are in evaluate.ts). */
-export type LayerName = Rule | 'governance' | 'budget' | 'approval';
+export type LayerName = Rule | 'governance' | 'token' | 'budget' | 'approval';
+
+/** A bearer token at an enforcement point (issue 43): not issued by Writ, or Writ's with its check. */
+export type TokenAnswer = { claimed: false } | ({ claimed: true } & TokenCheck);
 
 /** One layer's verdict, in evaluation order (the dry-run shows them). */
 export interface Layer {

@@ -6,7 +6,7 @@
  */
 import { identityRepo } from '../repo.js';
 import { nowSec, type OAuthContext } from './context.js';
-import type { AccessTokenClaims } from './token.js';
+import type { AccessTokenClaims } from '../../lib/access-token.js';
 
 /** Why the token is inactive, or undefined when it is active. */
 export async function storedInactivity(o: OAuthContext, c: AccessTokenClaims): Promise<string | undefined> {

@@ -11,7 +11,8 @@ import { verifyPresentation } from '../routes-agents.js';
 import { invalidClient, invalidGrant, invalidRequest } from './errors.js';
 import { nowSec, TOKEN_TYPE, type OAuthContext } from './context.js';
 import { storedInactivity } from './activity.js';
-import { verifyAccessToken, type AccessTokenClaims } from './token.js';
+import { verifyAccessToken } from './token.js';
+import { type AccessTokenClaims } from '../../lib/access-token.js';
 
 export interface ProvedAgent {
   name: string;

@@ -13,7 +13,8 @@ import { GRANT, JWT_BEARER_ASSERTION, nowSec, TOKEN_TYPE, type OAuthContext } fr
 import { callRefusal, readEntry } from './registry.js';
 import { oauthStore } from './store.js';
 import { delegationFromSubject } from './subject.js';
-import { mintAccessToken, type AccessTokenClaims, type TokenDelegation } from './token.js';
+import { mintAccessToken } from './token.js';
+import { type AccessTokenClaims, type TokenDelegation } from '../../lib/access-token.js';
 
 export interface TokenAnswer {
   access_token: string;

@@ -9,7 +9,8 @@ import { identityRepo } from '../repo.js';
 import { storedInactivity } from './activity.js';
 import { nowSec, OAUTH_LIST, type OAuthContext } from './context.js';
 import { required } from './form.js';
-import { verifyAccessToken, type AccessTokenClaims, type TokenCheck } from './token.js';
+import { verifyAccessToken } from './token.js';
+import { type AccessTokenClaims, type TokenCheck } from '../../lib/access-token.js';
 
 /** Signature, issuer, typ and shape; `ignoreExpiry` for revocation (an expired token may be revoked, harmlessly). */
 function ours(o: OAuthContext, token: string, ignoreExpiry = false): TokenCheck {

@@ -12,7 +12,7 @@ import { DELEGATION_TYPE } from '../vc.js';
 import { invalidGrant, invalidRequest, OAuthError } from './errors.js';
 import { nowSec, TOKEN_TYPE, type OAuthContext } from './context.js';
 import type { ProvedAgent } from './agent.js';
-import type { TokenDelegation } from './token.js';
+import type { TokenDelegation } from '../../lib/access-token.js';
 
 export interface Delegated {
   /** The human: the delegation's approver, or the OIDC subject. */

@@ -7,7 +7,8 @@ import { describe, expect, it } from 'vitest';
 import { generateKeyPairSync } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { makeIssuer } from '../testkit.js';
-import { delegationCovers, mintAccessToken, tokenMismatch, verifyAccessToken, type AccessTokenClaims } from './token.js';
+import { mintAccessToken, verifyAccessToken } from './token.js';
+import { delegationCovers, tokenMismatch, type AccessTokenClaims } from '../../lib/access-token.js';
 import { createTokenVerifier } from './verifier.js';
 
 const ISS = 'http://idp.test';

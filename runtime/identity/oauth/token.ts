@@ -6,37 +6,8 @@
 import { createPublicKey, verify as cryptoVerify, type KeyObject } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { parseJws } from '../../lib/jws.js';
-import { resourceMatches } from '../delegation-core.js';
+import { ACCESS_TOKEN_TYP, type AccessTokenClaims, type TokenCheck, type TokenDelegation } from '../../lib/access-token.js';
 import type { IssuerKey } from '../vc.js';
-
-export const ACCESS_TOKEN_TYP = 'at+jwt';
-
-/** The delegation a token derives from (SPEC 2.6), checked where the token is used (SPEC 4.1). */
-export interface TokenDelegation {
-  id: string;
-  /** The delegation VC's jti: revoking it makes the token inactive. */
-  vc_jti: string;
-  task: string;
-  action: string;
-  /** Resource glob (a trailing `/*`). */
-  resource: string;
-}
-
-export interface AccessTokenClaims {
-  iss: string;
-  /** The human (delegation approver or OIDC subject), or the agent's DID for client_credentials. */
-  sub: string;
-  /** The registry entry the token is for. */
-  aud: string;
-  /** RFC 8693 4.1: the agent acting, its DID and registry name. */
-  act: { sub: string; name: string };
-  client_id: string;
-  scope: string;
-  jti: string;
-  iat: number;
-  exp: number;
-  delegation?: TokenDelegation;
-}
 
 export async function mintAccessToken(issuer: IssuerKey, claims: AccessTokenClaims): Promise<string> {
   const { iss, sub, aud, jti, iat, exp, ...rest } = claims;
@@ -67,8 +38,6 @@ export function keyFromJwk(jwk: unknown): KeyObject | undefined {
     return undefined;
   }
 }
-
-export type TokenCheck = { ok: true; claims: AccessTokenClaims } | { ok: false; reason: string };
 
 const str = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
 const num = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
@@ -156,28 +125,4 @@ export function tokenActive(c: AccessTokenClaims, state: TokenState): string | u
   if (state.isRevoked(c.jti)) return 'token revoked';
   if (c.delegation && state.isRevoked(c.delegation.vc_jti)) return 'delegation revoked';
   return state.agentDenial(c.act.name);
-}
-
-/** The call a token is presented for (SPEC 4.1 egress headers). */
-export interface TokenUse {
-  /** `X-Writ-Actor`, when sent. */
-  actor?: string;
-  /** The registry entry the call reaches. */
-  target: string;
-  task?: string;
-  action?: string;
-  resource?: string;
-}
-
-/** Why the token does not speak for this call, or undefined: `aud` names the target, `act` the actor. */
-export function tokenMismatch(c: AccessTokenClaims, use: TokenUse): string | undefined {
-  if (c.aud !== use.target) return `token audience ${JSON.stringify(c.aud)} is not the target ${JSON.stringify(use.target)}`;
-  if (use.actor !== undefined && use.actor !== c.act.name) return `token is for agent ${JSON.stringify(c.act.name)}, not ${JSON.stringify(use.actor)}`;
-  return undefined;
-}
-
-/** True when the token's delegation covers the call's task, action and resource (SPEC 4.1, 3.3). */
-export function delegationCovers(c: AccessTokenClaims, use: TokenUse): boolean {
-  const d = c.delegation;
-  return d !== undefined && use.task === d.task && use.action === d.action && use.resource !== undefined && resourceMatches(d.resource, use.resource);
 }

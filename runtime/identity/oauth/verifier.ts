@@ -6,7 +6,8 @@
  * are checked on every use, and an expired entry is dropped when met.
  */
 import type { KeyObject } from 'node:crypto';
-import { claimsIssuer, tokenActive, verifyAccessToken, type AccessTokenClaims, type TokenCheck, type TokenState } from './token.js';
+import { claimsIssuer, tokenActive, verifyAccessToken, type TokenState } from './token.js';
+import { type AccessTokenClaims, type TokenCheck } from '../../lib/access-token.js';
 
 export interface TokenVerifierOptions {
   /** The authorization server's `issuer` (the tokens' `iss`). */
