@@ -17,7 +17,7 @@
 import { ApiError, conflict, isUniqueViolation } from '../../../lib/errors.js';
 import type { DbOrTx } from '../tenant.js';
 import { agentOut, healthOf, moveIn, registerIn, updateFieldsIn, type AgentRecord, type FieldsInput, type GovDeps, type RegisterInput } from './agents.js';
-import { lazyView } from './directory-view.js';
+import { preloadedView, type DirectoryView } from './directory-view.js';
 import { pathTo, type AgentStatus } from './model.js';
 import { governanceRepo, managedBy, tenantOfAgent, type AgentRow, type GovernanceRepo } from './repo.js';
 
@@ -61,6 +61,14 @@ interface Ctx {
   /** History `by` of this apply's writes: the caller, and the owner it applied as. */
   by: string;
   at: string;
+  /** Each tenant's directory, read once per apply (the apply writes no directory row). */
+  views: Map<string, Promise<DirectoryView>>;
+}
+
+function viewOf(c: Ctx, tenant: string): Promise<DirectoryView> {
+  let v = c.views.get(tenant);
+  if (!v) c.views.set(tenant, (v = preloadedView(c.tx, tenant)));
+  return v;
 }
 
 /** A move made by this producer (any of its callers), so the producer may move it back. */
@@ -98,7 +106,7 @@ async function applyOne(c: Ctx, g: DesiredGoverned): Promise<AgentApplyResult> {
   if (holder !== undefined && holder !== g.tenantId)
     return { agent_name: name, outcome: 'conflict', message: `governed agent ${name} exists in another tenant` };
   const repo = governanceRepo(c.tx, g.tenantId);
-  const view = lazyView(c.tx, g.tenantId);
+  const view = await viewOf(c, g.tenantId);
   let row = await repo.getAgent(name);
   let outcome: ApplyOutcome = 'unchanged';
   try {
@@ -166,7 +174,7 @@ export async function applyGoverned(deps: GovDeps, owner: string, desired: reado
       // Every tenant this apply may write, locked in one order (no deadlock between producers).
       const tenants = [...new Set([...sorted.map((g) => g.tenantId), ...owned.map((o) => o.tenantId)])].sort();
       for (const t of tenants) await governanceRepo(tx, t).lock();
-      const c: Ctx = { tx, owner, by, at: new Date(deps.now()).toISOString() };
+      const c: Ctx = { tx, owner, by, at: new Date(deps.now()).toISOString(), views: new Map() };
       const agents: AgentApplyResult[] = [];
       for (const g of sorted) agents.push(await applyOne(c, g));
       const retired = await prune(c, owned, names);
