@@ -13,7 +13,7 @@ import type { Failure, HoldAnswer, HoldRequest, OidcAnswer, Question } from './t
 
 const log = logger('decision');
 
-/** Workforce OIDC verifier (oidc.ts). Must resolve, never reject. */
+/** Workforce OIDC verifier (lib/oidc.ts). Must resolve, never reject. */
 export interface OidcPort {
   verify(token: string): Promise<OidcAnswer>;
 }

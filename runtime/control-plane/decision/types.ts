@@ -9,6 +9,7 @@
 import type { TokenCheck } from '../../lib/access-token.js';
 import type { BudgetUsage } from '../budget/policy.js';
 import type { DelegationAnswer, DelegationQuery, GovernanceStanding, PresentationAnswer } from '../identity-port.js';
+import type { OidcAnswer } from '../../lib/oidc.js';
 import type { ReserveAsk } from '../../lib/reservation-header.js';
 import type { AuditEntry, Budget, Decision, Rule, Service } from '../types.js';
 
@@ -121,7 +122,8 @@ export interface Failure {
 }
 export const isFailure = (v: unknown): v is Failure => typeof v === 'object' && v !== null && 'failed' in v;
 
-export type OidcAnswer = { ok: true; subject: string; claims: Record<string, unknown> } | { ok: false; reason: string };
+/** What the workforce OIDC verifier says of a token (lib/oidc.ts). */
+export type { OidcAnswer } from '../../lib/oidc.js';
 
 /** What a human (or the hold timeout) said of a held proxy request. `pending`: not asked (dry-run). */
 export interface HoldAnswer {
