@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1.7
 # One image for every Writ component; the first argument picks it:
-#   docker run writ:dev control-plane | identity | broker | operator | webhook [-flags] | sidecar | all-in-one
+#   docker run writ:dev control-plane | identity | broker | operator | webhook [-flags] | sidecar | egress-gateway | all-in-one
 # dumb-init is PID 1 (signals are passed on, zombies reaped); it runs /usr/local/bin/writ, which
 # execs node on the component's built entry point (node replaces the shell: never npm, no shell
 # between dumb-init and node).
@@ -57,14 +57,15 @@ case "$component" in
   broker)        exec node --enable-source-maps dist/runtime/broker/main.js "$@" ;;
   operator)      exec node --enable-source-maps dist/operator/main.js "$@" ;;
   webhook)       exec node --enable-source-maps dist/webhook/main.js "$@" ;;
+  egress-gateway) exec node --enable-source-maps dist/runtime/egress-gateway/main.js "$@" ;;
   sidecar)       exec node --enable-source-maps dist/sidecar/main.js "$@" ;;
-  *) echo "usage: writ all-in-one|control-plane|identity|broker|operator|webhook|sidecar [flags]" >&2; exit 64 ;;
+  *) echo "usage: writ all-in-one|control-plane|identity|broker|operator|webhook|sidecar|egress-gateway [flags]" >&2; exit 64 ;;
 esac
 SCRIPT
 USER 10001:10001
 VOLUME ["/data"]
 # decision 9191, gRPC ext_authz 9192, management 8181, forward proxy 9092, identity 8090,
-# broker / webhook health 8080, webhook 8443, sidecar 8788 (loopback only)
-EXPOSE 9191 9192 8181 9092 8090 8080 8443
+# broker / webhook health 8080, webhook 8443, egress gateway 3128, sidecar 8788 (loopback only)
+EXPOSE 9191 9192 8181 9092 8090 8080 8443 3128
 ENTRYPOINT ["dumb-init", "--", "/usr/local/bin/writ"]
 CMD ["all-in-one"]

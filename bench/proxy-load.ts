@@ -181,10 +181,17 @@ export async function plainHttp(
   });
   const [sr, wr, br] = runs as [PlainRun[], PlainRun[], PlainRun[] | undefined];
   const ratios = sr.map((r, i) => wr[i]!.rps / r.rps);
-  const out: Contest = { squid: pick(sr), writ: pick(wr), ratio: median(ratios), ratios };
+  const rounds = sr.map((r, i) => ({ squid: r.rps, writ: wr[i]!.rps }));
+  const out: Contest = { squid: pick(sr), writ: pick(wr), ratio: median(ratios), ratios, rounds };
   if (br) {
     const baseRatios = sr.map((r, i) => br[i]!.rps / r.rps);
-    out.base = { run: pick(br), ratio: median(baseRatios), ratios: baseRatios, thisVsBase: median(wr.map((r, i) => r.rps / br[i]!.rps)) };
+    out.base = {
+      run: pick(br),
+      ratio: median(baseRatios),
+      ratios: baseRatios,
+      rounds: sr.map((r, i) => ({ squid: r.rps, writ: br[i]!.rps })),
+      thisVsBase: median(wr.map((r, i) => r.rps / br[i]!.rps)),
+    };
   }
   return out;
 }
@@ -194,15 +201,23 @@ export interface Contest {
   writ: PlainRun;
   ratio: number;
   ratios: number[];
+  /** Each contender's own req/s per round, in order: tells Writ slowing down from squid warming up. */
+  rounds: Round[];
   /** The base build's figures (BENCH_BASE_DIST), and this build's req/s over the base's per round. */
-  base?: { run: PlainRun; ratio: number; ratios: number[]; thisVsBase: number };
+  base?: { run: PlainRun; ratio: number; ratios: number[]; rounds: Round[]; thisVsBase: number };
+}
+
+/** One round's req/s of each contender (`writ`: the Writ build the row is about). */
+export interface Round {
+  squid: number;
+  writ: number;
 }
 
 /** ROUNDS runs of each, the order alternating; per-round ratios and their median. */
 export async function interleaved(
   squid: () => Promise<{ rps: number }>,
   writ: () => Promise<{ rps: number }>,
-): Promise<{ squid: number; writ: number; ratio: number; ratios: number[] }> {
+): Promise<{ squid: number; writ: number; ratio: number; ratios: number[]; rounds: Round[] }> {
   const sr: number[] = [];
   const wr: number[] = [];
   for (let i = 0; i < ROUNDS; i++) {
@@ -215,14 +230,16 @@ export async function interleaved(
     }
   }
   const ratios = sr.map((r, i) => wr[i]! / r);
-  return { squid: median(sr), writ: median(wr), ratio: median(ratios), ratios };
+  return { squid: median(sr), writ: median(wr), ratio: median(ratios), ratios, rounds: sr.map((r, i) => ({ squid: r, writ: wr[i]! })) };
 }
 
 /** Proxy-process CPU per request: robust to load from other processes, unlike req/s. */
 export const cpuNote = (p: { squid: PlainRun; writ: PlainRun }) =>
   `CPU/request squid ${p.squid.cpuUs.toFixed(0)} us, writ ${p.writ.cpuUs.toFixed(0)} us (efficiency ${(p.squid.cpuUs / p.writ.cpuUs).toFixed(2)}x)`;
 
-export const roundsNote = (ratios: number[]) => `median of ${ratios.length} interleaved rounds [${ratios.map((r) => r.toFixed(2)).join(' ')}]`;
+/** The median's rounds, each with both contenders' own req/s: `[squid 5210 writ 4870 0.93x; ...]`. */
+export const roundsNote = (rounds: Round[]) =>
+  `median of ${rounds.length} interleaved rounds [${rounds.map((r) => `squid ${r.squid.toFixed(0)} writ ${r.writ.toFixed(0)} ${(r.writ / r.squid).toFixed(2)}x`).join('; ')}]`;
 
 /** Opens a CONNECT tunnel; resolves with the raw socket once the proxy answers 200. */
 function tunnel(proxyPort: number, target: string, auth: string | undefined): Promise<net.Socket> {

@@ -209,12 +209,12 @@ async function drive(): Promise<void> {
     load: (w: WritChild) => Promise<(s: number) => Promise<PlainRun>> | ((s: number) => Promise<PlainRun>),
   ) => {
     const c = await plainHttp(squidLoad, await load(pair.this), pair.base && (await load(pair.base)));
-    const extra = `${roundsNote(c.ratios)}; p99 squid ${c.squid.p99} ms, writ ${c.writ.p99} ms; ${cpuNote(c)}`;
+    const extra = `${roundsNote(c.rounds)}; p99 squid ${c.squid.p99} ms, writ ${c.writ.p99} ms; ${cpuNote(c)}`;
     rows.push({ name, squid: c.squid.rps, writ: c.writ.rps, ratio: c.ratio, target, extra });
     if (c.base) {
       const b = c.base;
       const cpu = `CPU/request base ${b.run.cpuUs.toFixed(0)} us vs this ${c.writ.cpuUs.toFixed(0)} us`;
-      const extraB = `${roundsNote(b.ratios)}; this/base ${b.thisVsBase.toFixed(2)}x req/s; ${cpu}`;
+      const extraB = `${roundsNote(b.rounds)}; this/base ${b.thisVsBase.toFixed(2)}x req/s; ${cpu}`;
       rows.push({ name: `  base build`, squid: c.squid.rps, writ: b.run.rps, ratio: b.ratio, target: 0, extra: extraB });
     }
   };
@@ -237,12 +237,12 @@ async function drive(): Promise<void> {
         () => connectRequests(squid.port, up, undefined),
         () => connectRequests(w.msg.port, up, auth),
       );
-      rows.push({ name: 'CONNECT TLS req/s', squid: conn.squid, writ: conn.writ, ratio: conn.ratio, target: 0.8, extra: roundsNote(conn.ratios) });
+      rows.push({ name: 'CONNECT TLS req/s', squid: conn.squid, writ: conn.writ, ratio: conn.ratio, target: 0.8, extra: roundsNote(conn.rounds) });
       const setup = await interleaved(
         () => tunnelSetup(squid.port, `127.0.0.1:${up.tls}`, undefined),
         () => tunnelSetup(w.msg.port, `127.0.0.1:${up.tls}`, auth),
       );
-      rows.push({ name: 'tunnel setups/s', squid: setup.squid, writ: setup.writ, ratio: setup.ratio, target: 0, extra: roundsNote(setup.ratios) });
+      rows.push({ name: 'tunnel setups/s', squid: setup.squid, writ: setup.writ, ratio: setup.ratio, target: 0, extra: roundsNote(setup.rounds) });
       // The default composition ships every audit record to the store (in-process PGlite for
       // npm start): shown separately, and with a fresh VP per request as a sidecar sends.
       await stopPair(pair);

@@ -6,6 +6,7 @@
  *   identity authority  PORT (8090)       control plane  DECISION_ADDR (:9191), MGMT_ADDR (:8181),
  *                                                        DECISION_GRPC_ADDR (:9192, gRPC ext_authz)
  *   forward proxy       EGRESS_PROXY_ADDR (:9092)        model broker   BROKER_ADDR (:8080)
+ *   egress gateway      EGRESS_GATEWAY_ADDR (:3128, asking this process's /authz over HTTP)
  *
  * AGENT_IDP_URL defaults to this process's identity authority, which turns on the regulated
  * delegation check and the forward proxy; the per-request identity calls (verify-presentation,
@@ -16,7 +17,7 @@
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { BRAND, envName } from './lib/brand.js';
-import { bool, optional, str, type Env } from './lib/config.js';
+import { bool, optional, parseAddr, positiveInt, str, type Env } from './lib/config.js';
 import { errMsg, logger } from './lib/log.js';
 import { isMain, runUntilSignal } from './lib/process.js';
 import { createReadiness } from './lib/readiness.js';
@@ -24,7 +25,8 @@ import { initTracing, shutdownTracing, tracingFromEnv } from './lib/tracing.js';
 import { openStore, type Store, type StoreOptions } from './store/factory.js';
 import { controlPlaneStoreOptions } from './control-plane/server.js';
 import type { IdentityClient } from './control-plane/identity-client.js';
-import { startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
+import { proxyLimitsFromEnv, startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
+import { DEFAULT_GATEWAY_ADDR, startGateway } from './egress-gateway/gateway.js';
 import { startBroker } from './broker/server.js';
 import { createLocalDecisionClient } from './broker/decision-local.js';
 import { deliverUsageLocally } from './broker/usage-local.js';
@@ -37,13 +39,21 @@ const log = logger('main');
 const ISSUER_WAIT_MS = 10_000;
 
 export interface Writ {
-  ports: { identity: number; decision: number; grpc: number; mgmt: number; proxy?: number; broker?: number };
+  ports: { identity: number; decision: number; grpc: number; mgmt: number; gateway: number; proxy?: number; broker?: number };
   close(): Promise<void>;
 }
 
 interface Closer {
   name: string;
   close(): Promise<void>;
+}
+
+/** EGRESS_GATEWAY_ADDR; unset, `:3128`, or port 0 beside an ephemeral decision port (tests, benchmarks). */
+function gatewayAddrOf(env: Env): string {
+  const set = optional(env, 'EGRESS_GATEWAY_ADDR');
+  if (set) return set;
+  const d = parseAddr(str(env, 'DECISION_ADDR', ':9191'));
+  return d.port === 0 ? `${d.host.includes(':') ? `[${d.host}]` : d.host}:0` : DEFAULT_GATEWAY_ADDR;
 }
 
 /** True when no store setting names a database or backend: one shared PGlite folder then. */
@@ -135,7 +145,18 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
       : undefined;
     if (broker) closers.push({ name: 'broker', close: () => broker.close() });
 
-    const ports: Writ['ports'] = { identity: idp.port, decision: cp.decisionPort, grpc: cp.grpcPort, mgmt: cp.mgmtPort };
+    // The egress gateway (runtime/egress-gateway/) against this process's own /authz, over HTTP as
+    // it runs in a cluster.
+    const gateway = await startGateway({
+      authzUrl: `http://127.0.0.1:${cp.decisionPort}/authz`,
+      addr: gatewayAddrOf(env),
+      authzTimeoutMs: positiveInt(env, 'EGRESS_GATEWAY_AUTHZ_TIMEOUT_MS', 2000),
+      limits: proxyLimitsFromEnv(env),
+      readiness,
+    });
+    closers.push({ name: 'egress gateway', close: () => gateway.close() });
+
+    const ports: Writ['ports'] = { identity: idp.port, decision: cp.decisionPort, grpc: cp.grpcPort, mgmt: cp.mgmtPort, gateway: gateway.port };
     if (run.gateway.port !== undefined) ports.proxy = run.gateway.port;
     if (broker) ports.broker = broker.port;
     readiness.watch(() => (idp.authority.ready() ? undefined : 'identity authority not ready (issuer key not loaded)'));

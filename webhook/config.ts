@@ -89,9 +89,19 @@ function positive(env: Env, name: string, fallback: number): number {
   return n;
 }
 
-/** NO_PROXY default: loopback, the cluster API and the identity authority stay direct (SPEC 4.8). */
+/** NO_PROXY default: loopback, the cluster API, the cluster DNS and the identity authority stay direct (SPEC 4.8). */
 export function defaultNoProxy(idpUrl: string): string {
-  return ['localhost', '127.0.0.1', '::1', 'kubernetes.default.svc', 'kubernetes.default.svc.cluster.local', new URL(idpUrl).hostname].join(',');
+  return [
+    'localhost',
+    '127.0.0.1',
+    '::1',
+    'kubernetes.default',
+    'kubernetes.default.svc',
+    'kubernetes.default.svc.cluster.local',
+    'kube-dns.kube-system.svc',
+    'kube-dns.kube-system.svc.cluster.local',
+    new URL(idpUrl).hostname,
+  ].join(',');
 }
 
 /** Settings from argv flags over env; throws one message naming the flag/variable at fault. */

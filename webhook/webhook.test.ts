@@ -173,7 +173,7 @@ describe('admission webhook over HTTPS', () => {
         { name: 'HTTP_PROXY', value: PROXY },
         { name: 'NO_PROXY', value: settings.proxyEnv.NO_PROXY },
       ]);
-      expect(settings.proxyEnv.NO_PROXY.split(',')).toEqual(expect.arrayContaining(['127.0.0.1', 'kubernetes.default.svc']));
+      expect(settings.proxyEnv.NO_PROXY.split(',')).toEqual(expect.arrayContaining(['127.0.0.1', 'kubernetes.default.svc', 'kube-dns.kube-system.svc']));
     });
 
     it('is idempotent: the patched pod gets no second patch', async () => {

@@ -79,7 +79,8 @@ describe('charts/writ without a cluster', () => {
     }
     for (const k of ['Deployment', 'StatefulSet', 'Service', 'Secret', 'ServiceAccount', 'MutatingWebhookConfiguration', 'ValidatingWebhookConfiguration'])
       expect(kinds).toContain(k);
-    expect(kinds.filter((k) => k === 'Deployment')).toHaveLength(5);
+    // control plane, identity, broker, operator, webhook, egress gateway (optional)
+    expect(kinds.filter((k) => k === 'Deployment')).toHaveLength(6);
   });
 
   it('every .Values path a template reads exists in values.yaml', () => {
@@ -202,6 +203,7 @@ describe('charts/writ without a cluster', () => {
       'broker.yaml': { http: { live: '/health/liveliness', ready: '/health/readiness' } },
       'webhook.yaml': { health: { live: '/healthz', ready: '/readyz' } },
       'operator.yaml': { health: { live: '/healthz', ready: '/readyz' } },
+      'egress-gateway.yaml': { proxy: { live: '/healthz', ready: '/readyz' } },
     };
     for (const [file, ports] of Object.entries(served)) {
       const deploy = (roughRender(template(file)) as any[]).find((d) => d?.kind === 'Deployment');
@@ -223,6 +225,28 @@ describe('charts/writ without a cluster', () => {
     expect(template('operator.yaml')).toMatch(/- name: OPERATOR_HEALTH_ADDR\n\s+value: ":\{\{ \$c\.healthPort \}\}"/);
     expect(template('operator.yaml')).toMatch(/- name: health\n\s+containerPort: \{\{ \$c\.healthPort \}\}/);
     expect((values as any).operator.healthPort).toBe(8081);
+  });
+
+  it('the optional egress gateway: off by default, on :3128 asking the decision Service, and the webhook proxies agents to it when on', () => {
+    const v = values as any;
+    expect(v.egressGateway).toMatchObject({ enabled: false, port: 3128, authzTimeoutMs: 2000 });
+    const text = template('egress-gateway.yaml');
+    expect(text.split('\n')[0]).toBe('{{- if .Values.egressGateway.enabled }}');
+    const docs = roughRender(text) as any[];
+    const deploy = docs.find((d) => d?.kind === 'Deployment');
+    const container = deploy.spec.template.spec.containers[0];
+    expect(container.args).toEqual(['egress-gateway']);
+    expect(text).toMatch(/- name: EGRESS_GATEWAY_ADDR\n\s+value: ":\{\{ \$c\.port \}\}"/);
+    expect(text).toMatch(/- name: EGRESS_GATEWAY_AUTHZ_URL\n\s+value: "\{\{ include "writ\.decisionUrl" \. \}\}\/authz"/);
+    const svc = docs.find((d) => d?.kind === 'Service');
+    expect(svc.spec.ports).toEqual([{ name: 'http-proxy', port: expect.stringMatching(/^tpl\d+$/), targetPort: 'proxy' }]);
+    expect(text).toMatch(/include "writ\.pdb" \(dict "ctx" \$ "component" "egress-gateway" "c" \$c\)/);
+    // The webhook's injected proxy: the gateway's Service when enabled, else the control plane's forward proxy.
+    const helper = /define "writ\.proxyUrl" -\}\}\n([\s\S]*?)\{\{- end -\}\}\n\{\{- end -\}\}/.exec(template('_helpers.tpl'))![1]!;
+    expect(helper).toMatch(
+      /^\{\{- if \.Values\.egressGateway\.enabled -\}\}\nhttp:\/\/\{\{ include "writ\.fullname" \. \}\}-egress-gateway\.\{\{ \.Release\.Namespace \}\}\.svc:\{\{ \.Values\.egressGateway\.port \}\}\n\{\{- else -\}\}\nhttp:\/\/\{\{ include "writ\.fullname" \. \}\}-proxy\./,
+    );
+    expect(template('webhook.yaml')).toMatch(/- -proxy-url=\{\{ include "writ\.proxyUrl" \. \}\}/);
   });
 
   it('every env variable a template sets is one the code reads', () => {

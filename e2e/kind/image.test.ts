@@ -50,7 +50,7 @@ describe('Dockerfile', () => {
   });
 
   it('knows every component', () => {
-    expect([...components.keys()].sort()).toEqual(['all-in-one', 'broker', 'control-plane', 'identity', 'operator', 'sidecar', 'webhook']);
+    expect([...components.keys()].sort()).toEqual(['all-in-one', 'broker', 'control-plane', 'egress-gateway', 'identity', 'operator', 'sidecar', 'webhook']);
   });
 
   for (const [component, source] of components) {

@@ -32,3 +32,24 @@ export function normaliseHost(raw: string): string | undefined {
   if (!DNS_HOST.test(h) || h.includes('..')) return undefined;
   return NUMERIC_LABEL.test(h) ? canonicalAddress(h) : h;
 }
+
+/** A port as written (1-65535); `fallback` when absent, undefined when malformed. */
+export function portOf(raw: string | undefined, fallback: number | undefined): number | undefined {
+  if (raw === undefined || raw === '') return fallback;
+  if (!/^\d{1,5}$/.test(raw)) return undefined;
+  const n = Number(raw);
+  return n >= 1 && n <= 65535 ? n : undefined;
+}
+
+/**
+ * An authority `host:port` (the port required, as CONNECT's), normalised: `{host, port}`, or a
+ * message naming what is wrong with it.
+ */
+export function parseHostPort(authority: string): { host: string; port: number } | { error: 'form' | 'host' | 'port' } {
+  const m = /^(\[[^\]]*\]|[^:[\]/@\s]+):(\d{1,5})$/.exec(authority);
+  if (!m) return { error: 'form' };
+  const host = normaliseHost(m[1]!);
+  if (!host) return { error: 'host' };
+  const port = portOf(m[2], undefined);
+  return port ? { host, port } : { error: 'port' };
+}

@@ -82,6 +82,13 @@ describe('per-component entry points', { timeout: 240_000 }, () => {
     await stopsCleanly(c);
   });
 
+  it('egress gateway: /healthz and /readyz on its listener; SIGTERM exits 0', async () => {
+    const c = await startEntry(tsx('runtime/egress-gateway/main.ts'), { EGRESS_GATEWAY_ADDR: ANY, EGRESS_GATEWAY_AUTHZ_URL: 'http://127.0.0.1:1/authz' });
+    expect((await fetch(`http://127.0.0.1:${c.ports.gateway}/healthz`)).status).toBe(200);
+    expect((await fetch(`http://127.0.0.1:${c.ports.gateway}/readyz`)).status).toBe(200);
+    await stopsCleanly(c);
+  });
+
   it('webhook: flags, /healthz on the health address; SIGTERM exits 0', async () => {
     const pki = makePki(dir, 'entry');
     writeFileSync(join(dir, 'tls.crt'), pki.cert);

@@ -89,6 +89,9 @@ export const SETTINGS: readonly Setting[] = [
   s('OPA_TIMEOUT_MS', 'control-plane', pos),
   // forward proxy and approval queue
   s('EGRESS_PROXY_ADDR', 'proxy', addr),
+  s('EGRESS_GATEWAY_ADDR', 'proxy', addr),
+  s('EGRESS_GATEWAY_AUTHZ_URL', 'proxy', url),
+  s('EGRESS_GATEWAY_AUTHZ_TIMEOUT_MS', 'proxy', pos),
   s('EGRESS_CONNECT_PORTS', 'proxy', { type: 'ports' }),
   s('EGRESS_APPROVAL_TIMEOUT', 'proxy', { type: 'duration' }),
   s('EGRESS_MAX_PENDING_PER_AGENT', 'proxy', pos),

@@ -51,8 +51,13 @@ http://{{ include "writ.fullname" . }}-control-plane.{{ .Release.Namespace }}.sv
 {{- define "writ.decisionUrl" -}}
 http://{{ include "writ.fullname" . }}-control-plane.{{ .Release.Namespace }}.svc:{{ .Values.controlPlane.ports.decision }}
 {{- end -}}
+{{/* The proxy agents are sent to (HTTPS_PROXY): the egress gateway when enabled, else the control plane's forward proxy. */}}
 {{- define "writ.proxyUrl" -}}
+{{- if .Values.egressGateway.enabled -}}
+http://{{ include "writ.fullname" . }}-egress-gateway.{{ .Release.Namespace }}.svc:{{ .Values.egressGateway.port }}
+{{- else -}}
 http://{{ include "writ.fullname" . }}-proxy.{{ .Release.Namespace }}.svc:{{ .Values.controlPlane.proxyService.port }}
+{{- end -}}
 {{- end -}}
 
 {{/* True ("true") when a PostgreSQL URL Secret is in play. */}}

@@ -13,9 +13,12 @@ import { isFailure, type Answers } from './types.js';
 
 type V = Verdict<EgressContext>;
 
-/** Needs a human: /authz answers 401 needs-approval; the proxy hands the request to the approval layer. */
+/**
+ * Needs a human: /authz answers 401 needs-approval (also with a hop named: the egress gateway holds
+ * nothing); the proxy hands the request to the approval layer.
+ */
 function needsHuman(c: Readonly<EgressContext>, why: string): V {
-  if (c.proxy) return skip({ needsApproval: why });
+  if (c.proxy && c.facts.via === 'proxy') return skip({ needsApproval: why });
   return refuse(401, 'delegation', why, { extra: { needsApproval: true, headers: { [H.needsApproval]: 'true' } } });
 }
 

@@ -26,7 +26,8 @@ function agentIdentity(c: Readonly<EgressContext>, a: Answers): V {
   const f = c.facts;
   const s = c.snap.settings;
   if (f.via === 'proxy' && !f.vp) return no(f.credentialIssue ?? 'missing Proxy-Authorization', undefined, true);
-  if (f.via === 'authz' && !c.actorName) return no('empty actor');
+  // An /authz call naming its hop (the egress gateway) may leave the actor to the VP it carries.
+  if (f.via === 'authz' && !c.actorName && !(c.proxy && f.vp?.trim())) return no('empty actor');
   if (f.repeatedCredential) return no(`${f.repeatedCredential} sent more than once: one credential speaks for the agent`);
   if (s.identityMode === 'vc' && !s.identityAuthority) return no('vc identity mode needs the identity authority (AGENT_IDP_URL)');
   const given = f.vp?.trim() || undefined;

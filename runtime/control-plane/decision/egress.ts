@@ -20,7 +20,7 @@ export interface EgressContext {
   readonly facts: EgressFacts;
   readonly snap: PolicySnapshot;
   readonly now: number;
-  /** Through the forward proxy: where the request goes. */
+  /** Through the forward proxy, or named by an /authz caller (X-Writ-Upstream): where the request goes. */
   readonly proxy: ProxyHop | undefined;
   readonly task: string | undefined;
   /** `X-Writ-Actor`, then the agent its VP proves (identity). */
@@ -55,7 +55,8 @@ export interface EgressContext {
 }
 
 export function egressContext(f: EgressFacts, snap: PolicySnapshot, now: number): EgressContext {
-  const proxy = f.via === 'proxy' ? f.hop : undefined;
+  // The hop: the forward proxy's request, or the host:port an /authz caller named (X-Writ-Upstream: the egress gateway).
+  const proxy = f.hop;
   return {
     facts: f,
     snap,
@@ -132,7 +133,7 @@ export function egressAllowed(c: Readonly<EgressContext>, layers: Layer[]): Eval
   if (reserve && !('error' in reserve)) extra.reserveTokens = { ...reserve, agent: actorName };
   // A call ticket only where a next hop can present it: an upstream that also serves a model (a
   // broker asking /authz for the same agent's completion).
-  if (c.proxy && target && servesModel(c.snap.registry, target.upstream)) extra.ticket = { actor: actorName, upstream: target.upstream };
+  if (f.via === 'proxy' && target && servesModel(c.snap.registry, target.upstream)) extra.ticket = { actor: actorName, upstream: target.upstream };
   const ev = egressEnd(c, allow(c.rule, c.overAudit ? `${c.overAudit}; ${c.reason}` : c.reason, headers), layers, extra);
   if (delegation) {
     ev.delegation = delegation;

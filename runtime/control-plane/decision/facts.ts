@@ -1,6 +1,7 @@
 /** Request headers -> decision facts. Pure: works on node's lower-cased header record. */
 import { H } from '../../lib/brand.js';
 import { parseReserve } from '../../lib/reservation-header.js';
+import { parseHostPort } from '../../lib/host-name.js';
 import { bearerToken } from './credentials.js';
 import type { EgressFacts, Facts, IngressFacts, ProxyHop } from './types.js';
 
@@ -84,10 +85,27 @@ function repeatedCredential(h: HeaderBag, raw: readonly string[] | undefined): s
   return raw && sentTwice(raw, 'authorization') ? 'authorization' : undefined;
 }
 
-/** `X-Writ-Actor` present selects egress; everything else is ingress (SPEC 4.1). */
+/**
+ * `X-Writ-Upstream: host:port` on an egress /authz call (the egress gateway, as an external
+ * authorization filter names the destination): the target is resolved from host:port as the forward
+ * proxy resolves it (a registry upstream, else an external host in the agent's `egressAllow`);
+ * `X-Writ-Action: http:connect` marks a tunnel. A malformed value names no hop: the call is then
+ * decided on `X-Writ-Service` alone, which an unknown target denies.
+ */
+function hopOf(upstream: string | undefined, action: string | undefined): ProxyHop | undefined {
+  if (upstream === undefined) return undefined;
+  const p = parseHostPort(upstream.trim());
+  if ('error' in p) return undefined;
+  return { host: p.host, port: p.port, hostPort: `${p.host}:${p.port}`, connect: action?.trim().toLowerCase() === 'http:connect' };
+}
+
+/**
+ * `X-Writ-Actor` present selects egress, and so does `X-Writ-Upstream` (the egress gateway: the
+ * actor is then the agent its VP proves); everything else is ingress (SPEC 4.1).
+ */
 export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
   const actor = first(h, H.actor);
-  if (actor !== undefined) {
+  if (actor !== undefined || first(h, H.upstream) !== undefined) {
     const f: EgressFacts = {
       kind: 'egress',
       via: 'authz',
@@ -102,6 +120,8 @@ export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
       authorization: first(h, 'authorization'),
       ticket: first(h, H.callTicket),
     };
+    const hop = hopOf(first(h, H.upstream), f.action);
+    if (hop) f.hop = hop;
     const reserve = first(h, H.reserve);
     if (reserve !== undefined) f.reserve = parseReserve(reserve);
     const repeated = repeatedHeader(h, req.rawHeaders);

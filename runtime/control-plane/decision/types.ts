@@ -98,7 +98,7 @@ export interface EgressFacts {
   ticket?: string;
   /** `X-Writ-Reserve` (the broker): once allowed, reserve the model call's worst case; `error` when malformed. */
   reserve?: ReserveAsk | { error: string };
-  /** Proxy only. */
+  /** The proxy's request target, or the `X-Writ-Upstream` host:port an /authz caller named (the egress gateway). */
   hop?: ProxyHop;
   /**
    * Proxy only, where `action` and `resource` are the request itself: what the agent declared in

@@ -29,17 +29,30 @@ export interface ProxyRequest {
   rawHeaders?: readonly string[];
 }
 
+/** What answering a verdict needs of its decision: a committed one, or an /authz answer (the egress gateway). */
+export interface VerdictOutcome {
+  decision: { reason: string; rule: string; headers?: Record<string, string> };
+  /** The call ticket to stamp on the upstream request. */
+  ticket?: string;
+}
+
 export interface ProxyVerdict {
   kind: 'challenge' | 'deny' | 'allow';
-  outcome: Committed;
+  outcome: VerdictOutcome;
   /** The egress request id when the request was held. */
   requestId?: string;
   /**
    * Allow only: asks the same question again for a connection that stays open (a CONNECT
    * tunnel). Resolves with the committed deny (audited) when the answer is now no, else undefined.
    */
-  recheck?: () => Promise<Committed | undefined>;
+  recheck?: () => Promise<VerdictOutcome | undefined>;
 }
+
+/**
+ * How a forward proxy decides a request: `decideProxy` on the control plane's engine (the
+ * in-plane proxy), or an /authz call (the egress gateway, runtime/egress-gateway/).
+ */
+export type ProxyDecider = (req: ProxyRequest, hold: Hold) => Promise<ProxyVerdict>;
 
 /**
  * The decision again for an open tunnel, on the same facts and the current policy: the agent's

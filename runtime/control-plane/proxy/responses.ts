@@ -7,7 +7,7 @@ import http from 'node:http';
 import type net from 'node:net';
 import { BRAND, header } from '../../lib/brand.js';
 import { errMsg } from '../../lib/log.js';
-import type { Committed } from '../decision/commit.js';
+import type { VerdictOutcome } from './decide.js';
 import { safeHeaderValue } from './headers.js';
 import type { ProxyTarget } from './target.js';
 
@@ -32,13 +32,13 @@ export function upstreamError(t: ProxyTarget, e: unknown): { status: 502 | 504; 
   return { status: 502, message: `upstream ${t.hostPort} failed: ${code ?? errMsg(e)}` };
 }
 
-export function denyHeaders(o: Committed, requestId?: string): Record<string, string> {
+export function denyHeaders(o: VerdictOutcome, requestId?: string): Record<string, string> {
   const h: Record<string, string> = { [DENY_REASON]: safeHeaderValue(o.decision.reason) };
   if (requestId) h[EGRESS_REQUEST] = requestId;
   return h;
 }
 
-export function denyBody(o: Committed, requestId?: string): object {
+export function denyBody(o: VerdictOutcome, requestId?: string): object {
   const b: Record<string, unknown> = { allow: false, reason: o.decision.reason, rule: o.decision.rule };
   if (requestId) b.egressRequest = requestId;
   return b;

@@ -20,11 +20,10 @@ import { metric } from '../../lib/brand.js';
 import { hasBody } from '../../lib/http.js';
 import { errMsg, logger } from '../../lib/log.js';
 import type { ApprovalQueue } from '../approvals/queue.js';
-import type { Committed } from '../decision/commit.js';
 import type { DecisionEngine } from '../decision/engine.js';
 import type { HoldAnswer, HoldRequest } from '../decision/types.js';
 import { H } from '../../lib/brand.js';
-import { decideProxy, type ProxyVerdict } from './decide.js';
+import { decideProxy, type ProxyDecider, type ProxyVerdict, type VerdictOutcome } from './decide.js';
 import { rewriteRequestHeaders, rewriteResponseHeaders } from './headers.js';
 import { DENY_REASON, REALM, denyBody, denyHeaders, rawReply, sendJson, upstreamError } from './responses.js';
 import { parseAbsoluteTarget, type ProxyTarget } from './target.js';
@@ -61,13 +60,17 @@ export const DEFAULT_LIMITS: ProxyLimits = {
 };
 
 export interface ForwardProxyOptions {
-  /** The control plane's decision engine (the same one /authz runs). */
-  engine: DecisionEngine;
+  /** The control plane's decision engine (the same one /authz runs); or `decide`. */
+  engine?: DecisionEngine;
+  /** How requests are decided instead of the engine (the egress gateway asks /authz). */
+  decide?: ProxyDecider;
   /** The approval queue, or a getter for it; absent: requests that need approval are denied. */
   queue?: ApprovalQueue | (() => ApprovalQueue | undefined);
   limits?: Partial<ProxyLimits>;
   /** Registers the proxy's own gauges and counters here (the control plane's metrics registry). */
   metricsRegistry?: PromRegistry;
+  /** Answers `GET /readyz` on the proxy listener (the egress gateway); absent: 400 like any origin-form request. */
+  readyz?: () => [number, object];
 }
 
 export interface ProxyStats {
@@ -99,6 +102,8 @@ function ignore(): void {}
 
 export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   const engine = opts.engine;
+  if (!engine && !opts.decide) throw new Error('a forward proxy needs a decision engine or a decide function');
+  const decide: ProxyDecider = opts.decide ?? ((r, h) => decideProxy(r, engine!, h));
   const limits: ProxyLimits = { ...DEFAULT_LIMITS, ...opts.limits };
   const queueOf = (): ApprovalQueue | undefined => (typeof opts.queue === 'function' ? opts.queue() : opts.queue);
 
@@ -275,7 +280,7 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     }
   }
 
-  function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: Committed): void {
+  function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: VerdictOutcome): void {
     if (res.destroyed || req.socket.destroyed) return;
     // The call ticket tells the next hop (the broker's /authz) this call is already counted.
     const add = outcome.ticket ? { ...outcome.decision.headers, [H.callTicket]: outcome.ticket } : outcome.decision.headers;
@@ -296,6 +301,7 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     const url = req.url ?? '';
     if (url.startsWith('/')) {
       if (url === '/healthz' && (req.method === 'GET' || req.method === 'HEAD')) return sendJson(res, closing ? 503 : 200, { ok: !closing });
+      if (url === '/readyz' && opts.readyz && (req.method === 'GET' || req.method === 'HEAD')) return sendJson(res, ...opts.readyz());
       return sendJson(res, 400, { error: 'a proxy request needs an absolute URI (http://host/path), or CONNECT host:port for TLS' }, {}, hasBody(req.headers));
     }
     const p = parseAbsoluteTarget(url);
@@ -322,7 +328,7 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   async function decidePlain(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget): Promise<void> {
     let v: ProxyVerdict;
     try {
-      v = await decideProxy({ via: 'http', method: req.method ?? 'GET', target: t, headers: req.headers, rawHeaders: req.rawHeaders }, engine, (input) =>
+      v = await decide({ via: 'http', method: req.method ?? 'GET', target: t, headers: req.headers, rawHeaders: req.rawHeaders }, (input) =>
         hold(input, (abort) => {
           const onClose = () => {
             if (!res.writableFinished) abort();
@@ -341,7 +347,7 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
 
   // ---- CONNECT tunnels (tunnel.ts) ---------------------------------------------------------
 
-  const tunnels = createTunnels({ engine, limits, upstreamSockets, upstreamErrors, hold });
+  const tunnels = createTunnels({ decide, limits, upstreamSockets, upstreamErrors, hold });
 
   server.on('request', onRequest);
   server.on('connect', tunnels.onConnect);

@@ -3,7 +3,7 @@
  * `http://host[:port]/path?q` of a plain request, or the authority form `host:port` of CONNECT.
  * Pure; every rejection carries a message fit for a 400 body.
  */
-import { normaliseHost } from '../../lib/host-name.js';
+import { normaliseHost, parseHostPort, portOf } from '../../lib/host-name.js';
 
 export interface ProxyTarget {
   /** Lower-case host without a trailing dot; IPv6 literals keep their brackets. */
@@ -21,13 +21,6 @@ export interface ProxyTarget {
 
 export type Parsed = { ok: true; target: ProxyTarget } | { ok: false; error: string };
 
-function portOf(raw: string | undefined, fallback: number | undefined): number | undefined {
-  if (raw === undefined || raw === '') return fallback;
-  if (!/^\d{1,5}$/.test(raw)) return undefined;
-  const n = Number(raw);
-  return n >= 1 && n <= 65535 ? n : undefined;
-}
-
 function make(host: string, port: number, path: string, scheme: 'http' | 'connect'): ProxyTarget {
   const hostPort = `${host}:${port}`;
   return {
@@ -43,13 +36,12 @@ function make(host: string, port: number, path: string, scheme: 'http' | 'connec
 /** `CONNECT host:port`: the port is required (RFC 9110 9.3.6). */
 export function parseConnectTarget(authority: string | undefined): Parsed {
   const a = (authority ?? '').trim();
-  const m = /^(\[[^\]]*\]|[^:[\]/@\s]+):(\d{1,5})$/.exec(a);
-  if (!m) return { ok: false, error: `CONNECT needs a host:port target, got ${JSON.stringify(a.slice(0, 200))}` };
-  const host = normaliseHost(m[1]!);
-  if (!host) return { ok: false, error: `invalid host in CONNECT target ${JSON.stringify(a.slice(0, 200))}` };
-  const port = portOf(m[2], undefined);
-  if (!port) return { ok: false, error: `invalid port in CONNECT target ${JSON.stringify(a.slice(0, 200))}` };
-  return { ok: true, target: make(host, port, '', 'connect') };
+  const p = parseHostPort(a);
+  if ('error' in p) {
+    const shown = JSON.stringify(a.slice(0, 200));
+    return { ok: false, error: p.error === 'form' ? `CONNECT needs a host:port target, got ${shown}` : `invalid ${p.error} in CONNECT target ${shown}` };
+  }
+  return { ok: true, target: make(p.host, p.port, '', 'connect') };
 }
 
 /**

@@ -12,9 +12,8 @@ import type http from 'node:http';
 import net from 'node:net';
 import type { Counter } from 'prom-client';
 import { errMsg, logger } from '../../lib/log.js';
-import type { DecisionEngine } from '../decision/engine.js';
 import type { HoldAnswer, HoldRequest } from '../decision/types.js';
-import { decideProxy, type ProxyVerdict } from './decide.js';
+import type { ProxyDecider, ProxyVerdict } from './decide.js';
 import { guardedLookup } from './dial-guard.js';
 import { DENY_REASON, REALM, UpstreamTimeout, denyBody, denyHeaders, rawReply, upstreamError } from './responses.js';
 import type { ProxyLimits } from './server.js';
@@ -23,7 +22,7 @@ import { parseConnectTarget, type ProxyTarget } from './target.js';
 const log = logger('egress-proxy');
 
 export interface TunnelDeps {
-  engine: DecisionEngine;
+  decide: ProxyDecider;
   limits: ProxyLimits;
   /** The proxy's upstream sockets: a tunnel's upstream leg is in it until it closes. */
   upstreamSockets: Set<net.Socket>;
@@ -48,7 +47,7 @@ interface Live {
 }
 
 export function createTunnels(deps: TunnelDeps): Tunnels {
-  const { engine, limits, upstreamSockets, upstreamErrors, hold } = deps;
+  const { decide, limits, upstreamSockets, upstreamErrors, hold } = deps;
   let tunnels = 0;
   const live = new Set<Live>();
   let timer: NodeJS.Timeout | undefined;
@@ -173,7 +172,7 @@ export function createTunnels(deps: TunnelDeps): Tunnels {
         else socket.once('end', abort).once('close', abort);
         return () => socket.off('end', abort).off('close', abort);
       });
-    decideProxy({ via: 'connect', method: 'CONNECT', target: t, headers: req.headers, rawHeaders: req.rawHeaders }, engine, holdTunnel).then(
+    decide({ via: 'connect', method: 'CONNECT', target: t, headers: req.headers, rawHeaders: req.rawHeaders }, holdTunnel).then(
       (v) => reply(v, v.requestId),
       (e: unknown) => {
         log.error('proxy decision failed', { err: errMsg(e) });
