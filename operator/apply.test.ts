@@ -31,7 +31,17 @@ describe('applier against the real registry and identity authority', () => {
 
   it('the examples: registry entries, identity agents and governed agents walked to their wanted state; all Ready', async () => {
     const pass = await applier.run(examples);
-    expect(t.registry.list().map((s) => s.name)).toEqual(['gpt-4o-mini', 'ledger', 'orders', 'research-agent', 'search', 'summarizer', 'web']);
+    expect(t.registry.list().map((s) => s.name)).toEqual([
+      'everything',
+      'gpt-4o-mini',
+      'ledger',
+      'orders',
+      'research-agent',
+      'search',
+      'summarizer',
+      'tool-agent',
+      'web',
+    ]);
     expect(t.registry.get('summarizer')!.upstream).toBe('summarizer.agents.svc:8080');
     expect(t.registry.ownerOf('web')).toBe('folder:test');
     expect((await governed(t, 'research-agent')).status).toBe('active');
@@ -52,7 +62,7 @@ describe('applier against the real registry and identity authority', () => {
     const second = await applier.run(examples, first.statuses);
     expect(t.registry.version).toBe(version);
     expect(t.audits.length).toBe(audits);
-    expect(second.outcome.apply!.unchanged).toHaveLength(7);
+    expect(second.outcome.apply!.unchanged).toHaveLength(9);
     for (const [k, s] of second.statuses) expect(sameStatus(s, first.statuses.get(k)), k).toBe(true);
   });
 
@@ -177,12 +187,14 @@ describe('applier against the real registry and identity authority', () => {
       ['governed', 'summarizer', 3],
       ['identity', 'research-agent', 0],
       ['identity', 'summarizer', 0],
+      ['registry', 'everything', 0],
       ['registry', 'gpt-4o-mini', 0],
       ['registry', 'ledger', 0],
       ['registry', 'orders', 0],
       ['registry', 'research-agent', 0],
       ['registry', 'search', 0],
       ['registry', 'summarizer', 0],
+      ['registry', 'tool-agent', 0],
       ['registry', 'web', 0],
       ['revocations', '0', 0],
     ]);

@@ -70,6 +70,8 @@ function serviceOf(r: Observed): Service {
     if (s.owner) out.owner = s.owner;
     if (s.requireScope) out.requireScope = s.requireScope;
     if (s.dataClass) out.dataClass = s.dataClass;
+    if (s.protocol) out.protocol = s.protocol;
+    if (s.path) out.path = s.path;
     return out;
   }
   const out: Service = { name: s.agent, upstream: s.upstream ?? defaultAgentUpstream(s.agent, r.namespace), kind: 'agent' };
@@ -77,6 +79,7 @@ function serviceOf(r: Observed): Service {
   for (const k of ['allowModels', 'allowTools', 'allowAgents', 'egressAllow'] as const) if (s[k]?.length) out[k] = [...s[k]];
   if (s.budget) out.budget = { ...s.budget };
   if (s.dataClass) out.dataClass = s.dataClass;
+  if (s.toolRules?.length) out.toolRules = s.toolRules.map((r: Record<string, unknown>) => ({ ...r }));
   return out;
 }
 

@@ -5,6 +5,7 @@
  */
 import { API_VERSION, kindOf, openApiSchema, type CrKind } from './crd/definitions.js';
 import { formatPath, validateAgainst, withDefaults, type FieldError } from './validate/schema.js';
+import { whenProblem } from '../runtime/control-plane/decision/tool-rules.js';
 
 export interface Observed {
   kind: CrKind;
@@ -56,6 +57,7 @@ export function checkResource(doc: unknown, origin: string, old?: unknown): Chec
   ) as Record<string, any>;
   const oldBody = isObj(old) ? withDefaults({ apiVersion, kind: doc.kind, metadata: { name }, spec: old.spec }, schema) : undefined;
   const errors = validateAgainst(body, schema, oldBody);
+  if (errors.length === 0 && crd.kind === 'AgentPolicy') errors.push(...toolRuleErrors(body.spec));
   return {
     observed: {
       kind: crd.kind,
@@ -69,4 +71,17 @@ export function checkResource(doc: unknown, origin: string, old?: unknown): Chec
     },
     errors,
   };
+}
+
+/** A tool rule's `when` that cannot be a call-time rule (does not compile, or reads what a call cannot see). */
+function toolRuleErrors(spec: Record<string, any> | undefined): FieldError[] {
+  const rules: unknown[] = Array.isArray(spec?.toolRules) ? spec.toolRules : [];
+  const out: FieldError[] = [];
+  rules.forEach((r, i) => {
+    const when = isObj(r) ? r.when : undefined;
+    if (typeof when !== 'string') return;
+    const why = whenProblem(when);
+    if (why) out.push({ path: ['spec', 'toolRules', i, 'when'], message: `does not compile as a call-time rule: ${why}` });
+  });
+  return out;
 }

@@ -28,6 +28,8 @@ import type { IdentityClient } from './control-plane/identity-client.js';
 import { proxyLimitsFromEnv, startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
 import { DEFAULT_GATEWAY_ADDR, startGateway } from './egress-gateway/gateway.js';
 import { startBroker } from './broker/server.js';
+import { holdForHuman } from './control-plane/approvals/hold.js';
+import { createMcpGateway } from './mcp/gateway.js';
 import { createLocalDecisionClient } from './broker/decision-local.js';
 import { deliverUsageLocally } from './broker/usage-local.js';
 import { inProcessIdentity } from './identity/in-process.js';
@@ -141,6 +143,11 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
           ...(authzUrl ? {} : { localDecisions: (timeoutMs: number) => createLocalDecisionClient(cp.plane.engine, { timeoutMs }) }),
           usageUrl: usageUrl ?? `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
           ...(usageUrl ? {} : { localUsage: deliverUsageLocally(cp.plane.recordUsage) }),
+          // The MCP gateway decides with this process's engine and holds calls in its approval queue.
+          mcp: createMcpGateway({
+            engine: cp.plane.engine,
+            hold: (req, signal) => holdForHuman(run.gateway.queue, req, signal),
+          }),
         })
       : undefined;
     if (broker) closers.push({ name: 'broker', close: () => broker.close() });

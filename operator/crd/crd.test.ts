@@ -72,7 +72,7 @@ describe('crds/examples', () => {
 /** The specs as written in the example files (before defaulting). */
 function rawSpecs(kind: string): unknown[] {
   const out: unknown[] = [];
-  for (const f of ['services.yaml', 'agents/research-agent.yaml', 'agents/summarizer.yaml']) {
+  for (const f of ['services.yaml', 'agents/research-agent.yaml', 'agents/summarizer.yaml', 'agents/tool-agent.yaml']) {
     for (const line of readFileSync(EXAMPLES + f, 'utf8').split(/^---$/m)) {
       const d = parseYaml(line);
       if (d?.kind === kind) out.push(d.spec);

@@ -63,13 +63,15 @@ const TENANT_RE = '^[A-Za-z0-9][A-Za-z0-9._-]*$';
 const RUNTIME_RE = '^[a-z0-9][a-z0-9_.-]*$';
 
 const str = (description: string, extra: Partial<Schema> = {}): Schema => ({ type: 'string', description, maxLength: 253, ...extra });
-const nameSet = (description: string): Schema => ({
+const nameSet = (description: string, pattern = REF_RE): Schema => ({
   type: 'array',
   description,
   maxItems: 1000,
   'x-kubernetes-list-type': 'set',
-  items: { type: 'string', minLength: 1, maxLength: 253, pattern: REF_RE },
+  items: { type: 'string', minLength: 1, maxLength: 253, pattern },
 });
+/** A registry name, or `<mcp service>/<tool prefix>*` (allowTools and tool rules). */
+const TOOL_REF_RE = '^[A-Za-z0-9][A-Za-z0-9._:/-]*\\*?$';
 const upstream = (description: string): Schema => ({
   type: 'string',
   description,
@@ -137,8 +139,16 @@ export const REGISTRY_SERVICE: CrdKind = {
       public: { type: 'boolean', default: false, description: 'If true, unauthenticated callers are allowed.' },
       kind: { type: 'string', enum: ['service', 'model', 'tool'], default: 'service', description: 'Agents are declared with an AgentPolicy.' },
       dataClass,
+      protocol: {
+        type: 'string',
+        enum: ['mcp'],
+        description: 'mcp: an MCP server (streamable HTTP) the gateway serves at /mcp/<name> on the broker listener (kind tool).',
+      },
+      path: str('The MCP endpoint path on the upstream (protocol mcp); default /mcp.', { maxLength: 1024, pattern: '^/[!-"$->@-~]*$' }),
     },
     'x-kubernetes-validations': [
+      { rule: "!has(self.protocol) || self.kind == 'tool'", message: 'protocol mcp is for kind tool', fieldPath: '.protocol' },
+      { rule: '!has(self.path) || has(self.protocol)', message: 'path is for protocol mcp', fieldPath: '.path' },
       {
         rule: "!self.public || !has(self.requireScope) || self.requireScope == ''",
         message: 'a public service cannot require a scope',
@@ -172,10 +182,35 @@ export const AGENT_POLICY: CrdKind = {
       upstream: upstream('host:port of the agent itself, for agent-to-agent hops. Default: <agent>.<namespace>.svc:8080.'),
       owner: str('Owning team.'),
       allowModels: nameSet('Model names the agent may invoke.'),
-      allowTools: nameSet('Tool names the agent may call.'),
+      allowTools: nameSet(
+        'Tools the agent may call: a tool service name (all of it), or for an MCP service <service>/<tool> or <service>/<prefix>*.',
+        TOOL_REF_RE,
+      ),
       allowAgents: nameSet('Peer agents the agent may hop to.'),
       egressAllow: nameSet('Forward-proxy allow list: registry names or host[:port].'),
       dataClass,
+      toolRules: {
+        type: 'array',
+        description: 'Rules on the MCP tools the agent calls, each applied to every call of the tools it covers.',
+        maxItems: 1000,
+        'x-kubernetes-list-type': 'atomic',
+        items: {
+          type: 'object',
+          required: ['tool'],
+          properties: {
+            tool: str('What the rule covers, as allowTools names it: <service>, <service>/<tool> or <service>/<prefix>*.', {
+              minLength: 1,
+              pattern: TOOL_REF_RE,
+            }),
+            when: str(
+              'CEL over args, agent, task and onBehalfOf, checked at call time (never when listing tools); a call it does not hold for is refused. Refused at apply when it does not compile or reads anything else.',
+              { minLength: 1, maxLength: 4096 },
+            ),
+            approval: { type: 'string', enum: ['required'], description: 'required: each call is held for a human, bound to the digest of its arguments.' },
+            dataClass: { type: 'string', enum: ['regulated'], description: 'regulated: each call needs an approved delegation (SPEC 4.1).' },
+          },
+        },
+      },
       budget: {
         type: 'object',
         description: 'Egress rate ceilings; an absent field means no limit on that dimension.',

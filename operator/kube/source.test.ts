@@ -77,7 +77,7 @@ describe('Kubernetes source against the in-test API server', () => {
     for (const d of exampleDocs()) api.apply(d);
     const s = start('op-a');
     await s.synced;
-    await until(() => api.list('governedagents').every((g) => ready(g)?.status === 'True') && t.registry.list().length === 7, 'all Ready').catch((e) => {
+    await until(() => api.list('governedagents').every((g) => ready(g)?.status === 'True') && t.registry.list().length === 9, 'all Ready').catch((e) => {
       throw new Error(
         `${(e as Error).message}: ${JSON.stringify(api.list('governedagents').map((g) => [g.metadata.name, ready(g)]))} registry ${t.registry.list().length}`,
       );
@@ -107,7 +107,7 @@ describe('Kubernetes source against the in-test API server', () => {
     for (const d of exampleDocs()) api.apply(d);
     const s = start('op-a');
     await s.synced;
-    await until(() => t.registry.list().length === 7 && ready(api.get('registryservices', 'default', 'web'))?.status === 'True', 'programmed');
+    await until(() => t.registry.list().length === 9 && ready(api.get('registryservices', 'default', 'web'))?.status === 'True', 'programmed');
 
     const web = api.get('registryservices', 'default', 'web')!;
     api.apply({ ...web, spec: { ...web.spec, upstream: 'web.default.svc:81' } });
@@ -192,7 +192,7 @@ describe('Kubernetes source against the in-test API server', () => {
     try {
       await until(() => a.isLeader() || b.isLeader(), 'a leader');
       const [leader, follower] = a.isLeader() ? [a, b] : [b, a];
-      await until(() => t.registry.list().length === 7, 'programmed by the leader');
+      await until(() => t.registry.list().length === 9, 'programmed by the leader');
       expect(follower.isLeader()).toBe(false);
       expect(await follower.resync()).toBe(0); // a follower never writes
       const killedAt = Date.now();
@@ -226,7 +226,7 @@ describe('Kubernetes source against the in-test API server', () => {
     for (const d of exampleDocs()) api.apply(d);
     const s = start('op-a');
     await s.synced;
-    await until(() => t.registry.list().length === 7, 'programmed');
+    await until(() => t.registry.list().length === 9, 'programmed');
     api.remove('registryservices', 'default', 'web');
     await until(() => api.get('registryservices', 'default', 'web') === undefined, 'deleted');
     await s.close();

@@ -30,6 +30,7 @@ import { createDecisionClient, type DecisionClient } from './decision-client.js'
 import { methodNotAllowed, notFound, upstreamFailed } from './openai-error.js';
 import { createSettlements } from './settlement.js';
 import { createUsageReporter, type UsageDelivery, type UsageReporter } from './usage-reporter.js';
+import { MCP_PREFIX, type McpGateway } from '../mcp/gateway.js';
 
 const log = logger('broker');
 
@@ -72,6 +73,11 @@ export interface BrokerOptions {
   localUsage?: UsageDelivery;
   /** Usage reporter override (tests); default posts to usageUrl. */
   usage?: UsageReporter;
+  /**
+   * The MCP gateway (runtime/mcp) served at `/mcp/{service}` on this listener, so one base URL
+   * serves an agent its models and its tools; closed with the broker. Absent: `/mcp/` is 404.
+   */
+  mcp?: McpGateway;
 }
 
 export interface RunningBroker {
@@ -91,12 +97,13 @@ function sendJsonText(res: http.ServerResponse, status: number, data: string, he
 }
 
 /** The request handler, and the completions it is still working on (a shutdown waits for them). */
-function createHandler(d: Deps, active: Set<Promise<void>>): http.RequestListener {
+function createHandler(d: Deps, active: Set<Promise<void>>, mcp: McpGateway | undefined): http.RequestListener {
   return (req, res) => {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
     const method = req.method ?? 'GET';
+    if (mcp && path.startsWith(MCP_PREFIX)) return mcp.handle(req, res, path);
     if (path === '/v1/chat/completions' || path === '/chat/completions') {
       if (method !== 'POST') {
         req.resume();
@@ -198,12 +205,12 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
     ready: () => !closing,
   };
   const active = new Set<Promise<void>>();
-  const server = http.createServer({ keepAliveTimeout: 65_000, ...deadline }, createHandler(deps, active));
+  const server = http.createServer({ keepAliveTimeout: 65_000, ...deadline }, createHandler(deps, active, opts.mcp));
   let port: number;
   try {
     port = await listen(server, addr);
   } catch (e) {
-    await Promise.all([upstream.close(), control.close()]);
+    await Promise.all([upstream.close(), control.close(), opts.mcp?.close()]);
     throw e;
   }
   if (pk.placeholder) log.warn(`no provider key: set ${PROVIDER_KEY_VARS.join(' or ')}; live completions will fail with upstream_auth_failed`);
@@ -222,6 +229,8 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
     async close(graceMs = 10_000) {
       if (closing) return;
       closing = true;
+      // MCP exchanges (long GET streams among them) end now; their clients reconnect elsewhere.
+      await opts.mcp?.close();
       // In-flight completions (streams included) get `graceMs` to finish, then their sockets go.
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();

@@ -4,6 +4,7 @@
  */
 import { z } from '@hono/zod-openapi';
 import { MAX_CALL_TOKENS } from '../lib/reservation-header.js';
+import { whenProblem } from './decision/tool-rules.js';
 
 export const KINDS = ['', 'service', 'agent', 'model', 'tool'] as const;
 export const DATA_CLASSES = ['', 'public', 'internal', 'regulated'] as const;
@@ -51,6 +52,35 @@ const nameList = z
     });
   });
 
+export const PROTOCOLS = ['', 'mcp'] as const;
+
+/**
+ * One of an agent's tool rules (issue 42): `tool` names what it covers as `allowTools` does
+ * (`<service>`, `<service>/<tool>`, `<service>/<prefix>*`); `when` is a CEL condition over
+ * `args`, `agent`, `task` and `onBehalfOf` checked at call time (a rule whose condition does not
+ * compile, or reads anything else, is refused here); `approval: required` holds the call for a
+ * human; `dataClass: regulated` needs an approved delegation as a regulated target does.
+ */
+export const ToolRuleSchema = z
+  .object({
+    tool: z.string().min(1).max(REGISTRY_NAME_MAX),
+    when: z
+      .string()
+      .min(1)
+      .superRefine((w, ctx) => {
+        const why = whenProblem(w);
+        if (why) ctx.addIssue({ code: 'custom', message: `when does not compile as a call-time rule: ${why}` });
+      })
+      .optional(),
+    approval: z.enum(['required']).optional(),
+    dataClass: z.enum(['regulated']).optional(),
+  })
+  .strict();
+export type ToolRule = z.infer<typeof ToolRuleSchema>;
+
+/** An HTTP path on an upstream: `/` then visible ASCII, no `?` or `#`. */
+const UPSTREAM_PATH_RE = /^\/[\x21-\x22\x24-\x3e\x40-\x7e]*$/;
+
 export const ServiceSchema = z
   .object({
     name: RegistryName,
@@ -71,8 +101,21 @@ export const ServiceSchema = z
     egressAllow: nameList.optional(),
     budget: BudgetSchema.optional(),
     dataClass: z.enum(DATA_CLASSES).optional(),
+    /** `mcp`: a tool server the gateway serves at `/mcp/{name}` on the broker listener (kind tool). */
+    protocol: z.enum(PROTOCOLS).optional(),
+    /** The MCP endpoint's path on the upstream (protocol mcp; default `/mcp`). */
+    path: z.string().max(1024).regex(UPSTREAM_PATH_RE, 'path must start with / and hold no query, fragment, space or control character').optional(),
+    /** Agents: rules on the tools they call (issue 42). */
+    toolRules: z.array(ToolRuleSchema).max(1000).optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((s, ctx) => {
+    if (s.protocol === 'mcp' && s.kind !== 'tool') ctx.addIssue({ code: 'custom', path: ['protocol'], message: 'protocol mcp is for kind tool' });
+    if (s.protocol === 'mcp' && s.name.includes('/'))
+      ctx.addIssue({ code: 'custom', path: ['name'], message: 'an mcp service name has no "/": allowTools reads <service>/<tool>' });
+    if (s.path !== undefined && s.protocol !== 'mcp') ctx.addIssue({ code: 'custom', path: ['path'], message: 'path is for protocol mcp' });
+    if (s.toolRules?.length && s.kind !== 'agent') ctx.addIssue({ code: 'custom', path: ['toolRules'], message: 'toolRules are for kind agent' });
+  });
 export type Service = z.infer<typeof ServiceSchema>;
 
 /**
@@ -99,7 +142,17 @@ export const USAGE_BATCH_MAX = 500;
 /** A `/v1/usage` body: one report (SPEC 4.3) or a batch of them. */
 export const UsageBodySchema = z.union([UsageSchema, z.array(UsageSchema).min(1).max(USAGE_BATCH_MAX)]);
 
-export const AUDIT_ACTIONS = ['authz', 'egress', 'model.invoke', 'tool.read', 'agent.invoke', 'egress.proxy', 'egress.approval', 'registry.upsert'] as const;
+export const AUDIT_ACTIONS = [
+  'authz',
+  'egress',
+  'model.invoke',
+  'tool.read',
+  'tool.call',
+  'agent.invoke',
+  'egress.proxy',
+  'egress.approval',
+  'registry.upsert',
+] as const;
 export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 export type Rule = 'identity' | 'registry' | 'inline' | 'opa' | 'delegation';
 
@@ -116,6 +169,12 @@ export interface AuditEntry {
   delegationId?: string;
   /** Epoch seconds. */
   delegationExp?: number;
+  /** `tool.call`: the tool, prompt or resource URI the MCP message names. */
+  tool?: string;
+  /** `tool.call`: SHA-256 (hex) of the RFC 8785 form of the call's arguments; the arguments are never recorded. */
+  argsDigest?: string;
+  /** `tool.call`: the MCP session (`Mcp-Session-Id`). */
+  session?: string;
 }
 
 /** A chained audit record (SPEC 2.3). */

@@ -4,7 +4,7 @@
  *
  * Canonical encoding (what `hash` covers). Take the record's known fields
  *   seq, time, prevHash, action, subject, actor, task, service, allow, reason, rule,
- *   delegationId, delegationExp
+ *   delegationId, delegationExp, tool, argsDigest, session
  * drop the ones that are undefined, sort the keys by UTF-16 code units and serialize as JSON
  * with no whitespace. Every value is a string, a boolean or a finite number, so this is exactly
  * RFC 8785 (JSON Canonicalization Scheme) of the record without `hash`, e.g.
@@ -33,9 +33,24 @@ export interface VerifyResult {
 
 /** The fields the hash covers (see the file comment); `canonical` writes them in sorted order. */
 type HashedField =
-  'seq' | 'time' | 'prevHash' | 'action' | 'subject' | 'actor' | 'task' | 'service' | 'allow' | 'reason' | 'rule' | 'delegationId' | 'delegationExp';
+  | 'seq'
+  | 'time'
+  | 'prevHash'
+  | 'action'
+  | 'subject'
+  | 'actor'
+  | 'task'
+  | 'service'
+  | 'allow'
+  | 'reason'
+  | 'rule'
+  | 'delegationId'
+  | 'delegationExp'
+  | 'tool'
+  | 'argsDigest'
+  | 'session';
 
-const STRING_FIELDS = ['subject', 'actor', 'task', 'service', 'reason', 'delegationId'] as const;
+const STRING_FIELDS = ['subject', 'actor', 'task', 'service', 'reason', 'delegationId', 'tool', 'argsDigest', 'session'] as const;
 const RULES: ReadonlySet<string> = new Set<Rule>(['identity', 'registry', 'inline', 'opa', 'delegation']);
 const ACTIONS: ReadonlySet<string> = new Set(AUDIT_ACTIONS);
 
@@ -87,6 +102,9 @@ export function normalizeEntry(e: AuditEntry): AuditEntry {
   if (e.rule !== undefined) out.rule = e.rule;
   if (e.delegationId !== undefined) out.delegationId = clean(e.delegationId);
   if (e.delegationExp !== undefined) out.delegationExp = e.delegationExp;
+  if (e.tool !== undefined) out.tool = clean(e.tool);
+  if (e.argsDigest !== undefined) out.argsDigest = clean(e.argsDigest);
+  if (e.session !== undefined) out.session = clean(e.session);
   return out;
 }
 
@@ -103,6 +121,7 @@ export function canonical(r: Omit<AuditRecord, 'hash'> & { hash?: string }): str
   out = field(out, 'action', x.action);
   out = field(out, 'actor', x.actor);
   out = field(out, 'allow', x.allow);
+  out = field(out, 'argsDigest', x.argsDigest);
   out = field(out, 'delegationExp', x.delegationExp);
   out = field(out, 'delegationId', x.delegationId);
   out = field(out, 'prevHash', x.prevHash);
@@ -110,9 +129,11 @@ export function canonical(r: Omit<AuditRecord, 'hash'> & { hash?: string }): str
   out = field(out, 'rule', x.rule);
   out = field(out, 'seq', x.seq);
   out = field(out, 'service', x.service);
+  out = field(out, 'session', x.session);
   out = field(out, 'subject', x.subject);
   out = field(out, 'task', x.task);
   out = field(out, 'time', x.time);
+  out = field(out, 'tool', x.tool);
   return `{${out}}`;
 }
 

@@ -23,6 +23,9 @@ export const RECORD_COLUMNS = {
   rule: auditLog.rule,
   delegationId: auditLog.delegationId,
   delegationExp: auditLog.delegationExp,
+  tool: auditLog.tool,
+  argsDigest: auditLog.argsDigest,
+  session: auditLog.session,
   prevHash: auditLog.prevHash,
   hash: auditLog.hash,
 };
@@ -40,6 +43,9 @@ export function fromRow(row: Row): AuditRecord {
   if (row.rule !== null) r.rule = row.rule as Rule;
   if (row.delegationId !== null) r.delegationId = row.delegationId;
   if (row.delegationExp !== null) r.delegationExp = Number(row.delegationExp);
+  if (row.tool !== null) r.tool = row.tool;
+  if (row.argsDigest !== null) r.argsDigest = row.argsDigest;
+  if (row.session !== null) r.session = row.session;
   r.prevHash = row.prevHash;
   r.hash = row.hash;
   return r;
@@ -62,9 +68,9 @@ export async function insertBatch(store: Store, chain: string, batch: AuditRecor
   // parameters per row, and exact (strings are already storable; numbers round-trip through
   // their shortest decimal). A field a record lacks is a NULL column, as fromRow reads it back.
   const insert = () => sql`insert into audit_log (${sql.raw(STORED_COLUMNS.join(', '))})
-        select ${chain}, seq, time, action, subject, actor, task, service, allow, reason, rule, "delegationId", "delegationExp", "prevHash", hash
+        select ${chain}, seq, time, action, subject, actor, task, service, allow, reason, rule, "delegationId", "delegationExp", tool, "argsDigest", session, "prevHash", hash
         from jsonb_to_recordset(${JSON.stringify(batch)}::jsonb) as x(seq bigint, time text, action text, subject text, actor text, task text,
-          service text, allow boolean, reason text, rule text, "delegationId" text, "delegationExp" double precision, "prevHash" text, hash text)`;
+          service text, allow boolean, reason text, rule text, "delegationId" text, "delegationExp" double precision, tool text, "argsDigest" text, session text, "prevHash" text, hash text)`;
   try {
     // PGlite: the same rows as COPY text, a quarter to a half less of the engine's time per row
     // for batches of 100-400 (the shipper's under load).

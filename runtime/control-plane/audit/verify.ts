@@ -77,7 +77,7 @@ export async function* readRange(
       store.db,
       sql`select coalesce(json_agg(x order by x.seq), '[]')::text as page from (
             select seq, time, action, subject, actor, task, service, allow, reason, rule,
-              delegation_id as "delegationId", delegation_exp as "delegationExp", prev_hash as "prevHash", hash
+              delegation_id as "delegationId", delegation_exp as "delegationExp", tool, args_digest as "argsDigest", session, prev_hash as "prevHash", hash
             from audit_log where chain = ${chain} and seq >= ${next} and seq <= ${to} order by seq limit ${pageSize}) x`,
     );
     const page = (JSON.parse(row!.page) as Parameters<typeof fromRow>[0][]).map(fromRow);

@@ -27,7 +27,8 @@ function budget(c: Readonly<EgressContext>, a: Answers): Verdict<EgressContext> 
   const reserve = f.reserve;
   if (reserve && 'error' in reserve) return refuse(403, 'inline', `malformed ${H.reserve}: ${reserve.error}`);
   if (reserve && c.kind !== 'model') return refuse(403, 'inline', `${H.reserve} applies to model calls only`);
-  if (!actor.budget) return ticketed ? pass({ ticketed }) : pass();
+  // Not counted (an MCP message other than tools/call): not metered either.
+  if (!actor.budget || !c.counted) return ticketed ? pass({ ticketed }) : pass();
   if (!a.usage) return ask({ kind: 'usage', agent: c.actorName });
   const over = overBudget(a.usage, actor.budget, { calls: !ticketed });
   if (!over) return ticketed ? pass({ ticketed }) : pass();

@@ -25,7 +25,7 @@ function needsHuman(c: Readonly<EgressContext>, why: string): V {
 function delegation(c: Readonly<EgressContext>, a: Answers): V {
   const { target, external } = c;
   if (!target && !external) return needsHuman(c, `needs approval: external host ${c.proxy!.hostPort} is not in ${c.actor!.name}.egressAllow`);
-  if (target?.dataClass !== 'regulated')
+  if (target?.dataClass !== 'regulated' && !c.regulatedTool)
     return pass({ reason: `allowed by registry allowlist and budget${c.ticketed ? ' (call counted by the proxy hop)' : ''}` });
   if (!c.snap.settings.identityAuthority) return refuse(403, 'delegation', 'regulated target and no identity authority configured (fail closed)');
   const task = c.task;
@@ -35,7 +35,7 @@ function delegation(c: Readonly<EgressContext>, a: Answers): V {
   // A Writ access token whose delegation covers this call is that delegation, checked offline
   // (its revocation and the agent's standing were read by the identity layer).
   const t = c.token;
-  if (t?.delegation && delegationCovers(t, { target: target.name, task, action, resource })) {
+  if (t?.delegation && target && delegationCovers(t, { target: target.name, task, action, resource })) {
     return pass({ rule: 'delegation', reason: 'approved delegation (access token)', delegation: { id: t.delegation.id, exp: t.exp } });
   }
   const d = a.delegation;

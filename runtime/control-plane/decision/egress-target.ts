@@ -6,6 +6,7 @@
 import type { Service } from '../types.js';
 import { pass, refuse, type PolicyLayer, type Verdict } from './driver.js';
 import { EXTERNAL, type EgressContext } from './egress.js';
+import { isMcp, reaches } from './tool.js';
 import type { ProxyHop, RegistryView } from './types.js';
 
 type V = Verdict<EgressContext>;
@@ -87,7 +88,9 @@ function allowlist(c: Readonly<EgressContext>): V {
   const { actor, target } = c;
   if (!target) return pass();
   const { list, field } = allowListFor(actor!, c.kind ?? '');
-  return list.includes(target.name) ? pass() : refuse(403, 'inline', `${target.name} is not in ${actor!.name}.${field}`);
+  // An MCP service is reached by an entry naming it whole or in part; the tool layer decides the rest.
+  const listed = isMcp(target) && c.kind === 'tool' ? reaches(actor!, target.name) : list.includes(target.name);
+  return listed ? pass() : refuse(403, 'inline', `${target.name} is not in ${actor!.name}.${field}`);
 }
 
 export const egressRegistry: PolicyLayer<EgressContext> = {

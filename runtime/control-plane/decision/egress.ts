@@ -11,7 +11,8 @@ import { H } from '../../lib/brand.js';
 import type { AuditAction, Decision, Rule, Service } from '../types.js';
 import { allow, auditOf, UNKNOWN_LABEL } from './outcome.js';
 import { vetoLayer } from './veto.js';
-import type { EgressFacts, Effects, Evaluation, Layer, PolicySnapshot, ProxyHop, RegistryView } from './types.js';
+import { isMcp } from './tool.js';
+import type { EgressFacts, Effects, Evaluation, HoldRequest, Layer, PolicySnapshot, ProxyHop, RegistryView } from './types.js';
 
 export const EXTERNAL = 'external';
 
@@ -52,6 +53,13 @@ export interface EgressContext {
   delegation: Evaluation['delegation'];
   /** Why a human must approve (delegation): the proxy holds the request for it (approval). */
   needsApproval: string | undefined;
+  /** Counted against callsPerHour: every egress but an MCP message other than `tools/call` (tool.ts). */
+  readonly counted: boolean;
+  /** An MCP message (tool): why it passed, its metric label, a regulated tool, the hold a rule asks for. */
+  toolReason?: string;
+  toolLabel?: string;
+  regulatedTool?: boolean;
+  toolHold?: HoldRequest;
 }
 
 export function egressContext(f: EgressFacts, snap: PolicySnapshot, now: number): EgressContext {
@@ -78,6 +86,7 @@ export function egressContext(f: EgressFacts, snap: PolicySnapshot, now: number)
     reason: '',
     delegation: undefined,
     needsApproval: undefined,
+    counted: !f.mcp || f.mcp.method === 'tools/call',
   };
 }
 
@@ -115,11 +124,25 @@ type Extra = Pick<Effects, 'reserveCall' | 'reserveTokens' | 'ticket'>;
 export function egressEnd(c: Readonly<EgressContext>, d: Decision, layers: Layer[], extra?: Extra): Evaluation {
   const f = c.facts;
   const who = { subject: f.onBehalfOf?.trim() || c.actorName || undefined, actor: c.actorName || undefined, task: c.task, service: c.service };
-  const effects: Effects = { audit: auditOf(egressAction(c.kind ?? c.target?.kind, f.via), d, who), serviceLabel: c.target?.name ?? UNKNOWN_LABEL };
+  const effects: Effects = {
+    audit: auditOf(egressAction(c.kind ?? c.target?.kind, f.via), d, who),
+    serviceLabel: c.toolLabel ?? c.target?.name ?? UNKNOWN_LABEL,
+  };
+  if (f.mcp || f.mcpError || isMcp(c.target)) toolAudit(effects.audit, f);
   if (d.allow && extra) Object.assign(effects, extra);
   const ev: Evaluation = { decision: d, layers, effects, version: c.snap.version };
   if (c.agentDid) ev.agentDid = c.agentDid;
   return ev;
+}
+
+/** An MCP message's record (`tool.call`): what it names, the digest of its arguments (never the arguments), its session. */
+function toolAudit(audit: Effects['audit'], f: EgressFacts): void {
+  audit.action = 'tool.call';
+  const call = f.mcp;
+  if (!call) return;
+  if (call.name !== undefined) audit.tool = call.name;
+  if (call.digest) audit.argsDigest = call.digest;
+  if (call.session) audit.session = call.session;
 }
 
 /** Every layer passed: the allow, its headers, and what it commits (the call, the broker's reservation, the proxy's ticket). */
@@ -128,13 +151,14 @@ export function egressAllowed(c: Readonly<EgressContext>, layers: Layer[]): Eval
   const headers: Record<string, string> = { [H.subject]: c.subject, [H.upstream]: target?.upstream ?? c.proxy!.hostPort, [H.actor]: actorName };
   if (c.agentDid) headers[H.agentDid] = c.agentDid;
   // What the allow commits; built in place, never copied.
-  const extra: Extra = c.ticketed ? {} : { reserveCall: { agent: actorName, budget: c.actor!.budget } };
+  const extra: Extra = c.ticketed || !c.counted ? {} : { reserveCall: { agent: actorName, budget: c.actor!.budget } };
   const reserve = f.reserve;
   if (reserve && !('error' in reserve)) extra.reserveTokens = { ...reserve, agent: actorName };
   // A call ticket only where a next hop can present it: an upstream that also serves a model (a
   // broker asking /authz for the same agent's completion).
   if (f.via === 'proxy' && target && servesModel(c.snap.registry, target.upstream)) extra.ticket = { actor: actorName, upstream: target.upstream };
-  const ev = egressEnd(c, allow(c.rule, c.overAudit ? `${c.overAudit}; ${c.reason}` : c.reason, headers), layers, extra);
+  const reason = c.toolReason ? `${c.toolReason}; ${c.reason}` : c.reason;
+  const ev = egressEnd(c, allow(c.rule, c.overAudit ? `${c.overAudit}; ${reason}` : reason, headers), layers, extra);
   if (delegation) {
     ev.delegation = delegation;
     ev.effects.audit.delegationId = delegation.id;

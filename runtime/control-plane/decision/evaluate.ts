@@ -14,6 +14,7 @@ import { approvalLayer, delegationLayer } from './egress-delegation.js';
 import { egressIdentity, governance } from './egress-identity.js';
 import { tokenLayer } from './egress-token.js';
 import { allowlistLayer, egressRegistry } from './egress-target.js';
+import { toolApprovalLayer, toolLayer } from './tool.js';
 import { ingressAllowed, ingressContext, ingressEnd, ingressIdentity, ingressInline, ingressRegistry, ingressVeto, type IngressContext } from './ingress.js';
 import type { Answers, EgressFacts, Facts, IngressFacts, PolicySnapshot, Step } from './types.js';
 
@@ -25,10 +26,26 @@ export const INGRESS: Path<IngressFacts, IngressContext> = {
   allowed: ingressAllowed,
 };
 
-/** Egress (agent calls): identity, governance standing, registry, the access token's audience, allowlist, budget, delegation, a human's approval, the OPA veto. */
+/**
+ * Egress (agent calls): identity, governance standing, registry, the access token's audience,
+ * allowlist, the tool layer (an MCP message, tool.ts), budget, delegation, a human's approval (a
+ * held proxy request, a held tool call), the OPA veto.
+ */
 export const EGRESS: Path<EgressFacts, EgressContext> = {
   context: egressContext,
-  layers: [egressIdentity, governance, egressRegistry, tokenLayer, allowlistLayer, budgetLayer, delegationLayer, approvalLayer, egressVeto],
+  layers: [
+    egressIdentity,
+    governance,
+    egressRegistry,
+    tokenLayer,
+    allowlistLayer,
+    toolLayer,
+    budgetLayer,
+    delegationLayer,
+    approvalLayer,
+    toolApprovalLayer,
+    egressVeto,
+  ],
   denied: egressEnd,
   allowed: egressAllowed,
 };

@@ -1,4 +1,5 @@
 /** Request headers -> decision facts. Pure: works on node's lower-cased header record. */
+import { mcpCallOf } from './mcp-facts.js';
 import { H } from '../../lib/brand.js';
 import { parseReserve } from '../../lib/reservation-header.js';
 import { parseHostPort } from '../../lib/host-name.js';
@@ -25,6 +26,8 @@ export interface RequestMeta {
   path?: string;
   /** The request came from a trusted proxy: its x-forwarded-host names the target host. */
   trustedPeer?: boolean;
+  /** The request body, when the check carries it (Envoy's `with_request_body`): an MCP message is decided from it. */
+  body?: string;
   /** node's `rawHeaders`: what tells a repeated header from one value with a comma in it. */
   rawHeaders?: readonly string[];
 }
@@ -128,6 +131,15 @@ export function factsFromHeaders(h: HeaderBag, req: RequestMeta = {}): Facts {
     if (repeated) f.repeated = repeated;
     const twice = repeatedCredential(h, req.rawHeaders);
     if (twice) f.repeatedCredential = twice;
+    const mcp = mcpCallOf(h, req.body);
+    if (typeof mcp === 'string') f.mcpError = mcp;
+    else if (mcp) {
+      // The message is the action and resource (as the proxy's request is), not what a header declares.
+      const service = f.target?.trim() ?? '';
+      f.mcp = mcp;
+      f.action = mcp.method;
+      f.resource = mcp.name === undefined ? service : `${service}/${mcp.name}`;
+    }
     return f;
   }
   const f: IngressFacts = {

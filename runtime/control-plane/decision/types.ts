@@ -76,6 +76,23 @@ export interface ProxyHop {
   connect: boolean;
 }
 
+/**
+ * One MCP message at a tool gateway (runtime/mcp, or /authz carrying the body or the routable
+ * headers): what the tool layer decides (tool.ts).
+ */
+export interface McpCall {
+  /** The JSON-RPC method; `response` for the client's answer to a server request; `stream` (GET), `end` (DELETE). */
+  method: string;
+  /** `params.name` (tools/call, prompts/get) or `params.uri` (resources/*). */
+  name?: string;
+  /** `params.arguments` of tools/call and prompts/get (an object; anything else is refused before). */
+  args?: Record<string, unknown>;
+  /** SHA-256 (hex) of the RFC 8785 form of `args` ({} when absent). */
+  digest?: string;
+  /** `Mcp-Session-Id`. */
+  session?: string;
+}
+
 /** Request facts of the egress path: /authz (`via: 'authz'`) or the forward proxy (`via: 'proxy'`). */
 export interface EgressFacts {
   kind: 'egress';
@@ -112,6 +129,10 @@ export interface EgressFacts {
   repeated?: string;
   /** `/authz`: a credential header (`Authorization`, `X-Writ-Agent-VP`) sent more than once: its name. */
   repeatedCredential?: string;
+  /** An MCP message to a `protocol: mcp` tool service (`target`): decided by the tool layer too. */
+  mcp?: McpCall;
+  /** The check carried an MCP message that cannot be decided (malformed, headers disagreeing with the body): why. */
+  mcpError?: string;
 }
 
 export type Facts = IngressFacts | EgressFacts;
@@ -175,7 +196,7 @@ export interface Answers {
 }
 
 /** The names the dry-run shows for the layers (driver.ts; the lists are in evaluate.ts). */
-export type LayerName = Rule | 'governance' | 'token' | 'budget' | 'approval';
+export type LayerName = Rule | 'governance' | 'token' | 'tool' | 'budget' | 'approval';
 
 /** A bearer token at an enforcement point (issue 43): not issued by Writ, or Writ's with its check. */
 export type TokenAnswer = { claimed: false } | ({ claimed: true } & TokenCheck);

@@ -18,6 +18,7 @@ import { Agent as UndiciAgent, type Dispatcher } from 'undici';
 import { Gauge, Counter, type Registry as PromRegistry } from 'prom-client';
 import { metric } from '../../lib/brand.js';
 import { hasBody } from '../../lib/http.js';
+import { holdForHuman } from '../approvals/hold.js';
 import { errMsg, logger } from '../../lib/log.js';
 import type { ApprovalQueue } from '../approvals/queue.js';
 import type { DecisionEngine } from '../decision/engine.js';
@@ -180,33 +181,12 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   async function hold(input: HoldRequest, onGone: (abort: () => void) => () => void): Promise<HoldAnswer> {
     const queue = queueOf();
     if (!queue) return { result: 'unavailable', detail: 'the egress approval queue is disabled' };
-    let id: string | undefined;
+    if (closing) return { result: 'unavailable', detail: 'proxy shutting down' };
     const ac = new AbortController();
     holds.add(ac);
     const release = onGone(() => ac.abort());
     try {
-      if (closing) throw new Error('proxy shutting down');
-      const rec = await queue.create(input);
-      id = rec.id;
-      log.info('egress request held', { id, actor: rec.actor, target: rec.target, service: rec.service, status: rec.status });
-      const result = await queue.hold(rec.id, ac.signal);
-      if (result === 'released')
-        return {
-          result: 'unavailable',
-          id,
-          detail: `proxy shutting down; egress request ${id} stays pending until ${rec.expiresAt}, and a retry of the same request gets its decision`,
-        };
-      let detail = '';
-      try {
-        const r = await queue.get(rec.id);
-        detail = result === 'approved' ? (r?.approver ?? '') : (r?.denyReason ?? '');
-        if (result === 'denied' && r?.approver) detail = `${r.approver}: ${detail}`;
-      } catch {
-        // The status is what matters; the detail only decorates the reason.
-      }
-      return { result, id, detail };
-    } catch (e) {
-      return { result: 'unavailable', id, detail: errMsg(e) };
+      return await holdForHuman(queue, input, ac.signal);
     } finally {
       release();
       holds.delete(ac);

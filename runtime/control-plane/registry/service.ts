@@ -82,6 +82,9 @@ export function storedShape(s: Service, registeredAt: string): Service {
   const budget = budgetOrUndefined(s.budget);
   if (budget) out.budget = budget;
   if (s.dataClass) out.dataClass = s.dataClass;
+  if (s.protocol) out.protocol = s.protocol;
+  if (s.path !== undefined) out.path = s.path;
+  if (s.toolRules?.length) out.toolRules = s.toolRules.map((r) => ({ ...r }));
   return out;
 }
 

@@ -38,6 +38,10 @@ export const auditLog = pgTable(
     rule: text('rule'),
     delegationId: text('delegation_id'),
     delegationExp: doublePrecision('delegation_exp'),
+    /** Migration 0027: the MCP message's tool, the digest of its arguments, its session (`tool.call`). */
+    tool: text('tool'),
+    argsDigest: text('args_digest'),
+    session: text('session'),
     prevHash: text('prev_hash').notNull(),
     hash: text('hash').notNull(),
     storedAt: ts('stored_at').notNull().defaultNow(),

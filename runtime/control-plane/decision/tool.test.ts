@@ -1,0 +1,56 @@
+/**
+ * The tool layer's pure parts: what an allowTools entry covers, list-time filtering, how methods
+ * are treated, and a tool rule refused where it is applied (registry schema, operator check).
+ */
+import { describe, expect, it } from 'vitest';
+import { checkResource } from '../../../operator/resource.js';
+import { parseService, RegistryValidationError } from '../registry/service.js';
+import type { Service } from '../types.js';
+import { covers, filterTools, methodClass } from './tool.js';
+
+const agent = (allowTools: string[]): Service => ({ name: 'a', upstream: 'a:1', kind: 'agent', allowTools });
+
+describe('tool layer', () => {
+  it('reads <service>, <service>/<tool> and <service>/<prefix>* entries', () => {
+    expect(covers('fs', 'fs', 'anything')).toBe(true);
+    expect(covers('fs/read', 'fs', 'read')).toBe(true);
+    expect(covers('fs/read', 'fs', 'read2')).toBe(false);
+    expect(covers('fs/get-*', 'fs', 'get-env')).toBe(true);
+    expect(covers('fs/get-*', 'fs', 'put')).toBe(false);
+    expect(covers('fsx/read', 'fs', 'read')).toBe(false);
+    expect(covers('fs2', 'fs', 'read')).toBe(false);
+  });
+
+  it('filters a tools/list answer to the names the agent may call', () => {
+    const tools = [{ name: 'echo' }, { name: 'get-env' }, { name: 'get-sum' }, { name: 'zip' }, { nameless: true }];
+    expect(filterTools(agent(['fs/echo', 'fs/get-s*']), 'fs', tools)).toEqual([{ name: 'echo' }, { name: 'get-sum' }]);
+    expect(filterTools(agent(['fs']), 'fs', tools)).toHaveLength(4);
+    expect(filterTools(agent(['other/echo']), 'fs', tools)).toEqual([]);
+  });
+
+  it('decides calls, passes handshakes, lists and notifications, denies anything else', () => {
+    expect(['tools/call', 'resources/read', 'prompts/get'].map(methodClass)).toEqual(['decided', 'decided', 'decided']);
+    expect(['initialize', 'ping', 'tools/list', 'notifications/initialized', 'response', 'stream', 'end'].map(methodClass)).toEqual(Array(7).fill('pass'));
+    expect(methodClass('tools/execute')).toBe('unknown');
+  });
+
+  it('refuses at apply a `when` that does not compile or reads what a call cannot see', () => {
+    const bad = (when: string) => () => parseService({ name: 'a', upstream: 'a:1', kind: 'agent', toolRules: [{ tool: 'fs/echo', when }] });
+    expect(bad('args.n <')).toThrow(RegistryValidationError);
+    expect(bad('result.ok')).toThrow(/Unknown variable: result \(a call-time rule sees only args, agent, task, onBehalfOf\)/);
+    expect(bad('1 + 1')).toThrow(/evaluates to int, not bool/);
+    expect(parseService({ name: 'a', upstream: 'a:1', kind: 'agent', toolRules: [{ tool: 'fs/echo', when: 'args.n < 3' }] }).toolRules).toEqual([
+      { tool: 'fs/echo', when: 'args.n < 3' },
+    ]);
+    const doc = (when: string) => ({
+      apiVersion: 'writ.io/v1alpha1',
+      kind: 'AgentPolicy',
+      metadata: { name: 'p' },
+      spec: { agent: 'a', allowTools: ['fs/echo'], toolRules: [{ tool: 'fs/echo', when }] },
+    });
+    expect(checkResource(doc('request.path == "/"'), 'x.yaml:1').observed?.errors).toEqual([
+      'spec.toolRules[0].when: does not compile as a call-time rule: Unknown variable: request (a call-time rule sees only args, agent, task, onBehalfOf)',
+    ]);
+    expect(checkResource(doc('args.n < 3'), 'x.yaml:1').observed?.errors).toEqual([]);
+  });
+});

@@ -1,0 +1,414 @@
+/**
+ * The MCP gateway (issue 42) on the broker listener: `/mcp/{service}` for each registry entry
+ * with `kind: tool` and `protocol: mcp`. Streamable HTTP (MCP 2025-11-25) in and out: every POST
+ * carries one JSON-RPC message, decided by the one `evaluate` (the egress layers, then the tool
+ * layer, decision/tool.ts) with the agent's identity headers, and forwarded only when allowed;
+ * the upstream's answer (JSON, or an SSE stream with the server's own requests such as sampling
+ * and elicitation) is passed through as it comes, `tools/list` answers filtered to the tools this
+ * agent may call. GET (the server's stream) and DELETE (end of session) pass for an agent that may
+ * reach the service. A denial is a JSON-RPC error naming the reason and the audit record; the
+ * upstream never sees that message. The agent's credentials (`Authorization`, its VP, every
+ * `X-Writ-*` header) never go upstream: only the MCP headers do.
+ */
+import type http from 'node:http';
+import { Agent, type Dispatcher } from 'undici';
+import { H } from '../lib/brand.js';
+import { BodyTooLarge, readBody } from '../lib/http.js';
+import { errMsg, logger } from '../lib/log.js';
+import { startDecisionSpan } from '../lib/tracing.js';
+import { commit, type Committed } from '../control-plane/decision/commit.js';
+import { decide } from '../control-plane/decision/decide.js';
+import type { DecisionEngine } from '../control-plane/decision/engine.js';
+import { withHold } from '../control-plane/decision/engine.js';
+import { factsFromHeaders } from '../control-plane/decision/facts.js';
+import { askingWithin } from '../control-plane/decision/gather.js';
+import { filterTools, methodClass } from '../control-plane/decision/tool.js';
+import type { EgressFacts, HoldAnswer, HoldRequest, McpCall } from '../control-plane/decision/types.js';
+import { callOf, readMessage, routableMismatch, type Message } from '../control-plane/decision/mcp-facts.js';
+import { rpcError, RPC, type RpcId } from './jsonrpc.js';
+
+const log = logger('mcp');
+
+export const MCP_PREFIX = '/mcp/';
+/** The MCP endpoint's path on an upstream when its registry entry names none. */
+export const DEFAULT_MCP_PATH = '/mcp';
+
+export interface McpGatewayOptions {
+  engine: DecisionEngine;
+  /** Holds a call for a human (the approval queue); absent: a call that needs one is denied. */
+  hold?: (req: HoldRequest, signal: AbortSignal) => Promise<HoldAnswer>;
+  /** Largest JSON-RPC message accepted (default 4 MiB). */
+  maxBodyBytes?: number;
+  /** Time to the upstream's response headers, and the longest silence within a non-streamed answer (default 30 s). */
+  upstreamTimeoutMs?: number;
+  /** Longest an upstream SSE stream (a POST's or the GET stream) is passed through (default 10 min); then it ends and the client reconnects. */
+  streamMaxMs?: number;
+  /** Largest `tools/list` answer read to be filtered (default 8 MiB). */
+  maxListBytes?: number;
+}
+
+export interface McpGateway {
+  /** Handles a request whose path starts with `/mcp/`. */
+  handle(req: http.IncomingMessage, res: http.ServerResponse, path: string): void;
+  close(): Promise<void>;
+}
+
+/** The request headers that go upstream: MCP's own and the trace context, nothing that identifies the agent to Writ. */
+const FORWARDED = ['content-type', 'accept', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id', 'mcp-method', 'mcp-name', 'traceparent', 'tracestate'];
+/** The upstream's response headers that come back. */
+const RETURNED = ['content-type', 'mcp-session-id', 'mcp-protocol-version', 'cache-control', 'retry-after', 'www-authenticate'];
+const JSON_TYPE = 'application/json';
+
+interface Settings {
+  maxBodyBytes: number;
+  upstreamTimeoutMs: number;
+  streamMaxMs: number;
+  maxListBytes: number;
+}
+
+export function createMcpGateway(o: McpGatewayOptions): McpGateway {
+  const s: Settings = {
+    maxBodyBytes: o.maxBodyBytes ?? 4 * 1024 * 1024,
+    upstreamTimeoutMs: o.upstreamTimeoutMs ?? 30_000,
+    streamMaxMs: o.streamMaxMs ?? 600_000,
+    maxListBytes: o.maxListBytes ?? 8 * 1024 * 1024,
+  };
+  for (const [k, v] of Object.entries(s)) if (!(Number.isSafeInteger(v) && v > 0)) throw new Error(`mcp gateway: ${k} must be a positive integer`);
+  const upstream = new Agent({ keepAliveTimeout: 30_000, connect: { timeout: Math.min(s.upstreamTimeoutMs, 10_000) } });
+  const open = new Set<AbortController>();
+  return {
+    handle(req, res, path) {
+      const service = decodeService(path);
+      if (service === undefined) {
+        req.resume();
+        return sendRpc(res, 404, null, RPC.invalidRequest, `no MCP service at ${path}: use ${MCP_PREFIX}{service}`);
+      }
+      const ac = new AbortController();
+      open.add(ac);
+      res.on('close', () => {
+        ac.abort();
+        open.delete(ac);
+      });
+      exchange({ req, res, service, signal: ac.signal }, o, s, upstream).catch((e: unknown) => {
+        log.error('mcp exchange failed', { service, err: errMsg(e) });
+        if (!res.headersSent) sendRpc(res, 502, null, RPC.upstream, 'internal gateway error');
+        else res.destroy();
+      });
+    },
+    async close() {
+      for (const ac of open) ac.abort();
+      await upstream.close();
+    },
+  };
+}
+
+/** `/mcp/{service}` -> the registry name (one segment), or undefined. */
+function decodeService(path: string): string | undefined {
+  const rest = path.slice(MCP_PREFIX.length);
+  if (!rest || rest.includes('/')) return undefined;
+  try {
+    return decodeURIComponent(rest);
+  } catch {
+    return undefined;
+  }
+}
+
+function sendRpc(res: http.ServerResponse, status: number, id: RpcId, code: number, message: string, data?: Record<string, unknown>): void {
+  const body = rpcError(id, code, message, data);
+  res.writeHead(status, { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+interface Exchange {
+  req: http.IncomingMessage;
+  res: http.ServerResponse;
+  service: string;
+  signal: AbortSignal;
+}
+
+/** One HTTP exchange: read and check the message, decide it, forward it or answer the denial. */
+async function exchange(x: Exchange, o: McpGatewayOptions, s: Settings, upstream: Dispatcher): Promise<void> {
+  const { req, res } = x;
+  const method = req.method ?? 'GET';
+  const session = one(req.headers['mcp-session-id']);
+  let message: Message | undefined;
+  let call: McpCall;
+  let body: Buffer | undefined;
+  if (method === 'POST') {
+    const read = await readMessageOf(req, res, s);
+    if (!read) return;
+    ({ message, body } = read);
+    const c = callOf(message, session);
+    const id = message.kind === 'notification' ? null : message.id;
+    if (typeof c === 'string') return sendRpc(res, 400, id, RPC.invalidParams, c);
+    const mismatch = routableMismatch(req.headers, c, message);
+    if (mismatch) return sendRpc(res, 400, id, RPC.headerMismatch, mismatch);
+    call = c;
+  } else if (method === 'GET' || method === 'DELETE') {
+    req.resume();
+    call = { method: method === 'GET' ? 'stream' : 'end', ...(session ? { session } : {}) };
+  } else {
+    req.resume();
+    res.setHeader('allow', 'GET, POST, DELETE');
+    return sendRpc(res, 405, null, RPC.invalidRequest, `method ${method} is not allowed on an MCP endpoint`);
+  }
+  const verdict = await decideMessage(x, call, o);
+  const id = message && message.kind !== 'notification' ? message.id : null;
+  if (!verdict.decision.allow) return answerDenial(res, verdict, call, id, message);
+  const target = o.engine.policy.current().registry.get(x.service);
+  if (!target) return sendRpc(res, 503, id, RPC.upstream, `${x.service} left the registry during the decision`);
+  await forward(
+    x,
+    { origin: `http://${target.upstream}`, path: target.path ?? DEFAULT_MCP_PATH, method, body, call, id, actor: verdict.actor },
+    o,
+    s,
+    upstream,
+  );
+}
+
+const one = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
+
+/** The POST body as one JSON-RPC message; answers the client itself (and returns undefined) when it is not one. */
+async function readMessageOf(req: http.IncomingMessage, res: http.ServerResponse, s: Settings): Promise<{ message: Message; body: Buffer } | undefined> {
+  let body: Buffer;
+  try {
+    body = await readBody(req, s.maxBodyBytes);
+  } catch (e) {
+    if (e instanceof BodyTooLarge) {
+      res.setHeader('connection', 'close');
+      sendRpc(res, 413, null, RPC.invalidRequest, `message larger than ${s.maxBodyBytes} bytes`);
+    } else req.destroy();
+    return undefined;
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch {
+    sendRpc(res, 400, null, RPC.parseError, 'the body is not JSON');
+    return undefined;
+  }
+  const message = readMessage(parsed);
+  if (typeof message === 'string') {
+    const id = (parsed as { id?: unknown } | null)?.id;
+    sendRpc(res, 400, typeof id === 'string' || typeof id === 'number' ? id : null, RPC.invalidRequest, message);
+    return undefined;
+  }
+  return { message, body };
+}
+
+interface Verdict extends Committed {
+  /** The audit record's seq, when the chain returned one. */
+  seq?: number;
+  /** The agent the decision allowed (its allowTools filter a `tools/list` answer). */
+  actor?: string;
+}
+
+/** The MCP message as egress facts: the agent's identity headers, the service from the path, the message itself. */
+export function mcpFacts(headers: http.IncomingHttpHeaders, rawHeaders: readonly string[] | undefined, service: string, call: McpCall): EgressFacts {
+  const f = factsFromHeaders(headers, { rawHeaders });
+  const e: EgressFacts = f.kind === 'egress' ? f : { kind: 'egress', via: 'authz', authorization: one(headers.authorization), vp: one(headers[H.agentVp]) };
+  // The call is the action and resource (as the proxy's request is): not what a header declares.
+  e.target = service;
+  e.targetKind = 'tool';
+  e.action = call.method;
+  e.resource = call.name === undefined ? service : `${service}/${call.name}`;
+  delete e.ticket;
+  delete e.reserve;
+  delete e.mcpError;
+  e.mcp = call;
+  return e;
+}
+
+/** Decides and commits one message; the audit record's seq rides along for the denial's text. */
+async function decideMessage(x: Exchange, call: McpCall, o: McpGatewayOptions): Promise<Verdict> {
+  const { engine } = o;
+  const facts = mcpFacts(x.req.headers, x.req.rawHeaders, x.service, call);
+  let seq: number | undefined;
+  const audit = engine.sinks.audit;
+  const sinks = {
+    ...engine.sinks,
+    audit: {
+      append: (entry: Parameters<typeof audit.append>[0]) => {
+        const rec = audit.append(entry);
+        const n = (rec as { seq?: unknown } | undefined)?.seq;
+        if (typeof n === 'number') seq = n;
+        return rec;
+      },
+      ...(audit.durable ? { durable: (rec: unknown) => audit.durable!(rec) } : {}),
+    },
+  };
+  const hold = o.hold;
+  const gather = hold ? withHold(engine, (r) => hold(r, x.signal)) : engine.gather;
+  const span = startDecisionSpan('mcp', x.req.headers.traceparent, x.req.headers.tracestate);
+  const startedAt = performance.now();
+  const ev = await decide(facts, engine.policy.current, askingWithin(gather, span), engine.now);
+  const done = await commit(ev, sinks, startedAt);
+  const d = done.decision;
+  span.end({ rule: d.rule, allow: d.allow, status: d.status, service: x.service });
+  return { ...done, seq, actor: d.headers[H.actor] };
+}
+
+function answerDenial(res: http.ServerResponse, v: Verdict, call: McpCall, id: RpcId, message: Message | undefined): void {
+  const d = v.decision;
+  const ref = v.seq === undefined ? '' : ` (audit record ${v.seq})`;
+  const data: Record<string, unknown> = { rule: d.rule, reason: d.reason };
+  if (v.seq !== undefined) data.auditSeq = v.seq;
+  if (d.needsApproval) data.needsApproval = true;
+  const code = methodClass(call.method) === 'unknown' ? RPC.methodNotFound : RPC.denied;
+  // A request gets its JSON-RPC answer; a notification, a client's response, GET and DELETE an HTTP refusal.
+  const status = message?.kind === 'request' ? 200 : 403;
+  sendRpc(res, status, id, code, `denied by policy: ${d.reason}${ref}`, data);
+}
+
+interface Upstreamed {
+  origin: string;
+  path: string;
+  method: string;
+  body: Buffer | undefined;
+  call: McpCall;
+  id: RpcId;
+  actor: string | undefined;
+}
+
+function upstreamHeaders(req: http.IncomingMessage): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const k of FORWARDED) {
+    const v = one(req.headers[k]);
+    if (v !== undefined) out[k] = v;
+  }
+  return out;
+}
+
+function returnedHeaders(h: Dispatcher.ResponseData['headers']): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const k of RETURNED) {
+    const v = h[k];
+    if (typeof v === 'string') out[k] = v;
+  }
+  return out;
+}
+
+const TIMEOUTS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
+
+/** Sends the allowed message upstream and passes its answer back. */
+async function forward(x: Exchange, u: Upstreamed, o: McpGatewayOptions, s: Settings, upstream: Dispatcher): Promise<void> {
+  const { res } = x;
+  const streamed = u.method === 'GET';
+  let r: Dispatcher.ResponseData;
+  try {
+    r = await upstream.request({
+      origin: u.origin,
+      path: u.path,
+      method: u.method as Dispatcher.HttpMethod,
+      headers: upstreamHeaders(x.req),
+      body: u.body,
+      signal: x.signal,
+      headersTimeout: s.upstreamTimeoutMs,
+      // A stream may be quiet for long (the GET stream, a long tool's SSE answer): bounded by streamMaxMs instead.
+      bodyTimeout: 0,
+    });
+  } catch (e) {
+    if (x.signal.aborted) return;
+    const code = (e as { code?: string }).code ?? '';
+    const timeout = TIMEOUTS.has(code);
+    const why = timeout ? `the MCP server did not answer within ${s.upstreamTimeoutMs} ms` : `the MCP server is unreachable (${code || errMsg(e)})`;
+    log.warn('mcp upstream failed', { service: x.service, err: why });
+    return sendRpc(res, timeout ? 504 : 502, u.id, RPC.upstream, why);
+  }
+  const headers = returnedHeaders(r.headers);
+  if (u.call.method === 'tools/list' && r.statusCode === 200 && u.actor) {
+    return answerFiltered(x, r, headers, u, o, s);
+  }
+  res.writeHead(r.statusCode, headers);
+  const limit = setTimeout(
+    () => r.body.destroy(new Error(`stream passed ${s.streamMaxMs} ms`)),
+    streamed || isStream(headers) ? s.streamMaxMs : s.upstreamTimeoutMs,
+  );
+  try {
+    for await (const chunk of r.body) {
+      if (!res.write(chunk as Buffer)) await drained(res, x.signal);
+    }
+    res.end();
+  } catch {
+    // The client left, the upstream broke off or the stream reached its limit: end what was sent.
+    res.destroy();
+  } finally {
+    clearTimeout(limit);
+  }
+}
+
+const isStream = (h: Record<string, string>) => (h['content-type'] ?? '').startsWith('text/event-stream');
+
+function drained(res: http.ServerResponse, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(new Error('client gone'));
+    const done = () => {
+      res.off('drain', done);
+      signal.removeEventListener('abort', gone);
+      resolve();
+    };
+    const gone = () => {
+      res.off('drain', done);
+      reject(new Error('client gone'));
+    };
+    res.on('drain', done);
+    signal.addEventListener('abort', gone, { once: true });
+  });
+}
+
+/** A `tools/list` answer (JSON or SSE), read whole within its bounds, with only the tools this agent may call. */
+async function answerFiltered(x: Exchange, r: Dispatcher.ResponseData, headers: Record<string, string>, u: Upstreamed, o: McpGatewayOptions, s: Settings) {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  const limit = setTimeout(() => r.body.destroy(new Error('timeout')), s.upstreamTimeoutMs);
+  try {
+    for await (const c of r.body) {
+      size += (c as Buffer).length;
+      if (size > s.maxListBytes) throw new Error(`tools/list answer larger than ${s.maxListBytes} bytes`);
+      chunks.push(c as Buffer);
+    }
+  } catch (e) {
+    r.body.destroy();
+    if (x.signal.aborted) return;
+    return sendRpc(x.res, 502, u.id, RPC.upstream, `the MCP server's tools/list answer could not be read: ${errMsg(e)}`);
+  } finally {
+    clearTimeout(limit);
+  }
+  const actor = o.engine.policy.current().registry.get(u.actor ?? '');
+  const text = Buffer.concat(chunks).toString('utf8');
+  const out = isStream(headers) ? filterEvents(text, actor, x.service, u.id) : filterAnswer(text, actor, x.service, u.id);
+  delete headers['content-length'];
+  x.res.writeHead(200, { ...headers, 'content-length': String(Buffer.byteLength(out)) });
+  x.res.end(out);
+}
+
+type Actor = Parameters<typeof filterTools>[0] | undefined;
+
+/** One JSON-RPC answer with `result.tools` filtered; an answer to another id, or without tools, passes as is. */
+export function filterAnswer(text: string, actor: Actor, service: string, id: RpcId): string {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    return text;
+  }
+  const msg = v as { id?: unknown; result?: { tools?: unknown } };
+  if (msg?.id !== id || !Array.isArray(msg.result?.tools)) return text;
+  msg.result.tools = actor ? filterTools(actor, service, msg.result.tools as unknown[]) : [];
+  return JSON.stringify(msg);
+}
+
+/** An SSE body with the `data:` of the answer to `id` filtered (events are kept in order, others untouched). */
+export function filterEvents(text: string, actor: Actor, service: string, id: RpcId): string {
+  return text
+    .split(/(\r?\n\r?\n)/)
+    .map((part) => {
+      const lines = part.split(/\r?\n/);
+      const data = lines.filter((l) => l.startsWith('data:')).map((l) => l.slice(l.startsWith('data: ') ? 6 : 5));
+      if (data.length === 0) return part;
+      const filtered = filterAnswer(data.join('\n'), actor, service, id);
+      if (filtered === data.join('\n')) return part;
+      return [...lines.filter((l) => !l.startsWith('data:')), `data: ${filtered}`].join('\n');
+    })
+    .join('');
+}
