@@ -18,6 +18,11 @@
  * Node process costs); Writ's idle RSS is printed as a multiple of it. Targets: end - idle <= 20 MB;
  * idle <= 400 MB.
  *
+ * Then, with TEST_DATABASE_URL or BENCH_DATABASE_URL set, the same for the cluster shape's control
+ * plane alone on PostgreSQL (a fresh database; `runtime/control-plane/main.ts`), its peak beside
+ * 75 % of the chart's memory limit for it. Not yet measured here: the identity authority and the
+ * broker as their own processes.
+ *
  *   npx tsx bench/soak.bench.ts     (BENCH_SOAK_DECISIONS=1000000 BENCH_CONNECTIONS=32 BENCH_SOAK_SETTLE=45)
  */
 import { fork, type ChildProcess } from 'node:child_process';
@@ -73,13 +78,52 @@ async function serveWrit(): Promise<void> {
   });
 }
 
+/**
+ * The cluster shape's control plane (runtime/control-plane/main.ts as the chart runs it) alone on
+ * PostgreSQL (BENCH_SOAK_DB: a fresh database), durable audit, with the entries the load asks for.
+ */
+async function serveControlPlane(): Promise<void> {
+  const { startControlPlaneProcess } = (await import(code.from('control-plane/main'))) as typeof import('../runtime/control-plane/main.js');
+  const { setLogLevel } = (await import(code.from('lib/log'))) as typeof import('../runtime/lib/log.js');
+  setLogLevel('warn');
+  const env = { ...allInOneEnv('/nonexistent'), REGISTRY_DB_URL: process.env.BENCH_SOAK_DB!, AUDIT_SPOOL_DIR: 'none' };
+  const cp = await startControlPlaneProcess(env);
+  const idle = (await import(code.from('lib/idle-gc')).catch(() => undefined)) as typeof import('../runtime/lib/idle-gc.js') | undefined;
+  idle?.idleGcFromEnv(env);
+  const mgmt = cp.ports!.mgmt!;
+  for (const svc of [
+    { name: 'web', upstream: 'web.default.svc:80', public: true, kind: 'service', dataClass: 'public' },
+    { name: 'gpt-4o-mini', upstream: 'broker.writ.svc:8080', kind: 'model' },
+    { name: 'research-agent', upstream: 'research.agents.svc:8080', kind: 'agent', allowModels: ['gpt-4o-mini'], budget: { callsPerHour: 1000 } },
+  ]) {
+    const r = await fetch(`http://127.0.0.1:${mgmt}/v1/registry/services`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(svc),
+    });
+    if (r.status >= 300) throw new Error(`registry: ${r.status} ${await r.text()}`);
+  }
+  process.send?.({ decision: cp.ports!.decision, mgmt });
+  process.on('message', async (m) => {
+    if (m === 'mem') return process.send?.({ mem: process.memoryUsage() });
+    if (m === 'gc') {
+      collectGarbage();
+      return process.send?.({ mem: process.memoryUsage() });
+    }
+    await cp.close();
+    process.exit(0);
+  });
+}
+
 function serveBare(): void {
   const s = bareServer().listen(0, '127.0.0.1', () => process.send?.({ decision: (s.address() as { port: number }).port, mgmt: 0 }));
   process.on('message', () => process.exit(0));
 }
 
-async function start(kind: '--writ' | '--bare'): Promise<{ proc: ChildProcess; port: number; mgmt: number }> {
-  const proc = fork(self, [kind], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+type Kind = '--writ' | '--bare' | '--control-plane';
+
+async function start(kind: Kind, env: NodeJS.ProcessEnv = process.env): Promise<{ proc: ChildProcess; port: number; mgmt: number }> {
+  const proc = fork(self, [kind], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'], env });
   const ports = await new Promise<{ decision: number; mgmt: number }>((resolve, reject) => {
     proc.once('message', (m: { decision: number; mgmt: number }) => resolve(m));
     proc.once('exit', (c) => reject(new Error(`${kind} exited with ${c}`)));
@@ -123,8 +167,38 @@ async function drive(): Promise<void> {
   await sleep(SETTLE_S);
   const bareRss = rss(bare.proc.pid!);
   await stop(bare.proc);
+  console.log(`soak bench, ${code.label}: ${DECISIONS.toLocaleString('en-US')} decisions per shape, ${CONNECTIONS} connections, RSS settled ${SETTLE_S} s`);
+  console.log(`  bare node:http process (baseline)  idle ${mb(bareRss)}`);
+  await soak('--writ', 'all-in-one as npm start runs it (PGlite, durable audit, examples)', { bareRss });
+  const url = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
+  if (!url) {
+    console.log('  control plane on PostgreSQL: SKIPPED (set TEST_DATABASE_URL or BENCH_DATABASE_URL)');
+    return;
+  }
+  const db = `soak_${Date.now().toString(36)}`;
+  const postgres = (await import('postgres')).default;
+  const admin = postgres(url, { max: 1, onnotice: () => {} });
+  await admin.unsafe(`create database ${db}`);
+  try {
+    const u = new URL(url);
+    u.pathname = `/${db}`;
+    await soak('--control-plane', 'control plane alone on PostgreSQL, as the chart runs it (durable audit)', {
+      bareRss,
+      env: { ...process.env, BENCH_SOAK_DB: u.toString() },
+      limitMb: CHART_LIMIT_MB.controlPlane,
+    });
+  } finally {
+    await admin.unsafe(`drop database if exists ${db} with (force)`);
+    await admin.end();
+  }
+}
 
-  const w = await start('--writ');
+/** The chart's memory limits (charts/writ/values.yaml): a component's peak under load must stay below 75 % of its own. */
+const CHART_LIMIT_MB = { controlPlane: 1024 };
+
+async function soak(kind: Kind, label: string, o: { bareRss: number; env?: NodeJS.ProcessEnv; limitMb?: number }): Promise<void> {
+  const bareRss = o.bareRss;
+  const w = await start(kind, o.env);
   const pid = w.proc.pid!;
   const startRss = rss(pid);
   await sleep(SETTLE_S);
@@ -165,16 +239,17 @@ async function drive(): Promise<void> {
 
   const answered = r.requests.total;
   console.log(
-    `soak bench: the all-in-one as npm start runs it (PGlite, durable audit, examples), ${code.label}; ${answered.toLocaleString('en-US')} decisions ` +
-      `at /authz in ${secs.toFixed(0)} s (${(answered / secs).toFixed(0)}/s, ${r.errors} errors, ${r.non2xx} denials), ${CONNECTIONS} connections; RSS settled ${SETTLE_S} s (after the load, once the audit verifier had read it back: ${verifying.toFixed(0)} s)`,
+    `${label}: ${answered.toLocaleString('en-US')} decisions at /authz in ${secs.toFixed(0)} s (${(answered / secs).toFixed(0)}/s, ${r.errors} errors, ${r.non2xx} denials); the audit verifier read the load back ${verifying.toFixed(0)} s after it`,
   );
-  console.log(`  bare node:http process (baseline)  idle ${mb(bareRss)}`);
   console.log(`  writ right after start             ${mb(startRss)}`);
   console.log(
     `  writ idle, before load             ${mb(idle)}  ${(idle / bareRss).toFixed(1)}x of bare  (target <= 400 MB ${idle <= 400 * MB ? 'met' : 'MISSED'})`,
   );
   console.log(`    main isolate                     ${split(idleMem)}`);
-  console.log(`  writ peak under load               ${mb(peak)}; at 1/4, 1/2, 3/4 and all of the load ${quarters.map(mb).join(', ')}`);
+  const limit = o.limitMb
+    ? `  (target < 75% of the chart's ${o.limitMb} MB limit, ${(0.75 * o.limitMb).toFixed(0)} MB: ${peak < 0.75 * o.limitMb * MB ? 'met' : 'MISSED'})`
+    : '';
+  console.log(`  writ peak under load               ${mb(peak)}${limit}; at 1/4, 1/2, 3/4 and all of the load ${quarters.map(mb).join(', ')}`);
   console.log(
     `  writ idle, after load              ${mb(end)}  end - idle ${((end - idle) / MB).toFixed(1)} MB  (target <= 20 MB ${end - idle <= 20 * MB ? 'met' : 'MISSED'})`,
   );
@@ -191,5 +266,6 @@ function readFileSyncSafe(p: string): string | undefined {
 }
 
 if (process.argv[2] === '--writ') await serveWrit();
+else if (process.argv[2] === '--control-plane') await serveControlPlane();
 else if (process.argv[2] === '--bare') serveBare();
 else await drive();
