@@ -20,6 +20,25 @@ describe('facts and credentials', () => {
     expect(factsFromHeaders({ [H.actor]: '' }).kind).toBe('egress');
   });
 
+  it('X-Writ-Upstream (the egress gateway) selects egress and names the hop; a malformed one names none', () => {
+    const vp = fakeVpJwt({ vp: {} });
+    expect(factsFromHeaders({ [H.upstream]: 'API.Example.com.:443', [H.agentVp]: vp, [H.action]: 'http:connect' })).toMatchObject({
+      kind: 'egress',
+      via: 'authz',
+      vp,
+      hop: { host: 'api.example.com', port: 443, hostPort: 'api.example.com:443', connect: true },
+    });
+    expect(factsFromHeaders({ [H.upstream]: '127.0.0.1:8080', [H.action]: 'http:get' })).toMatchObject({
+      kind: 'egress',
+      hop: { host: '127.0.0.1', port: 8080, hostPort: '127.0.0.1:8080', connect: false },
+    });
+    for (const bad of ['no-port', 'host:0', 'host:99999', 'a b:80', 'user@host:80', '']) {
+      const f = factsFromHeaders({ [H.upstream]: bad });
+      expect(f.kind, bad).toBe('egress');
+      expect((f as { hop?: unknown }).hop, bad).toBeUndefined();
+    }
+  });
+
   it('a repeated scoping header is told from a value with a comma by the raw header lines', () => {
     const joined = { [H.actor]: 'bot', [H.task]: 't-1', [H.resource]: 'index/a, secret/b' };
     const twice = ['X-Writ-Actor', 'bot', 'X-Writ-Task', 't-1', 'X-Writ-Resource', 'index/a', 'x-writ-resource', 'secret/b'];
