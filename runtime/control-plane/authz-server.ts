@@ -6,6 +6,7 @@
  * anything else is 404. A decision never answers 500: the core fails closed to a deny.
  */
 import http from 'node:http';
+import { H } from '../lib/brand.js';
 import { requestDeadline } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import { startDecisionSpan } from '../lib/tracing.js';
@@ -41,21 +42,27 @@ function isAuthzPath(url: string): { ok: boolean; path: string; rest: string } {
   return { ok: false, path, rest: '' };
 }
 
-/** Resolves true when the body was drained, false when it exceeded the limit. */
-function drain(req: http.IncomingMessage, limit: number): Promise<boolean> | true {
+/**
+ * Resolves with the body when it was drained (kept only when it may be an MCP message: JSON from
+ * an agent, Envoy's `with_request_body`), false when it exceeded the limit.
+ */
+function drain(req: http.IncomingMessage, limit: number): Promise<string | undefined | false> | true {
   const declared = req.headers['content-length'];
   if (!req.headers['transfer-encoding'] && (declared === undefined || declared === '0')) {
     req.resume();
     return true;
   }
   if (declared !== undefined && Number(declared) > limit) return Promise.resolve(false);
+  const keep = req.headers[H.actor] !== undefined && /json/i.test(String(req.headers['content-type'] ?? ''));
   return new Promise((resolve) => {
     let n = 0;
+    const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => {
       n += c.length;
       if (n > limit) resolve(false);
+      else if (keep) chunks.push(c);
     });
-    req.on('end', () => resolve(true));
+    req.on('end', () => resolve(keep ? Buffer.concat(chunks).toString('utf8') : undefined));
     req.on('error', () => resolve(false));
     req.resume();
   });
@@ -81,7 +88,7 @@ function failed(req: http.IncomingMessage, res: http.ServerResponse, e: unknown)
 }
 
 /** Decides and answers; a decision that waited on nothing is answered in this tick. */
-function decide(req: http.IncomingMessage, res: http.ServerResponse, rest: string, engine: DecisionEngine): void {
+function decide(req: http.IncomingMessage, res: http.ServerResponse, rest: string, engine: DecisionEngine, body?: string): void {
   // Continues the gateway's trace; a shared no-op unless spans are exported.
   const span = startDecisionSpan('authz', req.headers.traceparent, req.headers.tracestate);
   let decided: Committed | Promise<Committed>;
@@ -91,6 +98,7 @@ function decide(req: http.IncomingMessage, res: http.ServerResponse, rest: strin
       path: rest,
       trustedPeer: engine.trustedPeer(req.socket.remoteAddress),
       rawHeaders: req.rawHeaders,
+      body,
     });
     decided = authorize(engine, facts, askingWithin(engine.gather, span));
   } catch (e) {
@@ -122,7 +130,7 @@ export function createAuthzHandler(deps: DecisionEngine, opts: AuthzServerOption
     if (drained === true) return decide(req, res, route.rest, deps);
     // With a body, decide only once it is drained: an oversized request gets 413 and no audit row.
     void drained.then((ok) => {
-      if (ok) return decide(req, res, route.rest, deps);
+      if (ok !== false) return decide(req, res, route.rest, deps, ok);
       res.setHeader('connection', 'close');
       send(req, res, 413, { allow: false, reason: `request body exceeds ${maxBody} bytes`, rule: 'inline' });
     });

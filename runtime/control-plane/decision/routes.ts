@@ -23,6 +23,11 @@ const DryRunBody = z
       .openapi({ description: 'The address the request comes from: a peer in TRUSTED_PROXIES may name the ingress target in X-Forwarded-Host.' }),
     method: z.string().max(16).optional(),
     path: z.string().max(8192).optional(),
+    body: z
+      .string()
+      .max(1024 * 1024)
+      .optional()
+      .openapi({ description: 'The request body /authz would see (Envoy with_request_body): an MCP message (JSON-RPC) is decided from it.' }),
     proxy: z
       .object({ host: z.string().min(1).max(253), port: z.number().int().min(1).max(65535), connect: z.boolean().default(false) })
       .strict()
@@ -61,7 +66,7 @@ export function decisionRoutes(engine: DecisionEngine): OpenAPIHono {
       for (const [k, v] of Object.entries(b.headers)) (lines[k.toLowerCase()] ??= []).push(...(typeof v === 'string' ? [v] : v));
       // As node hands /authz a request: repeats joined with ", ", and the raw lines that tell them.
       const { headers, rawHeaders } = asReceived(lines);
-      let facts = factsFromHeaders(headers, { method: b.method, path: b.path, trustedPeer: engine.trustedPeer(b.peer), rawHeaders });
+      let facts = factsFromHeaders(headers, { method: b.method, path: b.path, trustedPeer: engine.trustedPeer(b.peer), rawHeaders, body: b.body });
       if (b.proxy) {
         // The host as the proxy reads it from a request target: refused, or in its one spelling.
         const host = normaliseHost(b.proxy.host);

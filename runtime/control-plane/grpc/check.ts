@@ -48,6 +48,8 @@ export interface AuthzRequest {
   rawHeaders?: string[];
   /** The header lines add up to more than MAX_HEADER_BYTES (as `name: value\r\n`): 431, as the HTTP listener. */
   tooLarge?: true;
+  /** The request body (Envoy's `with_request_body`): an MCP message is decided from it. */
+  body?: string;
 }
 
 type Obj = Record<string, unknown>;
@@ -111,7 +113,16 @@ export function requestOf(check: unknown): AuthzRequest {
   const target = text(http.path) ?? headers[':path'] ?? '/';
   const q = target.indexOf('?');
   const path = q === -1 ? target : target.slice(0, q);
-  return { headers, method, path: path === '' ? '/' : path, ...(raw ? { rawHeaders: raw } : {}), ...(bytes > MAX_HEADER_BYTES ? { tooLarge: true } : {}) };
+  const rawBody = http.raw_body;
+  const body = text(http.body) ?? (rawBody instanceof Uint8Array && rawBody.length ? Buffer.from(rawBody).toString('utf8') : undefined);
+  return {
+    headers,
+    method,
+    path: path === '' ? '/' : path,
+    ...(raw ? { rawHeaders: raw } : {}),
+    ...(bytes > MAX_HEADER_BYTES ? { tooLarge: true } : {}),
+    ...(body !== undefined ? { body } : {}),
+  };
 }
 
 function options(headers: Record<string, string>): HeaderValueOption[] {

@@ -88,7 +88,7 @@ function check(engine: DecisionEngine, call: grpc.ServerUnaryCall<unknown, Check
     const trustedPeer = engine.trustedPeer(peerAddress(call.getPeer()));
     decided = authorize(
       engine,
-      factsFromHeaders(req.headers, { method: req.method, path: req.path, trustedPeer, rawHeaders: req.rawHeaders }),
+      factsFromHeaders(req.headers, { method: req.method, path: req.path, trustedPeer, rawHeaders: req.rawHeaders, body: req.body }),
       askingWithin(engine.gather, span),
     );
   } catch (e) {
