@@ -1,9 +1,12 @@
 /**
  * Whether an issued token is still active, from the store (introspection, an access token used as
  * actor token): not revoked, its delegation still approved, unexpired and unrevoked, its agent in
- * standing and still holding the key the token names. Enforcement points decide the same offline
+ * standing and still holding the key the token names, its human not deactivated in the directory.
+ * Enforcement points decide the rest offline
  * (token.ts `tokenActive`) from the revocation and standing feeds.
  */
+import { eq, or } from 'drizzle-orm';
+import { employees } from '../../store/schema/directory.js';
 import { identityRepo } from '../repo.js';
 import { nowSec, type OAuthContext } from './context.js';
 import type { AccessTokenClaims } from '../../lib/access-token.js';
@@ -20,8 +23,25 @@ export async function storedInactivity(o: OAuthContext, c: AccessTokenClaims): P
   const agent = await repo.getAgent(c.act.name);
   if (!agent || agent.did !== c.act.sub) return `agent ${c.act.name} no longer holds the key the token names`;
   if (!c.delegation) return undefined;
+  const human = await humanInactivity(o, c.sub);
+  if (human) return human;
   const d = await repo.getDelegation(c.delegation.id);
   if (!d || d.status !== 'approved' || d.vcJti !== c.delegation.vc_jti) return 'delegation no longer approved';
   if (d.notAfter === null || d.notAfter <= nowSec(o)) return 'delegation expired';
   return undefined;
+}
+
+/**
+ * Why the human a delegated token speaks for may no longer be spoken for: a directory employee
+ * (matched by subject or email; `oidc:<subject>` as approvals record it with auth on) who is
+ * deactivated and not also an active employee. Someone the directory does not know is not refused
+ * here (the development posture has no directory).
+ */
+export async function humanInactivity(o: OAuthContext, human: string): Promise<string | undefined> {
+  const ref = human.startsWith('oidc:') ? human.slice('oidc:'.length) : human;
+  const rows = await o.id.store.db
+    .select({ status: employees.status })
+    .from(employees)
+    .where(or(eq(employees.employeeSubject, ref), eq(employees.email, ref)));
+  return rows.length > 0 && rows.every((r) => r.status !== 'active') ? `human ${JSON.stringify(human)} is deactivated (directory)` : undefined;
 }

@@ -7,7 +7,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Service } from '../../control-plane/types.js';
 import { agentFromAssertion, actorFromToken, inStanding, sameClient, type ProvedAgent } from './agent.js';
-import { invalidClient, invalidRequest, invalidScope, invalidTarget } from './errors.js';
+import { humanInactivity } from './activity.js';
+import { invalidClient, invalidGrant, invalidRequest, invalidScope, invalidTarget } from './errors.js';
 import { required } from './form.js';
 import { GRANT, JWT_BEARER_ASSERTION, nowSec, TOKEN_TYPE, type OAuthContext } from './context.js';
 import { callRefusal, readEntry } from './registry.js';
@@ -101,6 +102,8 @@ export async function tokenExchange(o: OAuthContext, form: Map<string, string>):
   const membershipExp = await inStanding(o, agent);
   const target = await targetFor(o, form, agent);
   const d = await delegationFromSubject(o, form, agent);
+  const human = await humanInactivity(o, d.human);
+  if (human) throw invalidGrant(human);
   const offered = [d.delegation.action, ...(target.requireScope ? [target.requireScope] : [])];
   const scope = grantedScope(form, offered);
   const answer = await issue(o, {

@@ -6,6 +6,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { SignJWT } from 'jose';
+import { eq } from 'drizzle-orm';
+import { employees } from '../../store/schema/directory.js';
 import { governedAgents } from '../../store/schema/governance.js';
 import { testBackends } from '../../store/testing.js';
 import { loadIdentity, type AgentIdentity } from '../client.js';
@@ -148,6 +150,24 @@ describe.each(testBackends())('token endpoint refusals on $name', (b) => {
     });
     const r = await exchange({ subject_token: d.vc!, subject_token_type: JWT, actor_token: await actorVp(me), actor_token_type: JWT, audience: 'crm' });
     expect(r.json).toMatchObject({ error: 'invalid_grant', error_description: 'agent gov-a is suspended (governance)' });
+  });
+
+  it('a deactivated human: no token for their delegation, and a token issued before is inactive', async () => {
+    const me = await agent(bed, 'hum-a', ['crm']);
+    tool(bed, 'crm');
+    const now = new Date().toISOString();
+    const employee = { tenantId: 'default', idp: 'okta', groups: [], roles: [], appAssignments: [], source: 'test', createdAt: now, updatedAt: now };
+    await bed.store.db.insert(employees).values({ ...employee, employeeSubject: 'erin', externalId: 'e-1', email: 'erin@example.com', status: 'active' });
+    const d = await delegation(bed, 'hum-a', { task: 'T-H', action: 'crm:read', resource: 'crm/1', approver: 'erin@example.com' });
+    const asked = async () =>
+      exchange({ subject_token: d.vc!, subject_token_type: JWT, actor_token: await actorVp(me), actor_token_type: JWT, audience: 'crm' });
+    const issued = await asked();
+    expect(issued.status).toBe(200);
+    const introspect = async () => (await postForm(bed, '/oauth/introspect', { token: issued.json.access_token })).json;
+    expect(await introspect()).toMatchObject({ active: true, sub: 'erin@example.com' });
+    await bed.store.db.update(employees).set({ status: 'inactive' }).where(eq(employees.employeeSubject, 'erin'));
+    expect(await introspect()).toEqual({ active: false });
+    expect((await asked()).json).toMatchObject({ error: 'invalid_grant', error_description: "human 'erin@example.com' is deactivated (directory)" });
   });
 
   it('client_credentials: bad assertions, regulated entries and bad requests are refused', async () => {
