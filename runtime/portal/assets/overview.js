@@ -134,6 +134,8 @@ export function feedItem(r, isNew) {
   const chips = [];
   if (r.rule) chips.push(chip('rule', r.rule, 'deciding rule'));
   if (r.task) chips.push(chip('task', `task ${r.task}`, 'task'));
+  // An MCP message (tool.call): the tool it names and the digest of its arguments (never the arguments).
+  if (r.tool) chips.push(chip('tool', `tool ${short(r.tool, 40)}`, r.argsDigest ? `arguments sha256:${r.argsDigest}` : 'tool'));
   if (r.delegationId && r.allow && r.delegationExp !== undefined) {
     chips.push(h('span', { class: 'chip chip-delegation', title: `delegation ${r.delegationId}` }, `delegation ${short(r.delegationId, 12)} · `, countdown(r.delegationExp)));
   } else if (r.delegationId) {
