@@ -38,13 +38,14 @@ export interface McpHarness {
   close(): Promise<void>;
 }
 
-export async function startMcpHarness(): Promise<McpHarness> {
+/** `identity`: the identity port the decisions use (default: one that verifies nothing). */
+export async function startMcpHarness(o: { identity?: IdentityPort } = {}): Promise<McpHarness> {
   const store: Store = await openTestPglite();
   const everything = await startEverything();
   const run = await startControlPlaneWithEgress({
     store,
     env: { AUDIT_CHAIN_ID: 'mcp-test' },
-    identity,
+    identity: o.identity ?? identity,
     decisionAddr: '127.0.0.1:0',
     mgmtAddr: '127.0.0.1:0',
     proxyAddr: '127.0.0.1:0',
