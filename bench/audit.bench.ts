@@ -33,11 +33,12 @@ async function serve(engine: 'pglite' | 'postgres'): Promise<void> {
   const { openTestPostgres } = await import('../runtime/store/testing.js');
   const { startControlPlane } = await import('../runtime/control-plane/server.js');
   const { setLogLevel } = await import('../runtime/lib/log.js');
+  const { loadConfig } = await import('../runtime/lib/settings.js');
   setLogLevel('warn');
   const store = engine === 'pglite' ? await openStore({ backend: 'memory' }) : await openTestPostgres();
   const env = (d: string) => ({ AUDIT_DURABILITY: d, AUDIT_SPOOL_DIR: 'none', AUDIT_VERIFY_INTERVAL_MS: '0' });
-  const a = await startControlPlane({ store, env: env('async'), decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
-  const s = await startControlPlane({ store, env: env('sync'), decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+  const a = await startControlPlane({ store, config: loadConfig(env('async')), decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+  const s = await startControlPlane({ store, config: loadConfig(env('sync')), decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
   const services = [
     { name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent' as const, allowModels: ['gpt'], budget: { tokensPerHour: 1e12, callsPerHour: 1e12 } },
     { name: 'gpt', upstream: 'broker.default.svc:8080', kind: 'model' as const },

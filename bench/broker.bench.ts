@@ -93,7 +93,6 @@ async function serve(): Promise<void> {
   const store = await openStore({ backend: 'memory' });
   const cp = await startControlPlane({
     store,
-    env: {},
     decisionAddr: '127.0.0.1:0',
     mgmtAddr: '127.0.0.1:0',
     durableAudit: allInOne,
@@ -107,7 +106,6 @@ async function serve(): Promise<void> {
     budget: { tokensPerHour: 1e15, callsPerHour: 1e12 },
   });
   const broker = await startBroker({
-    env: {},
     addr: '127.0.0.1:0',
     config: parseConfig({
       models: [

@@ -32,7 +32,7 @@ async function serve(): Promise<void> {
   const { setLogLevel } = await import('../runtime/lib/log.js');
   setLogLevel('warn');
   const store = await openStore({ backend: 'memory' });
-  const cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
+  const cp = await startControlPlane({ store, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
   for (const s of [
     { name: 'web', upstream: 'web.default.svc:80', public: true },
     { name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: ['gpt'], budget: { tokensPerHour: 1e15, callsPerHour: 1e12 } },

@@ -57,8 +57,8 @@ async function verifyPerSecond(verify: () => Promise<boolean>, workers: number):
 
 async function run(name: string, store: Store): Promise<void> {
   const changes = createChangeFeed(store);
-  const svc = keyService({ db: store.db, now: Date.now, env: { IDP_API_KEY_PEPPER: `base64:${PEPPER}` }, changes });
-  const uncached = keyService({ db: store.db, now: Date.now, env: { IDP_API_KEY_PEPPER: `base64:${PEPPER}` } });
+  const svc = keyService({ db: store.db, now: Date.now, pepper: `base64:${PEPPER}`, changes });
+  const uncached = keyService({ db: store.db, now: Date.now, pepper: `base64:${PEPPER}` });
   const { plaintext } = await svc.create({ name: 'bench', env: 'live', scopes: ['models:invoke'] });
   const t0 = Date.now();
   while (!changes.live() && Date.now() - t0 < 5000) await new Promise((r) => setTimeout(r, 20));
@@ -102,11 +102,12 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 
 async function serveHttp(): Promise<void> {
   const { startIdentityAuthority } = await import('../runtime/identity/server.js');
+  const { loadConfig } = await import('../runtime/lib/settings.js');
   const { listen } = await import('../runtime/lib/http.js');
   const store = await openStore({ backend: 'memory' });
   const idp = await startIdentityAuthority({
     store,
-    env: { IDP_API_KEY_PEPPER: `base64:${PEPPER}`, OTEL_SDK_DISABLED: process.env.OTEL_SDK_DISABLED },
+    config: loadConfig({ IDP_API_KEY_PEPPER: `base64:${PEPPER}`, OTEL_SDK_DISABLED: process.env.OTEL_SDK_DISABLED }),
     addr: '127.0.0.1:0',
   });
   await idp.authority.whenReady();

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
+import type { Config } from '../runtime/lib/config.js';
 
 /** The median of `xs` (the mean of the middle two for an even count). */
 export function median(xs: readonly number[]): number {
@@ -87,6 +88,17 @@ export function codeUnderTest(dist = process.env.BENCH_DIST): { built: boolean; 
 }
 
 /**
+ * A component's configuration option for the code under test, which may be a build from before
+ * the typed configuration (bench:compare against an older commit): that build's own
+ * `loadConfig(env)` result as `config`, or, for a build whose components still read `env`, `env`.
+ */
+export async function configFor(from: (module: string) => string, env: Record<string, string | undefined> = {}): Promise<{ config?: Config }> {
+  const settings = (await import(from('lib/settings'))) as { loadConfig?: (e: typeof env) => unknown };
+  const loaded = settings.loadConfig?.(env);
+  return loaded && typeof loaded === 'object' && 'controlPlane' in loaded ? { config: loaded as Config } : ({ env } as { config?: Config });
+}
+
+/**
  * The environment every bench process starts with (bench/run.ts, bench/compare.ts): glibc's
  * malloc arenas as `npm start` and the image set them (package.json, Dockerfile). glibc reads
  * MALLOC_ARENA_MAX when a process starts, so it is set on the bench process, not on a server's env.
@@ -131,8 +143,9 @@ export async function servePlanePair(services: unknown[], also?: () => void): Pr
   setLogLevel('warn');
   const dataDir = mkdtempSync(join(tmpdir(), 'writ-bench-pglite-'));
   const store = await openStore({ backend: 'pglite', dataDir });
-  const durable = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
-  const memory = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
+  const config = await configFor(from);
+  const durable = await startControlPlane({ store, ...config, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+  const memory = await startControlPlane({ store, ...config, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
   for (const s of services) await durable.plane.registry.upsert(s);
   await memory.plane.registry.reload();
   process.on('message', async (m) => {

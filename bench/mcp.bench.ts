@@ -37,7 +37,7 @@ async function serve(): Promise<void> {
   const { startEverything } = await import('../runtime/mcp/everything-testing.js');
   const everything = await startEverything();
   const store = await openStore({ backend: 'memory' });
-  const cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+  const cp = await startControlPlane({ store, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
   await cp.plane.registry.upsert({ name: 'everything', upstream: everything.upstream, kind: 'tool', protocol: 'mcp' });
   await cp.plane.registry.upsert({
     name: 'bot',
@@ -48,7 +48,6 @@ async function serve(): Promise<void> {
     budget: { callsPerHour: 1e12 },
   });
   const broker = await startBroker({
-    env: {},
     addr: '127.0.0.1:0',
     config: { models: [] },
     providerKey: 'sk-bench',

@@ -51,7 +51,7 @@ async function main(): Promise<void> {
     );
   }
   const store = await openStore({ backend: 'memory' });
-  const cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
+  const cp = await startControlPlane({ store, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
   const registry = cp.plane.registry;
   const audits = () => cp.plane.audit.stats().lastSeq;
   try {

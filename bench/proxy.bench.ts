@@ -34,7 +34,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { codeUnderTest } from './lib.js';
+import { codeUnderTest, configFor } from './lib.js';
 import {
   CONNECTIONS,
   ROUNDS,
@@ -109,14 +109,14 @@ async function serveWrit(): Promise<void> {
   // As `npm start` runs it: the identity authority on its own listener, the control plane reaching
   // it through AGENT_IDP_URL with the real HTTP client and its VP cache, presentations verified in
   // process (main.ts); with `:http` (or a build without identity/in-process) over HTTP too.
-  const idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.bench' }, addr: '127.0.0.1:0' });
+  const idp = await startIdentityAuthority({ store, ...(await configFor(from, { IDP_ISSUER_HOST: 'idp.bench' })), addr: '127.0.0.1:0' });
   const authority = idp.authority;
   const { vp, identity } = await provisionAgent(authority, 'bot');
   // A build from before in-process identity calls has no identity/in-process: it verifies over HTTP.
   const inProcess = (await import(from('identity/in-process')).catch(() => ({}))) as Partial<typeof import('../runtime/identity/in-process.js')>;
   const run = await startControlPlaneWithEgress({
     store,
-    env: { AGENT_IDP_URL: `http://127.0.0.1:${idp.port}` },
+    ...(await configFor(from, { AGENT_IDP_URL: `http://127.0.0.1:${idp.port}` })),
     ...(verify !== 'http' && inProcess.inProcessIdentity ? { localIdentity: inProcess.inProcessIdentity(authority) } : {}),
     decisionAddr: '127.0.0.1:0',
     mgmtAddr: '127.0.0.1:0',

@@ -63,7 +63,11 @@ async function serveWrit(): Promise<void> {
   const writ = await startWrit(env);
   // As every entry point does once up (runtime/lib/process.ts), where this tree's build has it.
   const idle = (await import(code.from('lib/idle-gc')).catch(() => undefined)) as typeof import('../runtime/lib/idle-gc.js') | undefined;
-  idle?.idleGcFromEnv(env);
+  // The collector the entry point starts once up (a build from before the typed configuration: idleGcFromEnv).
+  const settings = (await import(code.from('lib/settings'))) as Partial<typeof import('../runtime/lib/settings.js')>;
+  const old = idle as { idleGcFromEnv?: (e: typeof env) => unknown } | undefined;
+  if (old?.idleGcFromEnv) old.idleGcFromEnv(env);
+  else if (settings.loadConfig) idle?.startIdleGc({ intervalMs: settings.loadConfig(env).process.idleGcIntervalMs });
   process.send?.({ decision: writ.ports.decision, mgmt: writ.ports.mgmt });
   process.on('message', async (m) => {
     // Where the memory is: this isolate's heap and buffers (the rest of RSS is the PGlite engine thread and native).
@@ -87,9 +91,15 @@ async function serveControlPlane(): Promise<void> {
   const { setLogLevel } = (await import(code.from('lib/log'))) as typeof import('../runtime/lib/log.js');
   setLogLevel('warn');
   const env = { ...allInOneEnv('/nonexistent'), REGISTRY_DB_URL: process.env.BENCH_SOAK_DB!, AUDIT_SPOOL_DIR: 'none' };
-  const cp = await startControlPlaneProcess(env);
+  // A build from before the typed configuration takes env and has idleGcFromEnv; a later one takes its configuration.
+  const settings = (await import(code.from('lib/settings'))) as Partial<typeof import('../runtime/lib/settings.js')>;
+  const loaded: unknown = settings.loadConfig?.(env);
+  const config = loaded && typeof loaded === 'object' && 'controlPlane' in loaded ? (loaded as import('../runtime/lib/config.js').Config) : undefined;
+  const cp = await startControlPlaneProcess((config ?? env) as Parameters<typeof startControlPlaneProcess>[0]);
   const idle = (await import(code.from('lib/idle-gc')).catch(() => undefined)) as typeof import('../runtime/lib/idle-gc.js') | undefined;
-  idle?.idleGcFromEnv(env);
+  const old = idle as { idleGcFromEnv?: (e: typeof env) => unknown } | undefined;
+  if (old?.idleGcFromEnv) old.idleGcFromEnv(env);
+  else if (config) idle?.startIdleGc({ intervalMs: config.process.idleGcIntervalMs });
   const mgmt = cp.ports!.mgmt!;
   for (const svc of [
     { name: 'web', upstream: 'web.default.svc:80', public: true, kind: 'service', dataClass: 'public' },

@@ -34,7 +34,8 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { H } from '../runtime/lib/brand.js';
-import { ask, codeUnderTest, loadAutocannon, median } from './lib.js';
+import { ask, codeUnderTest, configFor, loadAutocannon, median } from './lib.js';
+import type { Config } from '../runtime/lib/config.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6);
@@ -72,10 +73,14 @@ async function serve(endpoint: string): Promise<void> {
   const { openStore } = (await import(from('store/factory'))) as typeof import('../runtime/store/factory.js');
   const { startControlPlane } = (await import(from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
   const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
-  const { initTracing, shutdownTracing, tracingFromEnv } = (await import(from('lib/tracing'))) as typeof import('../runtime/lib/tracing.js');
+  const { initTracing, shutdownTracing } = (await import(from('lib/tracing'))) as typeof import('../runtime/lib/tracing.js');
+  // A build from before the typed configuration reads its tracing settings with tracingFromEnv.
+  const old = (await import(from('lib/tracing'))) as { tracingFromEnv?: (env: Record<string, string>) => Config['tracing'] };
+  const settings = (await import(from('lib/settings'))) as { loadConfig: (env: Record<string, string>) => Config };
+  const tracingOf = (env: Record<string, string>) => old.tracingFromEnv?.(env) ?? settings.loadConfig(env).tracing;
   setLogLevel('warn');
   const store = await openStore({ backend: 'memory' });
-  const cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
+  const cp = await startControlPlane({ store, ...(await configFor(from)), decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
   for (const s of [
     { name: 'web', upstream: 'web.default.svc:80', public: true, kind: 'service' as const },
     { name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent' as const, allowModels: ['gpt'], budget: { tokensPerHour: 1e12, callsPerHour: 1e12 } },
@@ -94,7 +99,7 @@ async function serve(endpoint: string): Promise<void> {
     if (typeof m === 'object') {
       // Switched between rounds, never during one: the spans of the last round are flushed first.
       await shutdownTracing();
-      if (m.tracing === 'on') initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint, ...m.env }), 'bench');
+      if (m.tracing === 'on') initTracing(tracingOf({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint, ...m.env }), 'bench');
       process.send?.({ switched: m.tracing });
       return;
     }

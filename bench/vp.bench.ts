@@ -31,7 +31,7 @@ import { fileURLToPath } from 'node:url';
 import { H, VP_AUDIENCE } from '../runtime/lib/brand.js';
 import { loadIdentity, presentationFor, type AgentIdentity, type LoadedIdentity } from '../runtime/identity/client.js';
 import { makeAgent, makeIssuer } from '../runtime/identity/testkit.js';
-import { ask, bareServer, codeUnderTest, loadAutocannon, startServer } from './lib.js';
+import { ask, bareServer, codeUnderTest, configFor, loadAutocannon, startServer } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
@@ -75,7 +75,11 @@ async function serve(): Promise<void> {
   const idpStore = await openStore({ backend: 'memory' });
   // Tracing as configured for this run (default: the stdout span per verification).
   const otel = { OTEL_SDK_DISABLED: process.env.OTEL_SDK_DISABLED, OTEL_EXPORTER_OTLP_ENDPOINT: process.env.OTEL_EXPORTER_OTLP_ENDPOINT };
-  const idp = await startIdentityAuthority({ store: idpStore, env: { IDP_ISSUER_HOST: 'idp.bench.test', ...otel }, addr: '127.0.0.1:0' });
+  const idp = await startIdentityAuthority({
+    store: idpStore,
+    ...(await configFor(from, { IDP_ISSUER_HOST: 'idp.bench.test', ...otel })),
+    addr: '127.0.0.1:0',
+  });
   await idp.authority.whenReady();
   const idpUrl = `http://127.0.0.1:${idp.port}`;
   const post = async (path: string, body?: unknown) => {
@@ -99,10 +103,10 @@ async function serve(): Promise<void> {
   const vcEnv = { AGENT_IDENTITY_MODE: 'vc', AGENT_IDP_URL: idpUrl };
   const addrs = { decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' };
   // One audit chain id per durable writer on the shared store.
-  const header = await startControlPlane({ store, env: { AUDIT_CHAIN_ID: 'bench-header' }, ...addrs });
-  const vc = await startControlPlane({ store, env: { ...vcEnv, AUDIT_CHAIN_ID: 'bench-vc' }, ...addrs });
-  const headerMem = await startControlPlane({ store, env: {}, ...addrs, durableAudit: false });
-  const vcMem = await startControlPlane({ store, env: vcEnv, ...addrs, durableAudit: false });
+  const header = await startControlPlane({ store, ...(await configFor(from, { AUDIT_CHAIN_ID: 'bench-header' })), ...addrs });
+  const vc = await startControlPlane({ store, ...(await configFor(from, { ...vcEnv, AUDIT_CHAIN_ID: 'bench-vc' })), ...addrs });
+  const headerMem = await startControlPlane({ store, ...(await configFor(from)), ...addrs, durableAudit: false });
+  const vcMem = await startControlPlane({ store, ...(await configFor(from, vcEnv)), ...addrs, durableAudit: false });
   const services = [
     { name: 'web', upstream: 'web.default.svc:80', public: true, kind: 'service' as const },
     {

@@ -22,6 +22,7 @@ import type { AuditRecord } from '../runtime/control-plane/types.js';
 import { parseConfig } from '../runtime/broker/config.js';
 import { startBroker, type RunningBroker } from '../runtime/broker/server.js';
 import { startSidecar, type RunningSidecar } from '../sidecar/server.js';
+import { loadConfig } from '../runtime/lib/settings.js';
 
 const PROVIDER_KEY = 'sk-chain-provider-key';
 const USAGE = { prompt_tokens: 30, completion_tokens: 10, total_tokens: 40 };
@@ -49,7 +50,7 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'writ-chain-'));
     store = await openStore({ backend: 'memory' });
-    authority = createIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.test' } });
+    authority = createIdentityAuthority({ store, config: loadConfig({ IDP_ISSUER_HOST: 'idp.test' }) });
     const { identity } = await provisionAgent(authority, 'bot');
     const idFile = join(dir, 'identity.json');
     writeFileSync(idFile, JSON.stringify(identity));
@@ -89,14 +90,13 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
     run = await startControlPlaneWithEgress({
       store,
       // vc mode: every decision (the proxy's and the broker's) needs a verified VP.
-      env: { AGENT_IDENTITY_MODE: 'vc' },
+      config: loadConfig({ AGENT_IDENTITY_MODE: 'vc' }),
       identity: inProcessIdentity(authority),
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',
       proxyAddr: '127.0.0.1:0',
     });
     broker = await startBroker({
-      env: {},
       addr: '127.0.0.1:0',
       config: parseConfig({
         models: [
@@ -128,7 +128,6 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
     });
 
     sidecar = await startSidecar({
-      env: {},
       addr: '127.0.0.1:0',
       identityFile: idFile,
       brokerUrl: `http://127.0.0.1:${broker.port}`,

@@ -12,6 +12,7 @@ import type { IdentityPort } from '../runtime/control-plane/identity-port.js';
 import type { AuditRecord } from '../runtime/control-plane/types.js';
 import type { Store } from '../runtime/store/factory.js';
 import { testBackends } from '../runtime/store/testing.js';
+import { loadConfig } from '../runtime/lib/settings.js';
 
 /** An in-process identity authority: one agent VP, delegations approved for task "t-ok". */
 const identity: IdentityPort = {
@@ -53,7 +54,7 @@ describe.each(testBackends())('control plane end to end on $name', (b) => {
       store,
       // OPA's fail-closed timeout (500 ms) is opa.test.ts's subject; here a loaded CI machine's
       // stall must not turn an allow into a deny.
-      env: { OPA_URL: `http://127.0.0.1:${opaPort}/v1/data/writ/allow`, OPA_TIMEOUT_MS: '10000', TRUSTED_PROXIES: '127.0.0.1, ::1' },
+      config: loadConfig({ OPA_URL: `http://127.0.0.1:${opaPort}/v1/data/writ/allow`, OPA_TIMEOUT_MS: '10000', TRUSTED_PROXIES: '127.0.0.1, ::1' }),
       identity,
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',

@@ -18,6 +18,7 @@ import type { AuditRecord } from '../runtime/control-plane/types.js';
 import { jtiOf } from '../runtime/control-plane/proxy/testkit.js';
 import type { Store } from '../runtime/store/factory.js';
 import { testBackends } from '../runtime/store/testing.js';
+import { loadConfig } from '../runtime/lib/settings.js';
 
 const json = (body: unknown): RequestInit => ({ method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
@@ -53,12 +54,12 @@ describe.each(cases)('identity end to end on $name, identity calls $verify', ({ 
   beforeAll(async () => {
     idpStore = await b.open();
     cpStore = await b.open();
-    idp = await startIdentityAuthority({ store: idpStore, env: { IDP_ISSUER_HOST: 'idp.e2e' }, addr: '127.0.0.1:0' });
+    idp = await startIdentityAuthority({ store: idpStore, config: loadConfig({ IDP_ISSUER_HOST: 'idp.e2e' }), addr: '127.0.0.1:0' });
     await idp.authority.whenReady();
     idpUrl = `http://127.0.0.1:${idp.port}`;
     cp = await startControlPlane({
       store: cpStore,
-      env: { AGENT_IDP_URL: idpUrl, AGENT_IDENTITY_MODE: 'vc', AGENT_IDP_REVOCATION_POLL_MS: '200' },
+      config: loadConfig({ AGENT_IDP_URL: idpUrl, AGENT_IDENTITY_MODE: 'vc', AGENT_IDP_REVOCATION_POLL_MS: '200' }),
       ...(verify === 'in process' ? { localIdentity: inProcessIdentity(idp.authority) } : {}),
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',

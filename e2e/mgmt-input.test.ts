@@ -35,7 +35,7 @@ describe.each(testBackends())('management API input hygiene on $name', (b) => {
 
   beforeAll(async () => {
     store = await b.open();
-    cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
+    cp = await startControlPlane({ store, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', durableAudit: false });
     base = `http://127.0.0.1:${cp.mgmtPort}`;
   });
   afterAll(async () => {

@@ -6,7 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startControlPlane, type RunningControlPlane } from '../runtime/control-plane/server.js';
 import { openTestPglite } from '../runtime/store/testing.js';
 import type { Store } from '../runtime/store/factory.js';
+import { loadConfig } from '../runtime/lib/settings.js';
 import { operatorConfig, startOperator } from './main.js';
+
+const operatorConfigOf = (env: Record<string, string>) => operatorConfig(loadConfig(env));
 import { startFakeApiServer, type FakeApiServer } from './testing/fake-apiserver.js';
 
 const svc = (name: string, upstream: string, ns = 'default') => ({
@@ -18,11 +21,11 @@ const svc = (name: string, upstream: string, ns = 'default') => ({
 
 describe('operator process', () => {
   it('checks its settings before starting', () => {
-    expect(() => operatorConfig({})).toThrow(/WRIT_MGMT_URL is required/);
-    expect(() => operatorConfig({ WRIT_MGMT_URL: 'nope' })).toThrow(/WRIT_MGMT_URL must be a URL/);
-    expect(() => operatorConfig({ WRIT_MGMT_URL: 'http://m:8181', WRIT_CLUSTER_NAME: 'Bad Name' })).toThrow(/DNS label/);
-    expect(() => operatorConfig({ WRIT_MGMT_URL: 'http://m:8181', WRIT_POLICY_DIR: '/does/not/exist' })).toThrow(/WRIT_POLICY_DIR must name a folder/);
-    expect(operatorConfig({ WRIT_MGMT_URL: 'http://m:8181', POD_NAME: 'op-0', POD_NAMESPACE: 'writ' })).toMatchObject({
+    expect(() => operatorConfigOf({})).toThrow(/WRIT_MGMT_URL is required/);
+    expect(() => operatorConfigOf({ WRIT_MGMT_URL: 'nope' })).toThrow(/WRIT_MGMT_URL must be a URL/);
+    expect(() => operatorConfigOf({ WRIT_MGMT_URL: 'http://m:8181', WRIT_CLUSTER_NAME: 'Bad Name' })).toThrow(/DNS label/);
+    expect(() => operatorConfigOf({ WRIT_MGMT_URL: 'http://m:8181', WRIT_POLICY_DIR: '/does/not/exist' })).toThrow(/WRIT_POLICY_DIR must name a folder/);
+    expect(operatorConfigOf({ WRIT_MGMT_URL: 'http://m:8181', POD_NAME: 'op-0', POD_NAMESPACE: 'writ' })).toMatchObject({
       cluster: 'default',
       kubernetes: true,
       podName: 'op-0',
@@ -38,7 +41,7 @@ describe('operator process', () => {
 
     beforeAll(async () => {
       store = await openTestPglite();
-      cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+      cp = await startControlPlane({ store, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
       api = await startFakeApiServer();
       dir = mkdtempSync(join(tmpdir(), 'writ-operator-'));
     });
@@ -60,14 +63,14 @@ describe('operator process', () => {
         currentContext: 'c',
       });
       const op = await startOperator(
-        {
+        loadConfig({
           WRIT_MGMT_URL: `http://127.0.0.1:${cp.mgmtPort}`,
           WRIT_POLICY_DIR: dir,
           WRIT_CLUSTER_NAME: 'test',
           POD_NAME: 'op-0',
           POD_NAMESPACE: 'writ',
           OPERATOR_HEALTH_ADDR: '127.0.0.1:0',
-        },
+        }),
         kc,
       );
       try {
@@ -101,7 +104,7 @@ describe('operator process', () => {
         currentContext: 'c',
       });
       const op = await startOperator(
-        { WRIT_MGMT_URL: `http://127.0.0.1:${cp.mgmtPort}`, POD_NAME: 'op-1', POD_NAMESPACE: 'writ', OPERATOR_HEALTH_ADDR: '127.0.0.1:0' },
+        loadConfig({ WRIT_MGMT_URL: `http://127.0.0.1:${cp.mgmtPort}`, POD_NAME: 'op-1', POD_NAMESPACE: 'writ', OPERATOR_HEALTH_ADDR: '127.0.0.1:0' }),
         kc,
       );
       try {

@@ -20,10 +20,9 @@
  *                       governance:owner:<owner> for each (the chart passes the bootstrap key)
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { hostname } from 'node:os';
 import { KubeConfig } from '@kubernetes/client-node';
 import { envName } from '../runtime/lib/brand.js';
-import { bool, optional, str, type Env } from '../runtime/lib/config.js';
+import type { Config } from '../runtime/lib/config.js';
 import { close as closeServer, listen } from '../runtime/lib/http.js';
 import { isMain, runUntilSignal, type Closable } from '../runtime/lib/process.js';
 import { createHealthServer, createReadiness } from '../runtime/lib/readiness.js';
@@ -49,43 +48,36 @@ export interface OperatorConfig {
   healthAddr: string;
 }
 
-/** Reads and checks the settings before anything starts. */
-export function operatorConfig(env: Env): OperatorConfig {
-  const mgmtUrl = optional(env, envName('MGMT_URL'));
+/** The slices the operator reads: its own and the credential it presents. */
+export type OperatorSlices = Pick<Config, 'operator' | 'auth'>;
+
+/** Checks its settings (URLs are checked by loadConfig) before anything starts. */
+export function operatorConfig(config: OperatorSlices): OperatorConfig {
+  const o = config.operator;
+  const mgmtUrl = o.mgmtUrl;
   if (!mgmtUrl) throw new Error(`${envName('MGMT_URL')} is required (the control plane's management API, e.g. http://writ-control-plane:8181)`);
-  for (const [k, v] of [
-    [envName('MGMT_URL'), mgmtUrl],
-    ['AGENT_IDP_URL', optional(env, 'AGENT_IDP_URL')],
-  ] as const) {
-    if (v === undefined) continue;
-    try {
-      new URL(v);
-    } catch {
-      throw new Error(`${k} must be a URL, got ${JSON.stringify(v)}`);
-    }
-  }
-  const cluster = str(env, envName('CLUSTER_NAME'), 'default');
+  const cluster = o.cluster;
   if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(cluster)) throw new Error(`${envName('CLUSTER_NAME')} must be a DNS label, got ${JSON.stringify(cluster)}`);
-  const folder = optional(env, envName('POLICY_DIR')) !== undefined ? policyFolderConfig(env) : undefined;
-  const ns = optional(env, 'POD_NAMESPACE') ?? (existsSync(SA_NAMESPACE) ? readFileSync(SA_NAMESPACE, 'utf8').trim() : 'default');
+  const folder = o.policyDir !== undefined ? policyFolderConfig({ policyDir: o.policyDir, examples: false }, config.auth) : undefined;
+  const ns = o.podNamespace ?? (existsSync(SA_NAMESPACE) ? readFileSync(SA_NAMESPACE, 'utf8').trim() : 'default');
   return {
     mgmtUrl,
-    idpUrl: optional(env, 'AGENT_IDP_URL'),
-    apiKey: optional(env, envName('API_KEY')),
+    idpUrl: o.idpUrl,
+    apiKey: config.auth.apiKey,
     cluster,
-    kubernetes: bool(env, envName('KUBERNETES'), true),
+    kubernetes: o.kubernetes,
     policyDir: folder?.dir,
-    podName: str(env, 'POD_NAME', hostname()),
+    podName: o.podName,
     podNamespace: ns,
-    healthAddr: str(env, 'OPERATOR_HEALTH_ADDR', ':8081'),
+    healthAddr: o.healthAddr,
   };
 }
 
 export async function startOperator(
-  env: Env = process.env,
+  config: OperatorSlices,
   kubeConfig?: KubeConfig,
 ): Promise<Closable & { kubernetes?: KubernetesSource; folder?: FolderSource }> {
-  const cfg = operatorConfig(env);
+  const cfg = operatorConfig(config);
   const registry = httpRegistry(cfg.mgmtUrl, fetch, cfg.apiKey);
   const identity = cfg.idpUrl ? httpIdentity(cfg.idpUrl, fetch, cfg.apiKey) : undefined;
   const applier = (owner: string) => createApplier({ owner, registry, identity });
@@ -133,4 +125,4 @@ export async function startOperator(
   };
 }
 
-if (isMain(import.meta.url)) void runUntilSignal('operator', () => startOperator());
+if (isMain(import.meta.url)) void runUntilSignal('operator', (config) => startOperator(config));

@@ -17,16 +17,17 @@
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { BRAND, envName } from './lib/brand.js';
-import { bool, optional, parseAddr, positiveInt, str, type Env } from './lib/config.js';
+import { parseAddr, type Config, type Env } from './lib/config.js';
 import { errMsg, logger } from './lib/log.js';
 import { isMain, runUntilSignal } from './lib/process.js';
 import { createReadiness } from './lib/readiness.js';
-import { initTracing, shutdownTracing, tracingFromEnv } from './lib/tracing.js';
+import { loadConfig } from './lib/settings.js';
+import { initTracing, shutdownTracing } from './lib/tracing.js';
 import { openStore, type Store, type StoreOptions } from './store/factory.js';
 import { controlPlaneStoreOptions } from './control-plane/server.js';
 import type { IdentityClient } from './control-plane/identity-client.js';
-import { proxyLimitsFromEnv, startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
-import { DEFAULT_GATEWAY_ADDR, startGateway } from './egress-gateway/gateway.js';
+import { proxyLimitsOf, startControlPlaneWithEgress } from './control-plane/egress-gateway.js';
+import { startGateway } from './egress-gateway/gateway.js';
 import { startBroker } from './broker/server.js';
 import { holdForHuman } from './control-plane/approvals/hold.js';
 import { createMcpGateway } from './mcp/gateway.js';
@@ -51,37 +52,40 @@ interface Closer {
 }
 
 /** EGRESS_GATEWAY_ADDR; unset, `:3128`, or port 0 beside an ephemeral decision port (tests, benchmarks). */
-function gatewayAddrOf(env: Env): string {
-  const set = optional(env, 'EGRESS_GATEWAY_ADDR');
-  if (set) return set;
-  const d = parseAddr(str(env, 'DECISION_ADDR', ':9191'));
-  return d.port === 0 ? `${d.host.includes(':') ? `[${d.host}]` : d.host}:0` : DEFAULT_GATEWAY_ADDR;
+function gatewayAddrOf(config: Config): string {
+  if (config.proxy.gatewayAddrSet) return config.proxy.gatewayAddr;
+  const d = parseAddr(config.controlPlane.decisionAddr);
+  return d.port === 0 ? `${d.host.includes(':') ? `[${d.host}]` : d.host}:0` : config.proxy.gatewayAddr;
 }
 
-/** True when no store setting names a database or backend: one shared PGlite folder then. */
-function embeddedDefault(env: Env): boolean {
-  return ['REGISTRY_DB_URL', 'REGISTRY_BACKEND', 'IDP_DB_URL', 'IDP_STORE_BACKEND'].every((k) => optional(env, k) === undefined);
-}
-
-/** Starts every listener; on any failure closes what already started and rethrows. */
-export async function startWrit(given: Env = process.env): Promise<Writ> {
-  // With WRIT_API_AUTH=keys the components of this process call each other with WRIT_API_KEY,
-  // the bootstrap key unless another is set.
-  const env: Env = { ...given };
+/**
+ * With WRIT_API_AUTH=keys the components of this process call each other with WRIT_API_KEY, the
+ * bootstrap key unless another is set; without either they could not: refuse to start.
+ */
+function ownAuth(auth: Config['auth']): Config['auth'] {
+  if (auth.mode !== 'keys' || auth.apiKey) return auth;
   const own = envName('API_KEY');
-  if (optional(env, envName('API_AUTH')) === 'keys' && !optional(env, own)) {
-    env[own] = optional(env, envName('BOOTSTRAP_ADMIN_KEY'));
-    // Without it the components of this process could not call each other: refuse to start.
-    if (!env[own]) throw new Error(`${envName('API_AUTH')}=keys needs ${envName('BOOTSTRAP_ADMIN_KEY')} or ${own} in the all-in-one`);
-  }
-  const policy = policyFolderConfig(env);
+  if (!auth.bootstrapKey) throw new Error(`${envName('API_AUTH')}=keys needs ${envName('BOOTSTRAP_ADMIN_KEY')} or ${own} in the all-in-one`);
+  return { ...auth, apiKey: auth.bootstrapKey };
+}
+
+/** Starts every listener from `given` (default this process's environment); see startWritWith. */
+export async function startWrit(given: Env = process.env): Promise<Writ> {
+  return startWritWith(loadConfig(given));
+}
+
+/** Starts every listener, each given its slices; on any failure closes what already started and rethrows. */
+export async function startWritWith(loaded: Config): Promise<Writ> {
+  const config: Config = { ...loaded, auth: ownAuth(loaded.auth) };
+  const aio = config.allInOne;
+  const policy = policyFolderConfig(aio, config.auth);
   const closers: Closer[] = [];
   // /readyz (:8181) answers 200 only once everything below is up: every listener, the policy
   // folder's first apply, the audit chain held, the governance standing fetched once.
   const readiness = createReadiness();
   const started = readiness.gate('starting: not every listener is open, or the policy folder is not applied yet');
   // One tracer provider for every component of this process (closed last: spans flushed).
-  if (initTracing(tracingFromEnv(env), BRAND)) closers.push({ name: 'tracing', close: shutdownTracing });
+  if (initTracing(config.tracing, BRAND)) closers.push({ name: 'tracing', close: shutdownTracing });
   const closeAll = async () => {
     for (const c of closers.reverse()) {
       try {
@@ -94,35 +98,35 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
   };
   try {
     let shared: Store | undefined;
-    if (embeddedDefault(env)) {
-      const opts: StoreOptions = { backend: 'pglite', dataDir: str(env, envName('DATA_DIR'), '.data/writ') };
+    if (aio.embeddedStore) {
+      const opts: StoreOptions = { backend: 'pglite', dataDir: aio.dataDir };
       shared = await openStore(opts);
       closers.push({ name: 'store', close: () => shared!.close() });
     }
-    const idp = await startIdentityAuthority({ store: shared, env });
+    const idp = await startIdentityAuthority({ store: shared, config });
     closers.push({ name: 'identity', close: () => idp.close() });
     // Its issuer key loaded before the control plane's first revocation poll asks it (that poll
     // failed at every start, with a warning); a key that will not load is retried and logged there.
     await Promise.race([idp.authority.whenReady().catch(() => {}), delay(ISSUER_WAIT_MS, undefined, { ref: false })]);
 
-    const cpStore = shared ?? (await openStore(controlPlaneStoreOptions(env)));
+    const cpStore = shared ?? (await openStore(controlPlaneStoreOptions(config.controlPlane.store)));
     if (!shared) closers.push({ name: 'control-plane store', close: () => cpStore.close() });
-    const idpUrl = optional(env, 'AGENT_IDP_URL');
-    const cpEnv: Env = { ...env, AGENT_IDP_URL: idpUrl ?? `http://127.0.0.1:${idp.port}` };
+    const idpUrl = aio.agentIdpUrl;
+    const controlPlane = { ...config.controlPlane, idpUrl: idpUrl ?? `http://127.0.0.1:${idp.port}` };
     // The forward proxy and the approval queue ride on the control plane (they start because
     // AGENT_IDP_URL is set); they close before it so held requests are expired and audited.
     // This process's authority answers verify-presentation and delegation checks in process (no
     // loopback request), unless AGENT_IDP_URL names another one.
     const run = await startControlPlaneWithEgress({
       store: cpStore,
-      env: cpEnv,
+      config: { ...config, controlPlane },
       readiness,
       ...(idpUrl ? {} : { localIdentity: inProcessIdentity(idp.authority) }),
     });
     closers.push({ name: 'control plane', close: () => run.close() });
     const cp = run.cp;
     // The token endpoint reads this process's registry snapshot (IDP_REGISTRY_URL unset).
-    if (!optional(env, 'IDP_REGISTRY_URL')) idp.authority.useRegistry({ entry: async (name) => cp.plane.registry.get(name) });
+    if (!config.identity.registryUrl) idp.authority.useRegistry({ entry: async (name) => cp.plane.registry.get(name) });
 
     if (policy) {
       const folder = await startPolicyFolder(policy, { registry: cp.plane.registry, authority: idp.authority });
@@ -134,11 +138,11 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
 
     // The broker asks this process's decision engine and records its usage in process, unless
     // BROKER_AUTHZ_URL or BROKER_USAGE_URL names another control plane.
-    const authzUrl = optional(env, 'BROKER_AUTHZ_URL');
-    const usageUrl = optional(env, 'BROKER_USAGE_URL');
-    const broker = bool(env, 'BROKER_ENABLED', true)
+    const authzUrl = aio.brokerAuthzUrl;
+    const usageUrl = aio.brokerUsageUrl;
+    const broker = aio.brokerEnabled
       ? await startBroker({
-          env,
+          settings: config,
           authzUrl: authzUrl ?? `http://127.0.0.1:${cp.decisionPort}/authz`,
           ...(authzUrl ? {} : { localDecisions: (timeoutMs: number) => createLocalDecisionClient(cp.plane.engine, { timeoutMs }) }),
           usageUrl: usageUrl ?? `http://127.0.0.1:${cp.mgmtPort}/v1/usage`,
@@ -156,9 +160,9 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
     // it runs in a cluster.
     const gateway = await startGateway({
       authzUrl: `http://127.0.0.1:${cp.decisionPort}/authz`,
-      addr: gatewayAddrOf(env),
-      authzTimeoutMs: positiveInt(env, 'EGRESS_GATEWAY_AUTHZ_TIMEOUT_MS', 2000),
-      limits: proxyLimitsFromEnv(env),
+      addr: gatewayAddrOf(config),
+      authzTimeoutMs: config.proxy.gatewayAuthzTimeoutMs,
+      limits: proxyLimitsOf(config.proxy),
       readiness,
     });
     closers.push({ name: 'egress gateway', close: () => gateway.close() });
@@ -168,7 +172,7 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
     if (broker) ports.broker = broker.port;
     readiness.watch(() => (idp.authority.ready() ? undefined : 'identity authority not ready (issuer key not loaded)'));
     started();
-    log.info('writ is up', { ...ports, agentIdpUrl: cpEnv.AGENT_IDP_URL });
+    log.info('writ is up', { ...ports, agentIdpUrl: controlPlane.idpUrl });
     return { ports, close: closeAll };
   } catch (e) {
     await closeAll();
@@ -176,4 +180,4 @@ export async function startWrit(given: Env = process.env): Promise<Writ> {
   }
 }
 
-if (isMain(import.meta.url)) void runUntilSignal('main', () => startWrit());
+if (isMain(import.meta.url)) void runUntilSignal('main', (config) => startWritWith(config));

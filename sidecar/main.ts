@@ -5,12 +5,13 @@
  */
 import { fileURLToPath } from 'node:url';
 import { errMsg } from '../runtime/lib/log.js';
+import { loadConfig } from '../runtime/lib/settings.js';
 import { startSidecar, type RunningSidecar } from './server.js';
 
 async function main(): Promise<void> {
   let sidecar: RunningSidecar;
   try {
-    sidecar = await startSidecar();
+    sidecar = await startSidecar({ config: loadConfig(process.env) });
   } catch (e) {
     process.stderr.write(`sidecar: refusing to start: ${errMsg(e)}\n`);
     process.exit(1);

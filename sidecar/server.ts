@@ -18,8 +18,9 @@ import https from 'node:https';
 import { isIP, type Socket } from 'node:net';
 import { pipeline } from 'node:stream';
 import tls from 'node:tls';
-import { H, VP_AUDIENCE, envName } from '../runtime/lib/brand.js';
-import { int, optional, parseAddr, str, type Env } from '../runtime/lib/config.js';
+import { H, envName } from '../runtime/lib/brand.js';
+import { parseAddr, type Config } from '../runtime/lib/config.js';
+import { DEFAULTS } from '../runtime/lib/settings.js';
 import { close as closeServer, listen } from '../runtime/lib/http.js';
 import { errMsg, logger } from '../runtime/lib/log.js';
 import { loadIdentity, presentationFor, type LoadedIdentity } from '../runtime/identity/client.js';
@@ -29,7 +30,6 @@ const log = logger('sidecar');
 
 /** SPEC 8: the sidecar's VP lifetime. */
 export const VP_TTL_SECONDS = 12 * 60 * 60;
-export const DEFAULT_ADDR = '127.0.0.1:8788';
 export const IDENTITY_FILE_VAR = envName('IDENTITY_FILE');
 
 /** Hop-by-hop headers (RFC 9110 7.6.1) plus the credentials the sidecar itself sets. */
@@ -48,7 +48,8 @@ const HOP = new Set([
 ]);
 
 export interface SidecarOptions {
-  env?: Env;
+  /** Its slice (loadConfig's); default: every default. */
+  config?: Pick<Config, 'sidecar'>;
   /** Listen address; default SIDECAR_ADDR or 127.0.0.1:8788. Must be loopback. */
   addr?: string;
   /** Path of the identity file; default <BRAND>_IDENTITY_FILE. */
@@ -143,24 +144,24 @@ function forwardHeaders(req: http.IncomingMessage): Record<string, string | stri
 }
 
 export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSidecar> {
-  const env = opts.env ?? process.env;
+  const c = (opts.config ?? DEFAULTS).sidecar;
   // Everything is checked before the port opens: a sidecar that cannot prove who it is never listens.
-  const addr = opts.addr ?? str(env, 'SIDECAR_ADDR', DEFAULT_ADDR);
+  const addr = opts.addr ?? c.addr;
   const { host } = parseAddr(addr);
   if (!isLoopback(host))
     throw new Error(
       `SIDECAR_ADDR must be a loopback address (127.0.0.1 or ::1), got ${JSON.stringify(addr)}: the sidecar mints credentials for whoever reaches it`,
     );
-  const identityPath = opts.identityFile ?? optional(env, IDENTITY_FILE_VAR);
+  const identityPath = opts.identityFile ?? c.identityFile;
   let { identity, name } = readIdentityFile(identityPath);
-  const broker = httpUrl(opts.brokerUrl ?? optional(env, 'REAL_BROKER_URL'), 'REAL_BROKER_URL');
-  const proxy = httpUrl(opts.proxyUrl ?? optional(env, 'EGRESS_PROXY_URL'), 'EGRESS_PROXY_URL');
+  const broker = httpUrl(opts.brokerUrl ?? c.brokerUrl, 'REAL_BROKER_URL');
+  const proxy = httpUrl(opts.proxyUrl ?? c.proxyUrl, 'EGRESS_PROXY_URL');
   if (proxy.protocol !== 'http:') throw new Error('EGRESS_PROXY_URL must be an http:// URL (the proxy speaks plain HTTP; TLS to the broker stays end to end)');
-  const audience = opts.audience ?? str(env, 'AGENT_VP_AUDIENCE', VP_AUDIENCE);
-  const caFile = optional(env, 'SIDECAR_CA_FILE');
+  const audience = opts.audience ?? c.audience;
+  const caFile = c.caFile;
   const ca = opts.ca ?? (caFile ? readFileSync(caFile) : undefined);
-  const timeoutMs = opts.timeoutMs ?? int(env, 'SIDECAR_TIMEOUT_MS', 30_000);
-  const reloadMs = opts.reloadMs ?? int(env, 'SIDECAR_RELOAD_MS', 5000);
+  const timeoutMs = opts.timeoutMs ?? c.timeoutMs;
+  const reloadMs = opts.reloadMs ?? c.reloadMs;
   // A mint proves the key works before the port opens.
   await presentationFor(identity, { audience, ttlSeconds: VP_TTL_SECONDS });
 

@@ -166,9 +166,9 @@ describe('sidecar', () => {
     const proxyPort = await listen(proxy, '127.0.0.1:0');
     proxyUrl = `http://127.0.0.1:${proxyPort}`;
 
-    sidecar = await startSidecar({ env: {}, addr: '127.0.0.1:0', identityFile: idFile, brokerUrl: `http://127.0.0.1:${targetPort}`, proxyUrl });
+    sidecar = await startSidecar({ addr: '127.0.0.1:0', identityFile: idFile, brokerUrl: `http://127.0.0.1:${targetPort}`, proxyUrl });
     base = `http://127.0.0.1:${sidecar.port}`;
-    tlsSidecar = await startSidecar({ env: {}, addr: '127.0.0.1:0', identityFile: idFile, brokerUrl: `https://127.0.0.1:${tlsPort}/base`, proxyUrl, ca: cert });
+    tlsSidecar = await startSidecar({ addr: '127.0.0.1:0', identityFile: idFile, brokerUrl: `https://127.0.0.1:${tlsPort}/base`, proxyUrl, ca: cert });
   });
 
   afterAll(async () => {
@@ -279,7 +279,7 @@ describe('sidecar', () => {
     const r = await fetch(`${base}/deny/this`);
     expect(r.status).toBe(403);
     expect(r.headers.get(H.denyReason)).toBe('not in egress allow list');
-    const dir2 = await startSidecar({ env: {}, addr: '127.0.0.1:0', identityFile: idFile, brokerUrl: 'https://localhost:9/', proxyUrl, ca: cert });
+    const dir2 = await startSidecar({ addr: '127.0.0.1:0', identityFile: idFile, brokerUrl: 'https://localhost:9/', proxyUrl, ca: cert });
     try {
       const t = await fetch(`http://127.0.0.1:${dir2.port}/v1/models`);
       expect(t.status).toBe(403);
@@ -295,7 +295,6 @@ describe('sidecar', () => {
     const deadPort = await listen(dead, '127.0.0.1:0');
     await close(dead);
     const s = await startSidecar({
-      env: {},
       addr: '127.0.0.1:0',
       identityFile: idFile,
       brokerUrl: 'http://broker.test',
@@ -322,7 +321,7 @@ describe('sidecar', () => {
   it('picks up a rotated identity file, and keeps the last good identity when the file turns bad', async () => {
     const file = join(dir, 'rotating.json');
     writeFileSync(file, (await import('node:fs')).readFileSync(idFile));
-    const s = await startSidecar({ env: {}, addr: '127.0.0.1:0', identityFile: file, brokerUrl: 'http://127.0.0.1:1', proxyUrl, reloadMs: 20 });
+    const s = await startSidecar({ addr: '127.0.0.1:0', identityFile: file, brokerUrl: 'http://127.0.0.1:1', proxyUrl, reloadMs: 20 });
     const holder = async () => {
       const n = proxied.length;
       (await fetch(`http://127.0.0.1:${s.port}/deny/who`)).body?.cancel();
@@ -349,8 +348,8 @@ describe('sidecar', () => {
     expect(isLoopback('::1')).toBe(true);
     expect(isLoopback('0.0.0.0')).toBe(false);
     expect(isLoopback('10.0.0.1')).toBe(false);
-    await expect(startSidecar({ env: {}, addr: ':0', identityFile: idFile, brokerUrl: 'http://b', proxyUrl })).rejects.toThrow(/loopback/);
-    await expect(startSidecar({ env: {}, addr: '0.0.0.0:0', identityFile: idFile, brokerUrl: 'http://b', proxyUrl })).rejects.toThrow(/loopback/);
+    await expect(startSidecar({ addr: ':0', identityFile: idFile, brokerUrl: 'http://b', proxyUrl })).rejects.toThrow(/loopback/);
+    await expect(startSidecar({ addr: '0.0.0.0:0', identityFile: idFile, brokerUrl: 'http://b', proxyUrl })).rejects.toThrow(/loopback/);
   });
 
   it('refuses to start (exit 1, one clear line) without a readable, valid identity file', async () => {

@@ -3,8 +3,7 @@
  * `-require-provisioned`, plus the TLS and proxy ones below), each with an env fallback. A flag
  * wins over its variable; everything is validated before any listener opens.
  */
-import { bool, int, optional, parseAddr, str, type Env } from '../runtime/lib/config.js';
-import { envName } from '../runtime/lib/brand.js';
+import type { Config, Env } from '../runtime/lib/config.js';
 
 /** flag -> the env variable it overrides. */
 export const FLAGS = {
@@ -83,12 +82,6 @@ function httpUrl(name: string, v: string | undefined): string {
   return v.replace(/\/+$/, '');
 }
 
-function positive(env: Env, name: string, fallback: number): number {
-  const n = int(env, name, fallback);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(env[name])}`);
-  return n;
-}
-
 /** NO_PROXY default: loopback, the cluster API, the cluster DNS and the identity authority stay direct (SPEC 4.8). */
 export function defaultNoProxy(idpUrl: string): string {
   return [
@@ -104,28 +97,28 @@ export function defaultNoProxy(idpUrl: string): string {
   ].join(',');
 }
 
-/** Settings from argv flags over env; throws one message naming the flag/variable at fault. */
-export function webhookSettings(argv: readonly string[], env: Env): WebhookSettings {
-  const e: Env = { ...env, ...flagsToEnv(argv) };
-  const addr = str(e, FLAGS.addr, ':8443');
-  const healthAddr = str(e, FLAGS['health-addr'], ':8080');
-  parseAddr(addr);
-  parseAddr(healthAddr);
-  const idpUrl = httpUrl(`-idp-url / ${FLAGS['idp-url']}`, optional(e, FLAGS['idp-url']));
-  const proxyUrl = httpUrl(`-proxy-url / ${FLAGS['proxy-url']}`, optional(e, FLAGS['proxy-url']));
+/**
+ * The webhook's settings from its slice (the entry point loads the configuration with the flags
+ * over the environment: `loadProcessConfig(flagsToEnv(argv))`); throws one message naming the
+ * flag/variable at fault.
+ */
+export function webhookSettings(config: Pick<Config, 'webhook' | 'auth'>): WebhookSettings {
+  const w = config.webhook;
+  const idpUrl = httpUrl(`-idp-url / ${FLAGS['idp-url']}`, w.idpUrl);
+  const proxyUrl = httpUrl(`-proxy-url / ${FLAGS['proxy-url']}`, w.proxyUrl);
   if (!proxyUrl.startsWith('http://'))
     throw new Error(`-proxy-url / ${FLAGS['proxy-url']} must be an http:// URL (the forward proxy speaks plain HTTP and CONNECT)`);
-  const noProxy = str(e, FLAGS['no-proxy'], defaultNoProxy(idpUrl));
+  const noProxy = w.noProxy ?? defaultNoProxy(idpUrl);
   return {
-    addr,
-    healthAddr,
+    addr: w.addr,
+    healthAddr: w.healthAddr,
     idpUrl,
-    requireProvisioned: bool(e, FLAGS['require-provisioned'], true),
-    certFile: str(e, FLAGS['tls-cert-file'], '/etc/webhook/certs/tls.crt'),
-    keyFile: str(e, FLAGS['tls-key-file'], '/etc/webhook/certs/tls.key'),
+    requireProvisioned: w.requireProvisioned,
+    certFile: w.certFile,
+    keyFile: w.keyFile,
     proxyEnv: { HTTPS_PROXY: proxyUrl, HTTP_PROXY: proxyUrl, NO_PROXY: noProxy },
-    idpTimeoutMs: positive(e, FLAGS['idp-timeout-ms'], 2000),
-    certReloadMs: positive(e, FLAGS['cert-reload-ms'], 10_000),
-    apiKey: optional(e, envName('API_KEY')),
+    idpTimeoutMs: w.idpTimeoutMs,
+    certReloadMs: w.certReloadMs,
+    apiKey: config.auth.apiKey,
   };
 }

@@ -12,7 +12,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, type Store } from '../runtime/store/factory.js';
 import { startIdentityAuthority } from '../runtime/identity/server.js';
 import { AGENT_LABEL, AGENT_NAME_ENV, AGENT_NAME_LABEL, type JsonPatchOp, type Pod } from './admission.js';
-import { webhookSettings, type WebhookSettings } from './config.js';
+import { loadConfig } from '../runtime/lib/settings.js';
+import { flagsToEnv, webhookSettings, type WebhookSettings } from './config.js';
+
+const settingsOf = (argv: readonly string[], env: Record<string, string>) => webhookSettings(loadConfig({ ...env, ...flagsToEnv(argv) }));
 import { startWebhook, type RunningWebhook } from './server.js';
 import { makePki, type TestPki } from './tls-testing.js';
 
@@ -104,7 +107,7 @@ describe('admission webhook over HTTPS', () => {
     extra: string[] = [],
     files = { cert: join(dir, 'tls.crt'), key: join(dir, 'tls.key') },
   ): Promise<{ wh: RunningWebhook; s: WebhookSettings }> {
-    const s = webhookSettings(
+    const s = settingsOf(
       [
         '-addr',
         '127.0.0.1:0',
@@ -135,7 +138,7 @@ describe('admission webhook over HTTPS', () => {
     writeFileSync(join(dir, 'tls.crt'), pki.cert);
     writeFileSync(join(dir, 'tls.key'), pki.key);
     store = await openStore({ backend: 'memory' });
-    idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.webhook.test' }, addr: '127.0.0.1:0' });
+    idp = await startIdentityAuthority({ store, config: loadConfig({ IDP_ISSUER_HOST: 'idp.webhook.test' }), addr: '127.0.0.1:0' });
     idpUrl = `http://127.0.0.1:${idp.port}`;
     await idp.authority.whenReady();
     for (const name of ['ready-agent', 'fresh-agent']) {
@@ -318,7 +321,7 @@ describe('admission webhook over HTTPS', () => {
           s.close(() => resolve(p));
         });
       });
-      const s = webhookSettings(['-idp-url', `http://127.0.0.1:${free}`], {
+      const s = settingsOf(['-idp-url', `http://127.0.0.1:${free}`], {
         WEBHOOK_ADDR: '127.0.0.1:0',
         WEBHOOK_HEALTH_ADDR: '127.0.0.1:0',
         WEBHOOK_PROXY_URL: PROXY,
@@ -412,15 +415,15 @@ describe('admission webhook over HTTPS', () => {
 
   it('refuses to start without a readable cert, and on bad settings', async () => {
     const base = ['-addr', '127.0.0.1:0', '-health-addr', '127.0.0.1:0', '-idp-url', idpUrl, '-proxy-url', PROXY];
-    await expect(
-      startWebhook(webhookSettings([...base, '-tls-cert-file', join(dir, 'missing.crt'), '-tls-key-file', join(dir, 'tls.key')], {})),
-    ).rejects.toThrow(/cannot load TLS cert/);
-    expect(() => webhookSettings(['-addr', ':8443'], { WEBHOOK_PROXY_URL: PROXY })).toThrow(/-idp-url \/ AGENT_IDP_URL is required/);
-    expect(() => webhookSettings([...base, '-bogus', 'x'], {})).toThrow(/unknown flag -bogus/);
-    expect(() => webhookSettings([...base, '-require-provisioned=maybe'], {})).toThrow(/REQUIRE_PROVISIONED must be a boolean/);
-    expect(() => webhookSettings(['-idp-url', idpUrl, '-proxy-url', 'https://proxy:443'], {})).toThrow(/http:\/\/ URL/);
-    expect(webhookSettings(['-idp-url', idpUrl, '-proxy-url', PROXY, '-require-provisioned'], { REQUIRE_PROVISIONED: 'false' }).requireProvisioned).toBe(true);
-    expect(webhookSettings(['--idp-url=' + idpUrl], { WEBHOOK_PROXY_URL: PROXY, REQUIRE_PROVISIONED: 'false' })).toMatchObject({
+    await expect(startWebhook(settingsOf([...base, '-tls-cert-file', join(dir, 'missing.crt'), '-tls-key-file', join(dir, 'tls.key')], {}))).rejects.toThrow(
+      /cannot load TLS cert/,
+    );
+    expect(() => settingsOf(['-addr', ':8443'], { WEBHOOK_PROXY_URL: PROXY })).toThrow(/-idp-url \/ AGENT_IDP_URL is required/);
+    expect(() => settingsOf([...base, '-bogus', 'x'], {})).toThrow(/unknown flag -bogus/);
+    expect(() => settingsOf([...base, '-require-provisioned=maybe'], {})).toThrow(/REQUIRE_PROVISIONED must be a boolean/);
+    expect(() => settingsOf(['-idp-url', idpUrl, '-proxy-url', 'https://proxy:443'], {})).toThrow(/http:\/\/ URL/);
+    expect(settingsOf(['-idp-url', idpUrl, '-proxy-url', PROXY, '-require-provisioned'], { REQUIRE_PROVISIONED: 'false' }).requireProvisioned).toBe(true);
+    expect(settingsOf(['--idp-url=' + idpUrl], { WEBHOOK_PROXY_URL: PROXY, REQUIRE_PROVISIONED: 'false' })).toMatchObject({
       addr: ':8443',
       healthAddr: ':8080',
       requireProvisioned: false,

@@ -6,23 +6,29 @@ import { createRegistry } from '../../runtime/control-plane/registry/index.js';
 import { createIdentityAuthority } from '../../runtime/identity/server.js';
 import { openTestPglite } from '../../runtime/store/testing.js';
 import { inProcessIdentity } from '../ports.js';
+import { loadConfig } from '../../runtime/lib/settings.js';
 import { EXAMPLES_DIR, policyFolderConfig, seedExampleDirectory, startPolicyFolder } from './embedded.js';
+
+const folderOf = (env: Record<string, string>) => {
+  const c = loadConfig(env);
+  return policyFolderConfig(c.allInOne, c.auth);
+};
 
 describe('policy folder as npm start runs it', () => {
   const tmp = mkdtempSync(join(tmpdir(), 'writ-embedded-'));
   afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
   it('WRIT_POLICY_DIR names the folder (checked at start); unset: the examples unless WRIT_EXAMPLES=false', () => {
-    expect(policyFolderConfig({})).toEqual({ dir: EXAMPLES_DIR, examples: true });
-    expect(policyFolderConfig({ WRIT_EXAMPLES: 'false' })).toBeUndefined();
-    expect(policyFolderConfig({ WRIT_POLICY_DIR: tmp, WRIT_EXAMPLES: 'false' })).toEqual({ dir: tmp, examples: false });
-    expect(() => policyFolderConfig({ WRIT_POLICY_DIR: join(tmp, 'missing') })).toThrow(/WRIT_POLICY_DIR must name a folder/);
+    expect(folderOf({})).toEqual({ dir: EXAMPLES_DIR, examples: true });
+    expect(folderOf({ WRIT_EXAMPLES: 'false' })).toBeUndefined();
+    expect(folderOf({ WRIT_POLICY_DIR: tmp, WRIT_EXAMPLES: 'false' })).toEqual({ dir: tmp, examples: false });
+    expect(() => folderOf({ WRIT_POLICY_DIR: join(tmp, 'missing') })).toThrow(/WRIT_POLICY_DIR must name a folder/);
   });
 
   it('the examples load with their directory seeded once; governed agents reach their wanted state', async () => {
     const store = await openTestPglite();
     const registry = await createRegistry(store);
-    const authority = createIdentityAuthority({ store, env: {} });
+    const authority = createIdentityAuthority({ store, config: loadConfig({}) });
     try {
       const src = await startPolicyFolder({ dir: EXAMPLES_DIR, examples: true }, { registry, authority }, { rescanMs: 0 });
       await src.close();

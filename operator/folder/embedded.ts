@@ -8,7 +8,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { envName } from '../../runtime/lib/brand.js';
-import { bool, optional, type Env } from '../../runtime/lib/config.js';
+import type { AllInOneConfig, AuthConfig } from '../../runtime/lib/config.js';
 import { logger } from '../../runtime/lib/log.js';
 import { createApplier } from '../apply.js';
 import { inProcessIdentity, inProcessRegistry, type IdentityRequest } from '../ports.js';
@@ -27,15 +27,14 @@ export interface PolicyFolderConfig {
   apiKey?: string;
 }
 
-/** Reads WRIT_POLICY_DIR / WRIT_EXAMPLES at start; throws on a folder that does not exist. */
-export function policyFolderConfig(env: Env): PolicyFolderConfig | undefined {
-  const name = envName('POLICY_DIR');
-  const dir = optional(env, name);
+/** The folder of WRIT_POLICY_DIR, else the examples unless WRIT_EXAMPLES=false; throws on a folder that does not exist. */
+export function policyFolderConfig(p: Pick<AllInOneConfig, 'policyDir' | 'examples'>, auth: Pick<AuthConfig, 'apiKey'>): PolicyFolderConfig | undefined {
+  const dir = p.policyDir;
   if (dir !== undefined) {
-    if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new Error(`${name} must name a folder, got ${JSON.stringify(dir)}`);
-    return { dir, examples: false, apiKey: optional(env, envName('API_KEY')) };
+    if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new Error(`${envName('POLICY_DIR')} must name a folder, got ${JSON.stringify(dir)}`);
+    return { dir, examples: false, apiKey: auth.apiKey };
   }
-  return bool(env, envName('EXAMPLES'), true) ? { dir: EXAMPLES_DIR, examples: true, apiKey: optional(env, envName('API_KEY')) } : undefined;
+  return p.examples ? { dir: EXAMPLES_DIR, examples: true, apiKey: auth.apiKey } : undefined;
 }
 
 /** Syncs the example SCIM snapshot when its tenant has no employees yet; true when it did. */

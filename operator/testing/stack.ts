@@ -11,6 +11,7 @@ import { createIdentityAuthority, type IdentityAuthority } from '../../runtime/i
 import { openTestPglite } from '../../runtime/store/testing.js';
 import type { Store } from '../../runtime/store/factory.js';
 import { inProcessIdentity, inProcessRegistry, type IdentityRequest, type RegistryPort } from '../ports.js';
+import { loadConfig } from '../../runtime/lib/settings.js';
 
 export const EXAMPLES_DIR = fileURLToPath(new URL('../../crds/examples/', import.meta.url));
 export const SEED_FILE = fileURLToPath(new URL('../../crds/examples/seed/directory.json', import.meta.url));
@@ -29,7 +30,7 @@ export async function openTestStack(): Promise<TestStack> {
   const store = await openTestPglite();
   const audits: AuditEntry[] = [];
   const registry = await createRegistry(store, { audit: { append: (e) => audits.push(e) } });
-  const authority = createIdentityAuthority({ store, env: {} });
+  const authority = createIdentityAuthority({ store, config: loadConfig({}) });
   await authority.whenReady();
   const identity = inProcessIdentity(authority.app);
   const res = await identity('/v1/directory/sync', { method: 'POST', headers: { 'content-type': 'application/json' }, body: readFileSync(SEED_FILE, 'utf8') });

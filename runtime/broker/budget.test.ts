@@ -89,11 +89,10 @@ describe('broker budgets: reserve, settle, cut', () => {
     });
     const upPort = await listen(provider, '127.0.0.1:0');
     store = await openTestPglite();
-    cp = await startControlPlane({ store, env: {}, durableAudit: false, now: () => Date.now() + offset, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    cp = await startControlPlane({ store, durableAudit: false, now: () => Date.now() + offset, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     mgmt = `http://127.0.0.1:${cp.mgmtPort}`;
     await cp.plane.registry.upsert({ name: 'm', upstream: 'broker.default.svc:8080', kind: 'model' });
     broker = await startBroker({
-      env: {},
       addr: '127.0.0.1:0',
       config: parseConfig({
         models: [{ name: 'm', model: 'p', apiBase: `http://127.0.0.1:${upPort}/v1`, priceInputPer1k: 0, priceOutputPer1k: 0, maxOutputTokens: MAX_OUT }],
@@ -231,7 +230,6 @@ describe('broker budgets: reserve, settle, cut', () => {
     });
     const bp = await listen(bare, '127.0.0.1:0');
     const b2 = await startBroker({
-      env: {},
       addr: '127.0.0.1:0',
       config: parseConfig({ models: [{ name: 'm', model: 'p', apiBase: `http://127.0.0.1:1/v1`, priceInputPer1k: 0, priceOutputPer1k: 0 }] }),
       authzUrl: `http://127.0.0.1:${bp}/authz`,

@@ -40,7 +40,7 @@ describe('broker decisions in process', () => {
 
   beforeAll(async () => {
     store = await openTestPglite();
-    cp = await startControlPlane({ store, env: {}, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    cp = await startControlPlane({ store, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     await cp.plane.registry.upsert({ name: 'm', upstream: 'broker.default.svc:8080', kind: 'model' });
     await cp.plane.registry.upsert({ name: 'other', upstream: 'broker.default.svc:8080', kind: 'model' });
     await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', allowModels: ['m'], budget: { tokensPerHour: 1000 } });

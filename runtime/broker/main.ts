@@ -5,13 +5,13 @@
  */
 import { BRAND } from '../lib/brand.js';
 import { isMain, runUntilSignal } from '../lib/process.js';
-import { initTracing, shutdownTracing, tracingFromEnv } from '../lib/tracing.js';
+import { initTracing, shutdownTracing } from '../lib/tracing.js';
 import { startBroker } from './server.js';
 
 if (isMain(import.meta.url)) {
-  void runUntilSignal('broker', async () => {
-    const tracing = initTracing(tracingFromEnv(process.env), `${BRAND}-broker`);
-    const b = await startBroker();
+  void runUntilSignal('broker', async (config) => {
+    const tracing = initTracing(config.tracing, `${BRAND}-broker`);
+    const b = await startBroker({ settings: config });
     return {
       ports: { broker: b.port },
       async close() {

@@ -290,7 +290,7 @@ export async function startBrokerHarness(): Promise<BrokerHarness> {
           ? { ok: true, reason: 'ok', vcJti: 'jti-1', notAfter: Math.floor(Date.now() / 1000) + 600 }
           : { ok: false, reason: 'no approved delegation' },
     };
-    const plane = await startControlPlane({ store, env: {}, identity, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    const plane = await startControlPlane({ store, identity, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     cp = plane;
     const models = brokerConfig('http://x/v1').models.map((m) => m.name);
     for (const name of models)
@@ -309,7 +309,6 @@ export async function startBrokerHarness(): Promise<BrokerHarness> {
       budget: { tokensPerHour: THRIFTY },
     });
     const running = await startBroker({
-      env: {},
       addr: '127.0.0.1:0',
       config: brokerConfig(upBase),
       authzUrl: `http://127.0.0.1:${plane.decisionPort}/authz`,
@@ -342,7 +341,6 @@ export async function startBrokerHarness(): Promise<BrokerHarness> {
         fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body }),
       anotherBroker: (over: BrokerOptions = {}) =>
         startBroker({
-          env: {},
           addr: '127.0.0.1:0',
           config: brokerConfig(upBase),
           authzUrl: `http://127.0.0.1:${plane.decisionPort}/authz`,

@@ -6,7 +6,7 @@
  * chunk for `stream: true`), and posts the usage to the control plane's `/v1/usage` without
  * making the agent wait for it. Bare node:http: this sits on every model call.
  *
- * Env: BROKER_ADDR, BROKER_CONFIG, BROKER_PROVIDER_KEY (fallback OPENAI_API_KEY), BROKER_AUTHZ_URL,
+ * Settings (its slice): BROKER_ADDR, BROKER_CONFIG, BROKER_PROVIDER_KEY (fallback OPENAI_API_KEY), BROKER_AUTHZ_URL,
  * BROKER_USAGE_URL, BROKER_UPSTREAM_TIMEOUT_MS, BROKER_STREAM_MAX_MS, BROKER_DECISION_TIMEOUT_MS,
  * BROKER_MAX_BODY_BYTES.
  *
@@ -20,8 +20,8 @@
  */
 import http from 'node:http';
 import { Agent } from 'undici';
-import { envName } from '../lib/brand.js';
-import { int, optional, positiveInt, str, type Env } from '../lib/config.js';
+import type { Config } from '../lib/config.js';
+import { DEFAULTS } from '../lib/settings.js';
 import { listen, listenerDeadline } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import { chat, JSON_TYPE, sendError, type Deps, type Route } from './chat.js';
@@ -34,13 +34,15 @@ import { MCP_PREFIX, type McpGateway } from '../mcp/gateway.js';
 
 const log = logger('broker');
 
-/** Provider key variables, first set wins. */
-export const PROVIDER_KEY_VARS = ['BROKER_PROVIDER_KEY', 'OPENAI_API_KEY'] as const;
 /** Lets the stack start without a key; a live completion then fails with `upstream_auth_failed`. */
 export const PLACEHOLDER_KEY = 'sk-placeholder-no-provider-key';
 
+/** The slices the broker reads: its own, the credential it presents, the listener's deadline. */
+export type BrokerSlices = Pick<Config, 'broker' | 'auth' | 'process'>;
+
 export interface BrokerOptions {
-  env?: Env;
+  /** Its configuration (loadConfig's; `config` is the model table); default: every default. */
+  settings?: BrokerSlices;
   /** Listen address; default BROKER_ADDR or `:8080`. */
   addr?: string;
   /** Model table; default loaded from BROKER_CONFIG or the bundled models.yaml. */
@@ -136,27 +138,24 @@ function createHandler(d: Deps, active: Set<Promise<void>>, mcp: McpGateway | un
   };
 }
 
-/** Provider key and the variable it came from; the key itself is never logged. */
-export function providerKeyFromEnv(env: Env): { key: string; keyVar: string; placeholder: boolean } {
-  for (const v of PROVIDER_KEY_VARS) {
-    const k = optional(env, v);
-    if (k) return { key: k, keyVar: v, placeholder: false };
-  }
-  return { key: PLACEHOLDER_KEY, keyVar: PROVIDER_KEY_VARS[0], placeholder: true };
+/** Provider key and the variable it came from (BROKER_PROVIDER_KEY, else OPENAI_API_KEY); the key itself is never logged. */
+function providerKeyOf(b: BrokerSlices['broker']): { key: string; keyVar: string; placeholder: boolean } {
+  return b.providerKey ? { ...b.providerKey, placeholder: false } : { key: PLACEHOLDER_KEY, keyVar: 'BROKER_PROVIDER_KEY', placeholder: true };
 }
 
 export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBroker> {
-  const env = opts.env ?? process.env;
+  const settings = opts.settings ?? DEFAULTS;
+  const b = settings.broker;
   // Every setting is read and validated before anything opens.
-  const config = opts.config ?? loadConfigFile(str(env, 'BROKER_CONFIG', DEFAULT_CONFIG_PATH));
-  const addr = opts.addr ?? str(env, 'BROKER_ADDR', ':8080');
-  const deadline = listenerDeadline(env);
-  const authzUrl = opts.authzUrl ?? str(env, 'BROKER_AUTHZ_URL', 'http://127.0.0.1:9191/authz');
-  const usageUrl = opts.usageUrl ?? str(env, 'BROKER_USAGE_URL', 'http://127.0.0.1:8181/v1/usage');
-  const upstreamTimeoutMs = opts.upstreamTimeoutMs ?? int(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 600_000);
-  const streamMaxMs = opts.streamMaxMs ?? positiveInt(env, 'BROKER_STREAM_MAX_MS', 600_000);
-  const decisionTimeoutMs = opts.decisionTimeoutMs ?? int(env, 'BROKER_DECISION_TIMEOUT_MS', 2000);
-  const maxBodyBytes = opts.maxBodyBytes ?? int(env, 'BROKER_MAX_BODY_BYTES', 4 * 1024 * 1024);
+  const config = opts.config ?? loadConfigFile(b.configPath ?? DEFAULT_CONFIG_PATH);
+  const addr = opts.addr ?? b.addr;
+  const deadline = listenerDeadline(settings.process);
+  const authzUrl = opts.authzUrl ?? b.authzUrl;
+  const usageUrl = opts.usageUrl ?? b.usageUrl;
+  const upstreamTimeoutMs = opts.upstreamTimeoutMs ?? b.upstreamTimeoutMs;
+  const streamMaxMs = opts.streamMaxMs ?? b.streamMaxMs;
+  const decisionTimeoutMs = opts.decisionTimeoutMs ?? b.decisionTimeoutMs;
+  const maxBodyBytes = opts.maxBodyBytes ?? b.maxBodyBytes;
   const maxResponseBytes = opts.maxResponseBytes ?? 32 * 1024 * 1024;
   for (const [n, v] of Object.entries({ upstreamTimeoutMs, streamMaxMs, decisionTimeoutMs, maxBodyBytes, maxResponseBytes })) {
     if (!(v > 0)) throw new Error(`broker: ${n} must be positive`);
@@ -164,7 +163,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
   for (const u of [authzUrl, usageUrl]) {
     if (!URL.canParse(u) || !/^https?:\/\//.test(u)) throw new Error(`broker: ${JSON.stringify(u)} is not an http(s) URL`);
   }
-  const pk = opts.providerKey ? { key: opts.providerKey, keyVar: 'providerKey', placeholder: false } : providerKeyFromEnv(env);
+  const pk = opts.providerKey ? { key: opts.providerKey, keyVar: 'providerKey', placeholder: false } : providerKeyOf(b);
 
   const routes = new Map<string, Route>();
   for (const entry of modelTable(config).values()) {
@@ -178,7 +177,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
 
   const upstream = new Agent({ keepAliveTimeout: 30_000, connect: { timeout: Math.min(upstreamTimeoutMs, 10_000) } });
   const control = new Agent({ keepAliveTimeout: 30_000 });
-  const apiKey = optional(env, envName('API_KEY'));
+  const apiKey = settings.auth.apiKey;
   const usage = opts.usage ?? createUsageReporter(opts.localUsage ? { deliver: opts.localUsage } : { url: usageUrl, dispatcher: control, apiKey });
   const settlements = createSettlements(usage);
   const decision =
@@ -213,7 +212,7 @@ export async function startBroker(opts: BrokerOptions = {}): Promise<RunningBrok
     await Promise.all([upstream.close(), control.close(), opts.mcp?.close()]);
     throw e;
   }
-  if (pk.placeholder) log.warn(`no provider key: set ${PROVIDER_KEY_VARS.join(' or ')}; live completions will fail with upstream_auth_failed`);
+  if (pk.placeholder) log.warn(`no provider key: set BROKER_PROVIDER_KEY or OPENAI_API_KEY; live completions will fail with upstream_auth_failed`);
   log.info('broker listening', {
     port,
     models: config.models.length,

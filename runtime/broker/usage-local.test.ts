@@ -24,7 +24,7 @@ describe('usage delivered in process', () => {
 
   beforeAll(async () => {
     store = await openTestPglite();
-    cp = await startControlPlane({ store, env: {}, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    cp = await startControlPlane({ store, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     mgmt = `http://127.0.0.1:${cp.mgmtPort}`;
     for (const name of ['posted', 'local'])
       await cp.plane.registry.upsert({ name, upstream: `${name}.agents.svc:8080`, kind: 'agent', budget: { tokensPerHour: 10_000, costUsdPerDay: 5 } });

@@ -18,12 +18,10 @@ import { createReadStream, readFileSync } from 'node:fs';
 import { decodeJwt } from 'jose';
 import { AUDIT_KEY_PATH, verifyExport, type Jwks, type OfflineResult } from '../control-plane/audit/index.js';
 import { withCredential } from '../../operator/ports.js';
-import { envName } from '../lib/brand.js';
-import { optional } from '../lib/config.js';
 import type { Io } from './main.js';
 
 /** WRIT_API_KEY for a management API with WRIT_API_AUTH=keys (scope audit:read). */
-const credential = () => withCredential(undefined, optional(process.env, envName('API_KEY')));
+const credential = (io: Io) => withCredential(undefined, io.apiKey);
 
 const USAGE = `usage:
   audit checkpoint --server <mgmt url> [--chain <id>]
@@ -68,8 +66,8 @@ async function* lines(stream: AsyncIterable<Uint8Array | string>): AsyncGenerato
   if (buf) yield buf;
 }
 
-async function getJson(url: string): Promise<unknown> {
-  const res = await fetch(url, credential());
+async function getJson(io: Io, url: string): Promise<unknown> {
+  const res = await fetch(url, credential(io));
   if (!res.ok) throw new Error(`GET ${url}: ${res.status} ${await res.text()}`);
   return res.json();
 }
@@ -90,7 +88,7 @@ export async function run(args: string[], io: Io): Promise<number> {
   if (sub === 'checkpoint') {
     if (!server) throw new Error(`--server is required\n${USAGE}`);
     const q = f.chain ? `?chain=${encodeURIComponent(f.chain)}` : '';
-    const all = (await getJson(`${server}/v1/audit/checkpoints${q}`)) as { seq: number }[];
+    const all = (await getJson(io, `${server}/v1/audit/checkpoints${q}`)) as { seq: number }[];
     const newest = all[all.length - 1];
     if (!newest) throw new Error('the server has no checkpoint yet');
     io.out(JSON.stringify(newest, null, 2));
@@ -103,8 +101,8 @@ export async function run(args: string[], io: Io): Promise<number> {
   }
   if (!kept || !server) throw new Error(`verify needs --checkpoint and --server (or --export)\n${USAGE}`);
   const chainId = String(decodeJwt(kept).chainId ?? '');
-  const jwks = pinned ?? ((await getJson(`${server}${AUDIT_KEY_PATH}`)) as Jwks);
-  const res = await fetch(`${server}/v1/audit/export?chain=${encodeURIComponent(chainId)}&from=1`, credential());
+  const jwks = pinned ?? ((await getJson(io, `${server}${AUDIT_KEY_PATH}`)) as Jwks);
+  const res = await fetch(`${server}/v1/audit/export?chain=${encodeURIComponent(chainId)}&from=1`, credential(io));
   if (!res.ok || !res.body) throw new Error(`export: ${res.status} ${await res.text()}`);
   return report(io, await verifyExport(lines(res.body), { jwks, checkpoint: kept }));
 }

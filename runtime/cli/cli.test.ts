@@ -79,7 +79,7 @@ describe('writ diff (the apply route dry run)', () => {
 
   beforeAll(async () => {
     store = await openTestPglite();
-    cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    cp = await startControlPlane({ store, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     server = `http://127.0.0.1:${cp.mgmtPort}`;
     dir = mkdtempSync(join(tmpdir(), 'writ-diff-'));
     cpSync(EXAMPLES, dir, { recursive: true });

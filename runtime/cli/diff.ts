@@ -12,8 +12,6 @@
 import { resolve } from 'node:path';
 import { folderOwner } from '../../operator/folder/source.js';
 import { httpRegistry, withCredential } from '../../operator/ports.js';
-import { envName } from '../lib/brand.js';
-import { optional } from '../lib/config.js';
 import { reconcile } from '../../operator/reconcile.js';
 import type { Service } from '../control-plane/types.js';
 import type { Io } from './main.js';
@@ -80,7 +78,7 @@ export async function run(args: string[], io: Io): Promise<number> {
   const desired = reconcile(resources);
   const owner = a.owner ?? folderOwner(resolve(a.dir));
   // WRIT_API_KEY for a management API with WRIT_API_AUTH=keys (scope registry:write for the dry-run).
-  const apiKey = optional(process.env, envName('API_KEY'));
+  const apiKey = io.apiKey;
   const result = await httpRegistry(a.server, fetch, apiKey).apply(desired.services, { owner, dryRun: true });
   const want = new Map(desired.services.map((s) => [s.name, s]));
   const current = async (name: string): Promise<Service | undefined> => {

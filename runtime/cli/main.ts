@@ -3,10 +3,13 @@
  * exports `run(args, io) -> exit code`. Add a command with one line in COMMANDS.
  */
 import { BRAND } from '../lib/brand.js';
+import { processSetting } from '../lib/settings.js';
 
 export interface Io {
   out(line: string): void;
   err(line: string): void;
+  /** WRIT_API_KEY: presented to a management API with WRIT_API_AUTH=keys. */
+  apiKey?: string;
 }
 
 export type Command = { summary: string; load: () => Promise<{ run(args: string[], io: Io): Promise<number> }> };
@@ -20,7 +23,7 @@ export const COMMANDS: Record<string, Command> = {
   },
 };
 
-const stdio: Io = { out: (l) => process.stdout.write(l + '\n'), err: (l) => process.stderr.write(l + '\n') };
+const stdio: Io = { out: (l) => process.stdout.write(l + '\n'), err: (l) => process.stderr.write(l + '\n'), apiKey: processSetting('apiKey') };
 
 function usage(io: Io): void {
   io.err(`usage: ${BRAND} <command> [args]\n\ncommands:`);

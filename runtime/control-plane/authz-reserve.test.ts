@@ -37,7 +37,7 @@ describe('X-Writ-Reserve on /authz', () => {
 
   beforeAll(async () => {
     store = await openTestPglite();
-    cp = await startControlPlane({ store, env: {}, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    cp = await startControlPlane({ store, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     mgmt = `http://127.0.0.1:${cp.mgmtPort}`;
     authz = `http://127.0.0.1:${cp.decisionPort}`;
     await cp.plane.registry.upsert({ name: 'm', upstream: 'broker.svc:8080', kind: 'model' });

@@ -9,7 +9,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { close as closeServer, listen } from '../lib/http.js';
 import type { Store } from '../store/factory.js';
 import { testBackends } from '../store/testing.js';
-import { connectPortsFromEnv, proxyLimitsFromEnv, startControlPlaneWithEgress } from './egress-gateway.js';
+import { loadConfig } from '../lib/settings.js';
+import { startControlPlaneWithEgress } from './egress-gateway.js';
+
+const connectPortsOf = (env: Record<string, string>) => loadConfig(env).proxy.connectPorts;
+const proxyLimitsOf = (env: Record<string, string>) => loadConfig(env).proxy.limits;
 import type { IdentityPort } from './identity-port.js';
 import { curl } from './proxy/testkit.js';
 
@@ -24,12 +28,12 @@ const addrs = { decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0', proxyAddr:
 
 describe('egress gateway settings', () => {
   it('parses and rejects EGRESS_* values', () => {
-    expect(connectPortsFromEnv({})).toEqual([443]);
-    expect(connectPortsFromEnv({ EGRESS_CONNECT_PORTS: '443, 8443' })).toEqual([443, 8443]);
-    expect(() => connectPortsFromEnv({ EGRESS_CONNECT_PORTS: '443,abc' })).toThrow(/EGRESS_CONNECT_PORTS/);
-    expect(() => connectPortsFromEnv({ EGRESS_CONNECT_PORTS: '70000' })).toThrow(/EGRESS_CONNECT_PORTS/);
-    expect(proxyLimitsFromEnv({ EGRESS_PROXY_IDLE_TIMEOUT_MS: '2500' }).idleTimeoutMs).toBe(2500);
-    expect(() => proxyLimitsFromEnv({ EGRESS_PROXY_IDLE_TIMEOUT_MS: '0' })).toThrow(/positive/);
+    expect(connectPortsOf({})).toEqual([443]);
+    expect(connectPortsOf({ EGRESS_CONNECT_PORTS: '443, 8443' })).toEqual([443, 8443]);
+    expect(() => connectPortsOf({ EGRESS_CONNECT_PORTS: '443,abc' })).toThrow(/EGRESS_CONNECT_PORTS/);
+    expect(() => connectPortsOf({ EGRESS_CONNECT_PORTS: '70000' })).toThrow(/EGRESS_CONNECT_PORTS/);
+    expect(proxyLimitsOf({ EGRESS_PROXY_IDLE_TIMEOUT_MS: '2500' }).idleTimeoutMs).toBe(2500);
+    expect(() => proxyLimitsOf({ EGRESS_PROXY_IDLE_TIMEOUT_MS: '0' })).toThrow(/positive/);
   });
 });
 
@@ -48,7 +52,7 @@ describe.each(testBackends())('egress gateway on $name', (b) => {
   });
 
   it('without an identity authority: no proxy, the egress-request routes answer 503', async () => {
-    const run = await startControlPlaneWithEgress({ store, env: {}, ...addrs });
+    const run = await startControlPlaneWithEgress({ store, ...addrs });
     try {
       expect(run.gateway.enabled).toBe(false);
       expect(run.gateway.port).toBeUndefined();
@@ -67,12 +71,20 @@ describe.each(testBackends())('egress gateway on $name', (b) => {
   });
 
   it('a bad setting fails the start and leaves nothing listening', async () => {
-    await expect(startControlPlaneWithEgress({ store, env: { EGRESS_CONNECT_PORTS: 'ssh' }, identity, ...addrs })).rejects.toThrow(/EGRESS_CONNECT_PORTS/);
+    await expect(
+      (async () => startControlPlaneWithEgress({ store, config: loadConfig({ EGRESS_CONNECT_PORTS: 'ssh' }), identity, ...addrs }))(),
+    ).rejects.toThrow(/EGRESS_CONNECT_PORTS/);
   });
 
   it("a held request survives a restart: close answers 403 and keeps it pending, an approval after the restart releases the agent's retry, once", async () => {
     const env = { AUDIT_CHAIN_ID: `gw-${b.name}` };
-    const run = await startControlPlaneWithEgress({ store, env, identity, ...addrs, queue: { timeoutMs: 60_000, replicaId: `gw-${b.name}` } });
+    const run = await startControlPlaneWithEgress({
+      store,
+      config: loadConfig(env),
+      identity,
+      ...addrs,
+      queue: { timeoutMs: 60_000, replicaId: `gw-${b.name}` },
+    });
     await run.cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', egressAllow: [] });
     const viaProxy = (port: number) =>
       curl(['-x', `http://127.0.0.1:${port}`, '--proxy-header', 'Proxy-Authorization: Bearer vp-bot', `http://127.0.0.1:${upPort}/x`]);
@@ -94,7 +106,13 @@ describe.each(testBackends())('egress gateway on $name', (b) => {
     expect(run.gateway.proxy!.stats()).toMatchObject({ clients: 0, upstreams: 0, tunnels: 0, held: 0 });
 
     // The restarted plane: the connection's denial was audited durably, the request is still there.
-    const again = await startControlPlaneWithEgress({ store, env, identity, ...addrs, queue: { timeoutMs: 1500, replicaId: `gw-${b.name}` } });
+    const again = await startControlPlaneWithEgress({
+      store,
+      config: loadConfig(env),
+      identity,
+      ...addrs,
+      queue: { timeoutMs: 1500, replicaId: `gw-${b.name}` },
+    });
     try {
       const mgmt = `http://127.0.0.1:${again.cp.mgmtPort}`;
       const row = again.cp.plane.audit.recent(1000).find((x) => x.action === 'egress.proxy' && x.reason.includes(pending.id));

@@ -4,42 +4,41 @@
  * /authz). The plane's management app always has the approval routes (approvals/routes.ts); the
  * gateway hands them its queue through `plane.approvals` while it runs.
  *
- *   const cp = await startControlPlane({ store, env });
- *   const gw = await startEgressGateway({ plane: cp.plane, store, env });
+ *   const cp = await startControlPlane({ store, config });
+ *   const gw = await startEgressGateway({ plane: cp.plane, store, config });
  *   gw.port;            // the proxy port, undefined when disabled
  *   await gw.close();   // BEFORE cp.close(): held requests are expired and audited first,
  *   await cp.close();   // then the control plane flushes the audit chain
  *
- * or, in one call, `startControlPlaneWithEgress({ store, env, ... })`.
+ * or, in one call, `startControlPlaneWithEgress({ store, config, ... })`.
  *
  * The proxy and the queue start only when the plane has an identity port (AGENT_IDP_URL set, or
  * one injected): the proxy's credential is an agent VP. Without one the routes answer 503.
  *
- * Env: EGRESS_PROXY_ADDR (default `:9092`), EGRESS_APPROVAL_TIMEOUT (`120s`), EGRESS_REPLICA_ID,
+ * Settings (the proxy slice): EGRESS_PROXY_ADDR (default `:9092`), EGRESS_APPROVAL_TIMEOUT (`120s`), EGRESS_REPLICA_ID,
  * EGRESS_CONNECT_PORTS (CONNECT ports open to hosts outside the registry, default `443`),
  * EGRESS_PROXY_HEADERS_TIMEOUT_MS, EGRESS_PROXY_MAX_HEADER_BYTES, EGRESS_PROXY_CONNECT_TIMEOUT_MS,
  * EGRESS_PROXY_IDLE_TIMEOUT_MS, EGRESS_PROXY_KEEPALIVE_TIMEOUT_MS.
  */
-import { positiveInt, str, type Env } from '../lib/config.js';
+import type { Config } from '../lib/config.js';
+import { DEFAULTS } from '../lib/settings.js';
 import { listen } from '../lib/http.js';
 import { createReadiness } from '../lib/readiness.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { Store } from '../store/factory.js';
 import { createApprovalQueue, type ApprovalQueue, type ApprovalQueueOptions } from './approvals/index.js';
 import { createForwardProxy, DEFAULT_LIMITS, type ForwardProxy, type ProxyLimits } from './proxy/index.js';
-export { connectPortsFromEnv } from './proxy/target.js';
-import { startControlPlane, type ControlPlaneParts, type RunningControlPlane, type StartOptions } from './server.js';
+import { startControlPlane, type ControlPlaneParts, type ControlPlaneSlices, type RunningControlPlane, type StartOptions } from './server.js';
 
 const log = logger('egress-gateway');
-
-export const DEFAULT_PROXY_ADDR = ':9092';
 
 export interface EgressGatewayOptions {
   /** The control plane (or its parts) whose decision deps the proxy runs. */
   plane: ControlPlaneParts;
   /** The control plane's store (egress requests live there). */
   store: Store;
-  env?: Env;
+  /** The proxy slice (loadConfig's); default: every default. */
+  config?: Pick<Config, 'proxy'>;
   /** Default EGRESS_PROXY_ADDR or `:9092`. */
   addr?: string;
   limits?: Partial<ProxyLimits>;
@@ -58,31 +57,31 @@ export interface EgressGateway {
   close(): Promise<void>;
 }
 
-/** Proxy limits from EGRESS_PROXY_* env (milliseconds and bytes). */
-export function proxyLimitsFromEnv(env: Env): ProxyLimits {
-  return {
-    headersTimeoutMs: positiveInt(env, 'EGRESS_PROXY_HEADERS_TIMEOUT_MS', DEFAULT_LIMITS.headersTimeoutMs),
-    maxHeaderBytes: positiveInt(env, 'EGRESS_PROXY_MAX_HEADER_BYTES', DEFAULT_LIMITS.maxHeaderBytes),
-    connectTimeoutMs: positiveInt(env, 'EGRESS_PROXY_CONNECT_TIMEOUT_MS', DEFAULT_LIMITS.connectTimeoutMs),
-    idleTimeoutMs: positiveInt(env, 'EGRESS_PROXY_IDLE_TIMEOUT_MS', DEFAULT_LIMITS.idleTimeoutMs),
-    keepAliveTimeoutMs: positiveInt(env, 'EGRESS_PROXY_KEEPALIVE_TIMEOUT_MS', DEFAULT_LIMITS.keepAliveTimeoutMs),
-    maxEarlyBytes: DEFAULT_LIMITS.maxEarlyBytes,
-    tunnelRecheckMs: DEFAULT_LIMITS.tunnelRecheckMs,
-  };
+/** Proxy limits from the EGRESS_PROXY_* settings (milliseconds and bytes). */
+export function proxyLimitsOf(p: Pick<Config['proxy'], 'limits'>): ProxyLimits {
+  return { ...DEFAULT_LIMITS, ...p.limits };
 }
 
 export async function startEgressGateway(o: EgressGatewayOptions): Promise<EgressGateway> {
-  const env = o.env ?? process.env;
+  const proxyConfig = (o.config ?? DEFAULTS).proxy;
   if (!o.plane.identity) {
     log.info('forward proxy disabled: no identity authority (set AGENT_IDP_URL); egress-request routes answer 503');
     o.plane.approvals.queue = undefined;
     return { enabled: false, close: async () => {} };
   }
   // Validate every setting before opening anything.
-  const addr = o.addr ?? str(env, 'EGRESS_PROXY_ADDR', DEFAULT_PROXY_ADDR);
-  const limits = { ...proxyLimitsFromEnv(env), ...o.limits };
+  const addr = o.addr ?? proxyConfig.addr;
+  const limits = { ...proxyLimitsOf(proxyConfig), ...o.limits };
 
-  const queue = await createApprovalQueue({ store: o.store, audit: o.plane.audit, env, now: o.plane.now, ...o.queue });
+  const queue = await createApprovalQueue({
+    store: o.store,
+    audit: o.plane.audit,
+    timeoutMs: proxyConfig.approvalTimeoutMs,
+    replicaId: proxyConfig.replicaId,
+    maxPendingPerAgent: proxyConfig.maxPendingPerAgent,
+    now: o.plane.now,
+    ...o.queue,
+  });
   o.plane.metrics.attach({ approvals: queue });
   const proxy = createForwardProxy({ engine: o.plane.engine, queue: () => o.plane.approvals.queue, limits, metricsRegistry: o.plane.metrics.registry });
   o.plane.approvals.queue = queue;
@@ -130,7 +129,7 @@ export interface RunningWithEgress {
 
 /** startControlPlane with the egress gateway started on its parts. */
 export async function startControlPlaneWithEgress(
-  opts: StartOptions & Pick<EgressGatewayOptions, 'limits' | 'queue'> & { proxyAddr?: string },
+  opts: StartOptions & Pick<EgressGatewayOptions, 'limits' | 'queue'> & { proxyAddr?: string; config?: ControlPlaneSlices & Pick<Config, 'proxy'> },
 ): Promise<RunningWithEgress> {
   const readiness = opts.readiness ?? createReadiness();
   const proxyUp = readiness.gate('forward proxy not listening yet');
@@ -140,7 +139,7 @@ export async function startControlPlaneWithEgress(
     gateway = await startEgressGateway({
       plane: cp.plane,
       store: opts.store,
-      env: opts.env,
+      config: opts.config,
       addr: opts.proxyAddr,
       limits: opts.limits,
       queue: opts.queue,

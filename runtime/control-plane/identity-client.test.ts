@@ -15,6 +15,7 @@ import { notReady } from '../identity/context.js';
 import { inProcessIdentity } from '../identity/in-process.js';
 import { provisionAgent, jtiOf } from './proxy/testkit.js';
 import { createIdentityClient, type IdentityClient } from './identity-client.js';
+import { loadConfig } from '../lib/settings.js';
 
 describe('identity client over HTTP', () => {
   let store: Store;
@@ -48,7 +49,7 @@ describe('identity client over HTTP', () => {
 
   beforeAll(async () => {
     store = await openStore({ backend: 'memory' });
-    authority = createIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.test' } });
+    authority = createIdentityAuthority({ store, config: loadConfig({ IDP_ISSUER_HOST: 'idp.test' }) });
     await authority.whenReady();
     server = createAdaptorServer({
       fetch: (req: Request) => {
@@ -226,7 +227,7 @@ describe('identity client over HTTP', () => {
 
   it('in process, a store that fails reads as the route 503 both ways, naming no SQL', async () => {
     const s = await openStore({ backend: 'memory' });
-    const broken = createIdentityAuthority({ store: s, env: { IDP_ISSUER_HOST: 'idp.test' } });
+    const broken = createIdentityAuthority({ store: s, config: loadConfig({ IDP_ISSUER_HOST: 'idp.test' }) });
     await broken.whenReady();
     const { identity } = await provisionAgent(broken, 'store-bot');
     const vp = await presentationFor(identity, { ttlSeconds: 600 });

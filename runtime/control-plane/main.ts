@@ -7,21 +7,21 @@
  * it; producers (the management API, the operator) apply the entries.
  */
 import { BRAND } from '../lib/brand.js';
-import type { Env } from '../lib/config.js';
+import type { Config } from '../lib/config.js';
 import { isMain, runUntilSignal, type Closable } from '../lib/process.js';
 import { createReadiness } from '../lib/readiness.js';
-import { initTracing, shutdownTracing, tracingFromEnv } from '../lib/tracing.js';
+import { initTracing, shutdownTracing } from '../lib/tracing.js';
 import { openStore } from '../store/factory.js';
 import { startControlPlaneWithEgress } from './egress-gateway.js';
 import { controlPlaneStoreOptions } from './server.js';
 
-export async function startControlPlaneProcess(env: Env = process.env): Promise<Closable> {
-  const tracing = initTracing(tracingFromEnv(env), `${BRAND}-control-plane`);
-  const store = await openStore(controlPlaneStoreOptions(env));
+export async function startControlPlaneProcess(config: Config): Promise<Closable> {
+  const tracing = initTracing(config.tracing, `${BRAND}-control-plane`);
+  const store = await openStore(controlPlaneStoreOptions(config.controlPlane.store));
   try {
     const readiness = createReadiness();
     const started = readiness.gate('starting');
-    const run = await startControlPlaneWithEgress({ store, env, readiness });
+    const run = await startControlPlaneWithEgress({ store, config, readiness });
     started();
     return {
       ports: { decision: run.cp.decisionPort, grpc: run.cp.grpcPort, mgmt: run.cp.mgmtPort, proxy: run.gateway.port },
@@ -37,4 +37,4 @@ export async function startControlPlaneProcess(env: Env = process.env): Promise<
   }
 }
 
-if (isMain(import.meta.url)) void runUntilSignal('control-plane', () => startControlPlaneProcess());
+if (isMain(import.meta.url)) void runUntilSignal('control-plane', (config) => startControlPlaneProcess(config));

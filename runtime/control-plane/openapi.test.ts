@@ -42,7 +42,7 @@ describe('management API documentation', () => {
   let doc: { openapi: string; paths: Record<string, Record<string, unknown>> };
   beforeAll(async () => {
     store = await openTestPglite();
-    plane = await createControlPlane({ store, env: {}, durableAudit: false });
+    plane = await createControlPlane({ store, durableAudit: false });
     doc = (await (await plane.mgmtApp.request('/openapi.json')).json()) as typeof doc;
   });
   afterAll(async () => {

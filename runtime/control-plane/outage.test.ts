@@ -62,7 +62,7 @@ describe.skipIf(!BIN)('control plane through a PostgreSQL outage', () => {
   beforeAll(async () => {
     pg = await startPgCluster();
     store = await openStore({ url: pg.url, queryTimeoutMs: 1500, transactionTimeoutMs: 3000 });
-    cp = await startControlPlane({ store, env: {}, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    cp = await startControlPlane({ store, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     mgmt = `http://127.0.0.1:${cp.mgmtPort}`;
     authz = `http://127.0.0.1:${cp.decisionPort}`;
     for (const s of [

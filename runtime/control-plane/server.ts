@@ -4,21 +4,20 @@
  * listeners: `/authz` on DECISION_ADDR (bare node:http), Envoy's gRPC ext_authz on
  * DECISION_GRPC_ADDR (grpc/) and the management app on MGMT_ADDR.
  *
- * Env: AGENT_IDENTITY_MODE (header|vc), AGENT_IDP_URL, AGENT_IDP_TIMEOUT_MS, AGENT_VP_AUDIENCE,
- * OPA_URL, OPA_TIMEOUT_MS, OIDC_ISSUER / OIDC_JWKS_URL / OIDC_AUDIENCE, AUDIT_CHAIN_ID,
- * DECISION_ADDR, DECISION_GRPC_ADDR, MGMT_ADDR. See README.md.
+ * Configured by its slices (`ControlPlaneConfig`: AGENT_IDENTITY_MODE, AGENT_IDP_URL, OPA_URL,
+ * OIDC_*, DECISION_ADDR, ...; the audit, auth and process slices; the proxy's CONNECT ports), built
+ * by `loadConfig` at the entry point. See README.md.
  */
 import type http from 'node:http';
 import { createAdaptorServer } from '@hono/node-server';
 import type { OpenAPIHono } from '@hono/zod-openapi';
-import { bool, int, oneOf, optional, parseAddr, str, type Env } from '../lib/config.js';
-import { apiAuth, authFromEnv, credentialCheck, principalOf } from '../lib/api-auth.js';
-import { envName, VP_AUDIENCE } from '../lib/brand.js';
-import { connectPortsFromEnv } from './proxy/target.js';
+import { parseAddr, type Config, type StoreSetting } from '../lib/config.js';
+import { apiAuth, authOf, credentialCheck, principalOf } from '../lib/api-auth.js';
+import { DEFAULTS } from '../lib/settings.js';
 import { close as closeServer, listen, listenerDeadline } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { Store, StoreOptions } from '../store/factory.js';
-import { auditHealth, auditOptionsFromEnv, auditUnable, openAuditChain, registerAuditMetrics, type AuditChain } from './audit/index.js';
+import { auditHealth, auditOptions, auditUnable, openAuditChain, registerAuditMetrics, type AuditChain } from './audit/index.js';
 import { createReadiness, type Readiness } from '../lib/readiness.js';
 import { createAuthzServer } from './authz-server.js';
 import { createExtAuthzGrpcServer } from './grpc/server.js';
@@ -39,7 +38,7 @@ import { createIdentityClient, type IdentityClient, type IdentityClientOptions, 
 import { approvalRoutes, type ApprovalQueue } from './approvals/index.js';
 import { createMetrics, type ControlPlaneMetrics } from './metrics.js';
 import { createMgmtApp } from './mgmt.js';
-import { createOidcVerifier, oidcFromEnv } from '../lib/oidc.js';
+import { createOidcVerifier, oidcOf } from '../lib/oidc.js';
 import { createOpaClient, type OpaClient } from './opa.js';
 import { portalApp } from '../portal/index.js';
 import { createRegistry, type Registry } from './registry/index.js';
@@ -52,12 +51,13 @@ const log = logger('control-plane');
  * REGISTRY_DB_URL and REGISTRY_DATA_DIR (PGlite folder, default `.data/control-plane`).
  * A URL without a backend means postgres; neither means PGlite in the data folder.
  */
-export function controlPlaneStoreOptions(env: Env): StoreOptions {
-  const url = optional(env, 'REGISTRY_DB_URL');
-  const backend = oneOf(env, 'REGISTRY_BACKEND', ['postgres', 'pglite', 'memory'] as const, url ? 'postgres' : 'pglite');
-  if (backend === 'postgres' && !url) throw new Error('REGISTRY_BACKEND=postgres needs REGISTRY_DB_URL');
-  return { backend, url: backend === 'postgres' ? url : undefined, dataDir: str(env, 'REGISTRY_DATA_DIR', '.data/control-plane') };
+export function controlPlaneStoreOptions(s: StoreSetting): StoreOptions {
+  if (s.backend === 'postgres' && !s.url) throw new Error('REGISTRY_BACKEND=postgres needs REGISTRY_DB_URL');
+  return { ...s };
 }
+
+/** The slices the control plane reads: its own, the audit chain's, the API auth, the listeners' deadline and the proxy's CONNECT ports. */
+export type ControlPlaneSlices = Pick<Config, 'controlPlane' | 'audit' | 'auth' | 'process'> & { proxy: Pick<Config['proxy'], 'connectPorts'> };
 
 /** The plane's parts: what the egress gateway (egress-gateway.ts) starts the forward proxy on. */
 export interface ControlPlaneParts {
@@ -81,7 +81,8 @@ export interface ControlPlaneParts {
 
 export interface ControlPlaneOptions {
   store: Store;
-  env?: Env;
+  /** Its configuration (loadConfig's); default: every default. */
+  config?: ControlPlaneSlices;
   /** An identity authority client; overrides AGENT_IDP_URL (tests inject an in-process one). */
   identity?: IdentityPort;
   /**
@@ -97,7 +98,7 @@ export interface ControlPlaneOptions {
    * 1000-record ring): for dry runs and the benchmark's decision-path figure, never production.
    */
   durableAudit?: boolean;
-  /** Workforce OIDC override (tests); default from OIDC_* env. */
+  /** Workforce OIDC override (tests); default from the OIDC_* settings. */
   oidc?: Parameters<typeof createOidcVerifier>[0];
   /** CONNECT ports open to hosts outside the registry; default EGRESS_CONNECT_PORTS or 443. */
   connectPorts?: readonly number[];
@@ -122,17 +123,17 @@ export interface ControlPlane extends ControlPlaneParts {
 }
 
 /** The HTTP identity authority client when AGENT_IDP_URL is set. */
-function identityFromEnv(env: Env, onCall?: IdentityClientOptions['onCall'], local?: LocalIdentity): IdentityPort | undefined {
-  const baseUrl = optional(env, 'AGENT_IDP_URL');
-  if (!baseUrl) return undefined;
+function identityOf(c: ControlPlaneSlices, onCall?: IdentityClientOptions['onCall'], local?: LocalIdentity): IdentityPort | undefined {
+  const cp = c.controlPlane;
+  if (!cp.idpUrl) return undefined;
   return createIdentityClient({
-    baseUrl,
+    baseUrl: cp.idpUrl,
     onCall,
     local,
-    timeoutMs: int(env, 'AGENT_IDP_TIMEOUT_MS', 2000),
-    revalidateMs: int(env, 'AGENT_IDP_VP_CACHE_MS', 30_000),
-    pollMs: int(env, 'AGENT_IDP_REVOCATION_POLL_MS', 500),
-    apiKey: optional(env, envName('API_KEY')),
+    timeoutMs: cp.idpTimeoutMs,
+    revalidateMs: cp.idpVpCacheMs,
+    pollMs: cp.idpRevocationPollMs,
+    apiKey: c.auth.apiKey,
   });
 }
 
@@ -152,23 +153,22 @@ function readinessOf(given: Readiness | undefined, d: { audit: AuditChain; ident
 }
 
 export async function createControlPlane(opts: ControlPlaneOptions): Promise<ControlPlane> {
-  const env = opts.env ?? process.env;
+  const config = opts.config ?? DEFAULTS;
+  const cp = config.controlPlane;
   const now = opts.now ?? Date.now;
-  const identityMode: IdentityMode = oneOf(env, 'AGENT_IDENTITY_MODE', ['header', 'vc'] as const, 'header');
+  const identityMode: IdentityMode = cp.identityMode;
   // Validate every setting before opening anything, so a bad config leaves nothing behind.
-  const oidc = opts.oidc ? createOidcVerifier(opts.oidc) : oidcFromEnv(env);
-  const opaUrl = optional(env, 'OPA_URL');
-  const opaTimeout = int(env, 'OPA_TIMEOUT_MS', 500);
-  const identityTimeoutMs = int(env, 'AGENT_IDP_TIMEOUT_MS', 2000);
-  const auditOpts = auditOptionsFromEnv(env);
-  const reservationTtlMs = int(env, 'BUDGET_RESERVATION_TTL_MS', 900_000);
+  const oidc = opts.oidc ? createOidcVerifier(opts.oidc) : oidcOf(cp.oidc);
+  const opaUrl = cp.opaUrl;
+  const identityTimeoutMs = cp.idpTimeoutMs;
+  const auditOpts = auditOptions(config.audit);
   // Identity-authority calls are metered once the metrics exist (the client starts polling now).
   const identityCalls: { observe?: IdentityClientOptions['onCall'] } = {};
   const ownIdentity = opts.identity
     ? undefined
-    : identityFromEnv(env, (op, seconds, outcome) => identityCalls.observe?.(op, seconds, outcome), opts.localIdentity);
+    : identityOf(config, (op, seconds, outcome) => identityCalls.observe?.(op, seconds, outcome), opts.localIdentity);
   const identity = opts.identity ?? ownIdentity;
-  const opa: OpaClient | undefined = opaUrl ? createOpaClient({ url: opaUrl, timeoutMs: opaTimeout }) : undefined;
+  const opa: OpaClient | undefined = opaUrl ? createOpaClient({ url: opaUrl, timeoutMs: cp.opaTimeoutMs }) : undefined;
 
   const audit = await openAuditChain(opts.durableAudit === false ? undefined : opts.store, { ...auditOpts, now });
   let registry: Registry;
@@ -181,28 +181,28 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   }
   // Budgets are shared by every replica on the store and survive restarts (budget/meter.ts).
   const budget = createSharedBudgetMeter({ ledger: createBudgetLedger(opts.store), budgetOf: (a) => registry.get(a)?.budget, now });
-  const reservations = createReservations({ store: opts.store, meter: budget, budgetOf: (a) => registry.get(a)?.budget, now, ttlMs: reservationTtlMs });
+  const reservations = createReservations({ store: opts.store, meter: budget, budgetOf: (a) => registry.get(a)?.budget, now, ttlMs: cp.reservationTtlMs });
   const metrics = createMetrics({ known: (n) => registry.get(n) !== undefined, registry, budget, now });
   identityCalls.observe = (op, seconds, outcome) => metrics.observeIdentityCall(op, seconds, outcome);
   registerAuditMetrics(metrics.registry, audit);
   registerBudgetMetrics(metrics.registry, { registry, budget, now });
-  const pollMs = int(env, 'AGENT_IDP_REVOCATION_POLL_MS', 500);
+  const pollMs = cp.idpRevocationPollMs;
   const settings: DecisionSettings = {
     identityMode,
     identityAuthority: !!identity,
     oidc: !!oidc,
     opa: !!opa,
-    vpAudience: optional(env, 'AGENT_VP_AUDIENCE') ?? VP_AUDIENCE,
-    requireGoverned: bool(env, envName('REQUIRE_GOVERNED'), false),
+    vpAudience: cp.vpAudience,
+    requireGoverned: cp.requireGoverned,
     governanceMaxAgeMs: Math.max(3 * (pollMs > 0 ? pollMs : 500), 2000),
-    connectPorts: new Set(opts.connectPorts ?? connectPortsFromEnv(env)),
+    connectPorts: new Set(opts.connectPorts ?? config.proxy.connectPorts),
   };
   const tickets = createCallTickets(await callTicketKey(opts.store), now);
   const engine = createDecisionEngine({
     policy: createPolicySource({ registry, standing: identity?.standing ? () => identity.standing!() : undefined, settings }),
     ports: { identity, oidc, opa, budget: { usage: (a, t) => budget.decisionUsage(a, t) }, tickets, identityTimeoutMs, now },
     sinks: { budget, reservations, audit, meter: metrics, tickets, now },
-    trustedPeer: trustedPeers(optional(env, 'TRUSTED_PROXIES') ?? ''),
+    trustedPeer: trustedPeers(cp.trustedProxies),
   });
 
   const recordUsage = (r: UsageReport): void | Promise<void> => {
@@ -237,7 +237,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
   // every time (a revoked key stops at once), workforce OIDC tokens by the OIDC verifier.
   const verifyKey = (identity as Partial<IdentityClient> | undefined)?.verifyApiKey;
   const check = credentialCheck({ oidc, verifyKey }, now);
-  const guard = apiAuth({ ...authFromEnv(env), check, deny: (c, status, message) => c.json({ error: message }, status) });
+  const guard = apiAuth({ ...authOf(config.auth), check, deny: (c, status, message) => c.json({ error: message }, status) });
   const mgmtApp = createMgmtApp({
     guard,
     actor: (c) => principalOf(c)?.id ?? 'mgmt-api',
@@ -251,7 +251,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
       decisionRoutes(engine),
       budgetRoutes({ registry, budget, reservations, now }),
       approvalRoutes({ queue: () => approvals.queue }),
-      portalApp({ identityUrl: optional(env, 'AGENT_IDP_URL') }),
+      portalApp({ identityUrl: cp.idpUrl }),
     ],
   });
   const authzServer = createAuthzServer(engine);
@@ -297,11 +297,10 @@ export interface StartOptions extends ControlPlaneOptions {
 }
 
 /** An ephemeral decision address (tests, benchmarks) never means the fixed gRPC port. */
-function grpcAddrOf(env: Env, decisionAddr: string): string {
-  const set = optional(env, 'DECISION_GRPC_ADDR');
-  if (set) return set;
+function grpcAddrOf(config: ControlPlaneSlices, decisionAddr: string): string {
+  if (config.controlPlane.grpcAddrSet) return config.controlPlane.grpcAddr;
   const d = parseAddr(decisionAddr);
-  return d.port === 0 ? `${d.host.includes(':') ? `[${d.host}]` : d.host}:0` : ':9192';
+  return d.port === 0 ? `${d.host.includes(':') ? `[${d.host}]` : d.host}:0` : config.controlPlane.grpcAddr;
 }
 
 export interface RunningControlPlane {
@@ -314,17 +313,17 @@ export interface RunningControlPlane {
 }
 
 export async function startControlPlane(opts: StartOptions): Promise<RunningControlPlane> {
-  const env = opts.env ?? process.env;
-  const deadline = listenerDeadline(env);
+  const config = opts.config ?? DEFAULTS;
+  const deadline = listenerDeadline(config.process);
   const plane = await createControlPlane(opts);
-  const decisionAddr = opts.decisionAddr ?? str(env, 'DECISION_ADDR', ':9191');
-  const mgmtAddr = opts.mgmtAddr ?? str(env, 'MGMT_ADDR', ':8181');
+  const decisionAddr = opts.decisionAddr ?? config.controlPlane.decisionAddr;
+  const mgmtAddr = opts.mgmtAddr ?? config.controlPlane.mgmtAddr;
   const grpcServer = createExtAuthzGrpcServer(plane.engine);
   const listening = plane.readiness.gate('control-plane listeners not open yet');
   let mgmt: http.Server | undefined;
   try {
     const decisionPort = await listen(plane.authzServer, decisionAddr);
-    const grpcPort = await grpcServer.listen(opts.grpcAddr ?? grpcAddrOf(env, decisionAddr));
+    const grpcPort = await grpcServer.listen(opts.grpcAddr ?? grpcAddrOf(config, decisionAddr));
     const mgmtServer = createAdaptorServer({ fetch: plane.mgmtApp.fetch, serverOptions: deadline }) as http.Server;
     mgmt = mgmtServer;
     const mgmtPort = await listen(mgmtServer, mgmtAddr);

@@ -20,9 +20,10 @@
 import { verify, type KeyObject } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
+import { processSetting } from '../lib/settings.js';
 
 /** libuv's thread pool size: it reads `UV_THREADPOOL_SIZE` itself (default 4, at most 1024). */
-const POOL = Math.max(1, Math.min(1024, Number(process.env.UV_THREADPOOL_SIZE) || 4));
+const POOL = Math.min(1024, processSetting('uvThreadpoolSize'));
 /**
  * Verifications that may wait on the thread pool at once (0: always on the request thread): four
  * per pool thread keeps every thread fed through a burst, while anything else queued behind them

@@ -9,6 +9,7 @@ import { openTestPglite } from '../store/testing.js';
 import { presentationFor } from './client.js';
 import { plainVerifyRequest } from './fast-verify.js';
 import { startIdentityAuthority } from './server.js';
+import { loadConfig } from '../lib/settings.js';
 
 describe('verify-presentation fast path', () => {
   let store: Store;
@@ -17,7 +18,7 @@ describe('verify-presentation fast path', () => {
   beforeAll(async () => {
     setLogLevel('error');
     store = await openTestPglite();
-    idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.fast.test', OTEL_SDK_DISABLED: 'true' }, addr: '127.0.0.1:0' });
+    idp = await startIdentityAuthority({ store, config: loadConfig({ IDP_ISSUER_HOST: 'idp.fast.test', OTEL_SDK_DISABLED: 'true' }), addr: '127.0.0.1:0' });
     await idp.authority.whenReady();
     const app = idp.authority.app;
     const post = async (p: string, b?: unknown): Promise<any> =>

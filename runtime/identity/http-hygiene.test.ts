@@ -65,7 +65,7 @@ describe('identity authority closes properly on early answers', () => {
 
   beforeAll(async () => {
     store = await openTestPglite();
-    srv = await startIdentityAuthority({ store, env: {}, addr: '127.0.0.1:0' });
+    srv = await startIdentityAuthority({ store, addr: '127.0.0.1:0' });
     await srv.authority.whenReady();
   });
   afterAll(async () => {

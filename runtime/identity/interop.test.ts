@@ -17,6 +17,7 @@ import { testBackends } from '../store/testing.js';
 import { presentationFor } from './client.js';
 import { startIdentityAuthority } from './server.js';
 import { CAPABILITY_TYPE, MEMBERSHIP_TYPE } from './vc.js';
+import { loadConfig } from '../lib/settings.js';
 
 type Json = any;
 /** did-jwt-vc's own (nested) did-resolver typing of a resolver; ours is structurally the same at runtime. */
@@ -33,7 +34,7 @@ interface Running {
 
 async function authority(open: () => Promise<Store>, host: string): Promise<Running> {
   const store = await open();
-  const s = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: host }, addr: '127.0.0.1:0' });
+  const s = await startIdentityAuthority({ store, config: loadConfig({ IDP_ISSUER_HOST: host }), addr: '127.0.0.1:0' });
   await s.authority.whenReady();
   return {
     url: `http://127.0.0.1:${s.port}`,

@@ -7,8 +7,8 @@ import { isMain, runUntilSignal } from '../lib/process.js';
 import { startIdentityAuthority } from './server.js';
 
 if (isMain(import.meta.url)) {
-  void runUntilSignal('identity', async () => {
-    const idp = await startIdentityAuthority();
+  void runUntilSignal('identity', async (config) => {
+    const idp = await startIdentityAuthority({ config });
     return { ports: { identity: idp.port }, close: () => idp.close() };
   });
 }

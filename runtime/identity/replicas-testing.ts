@@ -8,6 +8,7 @@ import { eventually } from '../lib/poll-testing.js';
 import type { Store } from '../store/factory.js';
 import { openTestPostgres, TEST_DATABASE_URL, testSchema } from '../store/testing.js';
 import { startIdentityAuthority } from './server.js';
+import { loadConfig } from '../lib/settings.js';
 
 export type Authority = Awaited<ReturnType<typeof startIdentityAuthority>>;
 
@@ -31,7 +32,7 @@ export async function authorityPair(env: Record<string, string>, settled: (a: Au
   try {
     stores.push(await openTestPostgres({ schema }));
     stores.push(await openTestPostgres({ schema, keepSchema: true }));
-    for (const store of stores) running.push(await startIdentityAuthority({ store, env, addr: '127.0.0.1:0' }));
+    for (const store of stores) running.push(await startIdentityAuthority({ store, config: loadConfig(env), addr: '127.0.0.1:0' }));
     const [a, b] = running as [Authority, Authority];
     await Promise.all([a.authority.whenReady(), b.authority.whenReady()]);
     await eventually(() => settled(a) && settled(b), what, 5000);

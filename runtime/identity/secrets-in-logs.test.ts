@@ -31,7 +31,7 @@ describe.each(testBackends())('secrets stay out of logs on $name', (b) => {
 
   beforeAll(async () => {
     store = await b.open();
-    srv = await startIdentityAuthority({ store, env: {}, addr: '127.0.0.1:0' });
+    srv = await startIdentityAuthority({ store, addr: '127.0.0.1:0' });
     await srv.authority.whenReady();
     base = `http://127.0.0.1:${srv.port}`;
     await store.exec(`

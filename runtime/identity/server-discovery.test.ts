@@ -5,6 +5,7 @@ import { testBackends } from '../store/testing.js';
 import { presentationFor } from './client.js';
 import { createIdentityAuthority } from './server.js';
 import { client, expectDetail, expectEnvelope, useAuthority } from './server-testing.js';
+import { loadConfig } from '../lib/settings.js';
 
 describe.each(testBackends())('identity authority on $name', (b) => {
   const t = useAuthority(b);
@@ -94,7 +95,7 @@ describe.each(testBackends())('issuer key persistence on $name', (b) => {
     const store = await b.open();
     try {
       const env = { IDP_ISSUER_HOST: 'localhost:8090' };
-      const a1 = createIdentityAuthority({ store, env });
+      const a1 = createIdentityAuthority({ store, config: loadConfig(env) });
       await a1.whenReady();
       const api1 = client(a1);
       const pub1 = (await api1.get('/v1/issuer')).json.issuerPubMultibase;
@@ -107,7 +108,7 @@ describe.each(testBackends())('issuer key persistence on $name', (b) => {
 
       // Restart with a secret: same key, now sealed in place; old credentials still verify.
       const sealedEnv = { ...env, IDP_KEY_ENCRYPTION_KEY: 'correct horse battery staple' };
-      const a2 = createIdentityAuthority({ store, env: sealedEnv });
+      const a2 = createIdentityAuthority({ store, config: loadConfig(sealedEnv) });
       await a2.whenReady();
       const api2 = client(a2);
       expect((await api2.get('/v1/issuer')).json.issuerPubMultibase).toBe(pub1);
@@ -119,7 +120,7 @@ describe.each(testBackends())('issuer key persistence on $name', (b) => {
       expect(sealed.private_key).not.toContain(plain.private_key);
 
       for (const bad of [env, { ...env, IDP_KEY_ENCRYPTION_KEY: 'wrong' }]) {
-        const a3 = createIdentityAuthority({ store, env: bad });
+        const a3 = createIdentityAuthority({ store, config: loadConfig(bad) });
         const api3 = client(a3);
         // Give the load attempt time to fail; readiness must stay false.
         await new Promise((r) => setTimeout(r, 300));
@@ -131,7 +132,7 @@ describe.each(testBackends())('issuer key persistence on $name', (b) => {
         expect((await api3.get('/healthz')).status).toBe(200);
         await a3.close();
       }
-      const a4 = createIdentityAuthority({ store, env: sealedEnv });
+      const a4 = createIdentityAuthority({ store, config: loadConfig(sealedEnv) });
       await a4.whenReady();
       expect((await client(a4).get('/v1/issuer')).json.issuerPubMultibase).toBe(pub1);
       await a4.close();

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, expect } from 'vitest';
 import type { Store } from '../store/factory.js';
 import type { TestBackend } from '../store/testing.js';
 import { createIdentityAuthority, type IdentityAuthority } from './server.js';
+import { loadConfig } from '../lib/settings.js';
 
 export type Json = any;
 
@@ -53,7 +54,7 @@ export async function openAuthority(b: TestBackend, now: () => number): Promise<
   const store = await b.open();
   let auth: IdentityAuthority | undefined;
   try {
-    auth = createIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.example.com:8443' }, now });
+    auth = createIdentityAuthority({ store, config: loadConfig({ IDP_ISSUER_HOST: 'idp.example.com:8443' }), now });
     await auth.whenReady();
     return { store, auth, api: client(auth) };
   } catch (e) {

@@ -7,14 +7,15 @@ import { getRequestListener } from '@hono/node-server';
 import { swaggerUI } from '@hono/swagger-ui';
 import http from 'node:http';
 import { createApi } from '../lib/api.js';
-import { apiAuth, authFromEnv, authorizedFor, credentialCheck } from '../lib/api-auth.js';
-import { oidcFromEnv } from '../lib/oidc.js';
-import { BRAND, BRAND_TITLE, envName, VP_AUDIENCE } from '../lib/brand.js';
-import { int, oneOf, optional, str, type Env } from '../lib/config.js';
+import { apiAuth, authOf, authorizedFor, credentialCheck } from '../lib/api-auth.js';
+import { oidcOf } from '../lib/oidc.js';
+import { BRAND, BRAND_TITLE } from '../lib/brand.js';
+import type { AuthConfig, Config, IdentityConfig } from '../lib/config.js';
+import { DEFAULTS } from '../lib/settings.js';
 import { envelope } from '../lib/errors.js';
 import { close as closeServer, listen, listenerDeadline } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
-import { identityTracing, initTracing, shutdownTracing, tracingFromEnv } from '../lib/tracing.js';
+import { identityTracing, initTracing, shutdownTracing } from '../lib/tracing.js';
 import { openStore, type Store } from '../store/factory.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import { enterpriseBodyLimit, enterpriseRoutes } from './enterprise/index.js';
@@ -35,10 +36,12 @@ import { createVerifyIndex } from './verify-index.js';
 
 const log = logger('identity');
 
-export const DEFAULT_ISSUER_HOST = 'localhost:8090';
+/** The slices the identity authority reads: its own, the API auth, the listener's deadline, tracing. */
+export type IdentitySlices = Pick<Config, 'identity' | 'auth' | 'process' | 'tracing'>;
 
-export function settingsFromEnv(env: Env): IdentitySettings {
-  const host = str(env, 'IDP_ISSUER_HOST', DEFAULT_ISSUER_HOST);
+/** The authority's settings from its slice: the issuer's did:web and public URL derive from IDP_ISSUER_HOST. */
+export function identitySettings(c: IdentityConfig): IdentitySettings {
+  const host = c.issuerHost;
   const issuerDid = didWeb(host);
   const plainHost = host
     .replace(/^https?:\/\//, '')
@@ -46,23 +49,27 @@ export function settingsFromEnv(env: Env): IdentitySettings {
     .replace(/\/+$/, '');
   return {
     issuerDid,
-    publicUrl: str(env, 'IDP_PUBLIC_URL', `${/^(localhost|127\.|\[::1\])/.test(plainHost) ? 'http' : 'https'}://${plainHost}`).replace(/\/+$/, ''),
-    membershipTtlSeconds: int(env, 'IDP_MEMBERSHIP_TTL_SECONDS', 30 * 24 * 3600),
-    capabilityTtlSeconds: int(env, 'IDP_CAPABILITY_TTL_SECONDS', 30 * 24 * 3600),
-    defaultAudience: str(env, 'IDP_VP_AUDIENCE', VP_AUDIENCE),
-    clockSkewSeconds: int(env, 'IDP_CLOCK_SKEW_SECONDS', 30),
+    publicUrl: (c.publicUrl ?? `${/^(localhost|127\.|\[::1\])/.test(plainHost) ? 'http' : 'https'}://${plainHost}`).replace(/\/+$/, ''),
+    membershipTtlSeconds: c.membershipTtlSeconds,
+    capabilityTtlSeconds: c.capabilityTtlSeconds,
+    defaultAudience: c.vpAudience,
+    clockSkewSeconds: c.clockSkewSeconds,
   };
 }
 
 /** The control plane's registry over its management API when IDP_REGISTRY_URL is set. */
-function registryFromEnv(env: Env): RegistryFacts | undefined {
-  const url = optional(env, 'IDP_REGISTRY_URL');
-  return url ? httpRegistry({ baseUrl: url, apiKey: optional(env, envName('API_KEY')) }) : undefined;
+function registryOf(c: Pick<IdentityConfig, 'registryUrl'>, auth: Pick<AuthConfig, 'apiKey'>): RegistryFacts | undefined {
+  return c.registryUrl ? httpRegistry({ baseUrl: c.registryUrl, apiKey: auth.apiKey }) : undefined;
 }
 
-function oauthContext(id: IdentityContext, env: Env, registry: () => RegistryFacts | undefined, oidc: OAuthContext['oidc']): OAuthContext {
+function oauthContext(
+  id: IdentityContext,
+  c: Pick<IdentityConfig, 'tokenTtlSeconds'>,
+  registry: () => RegistryFacts | undefined,
+  oidc: OAuthContext['oidc'],
+): OAuthContext {
   const issuer = id.settings.publicUrl;
-  return { id, issuer, tokenEndpoint: `${issuer}${TOKEN_PATH}`, tokenTtlSeconds: int(env, 'IDP_TOKEN_TTL_SECONDS', 300), registry, oidc };
+  return { id, issuer, tokenEndpoint: `${issuer}${TOKEN_PATH}`, tokenTtlSeconds: c.tokenTtlSeconds, registry, oidc };
 }
 
 export interface IdentityAuthority {
@@ -82,10 +89,10 @@ export interface IdentityAuthority {
 /** Paths answered before the issuer key is loaded. */
 const ALWAYS = new Set(['/healthz', '/readyz', '/openapi.json', '/docs']);
 
-export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () => number }): IdentityAuthority {
-  const env = o.env ?? process.env;
+export function createIdentityAuthority(o: { store: Store; config?: Pick<IdentitySlices, 'identity' | 'auth'>; now?: () => number }): IdentityAuthority {
+  const config = o.config ?? DEFAULTS;
   const now = o.now ?? Date.now;
-  const settings = settingsFromEnv(env);
+  const settings = identitySettings(config.identity);
   let key: IssuerKey | undefined;
   let closed = false;
   let retry: NodeJS.Timeout | undefined;
@@ -113,7 +120,7 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   // The store is migrated by openStore; the key load is the remaining readiness step. It is
   // retried so a briefly unreachable database does not leave the replica unready forever.
   const load = () => {
-    loadIssuerKey(o.store, { did: settings.issuerDid, secret: optional(env, 'IDP_KEY_ENCRYPTION_KEY') })
+    loadIssuerKey(o.store, { did: settings.issuerDid, secret: config.identity.keyEncryptionKey })
       .then((k) => {
         if (closed) return;
         key = k;
@@ -130,11 +137,11 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   load();
 
   // API keys are verified by the same service that serves them (its cache follows the change feed).
-  const keys = keyService({ db: o.store.db, now, env, changes });
-  const auth = authFromEnv(env);
-  const oidc = oidcFromEnv(env);
-  let registry = registryFromEnv(env);
-  const oauth = oauthContext(ctx, env, () => registry, oidc);
+  const keys = keyService({ db: o.store.db, now, pepper: config.identity.apiKeyPepper, changes });
+  const auth = authOf(config.auth);
+  const oidc = oidcOf(config.identity.oidc);
+  let registry = registryOf(config.identity, config.auth);
+  const oauth = oauthContext(ctx, config.identity, () => registry, oidc);
   // Workforce OIDC tokens too (the OIDC_* settings), as on the control plane's management API.
   const check = credentialCheck(
     {
@@ -160,7 +167,7 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
   app.route('/', agentRoutes(ctx));
   app.route('/', delegationRoutes(ctx));
   app.route('/', oauthRoutes(oauth));
-  app.route('/', enterpriseRoutes({ store: o.store, now, env, changes, keys }));
+  app.route('/', enterpriseRoutes({ store: o.store, now, config: config.identity, changes, keys }));
   app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: `${BRAND_TITLE} identity authority`, version: '1.0.0' } });
   app.get('/docs', swaggerUI({ url: '/openapi.json' }));
 
@@ -186,30 +193,25 @@ export function createIdentityAuthority(o: { store: Store; env?: Env; now?: () =
 export interface StartOptions {
   /** An open store; when absent one is opened from IDP_STORE_BACKEND / IDP_DB_URL / IDP_DATA_DIR and closed on close. */
   store?: Store;
-  env?: Env;
+  /** Its configuration (loadConfig's); default: every default. */
+  config?: IdentitySlices;
   /** Listen address, default `:${PORT || 8090}`. */
   addr?: string;
   now?: () => number;
 }
 
 export async function startIdentityAuthority(o: StartOptions = {}): Promise<{ port: number; authority: IdentityAuthority; close(): Promise<void> }> {
-  const env = o.env ?? process.env;
-  const deadline = listenerDeadline(env);
-  const ownTracing = initTracing(tracingFromEnv(env), `${BRAND}-identity`);
+  const config = o.config ?? DEFAULTS;
+  const deadline = listenerDeadline(config.process);
+  const ownTracing = initTracing(config.tracing, `${BRAND}-identity`);
   const ownStore = !o.store;
-  const store =
-    o.store ??
-    (await openStore({
-      backend: oneOf(env, 'IDP_STORE_BACKEND', ['postgres', 'pglite', 'memory'] as const, optional(env, 'IDP_DB_URL') ? 'postgres' : 'pglite'),
-      url: optional(env, 'IDP_DB_URL'),
-      dataDir: str(env, 'IDP_DATA_DIR', '.data/identity'),
-    }));
-  const authority = createIdentityAuthority({ store, env, now: o.now });
+  const store = o.store ?? (await openStore({ ...config.identity.store }));
+  const authority = createIdentityAuthority({ store, config, now: o.now });
   // verify-presentation, the egress hot path, is answered on node:http directly (fast-verify.ts).
   const server = http.createServer(deadline, withFastVerify(authority, getRequestListener(authority.app.fetch)));
   let port: number;
   try {
-    port = await listen(server, o.addr ?? `:${str(env, 'PORT', '8090')}`);
+    port = await listen(server, o.addr ?? `:${config.identity.port}`);
   } catch (e) {
     await authority.close();
     if (ownStore) await store.close();

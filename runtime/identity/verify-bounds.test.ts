@@ -16,6 +16,7 @@ import { startControlPlane } from '../control-plane/server.js';
 import { base58btcDecode, DID_KEY_CHARS, publicKeyFromDidKey } from './did.js';
 import { startIdentityAuthority } from './server.js';
 import { isVpJwt } from '../lib/jws.js';
+import { loadConfig } from '../lib/settings.js';
 
 /** The attacking process: tallies `status reason` answers per target. */
 const ATTACKER = `
@@ -56,13 +57,17 @@ describe('oversized did:key in a presentation', () => {
   beforeAll(async () => {
     setLogLevel('error');
     idpStore = await openTestPglite();
-    idp = await startIdentityAuthority({ store: idpStore, env: { IDP_ISSUER_HOST: 'idp.bounds.test', OTEL_SDK_DISABLED: 'true' }, addr: '127.0.0.1:0' });
+    idp = await startIdentityAuthority({
+      store: idpStore,
+      config: loadConfig({ IDP_ISSUER_HOST: 'idp.bounds.test', OTEL_SDK_DISABLED: 'true' }),
+      addr: '127.0.0.1:0',
+    });
     await idp.authority.whenReady();
     idpUrl = `http://127.0.0.1:${idp.port}`;
     cpStore = await openTestPglite();
     cp = await startControlPlane({
       store: cpStore,
-      env: { AGENT_IDENTITY_MODE: 'vc', AGENT_IDP_URL: idpUrl },
+      config: loadConfig({ AGENT_IDENTITY_MODE: 'vc', AGENT_IDP_URL: idpUrl }),
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',
       durableAudit: false,

@@ -18,6 +18,7 @@ import { startIdentityAuthority } from './server.js';
 import { makeAgent, makeIssuer } from './testkit.js';
 import { checkPresentation } from './vc.js';
 import { eventually } from '../lib/poll-testing.js';
+import { loadConfig } from '../lib/settings.js';
 
 function api(a: Authority) {
   const base = `http://127.0.0.1:${a.port}`;
@@ -53,7 +54,7 @@ describe.each(testBackends())('verify index on $name', (b) => {
     store = await b.open();
     idp = await startIdentityAuthority({
       store,
-      env: { IDP_ISSUER_HOST: 'idp.index.test', IDP_MEMBERSHIP_TTL_SECONDS: '60', IDP_CLOCK_SKEW_SECONDS: '5' },
+      config: loadConfig({ IDP_ISSUER_HOST: 'idp.index.test', IDP_MEMBERSHIP_TTL_SECONDS: '60', IDP_CLOCK_SKEW_SECONDS: '5' }),
       addr: '127.0.0.1:0',
       now: () => clock,
     });

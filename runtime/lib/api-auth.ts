@@ -23,8 +23,8 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { sha256 } from './sha256.js';
 import type { Context, MiddlewareHandler } from 'hono';
-import { BRAND, envName } from './brand.js';
-import { oneOf, optional, type Env } from './config.js';
+import { BRAND } from './brand.js';
+import type { AuthConfig } from './config.js';
 import type { OidcVerifier } from './oidc.js';
 
 export type AuthMode = 'off' | 'keys';
@@ -188,9 +188,9 @@ export function oidcScopes(claims: Record<string, unknown>): Set<string> {
   return out;
 }
 
-/** WRIT_API_AUTH and WRIT_BOOTSTRAP_ADMIN_KEY. */
-export function authFromEnv(env: Env): { mode: AuthMode; bootstrapKey?: string } {
-  return { mode: oneOf(env, envName('API_AUTH'), ['off', 'keys'] as const, 'off'), bootstrapKey: optional(env, envName('BOOTSTRAP_ADMIN_KEY')) };
+/** WRIT_API_AUTH and WRIT_BOOTSTRAP_ADMIN_KEY, from the auth slice. */
+export function authOf(auth: Pick<AuthConfig, 'mode' | 'bootstrapKey'>): { mode: AuthMode; bootstrapKey?: string } {
+  return { mode: auth.mode, ...(auth.bootstrapKey ? { bootstrapKey: auth.bootstrapKey } : {}) };
 }
 
 /** The bootstrap key (constant time: digests of equal length), else `check`. */

@@ -25,7 +25,7 @@ import { randomBytes } from 'node:crypto';
 import { Pool } from 'undici';
 import { errMsg, logger } from './log.js';
 import { attributeNames, ByteWriter, otlpProto } from './otlp-proto.js';
-import { OTLP_PROTOCOLS, type OtlpProtocol } from './settings.js';
+import { OTLP_PROTOCOLS, type OtlpProtocol } from './tracing-config.js';
 
 const log = logger('tracing');
 

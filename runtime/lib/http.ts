@@ -1,8 +1,7 @@
 /** node:http helpers shared by the listeners. */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { envName } from './brand.js';
-import { parseAddr, positiveInt, type Env } from './config.js';
+import { parseAddr, type ProcessConfig } from './config.js';
 
 /** Listens on a Go-style address (`:9191`, `127.0.0.1:0`) and resolves with the bound port. */
 export function listen(server: http.Server | import('node:net').Server, addr: string): Promise<number> {
@@ -27,8 +26,8 @@ export function requestDeadline(ms: number): Pick<http.ServerOptions, 'headersTi
 }
 
 /** The management, identity and broker listeners' deadline (`WRIT_REQUEST_TIMEOUT_MS`, default 60 s). */
-export function listenerDeadline(env: Env): ReturnType<typeof requestDeadline> {
-  return requestDeadline(positiveInt(env, envName('REQUEST_TIMEOUT_MS'), 60_000));
+export function listenerDeadline(p: Pick<ProcessConfig, 'requestTimeoutMs'>): ReturnType<typeof requestDeadline> {
+  return requestDeadline(p.requestTimeoutMs);
 }
 
 /** Closes a server and any idle keep-alive sockets; resolves when closed. */

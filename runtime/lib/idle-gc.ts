@@ -17,7 +17,6 @@
 import { performance } from 'node:perf_hooks';
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { int, type Env } from './config.js';
 import { logger } from './log.js';
 
 const log = logger('idle-gc');
@@ -102,6 +101,3 @@ export function startIdleGc(o: IdleGcOptions): IdleGc {
     stop: () => clearInterval(timer),
   };
 }
-
-/** The collector every entry point starts once up: `IDLE_GC_INTERVAL_MS` (default 5000; 0 = off). */
-export const idleGcFromEnv = (env: Env): IdleGc => startIdleGc({ intervalMs: int(env, 'IDLE_GC_INTERVAL_MS', 5000) });

@@ -4,11 +4,13 @@
  * SQL parameters drizzle puts in a failed query's message (a freshly signed VC, a key's salt and
  * hash, ...) from every string and error it is given.
  */
+import { processSetting } from './settings.js';
+
 type Level = 'debug' | 'info' | 'warn' | 'error';
 const order: Record<Level, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 const SECRET_KEYS = /^(authorization|proxy-authorization|password|secret|token|plaintext|privatekey.*|.*_key|apikey|vp)$/i;
 
-let threshold: number = order[(process.env.LOG_LEVEL as Level) ?? 'info'] ?? order.info;
+let threshold: number = order[processSetting('logLevel') as Level] ?? order.info;
 
 export function setLogLevel(level: Level): void {
   threshold = order[level];

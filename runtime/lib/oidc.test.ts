@@ -3,7 +3,10 @@ import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SignJWT, exportJWK, generateKeyPair, type CryptoKey, type JWK } from 'jose';
 import { close, listen } from './http.js';
-import { createOidcVerifier, oidcFromEnv } from './oidc.js';
+import { loadConfig } from './settings.js';
+import { createOidcVerifier, oidcOf } from './oidc.js';
+
+const oidcOfEnv = (env: Record<string, string>) => oidcOf(loadConfig(env).controlPlane.oidc);
 import { openStore } from '../store/factory.js';
 import { createControlPlane } from '../control-plane/server.js';
 import { createIdentityAuthority } from '../identity/server.js';
@@ -109,17 +112,17 @@ describe('OIDC verifier', () => {
     expect(r.ok).toBe(false);
   });
 
-  it('oidcFromEnv: off when unset, on when complete, error when half-configured', () => {
-    expect(oidcFromEnv({})).toBeUndefined();
-    expect(oidcFromEnv({ OIDC_ISSUER: ISS, OIDC_JWKS_URL: jwksUrl, OIDC_AUDIENCE: AUD })).toBeDefined();
-    expect(() => oidcFromEnv({ OIDC_ISSUER: ISS })).toThrow(/needs all of/);
+  it('oidcOf: off when unset, on when complete, error when half-configured', () => {
+    expect(oidcOfEnv({})).toBeUndefined();
+    expect(oidcOfEnv({ OIDC_ISSUER: ISS, OIDC_JWKS_URL: jwksUrl, OIDC_AUDIENCE: AUD })).toBeDefined();
+    expect(() => oidcOfEnv({ OIDC_ISSUER: ISS })).toThrow(/needs all of/);
   });
 
   it('WRIT_API_AUTH=keys: a workforce token is a management credential, its scope claim mapped to route scopes', async () => {
     // The key set as the rotation test above left it: k2 published.
     keys = [(server as unknown as { k2pub: JWK }).k2pub];
     const store = await openStore({ backend: 'memory' });
-    const plane = await createControlPlane({ store, env: { WRIT_API_AUTH: 'keys' }, oidc: { issuer: ISS, jwksUrl, audience: AUD } });
+    const plane = await createControlPlane({ store, config: loadConfig({ WRIT_API_AUTH: 'keys' }), oidc: { issuer: ISS, jwksUrl, audience: AUD } });
     try {
       const get = async (token?: string) =>
         (await plane.mgmtApp.request('/v1/registry/services', { headers: token ? { authorization: `Bearer ${token}` } : {} })).status;
@@ -149,7 +152,7 @@ describe('OIDC verifier', () => {
   it('WRIT_API_AUTH=keys on the identity authority: a workforce token is a credential there too', async () => {
     keys = [(server as unknown as { k2pub: JWK }).k2pub];
     const store = await openStore({ backend: 'memory' });
-    const idp = createIdentityAuthority({ store, env: { WRIT_API_AUTH: 'keys', OIDC_ISSUER: ISS, OIDC_JWKS_URL: jwksUrl, OIDC_AUDIENCE: AUD } });
+    const idp = createIdentityAuthority({ store, config: loadConfig({ WRIT_API_AUTH: 'keys', OIDC_ISSUER: ISS, OIDC_JWKS_URL: jwksUrl, OIDC_AUDIENCE: AUD }) });
     try {
       await idp.whenReady();
       const get = async (token?: string) => (await idp.app.request('/v1/agents', { headers: token ? { authorization: `Bearer ${token}` } : {} })).status;

@@ -7,7 +7,7 @@
  */
 import { createRemoteJWKSet, errors, jwtVerify } from 'jose';
 import { errMsg } from './log.js';
-import { optional, type Env } from './config.js';
+import type { OidcSetting } from './config.js';
 
 /** What a workforce token verification says: its subject and claims, or why not. */
 export type OidcAnswer = { ok: true; subject: string; claims: Record<string, unknown> } | { ok: false; reason: string };
@@ -70,10 +70,7 @@ function reasonOf(e: unknown): string {
 }
 
 /** Workforce OIDC is on when all three of OIDC_ISSUER, OIDC_JWKS_URL, OIDC_AUDIENCE are set. */
-export function oidcFromEnv(env: Env): OidcVerifier | undefined {
-  const issuer = optional(env, 'OIDC_ISSUER');
-  const jwksUrl = optional(env, 'OIDC_JWKS_URL');
-  const audience = optional(env, 'OIDC_AUDIENCE');
+export function oidcOf({ issuer, jwksUrl, audience }: OidcSetting): OidcVerifier | undefined {
   if (!issuer && !jwksUrl && !audience) return undefined;
   if (!issuer || !jwksUrl || !audience) {
     // Half-configured OIDC must not silently fall back to the open development posture.

@@ -1,17 +1,20 @@
 /**
  * Process lifecycle of the entry points: start, then close cleanly on SIGINT/SIGTERM.
  *
- *   if (isMain(import.meta.url)) void runUntilSignal('identity', () => startIdentity());
+ *   if (isMain(import.meta.url)) void runUntilSignal('identity', (config) => startIdentity(config));
  *
- * Once started it logs one `{"msg":"up", ...ports}` line and collects the heap whenever the process
- * goes quiet after load (`IDLE_GC_INTERVAL_MS`, idle-gc.ts). A start failure exits 1 with one log
+ * The configuration is loaded (and every setting validated) once, before anything opens, from
+ * this process's environment (`load` overrides: the webhook puts its flags over it), and handed to
+ * `start`. Once started it logs one `{"msg":"up", ...ports}` line and collects the heap whenever
+ * the process goes quiet after load (`IDLE_GC_INTERVAL_MS`, idle-gc.ts). A start failure exits 1 with one log
  * line. A signal closes what started (a signal during start waits for the start, then closes)
  * and exits 0; 1 when the close fails or takes longer than `forceMs`. Repeated signals are ignored.
  */
 import { fileURLToPath } from 'node:url';
-import { idleGcFromEnv } from './idle-gc.js';
+import type { Config } from './config.js';
+import { startIdleGc } from './idle-gc.js';
 import { errMsg, logger } from './log.js';
-import { loadConfig } from './settings.js';
+import { loadProcessConfig } from './settings.js';
 
 export interface Closable {
   close(): Promise<void>;
@@ -24,7 +27,11 @@ export function isMain(url: string): boolean {
   return !!process.argv[1] && fileURLToPath(url) === process.argv[1];
 }
 
-export async function runUntilSignal(component: string, start: () => Promise<Closable>, opts: { forceMs?: number } = {}): Promise<void> {
+export async function runUntilSignal(
+  component: string,
+  start: (config: Config) => Promise<Closable>,
+  opts: { forceMs?: number; load?: () => Config } = {},
+): Promise<void> {
   const log = logger(component);
   const forceMs = opts.forceMs ?? 15_000;
   let running: Closable | undefined;
@@ -53,16 +60,17 @@ export async function runUntilSignal(component: string, start: () => Promise<Clo
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  let config: Config;
   try {
     // Every setting is validated once, before anything opens: a bad one names itself and exits 1.
-    loadConfig(process.env);
-    running = await start();
+    config = (opts.load ?? loadProcessConfig)();
+    running = await start(config);
   } catch (e) {
     log.error('start failed', { err: errMsg(e) });
     process.exit(1);
   }
   log.info('up', { ...running.ports });
   // Memory the last burst of load left behind is collected once the process goes quiet (idle-gc.ts).
-  idleGcFromEnv(process.env);
+  startIdleGc({ intervalMs: config.process.idleGcIntervalMs });
   if (signalled) shutdown(running, signalled);
 }

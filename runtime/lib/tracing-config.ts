@@ -1,32 +1,41 @@
 /**
- * Tracing configuration from the environment (SPEC 6, 8): which mode (`otlp`, `stdout`, `off`),
- * the OTLP/HTTP endpoint, headers and protocol, and the sampler, read and validated from the OTel
- * SDK's variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, `_HEADERS`, `_PROTOCOL`, `OTEL_TRACES_SAMPLER`,
- * `_ARG`, `OTEL_SDK_DISABLED`) before any listener opens. Pure; `tracing.ts` installs what it says.
+ * Tracing configuration (SPEC 6, 8): which mode (`otlp`, `stdout`, `off`), the OTLP/HTTP endpoint,
+ * headers and protocol, and the sampler, from the OTel SDK's variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+ * `_HEADERS`, `_PROTOCOL`, `OTEL_TRACES_SAMPLER`, `_ARG`, `OTEL_SDK_DISABLED`) as settings.ts
+ * declares them; checked by loadConfig before any listener opens. Pure; `tracing.ts` installs what
+ * it says.
  */
-import { bool, oneOf, optional, type Env } from './config.js';
-import { OTLP_PROTOCOLS, TRACES_SAMPLERS, type OtlpProtocol } from './settings.js';
+import type { TracingConfig } from './config.js';
 
-export type TracingMode = 'otlp' | 'stdout' | 'off';
+export type { TracingConfig, TracingMode } from './config.js';
 
-export interface TracingConfig {
-  mode: TracingMode;
-  /** OTLP/HTTP base endpoint (mode otlp), e.g. http://collector:4318. */
-  endpoint?: string;
-  /** `OTEL_EXPORTER_OTLP_PROTOCOL` (mode otlp; default `http/protobuf`, as the OTLP spec sets it). */
-  protocol?: OtlpProtocol;
-  /** Headers sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`: `k1=v1,k2=v2`, URL-encoded). */
-  headers?: Record<string, string>;
-  /** `OTEL_TRACES_SAMPLER` and its ratio (`OTEL_TRACES_SAMPLER_ARG`); absent: `parentbased_always_on`. */
-  sampler?: { name: SamplerName; ratio: number };
-}
+/** OTLP transports offered (`OTEL_EXPORTER_OTLP_PROTOCOL`), the default first: OTLP/gRPC is not. */
+export const OTLP_PROTOCOLS = ['http/protobuf', 'http/json'] as const;
+export type OtlpProtocol = (typeof OTLP_PROTOCOLS)[number];
 
+/** The OTel SDK's samplers (`OTEL_TRACES_SAMPLER`), the default first. */
+export const TRACES_SAMPLERS = [
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+  'always_on',
+  'always_off',
+  'traceidratio',
+] as const;
 export type SamplerName = (typeof TRACES_SAMPLERS)[number];
 
-/** OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (a ratio in [0, 1], default 1); a bad value is a startup error. */
-function samplerFromEnv(env: Env): TracingConfig['sampler'] {
-  const name = oneOf(env, 'OTEL_TRACES_SAMPLER', TRACES_SAMPLERS, 'parentbased_always_on');
-  const arg = optional(env, 'OTEL_TRACES_SAMPLER_ARG');
+/** The tracing variables as declared (each already checked against its kind). */
+export interface TracingSettings {
+  disabled: boolean;
+  endpoint?: string;
+  headers?: string;
+  protocol: OtlpProtocol;
+  sampler: SamplerName;
+  samplerArg?: string;
+}
+
+/** OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (a ratio in [0, 1], default 1); a bad ratio is a startup error. */
+function samplerOf(name: SamplerName, arg: string | undefined): TracingConfig['sampler'] {
   const ratio = arg === undefined || !name.endsWith('traceidratio') ? 1 : Number(arg);
   if (!(ratio >= 0 && ratio <= 1)) throw new Error(`OTEL_TRACES_SAMPLER_ARG must be a ratio between 0 and 1, got ${JSON.stringify(arg)}`);
   return name === 'parentbased_always_on' ? undefined : { name, ratio };
@@ -55,22 +64,20 @@ export function otlpHeaders(raw: string): Record<string, string> {
   return out;
 }
 
-/** Reads and validates OTEL_EXPORTER_OTLP_ENDPOINT, _HEADERS and _PROTOCOL, OTEL_TRACES_SAMPLER(_ARG) and OTEL_SDK_DISABLED (call before listening). */
-export function tracingFromEnv(env: Env): TracingConfig {
-  if (bool(env, 'OTEL_SDK_DISABLED', false)) return { mode: 'off' };
-  const sampler = samplerFromEnv(env);
+/** The tracing slice; throws naming the variable on an endpoint that is not http(s), bad headers or a bad ratio. */
+export function tracingConfig(t: TracingSettings): TracingConfig {
+  if (t.disabled) return { mode: 'off' };
+  const sampler = samplerOf(t.sampler, t.samplerArg);
   const sampling = sampler ? { sampler } : {};
-  const endpoint = optional(env, 'OTEL_EXPORTER_OTLP_ENDPOINT');
-  if (endpoint === undefined) return { mode: 'stdout', ...sampling };
+  if (t.endpoint === undefined) return { mode: 'stdout', ...sampling };
   let url: URL;
   try {
-    url = new URL(endpoint);
+    url = new URL(t.endpoint);
   } catch {
-    throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(endpoint)}`);
+    throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(t.endpoint)}`);
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:')
-    throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(endpoint)}`);
-  const headers = otlpHeaders(optional(env, 'OTEL_EXPORTER_OTLP_HEADERS') ?? '');
-  const protocol = oneOf(env, 'OTEL_EXPORTER_OTLP_PROTOCOL', OTLP_PROTOCOLS, OTLP_PROTOCOLS[0]);
-  return { mode: 'otlp', endpoint: endpoint.replace(/\/+$/, ''), protocol, ...(Object.keys(headers).length ? { headers } : {}), ...sampling };
+    throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(t.endpoint)}`);
+  const headers = otlpHeaders(t.headers ?? '');
+  return { mode: 'otlp', endpoint: t.endpoint.replace(/\/+$/, ''), protocol: t.protocol, ...(Object.keys(headers).length ? { headers } : {}), ...sampling };
 }

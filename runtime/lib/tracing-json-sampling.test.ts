@@ -7,15 +7,18 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BRAND } from './brand.js';
 import { close } from './http.js';
 import { otlpReceiver } from './otlp-testing.js';
-import { flushTracing, initTracing, injectTrace, shutdownTracing, startDecisionSpan, tracingFromEnv, withSpan } from './tracing.js';
+import { flushTracing, initTracing, injectTrace, shutdownTracing, startDecisionSpan, withSpan } from './tracing.js';
 import { eventually } from './poll-testing.js';
 import { newTraceparent, twoOrMore } from './tracing-testing.js';
+import { loadConfig } from './settings.js';
+
+const tracingOf = (env: Record<string, string | undefined>) => loadConfig(env).tracing;
 
 describe('OTEL_EXPORTER_OTLP_PROTOCOL=http/json', () => {
   let rx: Awaited<ReturnType<typeof otlpReceiver>>;
   beforeAll(async () => {
     rx = await otlpReceiver();
-    initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: rx.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' }), `${BRAND}-json`);
+    initTracing(tracingOf({ OTEL_EXPORTER_OTLP_ENDPOINT: rx.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' }), `${BRAND}-json`);
   });
   afterAll(async () => {
     await shutdownTracing();
@@ -57,7 +60,7 @@ describe('sampling: one sampler for decision spans and SDK spans', () => {
   }
   const withSampler = async (OTEL_TRACES_SAMPLER: string, OTEL_TRACES_SAMPLER_ARG: string) => {
     await shutdownTracing();
-    expect(initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: rx.url, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG }), `${BRAND}-test`)).toBe(true);
+    expect(initTracing(tracingOf({ OTEL_EXPORTER_OTLP_ENDPOINT: rx.url, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG }), `${BRAND}-test`)).toBe(true);
   };
   const names = () => rx.spans.map((s) => s.name);
 

@@ -13,12 +13,15 @@ import { openStore, type Store } from '../store/factory.js';
 import { inProcessIdentity } from '../identity/in-process.js';
 import { startIdentityAuthority } from '../identity/server.js';
 import { presentationFor, type AgentIdentity } from '../identity/client.js';
-import { flushTracing, initTracing, injectTrace, shutdownTracing, startDecisionSpan, tracingFromEnv, tracingMode } from './tracing.js';
+import { flushTracing, initTracing, injectTrace, shutdownTracing, startDecisionSpan, tracingMode } from './tracing.js';
 import type { AnswerOf, Gatherer } from '../control-plane/decision/decide.js';
 import { askingWithin } from '../control-plane/decision/gather.js';
 import type { Question } from '../control-plane/decision/types.js';
 import { eventually } from './poll-testing.js';
 import { newTraceparent, twoOrMore } from './tracing-testing.js';
+import { loadConfig } from './settings.js';
+
+const tracingOf = (env: Record<string, string | undefined>) => loadConfig(env).tracing;
 
 describe('OTLP export of identity-authority and decision spans', () => {
   let rx: Awaited<ReturnType<typeof otlpReceiver>>;
@@ -28,11 +31,11 @@ describe('OTLP export of identity-authority and decision spans', () => {
 
   beforeAll(async () => {
     rx = await otlpReceiver();
-    expect(initTracing(tracingFromEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: rx.url }), `${BRAND}-test`)).toBe(true);
+    expect(initTracing(tracingOf({ OTEL_EXPORTER_OTLP_ENDPOINT: rx.url }), `${BRAND}-test`)).toBe(true);
     expect(tracingMode()).toBe('otlp');
     expect(initTracing({ mode: 'stdout' })).toBe(false);
     store = await openStore({ backend: 'memory' });
-    idp = await startIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.test' }, addr: '127.0.0.1:0' });
+    idp = await startIdentityAuthority({ store, config: loadConfig({ IDP_ISSUER_HOST: 'idp.test' }), addr: '127.0.0.1:0' });
     await idp.authority.whenReady();
     base = `http://127.0.0.1:${idp.port}`;
   });

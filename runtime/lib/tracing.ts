@@ -16,7 +16,7 @@
  * - `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG` as the OTel SDK spec writes them (default
  *   `parentbased_always_on`: a gateway's sampling decision is followed, a trace Writ starts is
  *   recorded); one sampler decides for decision spans and SDK spans alike.
- * These variables are read and validated by `tracing-config.ts` (`tracingFromEnv`).
+ * These variables are read and validated by `tracing-config.ts` (`tracingConfig`, through `loadConfig`).
  *
  * A caller's `traceparent` is continued; outgoing calls (control plane -> identity authority,
  * broker -> `/authz`) send the active context on (`injectTrace`), so one trace runs gateway ->
@@ -59,13 +59,13 @@ import type { MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
 import { BRAND } from './brand.js';
 import { DecisionSpanWriter, nowUs, randomId, type DecisionAttributes } from './decision-spans.js';
-import { OTLP_PROTOCOLS } from './settings.js';
+import { OTLP_PROTOCOLS } from './tracing-config.js';
 import { JsonLineSpanExporter } from './span-stdout.js';
 import { SyncContextManager } from './sync-context.js';
 import type { TracingConfig, TracingMode } from './tracing-config.js';
 
 // Entry points (and bench/tracing.bench.ts, also against a base build) take it from here with initTracing.
-export { tracingFromEnv, type SamplerName, type TracingConfig, type TracingMode } from './tracing-config.js';
+export { type SamplerName, type TracingConfig, type TracingMode } from './tracing-config.js';
 
 /** A sampler as the SDK takes it, and as decision spans apply it: parent based or not, and the sampler of a root. */
 interface Sampling {

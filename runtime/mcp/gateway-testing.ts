@@ -17,6 +17,7 @@ import { openTestPglite } from '../store/testing.js';
 import type { Store } from '../store/factory.js';
 import { startEverything, type Everything } from './everything-testing.js';
 import { createMcpGateway } from './gateway.js';
+import { loadConfig } from '../lib/settings.js';
 
 /** Identity is not under test here: no VP is presented, no delegation is approved. */
 const identity: IdentityPort = {
@@ -44,7 +45,7 @@ export async function startMcpHarness(o: { identity?: IdentityPort } = {}): Prom
   const everything = await startEverything();
   const run = await startControlPlaneWithEgress({
     store,
-    env: { AUDIT_CHAIN_ID: 'mcp-test' },
+    config: loadConfig({ AUDIT_CHAIN_ID: 'mcp-test' }),
     identity: o.identity ?? identity,
     decisionAddr: '127.0.0.1:0',
     mgmtAddr: '127.0.0.1:0',
@@ -53,7 +54,6 @@ export async function startMcpHarness(o: { identity?: IdentityPort } = {}): Prom
   });
   const engine = run.cp.plane.engine;
   const broker = await startBroker({
-    env: {},
     addr: '127.0.0.1:0',
     config: { models: [] },
     localDecisions: (timeoutMs) => createLocalDecisionClient(engine, { timeoutMs }),

@@ -49,7 +49,7 @@ describe.skipIf(!BIN)('PostgreSQL outage', () => {
   beforeAll(async () => {
     pg = await startPgCluster();
     store = await openStore({ url: pg.url, queryTimeoutMs: 1500, transactionTimeoutMs: 3000 });
-    srv = await startIdentityAuthority({ store, env: {}, addr: '127.0.0.1:0' });
+    srv = await startIdentityAuthority({ store, addr: '127.0.0.1:0' });
     await srv.authority.whenReady();
     base = `http://127.0.0.1:${srv.port}`;
     admin = postgres(pg.url, { max: 1, onnotice: () => {}, backoff: () => 0.1 });

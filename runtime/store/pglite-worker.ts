@@ -7,7 +7,8 @@
  */
 import { parentPort } from 'node:worker_threads';
 import { PGlite, type Transaction } from '@electric-sql/pglite';
-import { collectGarbage, idleGcFromEnv } from '../lib/idle-gc.js';
+import { collectGarbage, startIdleGc } from '../lib/idle-gc.js';
+import { processSetting } from '../lib/settings.js';
 import { errMsg, logger } from '../lib/log.js';
 import { maintain, MAINTENANCE_INTERVAL_MS } from './pglite-maintenance.js';
 import { toWire, type Init, type Request } from './pglite-remote.js';
@@ -162,7 +163,7 @@ async function handle(r: Request): Promise<unknown> {
 }
 
 // The engine's own heap grows under load as the caller's does: collected once this thread is quiet.
-idleGcFromEnv(process.env);
+startIdleGc({ intervalMs: processSetting('idleGcIntervalMs') });
 
 port.on('message', (r: Request) => {
   handle(r).then(

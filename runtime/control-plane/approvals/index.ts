@@ -2,16 +2,4 @@
 export { createApprovalQueue, EGRESS_CHANNEL, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT } from './queue.js';
 export type { ApprovalQueue, ApprovalQueueOptions, ListOptions } from './queue.js';
 export { approvalRoutes, ApproveBody, DenyBody, type ApprovalRoutesDeps, type QueueSource } from './routes.js';
-export {
-  EGRESS_STATUSES,
-  DEFAULT_APPROVAL_TIMEOUT_MS,
-  APPROVAL_TIMEOUT_ENV,
-  REPLICA_ENV,
-  approvalTimeoutFromEnv,
-  parseDurationMs,
-  replicaIdFromEnv,
-  type EgressRequest,
-  type EgressRequestInput,
-  type EgressStatus,
-  type HoldResult,
-} from './record.js';
+export { EGRESS_STATUSES, type EgressRequest, type EgressRequestInput, type EgressStatus, type HoldResult } from './record.js';

@@ -5,7 +5,10 @@ import { rowsOf, type Store } from '../../store/factory.js';
 import { openTestPostgres, testBackends, testSchema, TEST_DATABASE_URL } from '../../store/testing.js';
 import type { AuditEntry } from '../types.js';
 import { createApprovalQueue, type ApprovalQueue } from './queue.js';
-import { parseDurationMs, approvalTimeoutFromEnv, maxPendingFromEnv } from './record.js';
+import { loadConfig, parseDurationMs } from '../../lib/settings.js';
+
+const approvalTimeoutOf = (env: Record<string, string>) => loadConfig(env).proxy.approvalTimeoutMs;
+const maxPendingOf = (env: Record<string, string>) => loadConfig(env).proxy.maxPendingPerAgent;
 
 function memoryAudit() {
   const rows: AuditEntry[] = [];
@@ -41,8 +44,8 @@ describe('approval timeout parsing', () => {
     expect(parseDurationMs('120')).toBe(120_000);
     expect(parseDurationMs('2m')).toBe(120_000);
     expect(parseDurationMs('1500ms')).toBe(1500);
-    expect(approvalTimeoutFromEnv({})).toBe(120_000);
-    expect(approvalTimeoutFromEnv({ EGRESS_APPROVAL_TIMEOUT: '30s' })).toBe(30_000);
+    expect(approvalTimeoutOf({})).toBe(120_000);
+    expect(approvalTimeoutOf({ EGRESS_APPROVAL_TIMEOUT: '30s' })).toBe(30_000);
     expect(() => parseDurationMs('soon')).toThrow(/duration/);
     expect(() => parseDurationMs('0')).toThrow(/between/);
     expect(() => parseDurationMs('48h')).toThrow(/between/);
@@ -188,7 +191,7 @@ describe.each(testBackends())('approval queue on $name', (b) => {
       // Decided: room again.
       await q.deny(a.id, 'alice', 'no');
       expect((await q.create(input({ actor: 'greedy', target: 'g3.example:443' }))).status).toBe('pending');
-      expect(() => maxPendingFromEnv({ EGRESS_MAX_PENDING_PER_AGENT: '0' })).toThrow(/positive integer/);
+      expect(() => maxPendingOf({ EGRESS_MAX_PENDING_PER_AGENT: '0' })).toThrow(/positive integer/);
     } finally {
       await q.close();
     }

@@ -23,7 +23,7 @@
 import { randomUUID } from 'node:crypto';
 import { and, count, desc, eq, gte, isNull, lt, sql } from 'drizzle-orm';
 import { BRAND } from '../../lib/brand.js';
-import type { Env } from '../../lib/config.js';
+import { DEFAULTS } from '../../lib/settings.js';
 import { ApiError, conflict, notFound } from '../../lib/errors.js';
 import { errMsg, logger } from '../../lib/log.js';
 import type { Store } from '../../store/factory.js';
@@ -33,11 +33,8 @@ import { DEFAULT_HOLDER_TTL_MS, adoptUnheld, holderGone, lostHoldRecord, release
 import {
   EGRESS_STATUSES,
   UUID_RE,
-  approvalTimeoutFromEnv,
   clip,
   heldFields,
-  maxPendingFromEnv,
-  replicaIdFromEnv,
   toRecord,
   type EgressRequest,
   type EgressRequestInput,
@@ -58,17 +55,16 @@ export interface ApprovalQueueOptions {
   audit: AuditSink;
   /** Clock, epoch ms (default Date.now). */
   now?: () => number;
-  /** Hold timeout (ApprovalTimeout); default EGRESS_APPROVAL_TIMEOUT or 120 s. */
+  /** Hold timeout (ApprovalTimeout); default EGRESS_APPROVAL_TIMEOUT's default, 120 s. */
   timeoutMs?: number;
-  /** This replica's stable id; default EGRESS_REPLICA_ID, POD_NAME or the host name. */
+  /** This replica's stable id; default the host name (the gateway passes EGRESS_REPLICA_ID's). */
   replicaId?: string;
   /** Safety re-read of held requests, in case a notification is lost (default 5000 ms). */
   pollMs?: number;
   /** Heartbeat time-to-live of this process's holds (default 15 s): a holder silent this long is gone. */
   holderTtlMs?: number;
-  /** Requests one agent may have waiting for a human at once (default EGRESS_MAX_PENDING_PER_AGENT or 100). */
+  /** Requests one agent may have waiting for a human at once (default EGRESS_MAX_PENDING_PER_AGENT's default, 100). */
   maxPendingPerAgent?: number;
-  env?: Env;
 }
 
 export interface ListOptions {
@@ -112,13 +108,12 @@ export interface ApprovalQueue {
 
 export async function createApprovalQueue(opts: ApprovalQueueOptions): Promise<ApprovalQueue> {
   const { store, audit } = opts;
-  const env = opts.env ?? process.env;
   const now = opts.now ?? Date.now;
-  const timeoutMs = opts.timeoutMs ?? approvalTimeoutFromEnv(env);
+  const timeoutMs = opts.timeoutMs ?? DEFAULTS.proxy.approvalTimeoutMs;
   if (!Number.isFinite(timeoutMs) || timeoutMs < 1) throw new Error('approval timeoutMs must be a positive number');
-  const replicaId = opts.replicaId ?? replicaIdFromEnv(env);
+  const replicaId = opts.replicaId ?? DEFAULTS.proxy.replicaId;
   const pollMs = opts.pollMs ?? 5000;
-  const maxPending = opts.maxPendingPerAgent ?? maxPendingFromEnv(env);
+  const maxPending = opts.maxPendingPerAgent ?? DEFAULTS.proxy.maxPendingPerAgent;
   const db = store.db;
   const t = egressRequests;
   let closed = false;

@@ -1,9 +1,6 @@
 /** The egress approval request as served (SPEC 2.4) and the pure helpers around it. */
 import { createHash } from 'node:crypto';
-import { hostname } from 'node:os';
-import { optional, positiveInt, type Env } from '../../lib/config.js';
 import { ApiError } from '../../lib/errors.js';
-import { envName } from '../../lib/brand.js';
 import { EGRESS_STATUSES, type EgressStatus, type egressRequests } from '../../store/schema/egress.js';
 
 export { EGRESS_STATUSES, type EgressStatus };
@@ -57,35 +54,8 @@ export interface EgressRequestInput {
 }
 
 /** SPEC 8 `ApprovalTimeout`. */
-export const DEFAULT_APPROVAL_TIMEOUT_MS = 120_000;
-/** Env var of the hold timeout: `120`, `120s`, `2m`, `1500ms`. */
-export const APPROVAL_TIMEOUT_ENV = 'EGRESS_APPROVAL_TIMEOUT';
-/** Env var naming this replica (default POD_NAME, else the host name). */
-export const REPLICA_ENV = 'EGRESS_REPLICA_ID';
-
 /** The longest field an approver is shown (longer free text is clipped; a longer URL is not held). */
 export const FIELD_MAX = 4096;
-
-/** Go-style duration or bare seconds -> milliseconds; throws on anything else. */
-export function parseDurationMs(raw: string, name = APPROVAL_TIMEOUT_ENV): number {
-  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$/.exec(raw);
-  if (!m) throw new Error(`${name} must be a duration like 120s, 2m or 1500ms, got ${JSON.stringify(raw)}`);
-  const n = Number(m[1]);
-  const unit = m[2] ?? 's';
-  const ms = unit === 'ms' ? n : unit === 's' ? n * 1000 : unit === 'm' ? n * 60_000 : n * 3_600_000;
-  if (!(ms >= 1) || ms > 24 * 3_600_000) throw new Error(`${name} must be between 1 ms and 24 h, got ${JSON.stringify(raw)}`);
-  return Math.round(ms);
-}
-
-export function approvalTimeoutFromEnv(env: Env = process.env): number {
-  const v = optional(env, APPROVAL_TIMEOUT_ENV);
-  return v === undefined ? DEFAULT_APPROVAL_TIMEOUT_MS : parseDurationMs(v);
-}
-
-/** Stable id of this replica: a restarted process with the same id expires its own leftovers. */
-export function replicaIdFromEnv(env: Env = process.env): string {
-  return optional(env, REPLICA_ENV) ?? optional(env, envName('POD_NAME')) ?? optional(env, 'POD_NAME') ?? hostname();
-}
 
 /** Timestamps come back as `2026-01-01 10:00:00.123+00` (either engine); serve RFC 3339. */
 export function iso(v: string | null): string | null {
@@ -114,14 +84,6 @@ export function toRecord(row: typeof egressRequests.$inferSelect): EgressRequest
     usedAt: iso(row.usedAt),
   };
   return { ...rec, digest: requestDigest(rec) };
-}
-
-/** Env var of the most requests one agent may have waiting for a human at once. */
-export const MAX_PENDING_ENV = 'EGRESS_MAX_PENDING_PER_AGENT';
-export const DEFAULT_MAX_PENDING_PER_AGENT = 100;
-
-export function maxPendingFromEnv(env: Env = process.env): number {
-  return positiveInt(env, MAX_PENDING_ENV, DEFAULT_MAX_PENDING_PER_AGENT);
 }
 
 /**

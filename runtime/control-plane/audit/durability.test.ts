@@ -16,7 +16,9 @@ import { openAuditChain } from './chain.js';
 import { exportLines, verifyExport } from './export.js';
 import { AuditNotCommittedError } from './shipper.js';
 import { spoolFile } from './spool.js';
-import { defaultSpoolDir } from './config.js';
+import { loadConfig } from '../../lib/settings.js';
+
+const defaultSpoolDir = (env: Record<string, string>) => loadConfig(env).audit.spoolDir;
 
 setLogLevel('error');
 

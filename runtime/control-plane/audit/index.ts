@@ -7,7 +7,7 @@ export type { ChainAnchor, VerifyResult } from './hash.js';
 export { verifyRange, type RangeResult } from './verify.js';
 export { AUDIT_KEY_PATH, CHECKPOINT_TYP, verifyCheckpoint, type Checkpoint, type SignedCheckpoint, type Jwks } from './checkpoint.js';
 export { verifyExport, exportLines, type OfflineResult } from './export.js';
-export { auditOptionsFromEnv } from './config.js';
+export { auditOptions } from './config.js';
 export { auditRoutes } from './routes.js';
 export { auditHealth, auditUnable, registerAuditMetrics, type AuditHealth } from './metrics.js';
 export { ChainLeasedError } from './lease.js';

@@ -306,7 +306,7 @@ describe.skipIf(!TEST_DATABASE_URL)('three control planes on one PostgreSQL sche
   const planes: { cp: RunningControlPlane; store: Store }[] = [];
   const start = async () => {
     const store = await openTestPostgres({ schema, keepSchema: true, poolSize: 4 });
-    const cp = await startControlPlane({ store, env: {}, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    const cp = await startControlPlane({ store, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     return { cp, store };
   };
   const stop = async (p: { cp: RunningControlPlane; store: Store }) => {

@@ -23,7 +23,7 @@ describe('budget mode and visibility', () => {
 
   beforeAll(async () => {
     store = await openTestPglite();
-    cp = await startControlPlane({ store, env: {}, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    cp = await startControlPlane({ store, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     mgmt = `http://127.0.0.1:${cp.mgmtPort}`;
     authz = `http://127.0.0.1:${cp.decisionPort}`;
     for (const s of [
@@ -170,7 +170,7 @@ describe('budget routes while the store is down', () => {
 
   it('usage while the store is down: the plain report is recorded, the settlement is a 503 naming it for the retry', async () => {
     const store = await openTestPglite();
-    const cp = await startControlPlane({ store, env: {}, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
+    const cp = await startControlPlane({ store, durableAudit: false, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
     try {
       await cp.plane.registry.upsert({ name: 'bot', upstream: 'bot.agents.svc:8080', kind: 'agent', budget: { tokensPerHour: 10_000 } });
       const mgmt = `http://127.0.0.1:${cp.mgmtPort}`;

@@ -13,6 +13,7 @@ import type { IdentityPort } from '../identity-port.js';
 import { startControlPlane, type RunningControlPlane } from '../server.js';
 import { RPC_OK, RPC_PERMISSION_DENIED, RPC_UNAUTHENTICATED } from './check.js';
 import { asHttp, checkClient, checkRequest, type AsHttp, type CheckClient } from './testing.js';
+import { loadConfig } from '../../lib/settings.js';
 
 const identity: IdentityPort = {
   async verifyPresentation(vp) {
@@ -149,7 +150,7 @@ describe('HTTP /authz and gRPC Check: one control plane, the same answers', () =
     cp = await startControlPlane({
       store,
       // A loaded CI machine's stall must not hit OPA's fail-closed timeout (opa.test.ts's subject).
-      env: { OPA_URL: `http://127.0.0.1:${opaPort}/v1/data/writ/allow`, OPA_TIMEOUT_MS: '10000' },
+      config: loadConfig({ OPA_URL: `http://127.0.0.1:${opaPort}/v1/data/writ/allow`, OPA_TIMEOUT_MS: '10000' }),
       identity,
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',

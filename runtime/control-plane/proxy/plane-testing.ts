@@ -19,6 +19,7 @@ import type { IdentityPort } from '../identity-port.js';
 import type { AuditRecord } from '../types.js';
 import type { EgressRequest } from '../approvals/record.js';
 import { curl, inProcessIdentity, jtiOf, provisionAgent, selfSignedCert, type CurlResult } from './testkit.js';
+import { loadConfig } from '../../lib/settings.js';
 
 /** Upstream that reports what it received (method, url, headers, body size and hash). */
 export function echoServer(): http.Server {
@@ -102,7 +103,7 @@ export async function startProxyPlane(b: TestBackend): Promise<ProxyPlane> {
   };
   try {
     store = await b.open();
-    authority = createIdentityAuthority({ store, env: { IDP_ISSUER_HOST: 'idp.test' } });
+    authority = createIdentityAuthority({ store, config: loadConfig({ IDP_ISSUER_HOST: 'idp.test' }) });
     const identity = inProcessIdentity(authority);
     const bot = (await provisionAgent(authority, 'bot')).vp;
     const lonely = (await provisionAgent(authority, 'lonely')).vp;
@@ -138,7 +139,6 @@ export async function startProxyPlane(b: TestBackend): Promise<ProxyPlane> {
 
     run = await startControlPlaneWithEgress({
       store,
-      env: {},
       identity,
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',

@@ -18,6 +18,7 @@ import type { EgressRequest } from '../approvals/record.js';
 import { echoServer, post, startProxyPlane, type ProxyPlane } from './plane-testing.js';
 import { curl, inProcessIdentity, jtiOf, provisionAgent } from './testkit.js';
 import { eventually } from '../../lib/poll-testing.js';
+import { loadConfig } from '../../lib/settings.js';
 
 const DENY = H.denyReason;
 
@@ -203,7 +204,7 @@ describe.each(testBackends())('forward proxy on $name', (b) => {
     // A second plane on the same store is a second replica: its own audit chain id.
     const short = await startControlPlaneWithEgress({
       store,
-      env: { AUDIT_CHAIN_ID: `short-${b.name}` },
+      config: loadConfig({ AUDIT_CHAIN_ID: `short-${b.name}` }),
       identity,
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',
@@ -234,14 +235,14 @@ describe.skipIf(!TEST_DATABASE_URL)('forward proxy across replicas on postgres',
     const schema = testSchema();
     const sa = await openTestPostgres({ schema, keepSchema: true });
     const sb = await openTestPostgres({ schema });
-    const authority = createIdentityAuthority({ store: sa, env: { IDP_ISSUER_HOST: 'idp.test' } });
+    const authority = createIdentityAuthority({ store: sa, config: loadConfig({ IDP_ISSUER_HOST: 'idp.test' }) });
     const identity = inProcessIdentity(authority);
     const ext = echoServer();
     const extPort = await listen(ext, '127.0.0.1:0');
     const opts = (store: Store, replicaId: string) => ({
       store,
       // Each replica writes its own audit chain.
-      env: { AUDIT_CHAIN_ID: replicaId },
+      config: loadConfig({ AUDIT_CHAIN_ID: replicaId }),
       identity,
       decisionAddr: '127.0.0.1:0',
       mgmtAddr: '127.0.0.1:0',

@@ -27,6 +27,7 @@ import { H } from '../../lib/brand.js';
 import { decideProxy, type ProxyDecider, type ProxyVerdict, type VerdictOutcome } from './decide.js';
 import { rewriteRequestHeaders, rewriteResponseHeaders } from './headers.js';
 import { DENY_REASON, REALM, denyBody, denyHeaders, rawReply, sendJson, upstreamError } from './responses.js';
+import { DEFAULTS } from '../../lib/settings.js';
 import { parseAbsoluteTarget, type ProxyTarget } from './target.js';
 import { guardedLookup } from './dial-guard.js';
 import { createTunnels } from './tunnel.js';
@@ -50,12 +51,9 @@ export interface ProxyLimits {
   tunnelRecheckMs: number;
 }
 
+/** The EGRESS_PROXY_* settings' defaults (runtime/lib/settings.ts) and the fixed limits. */
 export const DEFAULT_LIMITS: ProxyLimits = {
-  headersTimeoutMs: 10_000,
-  maxHeaderBytes: 32 * 1024,
-  connectTimeoutMs: 5_000,
-  idleTimeoutMs: 120_000,
-  keepAliveTimeoutMs: 30_000,
+  ...DEFAULTS.proxy.limits,
   maxEarlyBytes: 64 * 1024,
   tunnelRecheckMs: 1000,
 };

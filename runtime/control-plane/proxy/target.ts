@@ -67,21 +67,3 @@ export function parseAbsoluteTarget(url: string | undefined): Parsed {
   // node's parser already refuses control characters and spaces in the request target.
   return { ok: true, target: make(host, port, path, 'http') };
 }
-
-/** CONNECT ports open to hosts outside the registry by default (SPEC 4.2: TLS). */
-export const DEFAULT_CONNECT_PORTS: readonly number[] = [443];
-
-/** `443,8443` -> [443, 8443]; throws on anything that is not a port list. */
-export function connectPortsFromEnv(env: Record<string, string | undefined>): number[] {
-  const raw = env.EGRESS_CONNECT_PORTS?.trim() || undefined;
-  if (raw === undefined) return [...DEFAULT_CONNECT_PORTS];
-  const ports = raw
-    .split(',')
-    .map((p) => p.trim())
-    .filter(Boolean);
-  const out = ports.map(Number);
-  if (out.length === 0 || out.some((p, i) => !/^\d{1,5}$/.test(ports[i]!) || p < 1 || p > 65535)) {
-    throw new Error(`EGRESS_CONNECT_PORTS must be a comma-separated list of ports, got ${JSON.stringify(raw)}`);
-  }
-  return out;
-}

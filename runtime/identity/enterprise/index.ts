@@ -15,6 +15,8 @@ import { identityRoutes } from './identity/routes.js';
 import { keyRoutes } from './keys/routes.js';
 import { previewRoutes } from './preview/routes.js';
 import type { KeyService } from './keys/service.js';
+import type { IdentityConfig } from '../../lib/config.js';
+import { DEFAULTS } from '../../lib/settings.js';
 
 export { SYNC_BODY_LIMIT };
 
@@ -22,7 +24,8 @@ export interface EnterpriseContext {
   store: Store;
   /** Clock in epoch milliseconds; tests pass a fake. */
   now: () => number;
-  env: Record<string, string | undefined>;
+  /** The identity slice (issuer map, API-key pepper, audit roles); default: every default. */
+  config?: Pick<IdentityConfig, 'issuerMap' | 'apiKeyPepper' | 'auditRoles'>;
   /** Committed identity changes (API-key cache currency); absent: every key verify reads the store. */
   changes?: ChangeFeed;
   /** The authority's key service (shared with its API authentication); absent: the routes make one. */
@@ -40,11 +43,12 @@ export function enterpriseBodyLimit(path: string): number | undefined {
 /** The enterprise routes as one sub-app, composed into the identity authority with `app.route('/', ...)`. */
 export function enterpriseRoutes(ctx: EnterpriseContext): OpenAPIHono {
   const app = subApi();
+  const config = ctx.config ?? DEFAULTS.identity;
   app.route('/', directoryRoutes({ db: ctx.store.db, now: ctx.now, cascade: runCascade, changes: ctx.changes }));
   app.route('/', governanceRoutes({ db: ctx.store.db, now: ctx.now, changes: ctx.changes }));
   app.route('/', standingRoutes({ db: ctx.store.db, view: ctx.changes && createStandingView(ctx.store.db, ctx.changes) }));
-  app.route('/', identityRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env }));
-  app.route('/', keyRoutes({ db: ctx.store.db, now: ctx.now, env: ctx.env, changes: ctx.changes }, ctx.keys));
-  app.route('/', previewRoutes({ db: ctx.store.db, env: ctx.env }));
+  app.route('/', identityRoutes({ db: ctx.store.db, now: ctx.now, issuerMap: config.issuerMap }));
+  app.route('/', keyRoutes({ db: ctx.store.db, now: ctx.now, pepper: config.apiKeyPepper, changes: ctx.changes }, ctx.keys));
+  app.route('/', previewRoutes({ db: ctx.store.db, auditRoles: config.auditRoles }));
   return app;
 }

@@ -14,6 +14,7 @@ import type { TestBackend } from '../../store/testing.js';
 import { presentationFor, type AgentIdentity } from '../client.js';
 import { client, type Client } from '../server-testing.js';
 import { startIdentityAuthority } from '../server.js';
+import { loadConfig } from '../../lib/settings.js';
 
 export const ISSUER = 'http://idp.test';
 export const TOKEN_ENDPOINT = `${ISSUER}/oauth/token`;
@@ -50,7 +51,7 @@ export async function openBed(b: TestBackend): Promise<OAuthBed> {
     OIDC_JWKS_URL: oidc.url,
     OIDC_AUDIENCE: 'writ',
   };
-  const started = await startIdentityAuthority({ store, env, addr: '127.0.0.1:0' });
+  const started = await startIdentityAuthority({ store, config: loadConfig(env), addr: '127.0.0.1:0' });
   await started.authority.whenReady();
   const services = new Map<string, Service>();
   started.authority.useRegistry({ entry: async (name) => services.get(name) });

@@ -46,7 +46,7 @@ describe.each(testBackends())('directory routes on $name', (b) => {
 
   beforeAll(async () => {
     store = await b.open();
-    app.route('/', enterpriseRoutes({ store, now: () => clock, env: {} }));
+    app.route('/', enterpriseRoutes({ store, now: () => clock }));
     crashApp.route(
       '/',
       directoryRoutes({

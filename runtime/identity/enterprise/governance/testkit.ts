@@ -136,7 +136,7 @@ export async function seedDelegation(
 /** The enterprise routes (directory + governance, cascade wired) served on 127.0.0.1:<ephemeral>. */
 export async function serveEnterprise(store: Store, now: () => number, o: { changes?: ChangeFeed } = {}) {
   const app = createApi({ bodyLimit: SYNC_BODY_LIMIT });
-  app.route('/', enterpriseRoutes({ store, now, env: {}, changes: o.changes }));
+  app.route('/', enterpriseRoutes({ store, now, changes: o.changes }));
   app.doc31('/openapi.json', { openapi: '3.1.0', info: { title: 'test', version: '1' } });
   const server = createAdaptorServer({ fetch: app.fetch }) as http.Server;
   const port = await listen(server, '127.0.0.1:0');

@@ -19,7 +19,8 @@ import { assess, effectiveOf, IDPS, parseIssuerMap, PRECEDENCE, providerSubject,
 export interface IdentityRouteDeps {
   db: Db;
   now: () => number;
-  env: Record<string, string | undefined>;
+  /** IDP_ISSUER_MAP as given (unset: every issuer unknown). */
+  issuerMap?: string;
 }
 
 const ConflictOut = z.object({ type: z.enum(['email_conflict', 'group_conflict', 'stale_token_inactive', 'unresolved']), detail: z.string() });
@@ -153,7 +154,7 @@ async function recordSession(db: Db, tenant: string, subject: string, s: Session
 export function identityRoutes(deps: IdentityRouteDeps): OpenAPIHono {
   const app = subApi();
   const { db } = deps;
-  const map = parseIssuerMap(deps.env.IDP_ISSUER_MAP);
+  const map = parseIssuerMap(deps.issuerMap);
 
   app.openapi(
     createRoute({

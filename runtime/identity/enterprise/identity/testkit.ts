@@ -5,6 +5,7 @@ import { createApi } from '../../../lib/api.js';
 import { close as closeServer, listen } from '../../../lib/http.js';
 import type { Store } from '../../../store/factory.js';
 import { enterpriseRoutes, SYNC_BODY_LIMIT } from '../index.js';
+import { loadConfig } from '../../../lib/settings.js';
 
 export interface Served {
   url: string;
@@ -13,9 +14,9 @@ export interface Served {
   close(): Promise<void>;
 }
 
-export async function serve(store: Store, now: () => number, env: Record<string, string | undefined> = {}): Promise<Served> {
+export async function serve(store: Store, now: () => number, env: Record<string, string> = {}): Promise<Served> {
   const app = createApi({ bodyLimit: SYNC_BODY_LIMIT });
-  app.route('/', enterpriseRoutes({ store, now, env }));
+  app.route('/', enterpriseRoutes({ store, now, config: loadConfig(env).identity }));
   const server = createAdaptorServer({ fetch: app.fetch }) as http.Server;
   const port = await listen(server, '127.0.0.1:0');
   const url = `http://127.0.0.1:${port}`;

@@ -11,6 +11,7 @@ import { TEST_DATABASE_URL, testBackends } from '../../../store/testing.js';
 import { startIdentityAuthority } from '../../server.js';
 import { authorityPair, withListenersKilled, type Authority, type AuthorityPair } from '../../replicas-testing.js';
 import { eventually } from '../../../lib/poll-testing.js';
+import { loadConfig } from '../../../lib/settings.js';
 
 const env = { IDP_ISSUER_HOST: 'idp.keys.test', IDP_API_KEY_PEPPER: 'hex:' + 'ab'.repeat(32) };
 
@@ -37,7 +38,7 @@ describe.each(testBackends())('API-key cache on $name', (b) => {
   let idp: Authority;
   beforeAll(async () => {
     store = await b.open();
-    idp = await startIdentityAuthority({ store, env, addr: '127.0.0.1:0' });
+    idp = await startIdentityAuthority({ store, config: loadConfig(env), addr: '127.0.0.1:0' });
     await idp.authority.whenReady();
     await eventually(() => live(idp), 'the key cache to go live', 5000);
   });

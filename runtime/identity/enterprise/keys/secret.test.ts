@@ -21,16 +21,16 @@ describe('key material', () => {
     expect(() => pepperFromEnv('short')).toThrow(/32 bytes/);
     expect(pepperFromEnv('hex:' + 'ab'.repeat(32))).toHaveLength(32);
     expect(pepperFromEnv('base64:' + Buffer.alloc(40).toString('base64'))).toHaveLength(40);
-    expect(() => keyService({ db: undefined as never, now: Date.now, env: { IDP_API_KEY_PEPPER: 'x' } })).toThrow(/32 bytes/);
+    expect(() => keyService({ db: undefined as never, now: Date.now, pepper: 'x' })).toThrow(/32 bytes/);
   });
   it('without IDP_API_KEY_PEPPER a stored pepper is created once, so keys survive a restart', async () => {
     const store = await openTestPglite();
     try {
-      const one = keyService({ db: store.db, now: Date.now, env: {} });
+      const one = keyService({ db: store.db, now: Date.now });
       const { plaintext } = await one.create({ name: 'x', env: 'test', scopes: [] });
-      const two = keyService({ db: store.db, now: Date.now, env: {} });
+      const two = keyService({ db: store.db, now: Date.now });
       expect((await two.verify(plaintext)).valid).toBe(true);
-      const other = keyService({ db: store.db, now: Date.now, env: { IDP_API_KEY_PEPPER: 'z'.repeat(32) } });
+      const other = keyService({ db: store.db, now: Date.now, pepper: 'z'.repeat(32) });
       expect((await other.verify(plaintext)).reason).toBe('invalid_key');
     } finally {
       await store.close();

@@ -119,7 +119,8 @@ export async function keyTenants(db: Db): Promise<(string | null)[]> {
 export interface KeyServiceDeps {
   db: Db;
   now: () => number;
-  env: Record<string, string | undefined>;
+  /** IDP_API_KEY_PEPPER; unset: a random pepper kept in the database. */
+  pepper?: string;
   /** Smallest step of last_used_at updates (default 60 s). */
   touchGapMs?: number;
   /** Committed key changes: with it, verified rows are kept in memory (see cache.ts); without, every verify reads the store. */
@@ -147,7 +148,7 @@ export type KeyService = ReturnType<typeof keyService>;
 export function keyService(deps: KeyServiceDeps) {
   const { db, now } = deps;
   const gap = deps.touchGapMs ?? 60_000;
-  const envPepper = deps.env.IDP_API_KEY_PEPPER ? pepperFromEnv(deps.env.IDP_API_KEY_PEPPER) : undefined;
+  const envPepper = deps.pepper ? pepperFromEnv(deps.pepper) : undefined;
   let pepperP: Promise<Buffer> | undefined;
   let pepperNow: Buffer | undefined;
   const cache = createKeyCache<Verifiable>(deps.changes);

@@ -19,7 +19,8 @@ import { ACTIONS, decide, denyAll, type AgentFact } from './decide.js';
 
 export interface PreviewRouteDeps {
   db: Db;
-  env: Record<string, string | undefined>;
+  /** IDP_AUDIT_ROLES: comma-separated roles that see audit previews. */
+  auditRoles: string;
 }
 
 const PreviewIn = z
@@ -115,7 +116,7 @@ async function agentFacts(db: Db, e: EmployeeRecord): Promise<AgentFact[]> {
 export function previewRoutes(deps: PreviewRouteDeps): OpenAPIHono {
   const app = subApi();
   const { db } = deps;
-  const auditRoles = (deps.env.IDP_AUDIT_ROLES ?? 'auditor,security-auditor,compliance-auditor')
+  const auditRoles = deps.auditRoles
     .split(',')
     .map((s) => s.trim())
     .filter(Boolean);
