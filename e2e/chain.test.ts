@@ -183,7 +183,7 @@ describe('agent -> sidecar -> forward proxy -> broker -> provider', () => {
       (x: unknown) => x,
     );
     expect(e).toBeInstanceOf(OpenAI.PermissionDeniedError);
-    expect((e as Error).message).toMatch(/agent VP required/);
+    expect((e as Error).message).toMatch(/agent VP or access token required/);
   });
 
   it('refuses the next call whose worst case no longer fits the budget (reserved before the provider)', async () => {

@@ -53,18 +53,16 @@ describe.each(testBackends())('control-plane token follower on $name', (b) => {
       expect((await postForm(bed, '/oauth/revoke', { token: a.token })).status).toBe(200);
       expect((await bed.api.post('/v1/revoke', { vcJti: b2.vcJti })).status).toBe(200);
       const now = new Date().toISOString();
-      await bed.store.db
-        .insert(governedAgents)
-        .values({
-          agentName: 'f-c',
-          tenantId: 'default',
-          ownerType: 'employee',
-          ownerRef: 'x',
-          status: 'suspended',
-          createdAt: now,
-          updatedAt: now,
-          history: [],
-        });
+      await bed.store.db.insert(governedAgents).values({
+        agentName: 'f-c',
+        tenantId: 'default',
+        ownerType: 'employee',
+        ownerRef: 'x',
+        status: 'suspended',
+        createdAt: now,
+        updatedAt: now,
+        history: [],
+      });
       expect(await client.pollRevocations()).toBe(true);
       expect(await client.pollStanding()).toBe(true);
       expect(tokens.check(a.token)).toEqual({ ok: false, reason: 'token revoked' });

@@ -160,8 +160,10 @@ describe('DecisionSpanWriter', () => {
     cleanup.push(() => w.close());
     // Big spans among them: a body outgrows its first buffer (64 KiB), and buffers are reused.
     for (let i = 0; i < 25; i++) w.add(row(i, i % 3 ? undefined : { rule: 'r', reason: 'ü'.repeat(9000) }));
-    await new Promise((r) => setTimeout(r, 200));
-    // Two full batches went without waiting for the timer; five wait.
+    // Two full batches go without waiting for the timer (60 s away); five wait. Polled, not slept:
+    // a loaded machine may take longer than any fixed pause to deliver them.
+    const end = Date.now() + 5000;
+    while (rx.count() < 20 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
     expect(rx.count()).toBe(20);
     await w.flush();
     expect(rx.count()).toBe(25);
