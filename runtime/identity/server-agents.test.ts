@@ -14,14 +14,14 @@ import { governedAgents } from '../store/schema/governance.js';
 const B64U = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
 
 /** A VP of `identity` with `claims` set over its payload, signed by its own key. */
-function resigned(identity: Json, claims: Record<string, unknown>): Promise<string> {
+function resigned(identity: Json, claims: Record<string, unknown>, now: number): Promise<string> {
   const id = loadIdentity(identity);
   const payload = {
     iss: id.did,
     sub: id.did,
     aud: VP_AUDIENCE,
     nonce: 'n',
-    exp: Math.floor(Date.now() / 1000) + 300,
+    exp: Math.floor(now / 1000) + 300,
     vp: { '@context': [W3C_VC_CONTEXT], type: ['VerifiablePresentation'], holder: id.did, verifiableCredential: [id.membershipVc] },
     ...claims,
   };
@@ -129,7 +129,7 @@ describe.each(testBackends())('identity authority on $name', (b) => {
 
     it('re-provisioning rotates the key and revokes the previous credentials', async () => {
       const first = await provisioned('ag-3');
-      const vpOld = await presentationFor(first);
+      const vpOld = await presentationFor(first, { now: t.clock });
       expect((await t.api.post('/v1/agents/verify-presentation', { vp: vpOld })).json.ok).toBe(true);
       const second = (await t.api.post('/v1/agents/ag-3/provision')).json;
       expect(second.did).not.toBe(first.did);
@@ -137,7 +137,7 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       expect(old).toMatchObject({ ok: false, reason: 'membership credential revoked' });
       const revoked = (await t.api.get('/v1/revocations')).json.revoked;
       expect(revoked).toContain(first.membershipJti);
-      expect((await t.api.post('/v1/agents/verify-presentation', { vp: await presentationFor(second) })).json).toMatchObject({
+      expect((await t.api.post('/v1/agents/verify-presentation', { vp: await presentationFor(second, { now: t.clock }) })).json).toMatchObject({
         ok: true,
         agentName: 'ag-3',
         agentDid: second.did,
@@ -187,9 +187,9 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       expect(r.status).toBe(200);
       expect(r.json).toMatchObject({ ok: true, agentName: 'vp-ok', agentDid: p.did, reason: 'verified', membershipJti: p.membershipJti });
       expect(r.json.exp).toBe(Math.floor(t.clock / 1000) + 60);
-      const custom = await presentationFor(p, { audience: 'other-aud' });
+      const custom = await presentationFor(p, { now: t.clock, audience: 'other-aud' });
       expect((await t.api.post('/v1/agents/verify-presentation', { vp: custom, audience: 'other-aud' })).json.ok).toBe(true);
-      const withNonce = await presentationFor(p, { nonce: 'n-42' });
+      const withNonce = await presentationFor(p, { now: t.clock, nonce: 'n-42' });
       expect((await t.api.post('/v1/agents/verify-presentation', { vp: withNonce, nonce: 'n-42' })).json.ok).toBe(true);
     });
 
@@ -199,33 +199,41 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       const foreign = makeIssuer('evil.example');
       const foreignAgent = await makeAgent(foreign);
       const verify = async (vp: string, extra: Record<string, string> = {}) => (await t.api.post('/v1/agents/verify-presentation', { vp, ...extra })).json;
-      const good = await presentationFor(p);
+      const good = await presentationFor(p, { now: t.clock });
       const [h, pl, s] = good.split('.') as [string, string, string];
       const tamperedPayload = { ...decodeJwt(good), aud: VP_AUDIENCE, nonce: 'changed' };
       const cases: [string, Promise<Json>, RegExp][] = [
-        ['wrong audience', verify(await presentationFor(p, { audience: 'elsewhere' })), /audience/],
+        ['wrong audience', verify(await presentationFor(p, { now: t.clock, audience: 'elsewhere' })), /audience/],
         ['explicit audience mismatch', verify(good, { audience: 'elsewhere' }), /audience/],
-        ['wrong nonce', verify(await presentationFor(p, { nonce: 'a' }), { nonce: 'b' }), /nonce mismatch/],
+        ['wrong nonce', verify(await presentationFor(p, { now: t.clock, nonce: 'a' }), { nonce: 'b' }), /nonce mismatch/],
         ['expired', verify(await presentationFor(p, { ttlSeconds: 10, now: t.clock - 3600_000 })), /presentation expired/],
         ['tampered payload', verify(`${h}.${Buffer.from(JSON.stringify(tamperedPayload)).toString('base64url')}.${s}`), /signature invalid/],
         ['tampered signature', verify(`${h}.${pl}.${s.slice(0, -4)}AAAA`), /signature invalid/],
-        ['vc from another issuer', verify(await presentationFor(foreignAgent)), /not issued by this issuer/],
-        ['vc for another holder', verify(await presentationFor({ ...other, membershipVc: p.membershipVc })), /not issued to the presentation holder/],
+        ['vc from another issuer', verify(await presentationFor(foreignAgent, { now: t.clock })), /not issued by this issuer/],
+        [
+          'vc for another holder',
+          verify(await presentationFor({ ...other, membershipVc: p.membershipVc }, { now: t.clock })),
+          /not issued to the presentation holder/,
+        ],
         ['garbage', verify('garbage'), /not a compact JWT/],
         ['three dots of garbage', verify('a.b.c'), /not a compact JWT/],
-        ['valid for longer than a day', resigned(p, { exp: Math.floor(Date.now() / 1000) + 30 * 3600 }).then((vp) => verify(vp)), /lifetime exceeds 24 h/],
+        [
+          'valid for longer than a day',
+          resigned(p, { exp: Math.floor(t.clock / 1000) + 30 * 3600 }, t.clock).then((vp) => verify(vp)),
+          /lifetime exceeds 24 h/,
+        ],
         // The same signature bytes with the unused low bits of the last character set.
         ['a signature spelled another way', verify(`${h}.${pl}.${s.slice(0, -1)}${B64U[B64U.indexOf(s.at(-1)!) | 1]}`), /not a compact JWT/],
         ...(['nbf', 'iat'] as const).flatMap((k) =>
           ['9999999999', true, null].map((v): [string, Promise<Json>, RegExp] => [
             `${k} ${JSON.stringify(v)}`,
-            resigned(p, { [k]: v }).then((vp) => verify(vp)),
+            resigned(p, { [k]: v }, t.clock).then((vp) => verify(vp)),
             /NumericDate/,
           ]),
         ),
       ];
       // The re-signed VP stands on its own: only the claim under test is wrong in each case.
-      expect((await verify(await resigned(p, { nbf: Math.floor(Date.now() / 1000) - 5 }))).ok).toBe(true);
+      expect((await verify(await resigned(p, { nbf: Math.floor(t.clock / 1000) - 5 }, t.clock))).ok).toBe(true);
       for (const [name, got, reason] of cases) {
         const r = await got;
         expect(r.ok, `${name}: ${JSON.stringify(r)}`).toBe(false);
@@ -235,7 +243,7 @@ describe.each(testBackends())('identity authority on $name', (b) => {
       // Forged membership VC: right issuer DID, wrong key.
       const forger = { ...makeIssuer('x'), did: t.auth.issuerDid };
       const forged = await makeAgent(forger);
-      expect((await verify(await presentationFor(forged))).reason).toMatch(/membership credential signature invalid/);
+      expect((await verify(await presentationFor(forged, { now: t.clock }))).reason).toMatch(/membership credential signature invalid/);
       // A valid VC for an unregistered holder (issued by us, agent never registered): signature ok, unknown agent.
       expectDetail(await t.api.post('/v1/agents/verify-presentation', {}));
       expectDetail(await t.api.post('/v1/agents/verify-presentation', { vp: 5 }));
@@ -243,7 +251,7 @@ describe.each(testBackends())('identity authority on $name', (b) => {
 
     it('a revoked Membership VC fails verification', async () => {
       const p = await provisioned('vp-rev');
-      const vp = await presentationFor(p);
+      const vp = await presentationFor(p, { now: t.clock });
       expect((await t.api.post('/v1/agents/verify-presentation', { vp })).json.ok).toBe(true);
       expect(await t.api.post('/v1/revoke', { vcJti: p.membershipJti })).toMatchObject({ status: 200, json: { revoked: true, vcJti: p.membershipJti } });
       expect((await t.api.post('/v1/agents/verify-presentation', { vp })).json).toMatchObject({
