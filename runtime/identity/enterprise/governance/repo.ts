@@ -3,7 +3,7 @@
  * tenantId)` binds ONE tenant: every statement filters or stamps `tenant_id = tenantId`, so a
  * call for tenant A can neither read nor change tenant B's rows. The only unscoped queries are
  * the key -> tenant lookups at the bottom, used by routes addressed by a global key (agent name,
- * delegation id) before any scoped read.
+ * delegation id, a producer's owner name) before any scoped read.
  */
 import { randomUUID } from 'node:crypto';
 import { and, desc, eq, inArray, isNull, or, sql } from 'drizzle-orm';

@@ -57,18 +57,9 @@ export const UpdateSchema = z
   })
   .openapi('GovernedAgentUpdate');
 
-const DesiredGovernedSchema = z
-  .object({
-    agentName: GovAgentName,
-    tenantId: TenantId,
-    ownerType: z.enum(OWNER_TYPES),
-    ownerRef: text(600),
-    teamRef: text(600).optional(),
-    businessSponsor: text(600).optional(),
-    riskTier: z.enum(RISK_TIERS).optional(),
-    approvedRuntime: RuntimeLabel.optional(),
-    status: z.enum(AGENT_STATUSES).default('draft'),
-  })
+/** A declared agent: the registration's fields (the producer is `createdBy`) and the status to walk to. */
+const DesiredGovernedSchema = RegisterSchema.omit({ createdBy: true })
+  .extend({ status: z.enum(AGENT_STATUSES).default('draft') })
   .strict()
   .openapi('GovernedAgentDesired');
 
