@@ -116,14 +116,14 @@ describe('Membership VC cache (pure)', () => {
     const now = Math.floor(Date.now() / 1000);
     const agent = await makeAgent(issuer, { nowSec: now, ttlSeconds: 100 });
     const o = (nowSec: number) => ({ issuerDid: issuer.did, issuerKey: issuer.publicKey, audience: VP_AUDIENCE, nowSec, skewSec: 0 });
-    const vp = await presentationFor(agent, { ttlSeconds: 1000 });
+    const vp = await presentationFor(agent, { ttlSeconds: 1000, now: now * 1000 });
     expect((await checkPresentation(vp, o(now))).ok).toBe(true);
     expect((await checkPresentation(vp, o(now + 50))).ok).toBe(true);
     await expect(checkPresentation(vp, o(now + 100))).resolves.toMatchObject({ ok: false, reason: 'membership credential expired' });
     // A token differing from the cached one only in its signature is verified afresh, and fails.
     const [h, p, s] = agent.membershipVc.split('.') as [string, string, string];
     const forged = `${h}.${p}.${s.slice(0, -2)}${s.endsWith('AA') ? 'BA' : 'AA'}`;
-    const vp2 = await presentationFor({ ...agent, membershipVc: forged }, { ttlSeconds: 1000 });
+    const vp2 = await presentationFor({ ...agent, membershipVc: forged }, { ttlSeconds: 1000, now: now * 1000 });
     await expect(checkPresentation(vp2, o(now))).resolves.toMatchObject({ ok: false, reason: 'membership credential signature invalid' });
     // Another issuer with the same DID but another key does not see the first one's cache.
     const other = { ...makeIssuer('cache.test') };
