@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { SignJWT } from 'jose';
 import { generateKeyPairSync } from 'node:crypto';
-import { governedAgents } from '../store/schema/governance.js';
+import { seedAgent } from '../identity/enterprise/governance/testkit.js';
 import { testBackends } from '../store/testing.js';
 import { actorVp, agent, delegation, postForm, tool, useBed, type OAuthBed } from '../identity/oauth/oauth-testing.js';
 import { createIdentityClient } from './identity-client.js';
@@ -53,16 +53,7 @@ describe.each(testBackends())('control-plane token follower on $name', (b) => {
       expect((await postForm(bed, '/oauth/revoke', { token: a.token })).status).toBe(200);
       expect((await bed.api.post('/v1/revoke', { vcJti: b2.vcJti })).status).toBe(200);
       const now = new Date().toISOString();
-      await bed.store.db.insert(governedAgents).values({
-        agentName: 'f-c',
-        tenantId: 'default',
-        ownerType: 'employee',
-        ownerRef: 'x',
-        status: 'suspended',
-        createdAt: now,
-        updatedAt: now,
-        history: [],
-      });
+      await seedAgent(bed.store.db, 'default', { agentName: 'f-c', ownerRef: 'x', status: 'suspended', createdAt: now, updatedAt: now });
       expect(await client.pollRevocations()).toBe(true);
       expect(await client.pollStanding()).toBe(true);
       expect(tokens.check(a.token)).toEqual({ ok: false, reason: 'token revoked' });

@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { SignJWT } from 'jose';
 import { eq } from 'drizzle-orm';
 import { employees } from '../../store/schema/directory.js';
-import { governedAgents } from '../../store/schema/governance.js';
+import { seedAgent } from '../enterprise/governance/testkit.js';
 import { testBackends } from '../../store/testing.js';
 import { loadIdentity, type AgentIdentity } from '../client.js';
 import { actorVp, agent, delegation, ISSUER, postForm, tool, TOKEN_ENDPOINT, useBed } from './oauth-testing.js';
@@ -138,16 +138,7 @@ describe.each(testBackends())('token endpoint refusals on $name', (b) => {
     tool(bed, 'crm');
     const d = await delegation(bed, 'gov-a', { task: 'T-G', action: 'crm:read', resource: 'crm/1' });
     const now = new Date().toISOString();
-    await bed.store.db.insert(governedAgents).values({
-      agentName: 'gov-a',
-      tenantId: 'default',
-      ownerType: 'employee',
-      ownerRef: 'x',
-      status: 'suspended',
-      createdAt: now,
-      updatedAt: now,
-      history: [],
-    });
+    await seedAgent(bed.store.db, 'default', { agentName: 'gov-a', ownerRef: 'x', status: 'suspended', createdAt: now, updatedAt: now });
     const r = await exchange({ subject_token: d.vc!, subject_token_type: JWT, actor_token: await actorVp(me), actor_token_type: JWT, audience: 'crm' });
     expect(r.json).toMatchObject({ error: 'invalid_grant', error_description: 'agent gov-a is suspended (governance)' });
   });
