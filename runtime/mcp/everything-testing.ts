@@ -3,7 +3,8 @@
  * tests: the server its `streamableHttp` launcher builds (one `createServer()` per session behind
  * the SDK's StreamableHTTPServerTransport, sessions by `Mcp-Session-Id`), on node:http at port 0
  * so tests never pick a port. `received` lists every JSON-RPC message it was sent, so a test can
- * show a denied call never reached it.
+ * show a denied call never reached it. `startMcpTestServer` serves any such server factory the
+ * same way (conformance-server-testing.ts uses it).
  */
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
@@ -12,7 +13,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { createServer } from '@modelcontextprotocol/server-everything/dist/server/index.js';
 import { listen } from '../lib/http.js';
 
-export interface Everything {
+export interface McpTestServer {
   port: number;
   /** `host:port`, a registry entry's upstream. */
   upstream: string;
@@ -28,9 +29,21 @@ interface Session {
   close: () => Promise<void>;
 }
 
-export async function startEverything(): Promise<Everything> {
+export type Everything = McpTestServer;
+
+/** What a server factory gives: the SDK's low-level server for one session, and its cleanup. */
+type McpServerFactory = () => {
+  server: { connect(t: StreamableHTTPServerTransport): Promise<void>; close(): Promise<void> };
+  cleanup: (sessionId: string) => void;
+};
+
+export function startEverything(): Promise<Everything> {
+  return startMcpTestServer(createServer);
+}
+
+export async function startMcpTestServer(factory: McpServerFactory): Promise<McpTestServer> {
   const sessions = new Map<string, Session>();
-  const received: Everything['received'] = [];
+  const received: McpTestServer['received'] = [];
   const headers: http.IncomingHttpHeaders[] = [];
   const server = http.createServer((req, res) => {
     headers.push(req.headers);
@@ -53,7 +66,7 @@ export async function startEverything(): Promise<Everything> {
       res.writeHead(404, { 'content-type': 'application/json' }).end('{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}');
       return;
     }
-    const { server: mcp, cleanup } = createServer();
+    const { server: mcp, cleanup } = factory();
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (id) => {
