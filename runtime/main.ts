@@ -150,6 +150,9 @@ export async function startWritWith(loaded: Config): Promise<Writ> {
           // The MCP gateway decides with this process's engine and holds calls in its approval queue.
           mcp: createMcpGateway({
             engine: cp.plane.engine,
+            // RFC 9728: each /mcp/{service} names the authorization server this control plane follows.
+            authorizationServer: () => cp.plane.identity?.tokens?.().issuer(),
+            ...(aio.brokerPublicUrl ? { publicUrl: aio.brokerPublicUrl } : {}),
             hold: (req, signal) => holdForHuman(run.gateway.queue, req, signal),
           }),
         })

@@ -92,5 +92,6 @@ export function followTokens(f: TokenFeeds): TokenFollower {
     claimed: (token) => (verifier ? verifier.claimed(token) : accessTokenShaped(token)),
     check: (token) => (!verifier ? notLoaded : !f.revocationsCurrent() ? stale : verifier.check(token)),
     signatureChecks: () => verifier?.signatureChecks() ?? 0,
+    issuer: () => (verifier ? issuer : undefined),
   };
 }

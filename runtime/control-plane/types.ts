@@ -197,4 +197,6 @@ export interface Decision {
   needsApproval?: boolean;
   /** Proxy: no usable credential was presented (answered 407 with a challenge). */
   challenge?: boolean;
+  /** The scopes an access token lacks for this target (every one it needs: `requireScope`), answered 403 `insufficient_scope`. */
+  insufficientScope?: string[];
 }

@@ -63,6 +63,8 @@ export interface AllInOneConfig {
   /** BROKER_AUTHZ_URL / BROKER_USAGE_URL as given: unset, the broker decides and records usage in process. */
   brokerAuthzUrl?: string;
   brokerUsageUrl?: string;
+  /** BROKER_PUBLIC_URL: the broker listener's base URL as clients reach it (the MCP routes' RFC 9728 resource identifiers); unset: from each request's Host. */
+  brokerPublicUrl?: string;
 }
 
 export interface OidcSetting {

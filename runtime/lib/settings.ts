@@ -155,6 +155,7 @@ const D = {
   idpRegistryUrl: s('IDP_REGISTRY_URL', 'identity', url),
   // model broker
   brokerAddr: s('BROKER_ADDR', 'broker', addr, ':8080'),
+  brokerPublicUrl: s('BROKER_PUBLIC_URL', 'broker', url),
   brokerConfig: s('BROKER_CONFIG', 'broker', text),
   brokerProviderKey: s('BROKER_PROVIDER_KEY', 'broker', text),
   openaiApiKey: s('OPENAI_API_KEY', 'broker', text),

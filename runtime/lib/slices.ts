@@ -47,6 +47,7 @@ export const SLICES: Builders = {
     agentIdpUrl: g.agentIdpUrl,
     brokerAuthzUrl: g.brokerAuthzUrl,
     brokerUsageUrl: g.brokerUsageUrl,
+    brokerPublicUrl: g.brokerPublicUrl,
   }),
   controlPlane: (v, g) => ({
     decisionAddr: v.decisionAddr,

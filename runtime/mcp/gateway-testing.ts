@@ -58,7 +58,12 @@ export async function startMcpHarness(o: { identity?: IdentityPort } = {}): Prom
     config: { models: [] },
     localDecisions: (timeoutMs) => createLocalDecisionClient(engine, { timeoutMs }),
     usageUrl: `http://127.0.0.1:${run.cp.mgmtPort}/v1/usage`,
-    mcp: createMcpGateway({ engine, hold: (req, signal) => holdForHuman(run.gateway.queue, req, signal), upstreamTimeoutMs: 5000 }),
+    mcp: createMcpGateway({
+      engine,
+      hold: (req, signal) => holdForHuman(run.gateway.queue, req, signal),
+      upstreamTimeoutMs: 5000,
+      authorizationServer: () => (o.identity ?? identity).tokens?.().issuer(),
+    }),
   });
   await run.cp.plane.registry.upsert({ name: 'everything', upstream: everything.upstream, kind: 'tool', protocol: 'mcp' });
   const clients: Client[] = [];

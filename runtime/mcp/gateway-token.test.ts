@@ -63,7 +63,7 @@ describe('MCP gateway with a Writ access token', () => {
   it('a token for another entry, or altered, is refused before the server', async () => {
     const seen = h.everything.headers.length;
     const other = await token('search');
-    await expect(h.client('tooler', { authorization: `Bearer ${other}` })).rejects.toThrow(/token audience "search" is not the target "everything"/);
+    await expect(h.client('tooler', { authorization: `Bearer ${other}` })).rejects.toThrow(/token audience \\"search\\" is not the target \\"everything\\"/);
     const [hd, p] = (await token('everything')).split('.');
     await expect(h.client('tooler', { authorization: `Bearer ${hd}.${p}.${'A'.repeat(86)}` })).rejects.toThrow(/token signature invalid/);
     expect(h.everything.headers.length).toBe(seen);

@@ -23,9 +23,11 @@ import { withHold } from '../control-plane/decision/engine.js';
 import { factsFromHeaders } from '../control-plane/decision/facts.js';
 import { askingWithin } from '../control-plane/decision/gather.js';
 import { filterTools, methodClass } from '../control-plane/decision/tool.js';
+import type { Challenge } from '../lib/protected-resource.js';
 import type { EgressFacts, HoldAnswer, HoldRequest, McpCall } from '../control-plane/decision/types.js';
 import { callOf, readMessage, routableMismatch, type Message } from '../control-plane/decision/mcp-facts.js';
 import { rpcError, RPC, type RpcId } from './jsonrpc.js';
+import { MCP_METADATA_PREFIX, mcpChallenge, serveMetadata, type ResourceOptions } from './resource.js';
 
 const log = logger('mcp');
 
@@ -33,7 +35,7 @@ export const MCP_PREFIX = '/mcp/';
 /** The MCP endpoint's path on an upstream when its registry entry names none. */
 export const DEFAULT_MCP_PATH = '/mcp';
 
-export interface McpGatewayOptions {
+export interface McpGatewayOptions extends ResourceOptions {
   engine: DecisionEngine;
   /** Holds a call for a human (the approval queue); absent: a call that needs one is denied. */
   hold?: (req: HoldRequest, signal: AbortSignal) => Promise<HoldAnswer>;
@@ -48,7 +50,7 @@ export interface McpGatewayOptions {
 }
 
 export interface McpGateway {
-  /** Handles a request whose path starts with `/mcp/`. */
+  /** Handles a request whose path starts with `/mcp/` or `/.well-known/oauth-protected-resource/mcp/` (its RFC 9728 metadata). */
   handle(req: http.IncomingMessage, res: http.ServerResponse, path: string): void;
   close(): Promise<void>;
 }
@@ -78,6 +80,7 @@ export function createMcpGateway(o: McpGatewayOptions): McpGateway {
   const open = new Set<AbortController>();
   return {
     handle(req, res, path) {
+      if (path.startsWith(MCP_METADATA_PREFIX)) return serveMetadata(req, res, path, o, (name) => o.engine.policy.current().registry.get(name));
       const service = decodeService(path);
       if (service === undefined) {
         req.resume();
@@ -113,9 +116,17 @@ function decodeService(path: string): string | undefined {
   }
 }
 
-function sendRpc(res: http.ServerResponse, status: number, id: RpcId, code: number, message: string, data?: Record<string, unknown>): void {
+function sendRpc(
+  res: http.ServerResponse,
+  status: number,
+  id: RpcId,
+  code: number,
+  message: string,
+  data?: Record<string, unknown>,
+  extra: Record<string, string> = {},
+): void {
   const body = rpcError(id, code, message, data);
-  res.writeHead(status, { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(body) });
+  res.writeHead(status, { ...extra, 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(body) });
   res.end(body);
 }
 
@@ -154,7 +165,7 @@ async function exchange(x: Exchange, o: McpGatewayOptions, s: Settings, upstream
   }
   const verdict = await decideMessage(x, call, o);
   const id = message && message.kind !== 'notification' ? message.id : null;
-  if (!verdict.decision.allow) return answerDenial(res, verdict, call, id, message);
+  if (!verdict.decision.allow) return answerDenial(res, verdict, call, id, message, mcpChallenge(req, o, x.service, verdict.decision));
   const target = o.engine.policy.current().registry.get(x.service);
   if (!target) return sendRpc(res, 503, id, RPC.upstream, `${x.service} left the registry during the decision`);
   await forward(
@@ -248,16 +259,19 @@ async function decideMessage(x: Exchange, call: McpCall, o: McpGatewayOptions): 
   return { ...done, seq, actor: d.headers[H.actor] };
 }
 
-function answerDenial(res: http.ServerResponse, v: Verdict, call: McpCall, id: RpcId, message: Message | undefined): void {
+function answerDenial(res: http.ServerResponse, v: Verdict, call: McpCall, id: RpcId, message: Message | undefined, challenge?: Challenge): void {
   const d = v.decision;
   const ref = v.seq === undefined ? '' : ` (audit record ${v.seq})`;
   const data: Record<string, unknown> = { rule: d.rule, reason: d.reason };
   if (v.seq !== undefined) data.auditSeq = v.seq;
   if (d.needsApproval) data.needsApproval = true;
   const code = methodClass(call.method) === 'unknown' ? RPC.methodNotFound : RPC.denied;
-  // A request gets its JSON-RPC answer; a notification, a client's response, GET and DELETE an HTTP refusal.
-  const status = message?.kind === 'request' ? 200 : 403;
-  sendRpc(res, status, id, code, `denied by policy: ${d.reason}${ref}`, data);
+  if (d.insufficientScope) data.scope = d.insufficientScope.join(' ');
+  // A credential's refusal is the HTTP challenge (RFC 6750 3, for the client's OAuth discovery); else
+  // a request gets its JSON-RPC answer; a notification, a client's response, GET and DELETE an HTTP refusal.
+  const status = challenge ? challenge.status : message?.kind === 'request' ? 200 : 403;
+  const headers: Record<string, string> = challenge ? { 'www-authenticate': challenge.header } : {};
+  sendRpc(res, status, id, code, `denied by policy: ${d.reason}${ref}`, data, headers);
 }
 
 interface Upstreamed {

@@ -26,13 +26,14 @@ function agentIdentity(c: Readonly<EgressContext>, a: Answers): V {
   const f = c.facts;
   const s = c.snap.settings;
   if (f.via === 'proxy' && !f.vp) return no(f.credentialIssue ?? 'missing Proxy-Authorization', undefined, true);
-  // An /authz call naming its hop (the egress gateway) may leave the actor to the VP it carries.
-  if (f.via === 'authz' && !c.actorName && !(c.proxy && f.vp?.trim())) return no('empty actor');
-  if (f.repeatedCredential) return no(`${f.repeatedCredential} sent more than once: one credential speaks for the agent`);
-  if (s.identityMode === 'vc' && !s.identityAuthority) return no('vc identity mode needs the identity authority (AGENT_IDP_URL)');
   const given = f.vp?.trim() || undefined;
   const bearer = f.via === 'proxy' ? given : bearerToken(f.authorization);
   const candidate = bearer && accessTokenShaped(bearer) ? bearer : undefined;
+  // An /authz call naming its hop (the egress gateway) may leave the actor to the VP it carries;
+  // an access token names its agent (`act`) itself, as an OAuth client's only credential.
+  if (!c.actorName && !candidate && actorRequired(c)) return no('empty actor');
+  if (f.repeatedCredential) return no(`${f.repeatedCredential} sent more than once: one credential speaks for the agent`);
+  if (s.identityMode === 'vc' && !s.identityAuthority) return no('vc identity mode needs the identity authority (AGENT_IDP_URL)');
   let proved: Proved = { actorName: c.actorName, agentDid: undefined, token: undefined };
   if (candidate) {
     const t = a.token;
@@ -56,10 +57,13 @@ function agentIdentity(c: Readonly<EgressContext>, a: Answers): V {
 
 type Proved = Pick<EgressContext, 'actorName' | 'agentDid' | 'token'>;
 
+/** Whether the call must name its actor: at /authz, unless a hop (the egress gateway) leaves it to the VP it carries. */
+const actorRequired = (c: Readonly<EgressContext>) => c.facts.via === 'authz' && !(c.proxy && c.facts.vp?.trim());
+
 /** A Writ access token: ignored when not Writ's; else it must hold and name the actor declared. */
 function tokenProves(c: Readonly<EgressContext>, t: TokenAnswer | Failure, so: Proved): V {
   if (isFailure(t)) return refuse(401, 'identity', t.failed);
-  if (!t.claimed) return pass(so);
+  if (!t.claimed) return so.actorName || !actorRequired(c) ? pass(so) : no('empty actor');
   if (!t.ok) return refuse(401, 'identity', `invalid access token: ${t.reason}`);
   const agent = t.claims.act;
   if (so.actorName && agent.name !== so.actorName)

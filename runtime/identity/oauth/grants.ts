@@ -16,6 +16,7 @@ import { oauthStore } from './store.js';
 import { delegationFromSubject } from './subject.js';
 import { mintAccessToken } from './token.js';
 import { type AccessTokenClaims, type TokenDelegation } from '../../lib/access-token.js';
+import { neededScopes } from '../../lib/protected-resource.js';
 
 export interface TokenAnswer {
   access_token: string;
@@ -104,7 +105,7 @@ export async function tokenExchange(o: OAuthContext, form: Map<string, string>):
   const d = await delegationFromSubject(o, form, agent);
   const human = await humanInactivity(o, d.human);
   if (human) throw invalidGrant(human);
-  const offered = [d.delegation.action, ...(target.requireScope ? [target.requireScope] : [])];
+  const offered = [...new Set([d.delegation.action, ...neededScopes(target.requireScope)])];
   const scope = grantedScope(form, offered);
   const answer = await issue(o, {
     grant: GRANT.exchange,
@@ -130,6 +131,6 @@ export async function clientCredentials(o: OAuthContext, form: Map<string, strin
   }
   const target = await targetFor(o, form, proved);
   if (target.dataClass === 'regulated') throw invalidTarget(`${target.name} is regulated: it needs a human's delegation (token exchange)`);
-  const scope = grantedScope(form, target.requireScope ? [target.requireScope] : []);
+  const scope = grantedScope(form, neededScopes(target.requireScope));
   return issue(o, { grant: GRANT.clientCredentials, agent: proved, sub: proved.did, target, scope, notAfter: membershipExp });
 }

@@ -5,6 +5,7 @@
  * the authority's own API.
  */
 import http from 'node:http';
+import { webcrypto } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, expect } from 'vitest';
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey } from 'jose';
@@ -146,4 +147,10 @@ export async function postForm(bed: OAuthBed, path: string, params: Record<strin
     body: new URLSearchParams(params).toString(),
   });
   return { status: res.status, json: (await res.json()) as Record<string, any>, headers: res.headers };
+}
+
+/** The agent's did:key seed as a WebCrypto Ed25519 private key (PKCS#8 wrapping of the 32-byte seed), for a private_key_jwt client. */
+export async function agentKey(a: AgentIdentity): Promise<webcrypto.CryptoKey> {
+  const pkcs8 = Buffer.concat([Buffer.from('302e020100300506032b657004220420', 'hex'), Buffer.from(a.privateKeyB64, 'base64')]);
+  return webcrypto.subtle.importKey('pkcs8', pkcs8, { name: 'Ed25519' }, false, ['sign']);
 }

@@ -29,6 +29,8 @@ export interface TokenVerifier {
   check(token: string): TokenCheck;
   /** Signature verifications made so far (tests, bench). */
   signatureChecks(): number;
+  /** The issuer whose tokens it checks (what a protected resource names as its authorization server), once known. */
+  issuer(): string | undefined;
 }
 
 export function createTokenVerifier(o: TokenVerifierOptions): TokenVerifier {
@@ -63,5 +65,6 @@ export function createTokenVerifier(o: TokenVerifierOptions): TokenVerifier {
       return inactive ? { ok: false, reason: inactive } : r;
     },
     signatureChecks: () => signatures,
+    issuer: () => o.issuer,
   };
 }

@@ -1,0 +1,83 @@
+/**
+ * Each MCP gateway route as an OAuth protected resource (issue 43 item 6, RFC 9728; MCP
+ * 2025-11-25 / 2026-07-28 authorization): `/mcp/{service}` is the resource, its metadata is served
+ * at `/.well-known/oauth-protected-resource/mcp/{service}` (RFC 9728 3.1 path insertion: where an
+ * MCP client looks when a 401 names none) and names Writ's authorization server (the issuer the
+ * control plane follows), the scopes the entry needs and the bearer method. A refusal for want of
+ * a credential, an invalid token or a missing scope carries the challenge (lib/protected-resource.ts).
+ */
+import type http from 'node:http';
+import { H } from '../lib/brand.js';
+import { challengeFor, metadataUrlOf, PRM_WELL_KNOWN, resourceMetadata, type Challenge, type Refused } from '../lib/protected-resource.js';
+import type { Service } from '../control-plane/types.js';
+
+export const MCP_METADATA_PREFIX = `${PRM_WELL_KNOWN}/mcp/`;
+
+export interface ResourceOptions {
+  /** The broker listener's base URL as clients reach it (`BROKER_PUBLIC_URL`); absent: `http://` + the request's Host. */
+  publicUrl?: string;
+  /** Writ's authorization server (its `issuer`), once known. */
+  authorizationServer?: () => string | undefined;
+}
+
+/** A Host header as a URL authority: name or address, optional port; anything else is not used. */
+const HOST_RE = /^(?:[a-z0-9.-]+|\[[0-9a-f:.]+\])(?::\d{1,5})?$/i;
+
+/** The base URL of the listener for this request, or undefined when it cannot be told. */
+export function baseUrlOf(req: http.IncomingMessage, publicUrl: string | undefined): string | undefined {
+  if (publicUrl) return publicUrl.replace(/\/+$/, '');
+  const host = req.headers.host;
+  return host && HOST_RE.test(host) ? `http://${host}` : undefined;
+}
+
+/** The resource identifier of `/mcp/{service}`: its absolute URL. */
+export const resourceOf = (base: string, service: string) => `${base}/mcp/${encodeURIComponent(service)}`;
+
+/** Whether the request carried a credential (a bearer token or a VP), not only a declared name. */
+export const credentialSent = (req: http.IncomingMessage) => req.headers.authorization !== undefined || req.headers[H.agentVp] !== undefined;
+
+/** The challenge for a refused message, when the refusal is a credential's. */
+export function mcpChallenge(req: http.IncomingMessage, o: ResourceOptions, service: string, d: Refused): Challenge | undefined {
+  const base = baseUrlOf(req, o.publicUrl);
+  if (!base) return undefined;
+  return challengeFor(d, credentialSent(req), metadataUrlOf(resourceOf(base, service)));
+}
+
+function sendJson(res: http.ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), 'cache-control': 'no-store' });
+  res.end(text);
+}
+
+/** GET `/.well-known/oauth-protected-resource/mcp/{service}`: the entry's RFC 9728 document. */
+export function serveMetadata(
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  path: string,
+  o: ResourceOptions,
+  entry: (name: string) => Service | undefined,
+): void {
+  req.resume();
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    res.setHeader('allow', 'GET, HEAD');
+    return sendJson(res, 405, { error: 'invalid_request', error_description: `method ${req.method} is not allowed on protected-resource metadata` });
+  }
+  let service: string;
+  try {
+    service = decodeURIComponent(path.slice(MCP_METADATA_PREFIX.length));
+  } catch {
+    service = '';
+  }
+  const e = entry(service);
+  if (!service || service.includes('/') || e?.protocol !== 'mcp')
+    return sendJson(res, 404, { error: 'not_found', error_description: `no MCP service at ${path}` });
+  const base = baseUrlOf(req, o.publicUrl);
+  if (!base) return sendJson(res, 400, { error: 'invalid_request', error_description: 'the Host header is not a host[:port]' });
+  const issuer = o.authorizationServer?.();
+  if (!issuer)
+    return sendJson(res, 503, {
+      error: 'temporarily_unavailable',
+      error_description: 'the authorization server is not known yet (identity authority not reached)',
+    });
+  sendJson(res, 200, resourceMetadata({ resource: resourceOf(base, service), issuer, name: service, requireScope: e.requireScope }));
+}
