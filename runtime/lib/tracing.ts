@@ -40,8 +40,7 @@ import {
   type Tracer,
 } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter as JsonTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { OTLPTraceExporter as ProtobufTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { createRequire } from 'node:module';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import {
   AlwaysOffSampler,
@@ -96,6 +95,23 @@ interface State {
 }
 
 const state: State = { mode: 'off' };
+
+const load = createRequire(import.meta.url);
+/** Both exporter packages have this shape. */
+type OtlpPackage = typeof import('@opentelemetry/exporter-trace-otlp-http');
+type ExporterOptions = ConstructorParameters<OtlpPackage['OTLPTraceExporter']>[0];
+
+/**
+ * The SDK's OTLP/HTTP span exporter for `protocol`, its package loaded only now: the exporters
+ * and what they pull in (protobufjs, the OTLP transformer, the metrics SDK) are about a third of
+ * the modules a process loads, and only a process exporting over OTLP needs them (a restart's
+ * time is mostly module loading: bench/restart.bench.ts).
+ */
+function otlpExporter(protocol: string, o: ExporterOptions): SpanExporter {
+  const pkg = protocol === 'http/json' ? '@opentelemetry/exporter-trace-otlp-http' : '@opentelemetry/exporter-trace-otlp-proto';
+  const { OTLPTraceExporter } = load(pkg) as OtlpPackage;
+  return new OTLPTraceExporter(o);
+}
 /** Read on the hot path: decision spans are recorded only when exporting over OTLP. */
 let decisionsOn = false;
 
@@ -109,8 +125,7 @@ export function initTracing(cfg: TracingConfig, serviceName = BRAND): boolean {
   // The OTLP/HTTP traces URL (stdout mode has no endpoint).
   const url = cfg.mode === 'otlp' ? `${cfg.endpoint}/v1/traces` : '';
   const protocol = cfg.protocol ?? OTLP_PROTOCOLS[0];
-  const Otlp = protocol === 'http/json' ? JsonTraceExporter : ProtobufTraceExporter;
-  const exporter: SpanExporter = cfg.mode === 'otlp' ? new Otlp({ url, headers: cfg.headers, timeoutMillis: 5000 }) : new JsonLineSpanExporter();
+  const exporter: SpanExporter = cfg.mode === 'otlp' ? otlpExporter(protocol, { url, headers: cfg.headers, timeoutMillis: 5000 }) : new JsonLineSpanExporter();
   const processor =
     cfg.mode === 'otlp'
       ? new BatchSpanProcessor(exporter, { scheduledDelayMillis: 1000, maxQueueSize: 8192, maxExportBatchSize: 512 })
