@@ -72,6 +72,7 @@ function serviceOf(r: Observed): Service {
     if (s.dataClass) out.dataClass = s.dataClass;
     if (s.protocol) out.protocol = s.protocol;
     if (s.path) out.path = s.path;
+    if (s.tools?.length) out.tools = s.tools.map((t: { name: string; costUsd: number }) => ({ name: t.name, costUsd: t.costUsd }));
     return out;
   }
   const out: Service = { name: s.agent, upstream: s.upstream ?? defaultAgentUpstream(s.agent, r.namespace), kind: 'agent' };

@@ -145,10 +145,27 @@ export const REGISTRY_SERVICE: CrdKind = {
         description: 'mcp: an MCP server (streamable HTTP) the gateway serves at /mcp/<name> on the broker listener (kind tool).',
       },
       path: str('The MCP endpoint path on the upstream (protocol mcp); default /mcp.', { maxLength: 1024, pattern: '^/[!-"$->@-~]*$' }),
+      tools: {
+        type: 'array',
+        description:
+          "Prices of the MCP server's tools (protocol mcp): each tools/call of a tool named here counts costUsd against the calling agent's costUsdPerDay.",
+        maxItems: 10000,
+        'x-kubernetes-list-type': 'map',
+        'x-kubernetes-list-map-keys': ['name'],
+        items: {
+          type: 'object',
+          required: ['name', 'costUsd'],
+          properties: {
+            name: str('The tool name on the server, exactly as tools/call sends it.', { minLength: 1 }),
+            costUsd: { type: 'number', minimum: 0, maximum: 1e6, description: 'USD charged per call.' },
+          },
+        },
+      },
     },
     'x-kubernetes-validations': [
       { rule: "!has(self.protocol) || self.kind == 'tool'", message: 'protocol mcp is for kind tool', fieldPath: '.protocol' },
       { rule: '!has(self.path) || has(self.protocol)', message: 'path is for protocol mcp', fieldPath: '.path' },
+      { rule: '!has(self.tools) || has(self.protocol)', message: 'tools are for protocol mcp', fieldPath: '.tools' },
       {
         rule: "!self.public || !has(self.requireScope) || self.requireScope == ''",
         message: 'a public service cannot require a scope',

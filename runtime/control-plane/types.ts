@@ -78,6 +78,26 @@ export const ToolRuleSchema = z
   .strict();
 export type ToolRule = z.infer<typeof ToolRuleSchema>;
 
+/**
+ * Most dollars one report may carry (tokens: MAX_CALL_TOKENS, what one call may reserve): the
+ * meters and the shared ledger add them up, and an unbounded figure would overflow them
+ * (Infinity, or past the integers a double holds exactly) and deny the agent for the window.
+ */
+export const USAGE_COST_MAX = 1e6;
+
+/**
+ * One tool of an MCP service with its price (issue 42): each `tools/call` of it is charged
+ * `costUsd` against the calling agent's `costUsdPerDay`, reserved before the call is forwarded.
+ * `name` is the tool's name on the server (what `tools/call` sends), exactly.
+ */
+export const ToolCostSchema = z
+  .object({
+    name: z.string().min(1).max(REGISTRY_NAME_MAX),
+    costUsd: z.number().nonnegative().finite().max(USAGE_COST_MAX),
+  })
+  .strict();
+export type ToolCost = z.infer<typeof ToolCostSchema>;
+
 /** An HTTP path on an upstream: `/` then visible ASCII, no `?` or `#`. */
 const UPSTREAM_PATH_RE = /^\/[\x21-\x22\x24-\x3e\x40-\x7e]*$/;
 
@@ -107,6 +127,18 @@ export const ServiceSchema = z
     path: z.string().max(1024).regex(UPSTREAM_PATH_RE, 'path must start with / and hold no query, fragment, space or control character').optional(),
     /** Agents: rules on the tools they call (issue 42). */
     toolRules: z.array(ToolRuleSchema).max(1000).optional(),
+    /** MCP services: the price of a call of each tool named (the others cost nothing). */
+    tools: z
+      .array(ToolCostSchema)
+      .max(10_000)
+      .superRefine((list, ctx) => {
+        const seen = new Set<string>();
+        list.forEach((t, i) => {
+          if (seen.has(t.name)) ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `duplicate tool ${JSON.stringify(t.name)}` });
+          seen.add(t.name);
+        });
+      })
+      .optional(),
   })
   .strict()
   .superRefine((s, ctx) => {
@@ -115,15 +147,9 @@ export const ServiceSchema = z
       ctx.addIssue({ code: 'custom', path: ['name'], message: 'an mcp service name has no "/": allowTools reads <service>/<tool>' });
     if (s.path !== undefined && s.protocol !== 'mcp') ctx.addIssue({ code: 'custom', path: ['path'], message: 'path is for protocol mcp' });
     if (s.toolRules?.length && s.kind !== 'agent') ctx.addIssue({ code: 'custom', path: ['toolRules'], message: 'toolRules are for kind agent' });
+    if (s.tools?.length && s.protocol !== 'mcp') ctx.addIssue({ code: 'custom', path: ['tools'], message: 'tools are for protocol mcp' });
   });
 export type Service = z.infer<typeof ServiceSchema>;
-
-/**
- * Most dollars one report may carry (tokens: MAX_CALL_TOKENS, what one call may reserve): the
- * meters and the shared ledger add them up, and an unbounded figure would overflow them
- * (Infinity, or past the integers a double holds exactly) and deny the agent for the window.
- */
-export const USAGE_COST_MAX = 1e6;
 
 export const UsageSchema = z
   .object({

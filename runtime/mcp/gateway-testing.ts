@@ -29,6 +29,8 @@ export interface McpHarness {
   everything: Everything;
   run: RunningWithEgress;
   broker: RunningBroker;
+  /** The control plane's store (in-memory PGlite). */
+  store: Store;
   /** `http://127.0.0.1:<broker>/mcp/everything`. */
   url: string;
   mgmt: string;
@@ -72,6 +74,7 @@ export async function startMcpHarness(o: { identity?: IdentityPort } = {}): Prom
     everything,
     run,
     broker,
+    store,
     url,
     mgmt: `http://127.0.0.1:${run.cp.mgmtPort}`,
     async agent(a) {

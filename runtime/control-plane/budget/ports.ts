@@ -33,6 +33,8 @@ export interface ReserveRequest {
   priceOutputPer1k: number;
   /** Accept fewer output tokens than asked (a stream the broker can cut). */
   partial?: boolean;
+  /** A fixed price charged whole on top of the tokens' (a tool call's `costUsd`); a reservation of it alone is settled at once. */
+  costUsd?: number;
   /** Deadline of the settlement (default the store's reservation TTL). */
   ttlMs?: number;
 }

@@ -65,8 +65,12 @@ export function createReservations(o: ReservationOptions): Reservations {
     const b = o.budgetOf(r.agent);
     const tph = enforcing(b) ? limitOf(b, 'tokens') : 0;
     const cpd = enforcing(b) ? limitOf(b, 'cost') : 0;
-    if (tph === 0 && cpd === 0) return { ok: true, id: null, outputTokens: r.outputTokens };
     const now = o.now();
+    if (tph === 0 && cpd === 0) {
+      // Nothing to hold (no ceiling, or audit mode); a fixed price is the call's real cost: recorded as a usage report is.
+      if (r.costUsd && r.promptTokens + r.outputTokens === 0) o.meter.recordUsage(r.agent, 0, r.costUsd, now);
+      return { ok: true, id: null, outputTokens: r.outputTokens };
+    }
     const held = await chargeWorstCase(o.meter, r, { tph, cpd }, bucketOf('tokens', now));
     if ('ok' in held) return held;
     const id = randomUUID();

@@ -1,9 +1,10 @@
 /**
  * A reservation's worst case charged to the shared meter (token-lease.ts): the prompt bound plus
- * the output allowance against `tokensPerHour`, priced from the broker's model table against
- * `costUsdPerDay`; a partial reservation takes as much output as still fits (at least one
- * token), and fewer dollars than asked shrink the allowance to what they buy. A refusal says
- * which dimension, how much was needed and when the window frees up.
+ * the output allowance against `tokensPerHour`, priced from the broker's model table (plus a
+ * fixed price: a tool call's `costUsd`, alone for a tool) against `costUsdPerDay`; a partial
+ * reservation takes as much output as still fits (at least one token), and fewer dollars than
+ * asked shrink the allowance to what they buy. A refusal says which dimension, how much was
+ * needed and when the window frees up.
  */
 import type { SharedBudgetMeter } from './meter.js';
 import { neverFits, r9 } from './policy.js';
@@ -25,7 +26,7 @@ export interface Ceilings {
   cpd: number;
 }
 
-const price = (prompt: number, out: number, r: ReserveRequest) => r9((prompt * r.priceInputPer1k + out * r.priceOutputPer1k) / 1000);
+const price = (prompt: number, out: number, r: ReserveRequest) => r9((prompt * r.priceInputPer1k + out * r.priceOutputPer1k) / 1000 + (r.costUsd ?? 0));
 
 /** The refusal of a worst case that does not fit (`res`: the ledger's answer, when it gave one). */
 export function refusal(agent: string, dimension: Refusal['dimension'], limit: number, need: number, res?: { used: number; freesAt?: number }): Refusal {
@@ -52,7 +53,8 @@ export function refusal(agent: string, dimension: Refusal['dimension'], limit: n
 export async function chargeWorstCase(meter: Meter, r: ReserveRequest, c: Ceilings, tokensBucket: number): Promise<Charged | Refusal> {
   const minOut = r.partial ? Math.min(1, r.outputTokens) : r.outputTokens;
   const held: Charged = { tokens: 0, cost: 0, out: r.outputTokens };
-  if (c.tph > 0) {
+  // A fixed price alone (a tool call) holds no tokens.
+  if (c.tph > 0 && r.promptTokens + r.outputTokens > 0) {
     const t = await meter.take(r.agent, 'tokens', r.promptTokens + held.out, r.promptTokens + minOut);
     if (!t.ok) return refusal(r.agent, 'tokensPerHour', c.tph, r.promptTokens + minOut, t.result);
     held.tokens = t.granted;
@@ -73,7 +75,7 @@ export async function chargeWorstCase(meter: Meter, r: ReserveRequest, c: Ceilin
 
 /** Fewer dollars than asked: the output allowance shrinks to what they buy (the tokens beyond it go back). */
 function shrinkToDollars(meter: Meter, r: ReserveRequest, held: Charged, minOut: number, tokensBucket: number): void {
-  const fit = Math.max(minOut, Math.floor((held.cost * 1000 - r.promptTokens * r.priceInputPer1k) / r.priceOutputPer1k + 1e-9));
+  const fit = Math.max(minOut, Math.floor(((held.cost - (r.costUsd ?? 0)) * 1000 - r.promptTokens * r.priceInputPer1k) / r.priceOutputPer1k + 1e-9));
   if (held.tokens > 0 && fit < held.out) {
     meter.giveBack(r.agent, 'tokens', held.out - fit, tokensBucket);
     held.tokens -= held.out - fit;

@@ -1,7 +1,8 @@
 /**
  * Commits a decision's effects, in order: the budget call reservation (re-checked now: a
  * concurrent decision may have taken the last call since the usage was read), the broker's
- * token and cost reservation when it asked for one (async: the shared ledger), the audit record
+ * token and cost reservation when it asked for one, or a tool call's price (async: the shared
+ * ledger; a price alone is settled once the allow is recorded), the audit record
  * (hashed synchronously; an append that fails turns the decision into a deny: no unrecorded
  * allow), its durability when the chain asks callers to wait for it, the proxy's call ticket,
  * and the metrics. The dry-run commits nothing.
@@ -83,10 +84,12 @@ export function commit(ev: Evaluation, sinks: Sinks, startedAt: number): Committ
   const t = out.effects.reserveTokens;
   if (!t || !out.decision.allow) return record(out, sinks, startedAt, release);
   const callRelease = release;
-  return reserveTokens(out, t, sinks).then(({ ev: o, undo }) => {
+  return reserveTokens(out, t, sinks).then(({ ev: o, undo, settle }) => {
     // Refused: the call was not made, so it is not counted either.
     if (!o.decision.allow) callRelease?.();
-    return record(o, sinks, startedAt, o.decision.allow ? () => (callRelease?.(), undo?.()) : undefined);
+    const done = record(o, sinks, startedAt, o.decision.allow ? () => (callRelease?.(), undo?.()) : undefined);
+    // A fixed price is the call's real cost: settled as soon as the allow is recorded.
+    return settle ? Promise.resolve(done).then((d) => (d.decision.allow && settle(), d)) : done;
   });
 }
 
@@ -96,7 +99,11 @@ export function commit(ev: Evaluation, sinks: Sinks, startedAt: number): Committ
  * deny whose `X-Writ-Reservation` says which; reserved: the allow carries the reservation, and
  * `undo` settles it to nothing should the decision still turn into a deny.
  */
-async function reserveTokens(ev: Evaluation, t: NonNullable<Effects['reserveTokens']>, sinks: Sinks): Promise<{ ev: Evaluation; undo?: () => void }> {
+async function reserveTokens(
+  ev: Evaluation,
+  t: NonNullable<Effects['reserveTokens']>,
+  sinks: Sinks,
+): Promise<{ ev: Evaluation; undo?: () => void; settle?: () => void }> {
   const rs = sinks.reservations;
   const unavailable = (why: string) => ({ ev: denied(ev, why, { [H.reservation]: formatReservation({ kind: 'unavailable' }) }) });
   if (!rs) return unavailable('budget reservations are not kept by this decision point (fail closed)');
@@ -117,8 +124,10 @@ async function reserveTokens(ev: Evaluation, t: NonNullable<Effects['reserveToke
   const id = a.id;
   const headers: Record<string, string> = Object.assign({}, ev.decision.headers);
   headers[H.reservation] = formatReservation({ kind: 'reserved', id, outputTokens: a.outputTokens });
-  const undo = id ? () => void rs.settle(id, t.agent, 0, 0).catch((e: unknown) => log.error('reservation not released', { id, err: errMsg(e) })) : undefined;
-  return { ev: { ...ev, decision: { ...ev.decision, headers } }, undo };
+  const settleTo = (cost: number) => () =>
+    void rs.settle(id!, t.agent, 0, cost).catch((e: unknown) => log.error('reservation not settled', { id, err: errMsg(e) }));
+  const fixed = id && t.costUsd !== undefined && t.promptTokens + t.outputTokens === 0;
+  return { ev: { ...ev, decision: { ...ev.decision, headers } }, undo: id ? settleTo(0) : undefined, settle: fixed ? settleTo(t.costUsd!) : undefined };
 }
 
 /** Appends the audit record (a failed append denies and runs `release`), mints the ticket, waits for durability when asked. */

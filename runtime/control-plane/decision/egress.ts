@@ -11,7 +11,7 @@ import { H } from '../../lib/brand.js';
 import type { AuditAction, Decision, Rule, Service } from '../types.js';
 import { allow, auditOf, UNKNOWN_LABEL } from './outcome.js';
 import { vetoLayer } from './veto.js';
-import { isMcp } from './tool.js';
+import { isMcp, toolPrice } from './tool.js';
 import type { EgressFacts, Effects, Evaluation, HoldRequest, Layer, PolicySnapshot, ProxyHop, RegistryView } from './types.js';
 
 export const EXTERNAL = 'external';
@@ -154,6 +154,9 @@ export function egressAllowed(c: Readonly<EgressContext>, layers: Layer[]): Eval
   const extra: Extra = c.ticketed || !c.counted ? {} : { reserveCall: { agent: actorName, budget: c.actor!.budget } };
   const reserve = f.reserve;
   if (reserve && !('error' in reserve)) extra.reserveTokens = { ...reserve, agent: actorName };
+  // A priced tool: its price reserved against costUsdPerDay as the broker's worst case is.
+  const price = extra.reserveCall ? toolPrice(target, f.mcp) : 0;
+  if (price > 0) extra.reserveTokens = { agent: actorName, promptTokens: 0, outputTokens: 0, priceInputPer1k: 0, priceOutputPer1k: 0, costUsd: price };
   // A call ticket only where a next hop can present it: an upstream that also serves a model (a
   // broker asking /authz for the same agent's completion).
   if (f.via === 'proxy' && target && servesModel(c.snap.registry, target.upstream)) extra.ticket = { actor: actorName, upstream: target.upstream };

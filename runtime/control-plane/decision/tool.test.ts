@@ -1,12 +1,14 @@
 /**
  * The tool layer's pure parts: what an allowTools entry covers, list-time filtering, how methods
- * are treated, and a tool rule refused where it is applied (registry schema, operator check).
+ * are treated, a tool rule refused where it is applied (registry schema, operator check), and a
+ * tool's price from the registry entry (and from a RegistryService) to the call.
  */
 import { describe, expect, it } from 'vitest';
+import { reconcile } from '../../../operator/reconcile.js';
 import { checkResource } from '../../../operator/resource.js';
 import { parseService, RegistryValidationError } from '../registry/service.js';
 import type { Service } from '../types.js';
-import { covers, filterTools, methodClass } from './tool.js';
+import { covers, filterTools, methodClass, toolPrice } from './tool.js';
 
 const agent = (allowTools: string[]): Service => ({ name: 'a', upstream: 'a:1', kind: 'agent', allowTools });
 
@@ -52,5 +54,57 @@ describe('tool layer', () => {
       'spec.toolRules[0].when: does not compile as a call-time rule: Unknown variable: request (a call-time rule sees only args, agent, task, onBehalfOf)',
     ]);
     expect(checkResource(doc('args.n < 3'), 'x.yaml:1').observed?.errors).toEqual([]);
+  });
+
+  it('prices a tools/call from its service entry: non-negative finite numbers, once per tool, on MCP services only', () => {
+    const mcp = (tools: unknown) => ({ name: 'fs', upstream: 'fs:1', kind: 'tool', protocol: 'mcp', tools });
+    const refused = (body: unknown) => {
+      try {
+        parseService(body);
+        return 'accepted';
+      } catch (e) {
+        return (e as Error).message;
+      }
+    };
+    expect(
+      [
+        mcp([{ name: 'echo', costUsd: -1 }]),
+        mcp([{ name: 'echo', costUsd: '1' }]),
+        mcp([{ name: 'echo', costUsd: 2e6 }]),
+        mcp([{ name: 'echo' }]),
+        mcp([{ name: '', costUsd: 1 }]),
+        mcp([{ name: 'echo', costUsd: 1, per: 'call' }]),
+        mcp([
+          { name: 'echo', costUsd: 1 },
+          { name: 'echo', costUsd: 2 },
+        ]),
+        { name: 'fs', upstream: 'fs:1', kind: 'tool', tools: [{ name: 'echo', costUsd: 1 }] },
+      ].map(refused),
+    ).toEqual([
+      'invalid service: tools.0.costUsd: Too small: expected number to be >=0',
+      'invalid service: tools.0.costUsd: Invalid input: expected number, received string',
+      'invalid service: tools.0.costUsd: Too big: expected number to be <=1000000',
+      'invalid service: tools.0.costUsd: Invalid input: expected number, received undefined',
+      'invalid service: tools.0.name: Too small: expected string to have >=1 characters',
+      'invalid service: tools.0: Unrecognized key: "per"',
+      'invalid service: tools.1.name: duplicate tool "echo"',
+      'invalid service: tools: tools are for protocol mcp',
+    ]);
+    const fs = parseService(mcp([{ name: 'echo', costUsd: 0.25 }]));
+    expect(fs.tools).toEqual([{ name: 'echo', costUsd: 0.25 }]);
+    expect(toolPrice(fs, { method: 'tools/call', name: 'echo' })).toBe(0.25);
+    expect(toolPrice(fs, { method: 'tools/call', name: 'zip' })).toBe(0);
+    expect(toolPrice(fs, { method: 'prompts/get', name: 'echo' })).toBe(0);
+    // A RegistryService carries the prices to the registry entry; a negative price is refused by the CRD schema.
+    const doc = (tools: unknown, protocol = 'mcp') => ({
+      apiVersion: 'writ.io/v1alpha1',
+      kind: 'RegistryService',
+      metadata: { name: 'fs', namespace: 't' },
+      spec: { upstream: 'fs:1', kind: 'tool', protocol, tools },
+    });
+    const ok = checkResource(doc([{ name: 'echo', costUsd: 0.25 }]), 'x.yaml:1').observed!;
+    expect(ok.errors).toEqual([]);
+    expect(reconcile([ok]).services[0]).toMatchObject({ name: 'fs', protocol: 'mcp', tools: [{ name: 'echo', costUsd: 0.25 }] });
+    expect(checkResource(doc([{ name: 'echo', costUsd: -1 }]), 'x.yaml:1').observed?.errors).toEqual(['spec.tools[0].costUsd: must be >= 0, got -1']);
   });
 });

@@ -11,7 +11,8 @@
  * - `initialize`, `ping`, notifications, the client's answers to server requests, the list
  *   methods, the GET stream and DELETE pass;
  * - any other method is denied (deny by default), as is a check of an MCP service that carries no
- *   message. Only `tools/call` counts against `callsPerHour` (egress.ts `counted`). Pure.
+ *   message. Only `tools/call` counts against `callsPerHour` (egress.ts `counted`), and against
+ *   `costUsdPerDay` when its service prices the tool (`toolPrice`). Pure.
  */
 import { canonicalJson } from '../../lib/jcs.js';
 import type { Service, ToolRule } from '../types.js';
@@ -87,6 +88,12 @@ export const named = (service: string, name: string) => `${service}/${name}`;
 
 /** Is `target` an MCP tool service (its checks are decided per message)? */
 export const isMcp = (target: Service | undefined): boolean => target?.protocol === 'mcp';
+
+/** The price of a `tools/call` (its service's `tools` entry naming the tool), 0 when it has none. */
+export function toolPrice(target: Service | undefined, call: McpCall | undefined): number {
+  if (!isMcp(target) || call?.method !== 'tools/call' || call.name === undefined) return 0;
+  return target!.tools?.find((t) => t.name === call.name)?.costUsd ?? 0;
+}
 
 function tool(c: Readonly<EgressContext>): V {
   const { target, facts: f } = c;

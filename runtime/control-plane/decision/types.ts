@@ -215,8 +215,11 @@ export interface Effects {
   serviceLabel: string;
   /** Count one call against the agent (an allowed egress no earlier hop counted). */
   reserveCall?: { agent: string; budget?: Budget };
-  /** Reserve a model call's worst case against the agent's token and cost ceilings (the broker asked). */
-  reserveTokens?: ReserveAsk & { agent: string };
+  /**
+   * Reserve a model call's worst case against the agent's token and cost ceilings (the broker
+   * asked), or a tool call's fixed price (`costUsd`, its registry entry's `tools`; no tokens).
+   */
+  reserveTokens?: ReserveAsk & { agent: string; costUsd?: number };
   /** Proxy: mint a call ticket for the upstream leg (a registry target). */
   ticket?: { actor: string; upstream: string };
 }

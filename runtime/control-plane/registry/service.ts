@@ -85,6 +85,7 @@ export function storedShape(s: Service, registeredAt: string): Service {
   if (s.protocol) out.protocol = s.protocol;
   if (s.path !== undefined) out.path = s.path;
   if (s.toolRules?.length) out.toolRules = s.toolRules.map((r) => ({ ...r }));
+  if (s.tools?.length) out.tools = s.tools.map((t) => ({ name: t.name, costUsd: t.costUsd }));
   return out;
 }
 
