@@ -123,8 +123,8 @@ function renderEgress(box, list, onAct) {
       h('td', {}, r.actor, h('div', { class: 'muted small mono', title: r.actorDid }, short(r.actorDid, 24))),
       h('td', { class: 'mono' }, r.target),
       h('td', {}, r.service),
-      h('td', {}, h('span', { class: 'mono' }, r.action), h('div', { class: 'muted small break' }, r.resource)),
-      h('td', { class: 'small' }, r.reason),
+      h('td', {}, toolCall(r) ? toolCallCell(toolCall(r)) : [h('span', { class: 'mono' }, r.action), h('div', { class: 'muted small break' }, r.resource)]),
+      h('td', { class: 'small' }, toolCall(r)?.why ?? r.reason),
       h('td', { class: 'nowrap' }, countdown(Date.parse(r.expiresAt) / 1000),
         r.held === false ? h('div', { class: 'muted small' }, 'connection lost; the agent\'s retry gets the decision') : null),
     ],
@@ -162,4 +162,53 @@ function renderDelegations(box, list, onAct) {
       h('td', { class: 'small' }, d.status === 'approved' && d.notAfter ? countdown(d.notAfter) : (d.denyReason ?? '')),
     ],
   }, onAct);
+}
+
+const ARGS = '; arguments ';
+
+/**
+ * A held MCP tool call (pure): its service, tool and argument digest from the resource
+ * (`<service>/<tool> sha256:<hex>`), the canonical arguments from the reason (`...; arguments
+ * <JSON>`); undefined for any other held request.
+ */
+export function toolCall(r) {
+  if (r.action !== 'tools/call') return undefined;
+  const m = /^([^/\s]+)\/(\S+) sha256:([0-9a-f]{64})$/.exec(r.resource ?? '');
+  if (!m) return undefined;
+  const reason = r.reason ?? '';
+  const at = reason.indexOf(ARGS);
+  const args = at < 0 ? undefined : reason.slice(at + ARGS.length);
+  let pretty = args;
+  try {
+    if (args !== undefined) pretty = JSON.stringify(JSON.parse(args), null, 2);
+  } catch {
+    // shown as written
+  }
+  return { service: m[1], tool: m[2], digest: m[3], args, pretty, why: at < 0 ? reason : reason.slice(0, at) };
+}
+
+/** The held call: service/tool, the digest (checked against the arguments shown where the page can), the arguments as text. */
+function toolCallCell(t) {
+  const check = h('span', { class: 'muted small digest-check' }, '');
+  void checkDigest(check, t.args, t.digest);
+  return h('div', { class: 'tool-call', dataset: { service: t.service, tool: t.tool, digest: t.digest } },
+    h('span', { class: 'chip chip-tool' }, 'tool call'), ' ',
+    h('strong', { class: 'mono' }, `${t.service}/${t.tool}`),
+    h('div', { class: 'muted small mono break', title: `SHA-256 of the arguments' canonical JSON (RFC 8785): ${t.digest}` }, `sha256:${t.digest.slice(0, 16)}…`, ' ', check),
+    t.pretty === undefined
+      ? h('div', { class: 'warn-text small' }, 'arguments not shown')
+      : h('pre', { class: 'tool-args mono small', 'aria-label': `Arguments of ${t.service}/${t.tool}` }, t.pretty));
+}
+
+/** Whether the digest is the SHA-256 of the arguments shown (Web Crypto: a secure origin only). */
+async function checkDigest(el, args, digest) {
+  if (args === undefined) return;
+  if (!globalThis.crypto?.subtle) {
+    el.textContent = 'digest not checked here';
+    return;
+  }
+  const sum = new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(args)));
+  const ok = [...sum].map((b) => b.toString(16).padStart(2, '0')).join('') === digest;
+  el.textContent = ok ? 'matches the arguments' : 'does not match the arguments shown';
+  el.className = `small digest-check ${ok ? 'ok-text' : 'bad-text'}`;
 }
