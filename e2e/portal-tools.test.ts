@@ -165,7 +165,7 @@ describe.skipIf(!existsSync(CHROMIUM))('portal: MCP tool calls in the feed, Agen
 
   it('a held tool call shows its service, tool, digest and arguments as text; approved in the portal, the call completes', async () => {
     const held = mcp({ id: 3, method: 'tools/call', params: { name: 'get-annotated-message', arguments: HELD_ARGS } }).then((r) => r.text());
-    await page.evaluate(() => localStorage.setItem('portal.approver', 'alice'));
+    await page.evaluate(() => (globalThis as any).localStorage.setItem('portal.approver', 'alice'));
     await view('approvals');
     const cell = page.locator('#egress-requests .tool-call').first();
     await cell.waitFor({ timeout: 10_000 });
