@@ -26,6 +26,7 @@ import { errMsg, logger } from '../lib/log.js';
 import { sha256 } from '../lib/sha256.js';
 import { injectTrace } from '../lib/tracing.js';
 import type { DelegationAnswer, DelegationQuery, GovernanceStanding, IdentityPort, PresentationAnswer } from './identity-port.js';
+import type { HumanStanding } from '../lib/access-token.js';
 import { followTokens, type TokenFollower } from './identity-tokens.js';
 
 const log = logger('identity-client');
@@ -110,6 +111,22 @@ export interface IdentityClient extends IdentityPort {
   /** POST /v1/keys/verify: the key's id and scopes when it is a valid, active key; undefined otherwise. */
   verifyApiKey(key: string): Promise<{ id: string; scopes: string[]; tenantId: string | null } | undefined>;
   close(): Promise<void>;
+}
+
+/** The standing route's answer as the port keeps it (agents; humans when the authority sends them), or undefined when malformed. */
+function standingOf(json: unknown): Omit<GovernanceStanding, 'fetchedAt'> | undefined {
+  const { agents, humans } = (json ?? {}) as { agents?: unknown; humans?: unknown };
+  if (!agents || typeof agents !== 'object') return undefined;
+  const map = new Map<string, string>();
+  for (const [k, v] of Object.entries(agents as Record<string, unknown>)) if (typeof v === 'string') map.set(k, v);
+  if (!humans || typeof humans !== 'object') return { agents: map };
+  const people = new Map<string, HumanStanding>();
+  for (const [k, v] of Object.entries(humans as Record<string, { deactivated?: unknown; tokensNotBefore?: unknown }>)) {
+    const nb = typeof v?.tokensNotBefore === 'number' ? v.tokensNotBefore : null;
+    // Unreadable: taken as deactivated (deny on ambiguity).
+    people.set(k, { deactivated: v?.deactivated !== false, tokensNotBefore: nb });
+  }
+  return { agents: map, humans: people };
 }
 
 const str = (v: unknown): string | undefined => (typeof v === 'string' && v.length > 0 ? v : undefined);
@@ -337,14 +354,12 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
         standingTag && standing ? { 'if-none-match': standingTag } : undefined,
       );
       if (status === 304 && standing) {
-        standing = { agents: standing.agents, fetchedAt: now() };
+        standing = { ...standing, fetchedAt: now() };
         return true;
       }
-      const agents = (json as { agents?: unknown } | undefined)?.agents;
-      if (status !== 200 || !agents || typeof agents !== 'object') return false;
-      const map = new Map<string, string>();
-      for (const [k, v] of Object.entries(agents as Record<string, unknown>)) if (typeof v === 'string') map.set(k, v);
-      standing = { agents: map, fetchedAt: now() };
+      const read = status === 200 ? standingOf(json) : undefined;
+      if (!read) return false;
+      standing = { ...read, fetchedAt: now() };
       const tag = headers.etag;
       standingTag = typeof tag === 'string' ? tag : undefined;
       for (const l of standingListeners) l();

@@ -26,6 +26,8 @@ export interface DelegationAnswer {
 export interface GovernanceStanding {
   /** agent name -> status (`active`, `suspended`, ...). */
   readonly agents: ReadonlyMap<string, string>;
+  /** Directory humans (subject or email) who are or were deactivated; absent from an older authority. */
+  readonly humans?: ReadonlyMap<string, HumanStanding>;
   /** Epoch ms of the last successful fetch (or 304). */
   readonly fetchedAt: number;
 }
@@ -38,6 +40,7 @@ export interface PresentationAnswer {
 }
 
 import type { TokenVerifier } from '../identity/oauth/verifier.js';
+import type { HumanStanding } from '../lib/access-token.js';
 
 export interface IdentityPort {
   /** GET /v1/delegations/check on the identity authority. */

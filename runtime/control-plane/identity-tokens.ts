@@ -5,15 +5,16 @@
  * 30 s), and an offline verifier (identity/oauth/verifier.ts) whose revocation and standing come
  * from what the identity client already follows: the revocation list it polls (every list, the
  * tokens' `oauth` list included; every `AGENT_IDP_REVOCATION_POLL_MS`) and the governance standing
- * (every half period). No call per request: a revoked token or delegation, or a suspended agent,
- * is refused once the next poll has seen it (within 1 s by default). While either feed is stale,
+ * (every half period), whose `humans` carry the directory's deactivations. No call per request: a
+ * revoked token or delegation, a suspended agent, or a deactivated human is refused once the next
+ * poll has seen it (within 1 s by default). While either feed is stale,
  * or the key is not loaded yet, every token is refused (fail closed).
  */
 import type { KeyObject } from 'node:crypto';
 import { mayAct } from '../lib/governance-standing.js';
 import { errMsg, logger } from '../lib/log.js';
 import { keyFromJwk } from '../identity/oauth/token.js';
-import { accessTokenShaped, type TokenCheck } from '../lib/access-token.js';
+import { accessTokenShaped, humanDenial, humanRef, type TokenCheck } from '../lib/access-token.js';
 import { createTokenVerifier, type TokenVerifier } from '../identity/oauth/verifier.js';
 import type { GovernanceStanding } from './identity-port.js';
 
@@ -53,6 +54,8 @@ export function followTokens(f: TokenFeeds): TokenFollower {
       const status = s.agents.get(name);
       return status === undefined || mayAct(status) ? undefined : `agent ${JSON.stringify(name)} is ${status} (governance)`;
     },
+    // Asked after agentDenial, which already refused a stale or missing standing.
+    humanDenial: (sub: string, iat: number) => humanDenial(f.standing()?.humans?.get(humanRef(sub)), sub, iat),
   };
 
   async function load(): Promise<boolean> {

@@ -1,7 +1,7 @@
 /**
  * The identity authority's change feed: committed revocations, agent key bindings, API-key
- * state changes and governed agents' statuses, NOTIFYed by the database itself (the triggers of
- * migrations 0014 and 0018) on
+ * state changes, governed agents' statuses and directory humans' standing, NOTIFYed by the
+ * database itself (the triggers of migrations 0014, 0018 and 0028) on
  * `identity_changes_<schema>`, fanned out to the in-memory views (verify-index.ts, the key cache).
  *
  * A view may answer from memory only while the feed is `live()`: subscribed, and (on PostgreSQL,
@@ -39,8 +39,26 @@ export type Change =
   | { kind: 'key'; id: string }
   /** A governed agent's status (null: its record is gone); migration 0018. */
   | { kind: 'governed'; name: string; status: string | null }
+  /** Directory humans a statement touched, each with its state now (migration 0028). */
+  | { kind: 'humans'; humans: HumanChange[] }
   /** Something changed that the payload could not carry: reload. */
   | { kind: 'resync' };
+
+/** A human reference (employee subject or email): every row it names inactive, tokens issued at or before `notBefore` (s) inactive. */
+export interface HumanChange {
+  ref: string;
+  deactivated: boolean;
+  notBefore: number | null;
+}
+
+function humansOf(v: unknown[]): HumanChange[] | undefined {
+  const out: HumanChange[] = [];
+  for (const h of v) {
+    if (!Array.isArray(h) || typeof h[0] !== 'string' || typeof h[1] !== 'boolean') return undefined;
+    out.push({ ref: h[0], deactivated: h[1], notBefore: typeof h[2] === 'number' ? h[2] : null });
+  }
+  return out;
+}
 
 /** identity_change_seq's current value, 0 before its first use (a scalar subquery). */
 const SEQUENCE_VALUE = sql`(select case when is_called then last_value else 0 end from identity_change_seq)`;
@@ -108,6 +126,10 @@ export function parseChange(payload: string): Numbered | undefined {
   if (typeof m.a === 'string') return { kind: 'agent', name: m.a, tenant: s(m.t) ?? 'default', did: s(m.d), oldDid: s(m.o), n };
   if (typeof m.k === 'string') return { kind: 'key', id: m.k, n };
   if (typeof m.g === 'string') return { kind: 'governed', name: m.g, status: s(m.s), n };
+  if (Array.isArray(m.hu)) {
+    const humans = humansOf(m.hu);
+    return humans ? { kind: 'humans', humans, n } : { kind: 'resync', n };
+  }
   if (m.resync === true) return { kind: 'resync', n };
   return undefined;
 }

@@ -66,3 +66,29 @@ export function delegationCovers(c: AccessTokenClaims, use: TokenUse): boolean {
   const d = c.delegation;
   return d !== undefined && use.task === d.task && use.action === d.action && use.resource !== undefined && resourceMatches(d.resource, use.resource);
 }
+
+/** A directory human's standing as the feed carries it (identity governance standing, `humans`). */
+export interface HumanStanding {
+  /** Every directory row naming this human is inactive. */
+  deactivated: boolean;
+  /** Tokens issued at or before this (epoch s) are inactive: the human's last deactivation. */
+  tokensNotBefore: number | null;
+}
+
+/** The directory reference a token's `sub` names: `oidc:<subject>` (approvals with auth on) is the subject. */
+export function humanRef(sub: string): string {
+  return sub.startsWith('oidc:') ? sub.slice('oidc:'.length) : sub;
+}
+
+/**
+ * Why a delegated token of human `sub` issued at `iat` is inactive, or undefined: the human is
+ * deactivated, or the token was issued at or before their last deactivation (a reactivation does
+ * not bring such a token back). Someone the directory does not know is not refused here.
+ */
+export function humanDenial(standing: HumanStanding | undefined, sub: string, iat: number): string | undefined {
+  if (!standing) return undefined;
+  if (standing.deactivated) return `human ${JSON.stringify(sub)} is deactivated (directory)`;
+  if (standing.tokensNotBefore !== null && iat <= standing.tokensNotBefore)
+    return `token issued before human ${JSON.stringify(sub)} was deactivated (directory)`;
+  return undefined;
+}

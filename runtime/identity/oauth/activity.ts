@@ -5,11 +5,11 @@
  * Enforcement points decide the rest offline
  * (token.ts `tokenActive`) from the revocation and standing feeds.
  */
-import { eq, or } from 'drizzle-orm';
+import { eq, or, sql } from 'drizzle-orm';
 import { employees } from '../../store/schema/directory.js';
 import { identityRepo } from '../repo.js';
 import { nowSec, type OAuthContext } from './context.js';
-import type { AccessTokenClaims } from '../../lib/access-token.js';
+import { humanDenial, humanRef, type AccessTokenClaims } from '../../lib/access-token.js';
 
 /** Why the token is inactive, or undefined when it is active. */
 export async function storedInactivity(o: OAuthContext, c: AccessTokenClaims): Promise<string | undefined> {
@@ -23,7 +23,7 @@ export async function storedInactivity(o: OAuthContext, c: AccessTokenClaims): P
   const agent = await repo.getAgent(c.act.name);
   if (!agent || agent.did !== c.act.sub) return `agent ${c.act.name} no longer holds the key the token names`;
   if (!c.delegation) return undefined;
-  const human = await humanInactivity(o, c.sub);
+  const human = await humanInactivity(o, c.sub, c.iat);
   if (human) return human;
   const d = await repo.getDelegation(c.delegation.id);
   if (!d || d.status !== 'approved' || d.vcJti !== c.delegation.vc_jti) return 'delegation no longer approved';
@@ -32,16 +32,20 @@ export async function storedInactivity(o: OAuthContext, c: AccessTokenClaims): P
 }
 
 /**
- * Why the human a delegated token speaks for may no longer be spoken for: a directory employee
- * (matched by subject or email; `oidc:<subject>` as approvals record it with auth on) who is
- * deactivated and not also an active employee. Someone the directory does not know is not refused
- * here (the development posture has no directory).
+ * Why the human a delegated token speaks for may no longer be spoken for by a token issued at
+ * `iat`: a directory employee (matched by subject or email; `oidc:<subject>` as approvals record it
+ * with auth on) who is deactivated and not also an active employee, or whose last deactivation was
+ * at or after `iat` (lib/access-token.ts `humanDenial`, the rule enforcement points apply from the
+ * feed). Someone the directory does not know is not refused here (the development posture has no
+ * directory). `iat` undefined (an exchange about to issue): only a deactivation refuses.
  */
-export async function humanInactivity(o: OAuthContext, human: string): Promise<string | undefined> {
-  const ref = human.startsWith('oidc:') ? human.slice('oidc:'.length) : human;
+export async function humanInactivity(o: OAuthContext, human: string, iat = Number.POSITIVE_INFINITY): Promise<string | undefined> {
+  const ref = humanRef(human);
   const rows = await o.id.store.db
-    .select({ status: employees.status })
+    .select({ status: employees.status, notBefore: sql<string | null>`floor(extract(epoch from ${employees.tokensNotBefore}))::bigint` })
     .from(employees)
     .where(or(eq(employees.employeeSubject, ref), eq(employees.email, ref)));
-  return rows.length > 0 && rows.every((r) => r.status !== 'active') ? `human ${JSON.stringify(human)} is deactivated (directory)` : undefined;
+  if (rows.length === 0) return undefined;
+  const notBefore = rows.reduce<number | null>((m, r) => (r.notBefore === null ? m : Math.max(m ?? 0, Number(r.notBefore))), null);
+  return humanDenial({ deactivated: rows.every((r) => r.status !== 'active'), tokensNotBefore: notBefore }, human, iat);
 }

@@ -118,11 +118,13 @@ export interface TokenState {
   isRevoked(jti: string): boolean;
   /** Why the agent may not act (suspended, quarantined, standing unknown), or undefined. */
   agentDenial(agentName: string): string | undefined;
+  /** Why the human a delegated token speaks for (`sub`) may not be spoken for by a token issued at `iat`, or undefined. */
+  humanDenial?(sub: string, iat: number): string | undefined;
 }
 
-/** A verified token still usable now: neither it nor its delegation revoked, the agent in standing. */
+/** A verified token still usable now: neither it nor its delegation revoked, the agent in standing, its human not deactivated. */
 export function tokenActive(c: AccessTokenClaims, state: TokenState): string | undefined {
   if (state.isRevoked(c.jti)) return 'token revoked';
   if (c.delegation && state.isRevoked(c.delegation.vc_jti)) return 'delegation revoked';
-  return state.agentDenial(c.act.name);
+  return state.agentDenial(c.act.name) ?? (c.delegation ? state.humanDenial?.(c.sub, c.iat) : undefined);
 }

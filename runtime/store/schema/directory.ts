@@ -27,6 +27,8 @@ export const employees = pgTable(
     createdAt: ts('created_at').notNull(),
     updatedAt: ts('updated_at').notNull(),
     deactivatedAt: ts('deactivated_at'),
+    /** Tokens issued at or before this are inactive (set when the row turns inactive; migration 0028). */
+    tokensNotBefore: ts('tokens_not_before'),
     lastSyncedAt: ts('last_synced_at'),
     /** Digest of the snapshot-owned columns (directory sync only). */
     syncHash: text('sync_hash'),

@@ -52,8 +52,8 @@ export interface CurrentEmployee {
   syncHash: string | null;
 }
 
-/** An employee row as written by the sync: every column except `session` (sync never sets it). */
-export type EmployeeWrite = Omit<EmployeeRow, 'session'> & { syncHash: string };
+/** An employee row as written by the sync: every column except `session` (sync never sets it) and `tokens_not_before` (the database's, migration 0028). */
+export type EmployeeWrite = Omit<EmployeeRow, 'session' | 'tokensNotBefore'> & { syncHash: string };
 
 export interface SyncPlan {
   /** Created, updated, reactivated or deactivated-by-snapshot employees: full rows to upsert. */
