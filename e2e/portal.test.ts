@@ -344,6 +344,59 @@ describe.skipIf(!existsSync(CHROMIUM))('operator portal in Chromium against the 
     expect(await page.locator('#count-allow').textContent()).toBe(want.allow.toLocaleString('en-US'));
   });
 
+  it('tokens view: issued and revoked tokens beside their delegations, never a token value', async () => {
+    await ok(`${base()}/v1/registry/services`, 'POST', { name: 'tok-bot', upstream: 'tok-bot.agents.svc:8080', kind: 'agent', allowTools: ['ledger'] });
+    await ok(`${idp()}/v1/agents`, 'POST', { name: 'tok-bot', role: 'worker', capabilities: [] });
+    const me = (await ok(`${idp()}/v1/agents/tok-bot/provision`, 'POST')) as AgentIdentity;
+    const d = await ok(`${idp()}/v1/delegations/request`, 'POST', {
+      actorName: 'tok-bot',
+      task: 't-tok',
+      action: 'ledger:read',
+      resource: 'acct/*',
+      reason: 'tokens view',
+    });
+    const approved = await ok(`${idp()}/v1/delegations/${d.id}/approve`, 'POST', { approver: 'carol@acme.example' });
+    const { issuer } = await ok(`${idp()}/.well-known/oauth-authorization-server`);
+    const exchange = async () => {
+      const form = new URLSearchParams({
+        grant_type: 'urn:ietf:params:oauth:grant-type:token-exchange',
+        subject_token: approved.vc,
+        subject_token_type: 'urn:ietf:params:oauth:token-type:jwt',
+        actor_token: await presentationFor(me, { audience: issuer }),
+        actor_token_type: 'urn:ietf:params:oauth:token-type:jwt',
+        audience: 'ledger',
+      });
+      const r = await fetch(`${idp()}/oauth/token`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: form.toString(),
+      });
+      const body = (await r.json()) as { access_token?: string };
+      if (!body.access_token) throw new Error(`exchange refused: ${JSON.stringify(body)}`);
+      return body.access_token;
+    };
+    const kept = await exchange();
+    const revoked = await exchange();
+    const revokeForm = new URLSearchParams({ token: revoked }).toString();
+    expect(
+      (await fetch(`${idp()}/oauth/revoke`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: revokeForm })).status,
+    ).toBe(200);
+    const jti = (t: string) => JSON.parse(Buffer.from(t.split('.')[1]!, 'base64url').toString()).jti as string;
+
+    await view('tokens');
+    await page.fill('#token-delegation', d.id);
+    await page.press('#token-delegation', 'Enter');
+    const rows = page.locator(`#tokens tr[data-delegation="${d.id}"]`);
+    await expect.poll(() => rows.count()).toBe(2);
+    expect(await page.locator(`#tokens tr[data-jti="${jti(kept)}"]`).getAttribute('data-status')).toBe('active');
+    expect(await page.locator(`#tokens tr[data-jti="${jti(revoked)}"]`).getAttribute('data-status')).toBe('revoked');
+    const text = (await page.locator('#tokens').textContent()) ?? '';
+    for (const want of ['tok-bot', 'carol@acme.example', 'ledger', 't-tok', 'approved', 'revoked', 'active']) expect(text).toContain(want);
+    const html = await page.content();
+    for (const t of [kept, revoked]) expect(html).not.toContain(t.split('.')[2]);
+    await shot('tokens');
+  });
+
   it('amber when the control plane is stopped; red "broken at seq N" after a record is altered in the store', async () => {
     await view('overview');
     await expect.poll(() => page.locator('#chain-badge').getAttribute('data-state')).toBe('verified');

@@ -79,7 +79,7 @@ export const ROUTE_SCOPES: readonly RouteScope[] = [
   // system trusted to record approvals.
   r(['POST'], /^\/v1\/authority\/delegations$/, 'approvals:decide'),
   r(['POST'], /^\/v1\/(revoke|revocation\/cascade|authority\/delegations\/[^/]+\/revoke)$/, 'identity:admin'),
-  r(GET, /^\/v1\/(agents|delegations|revocation|identity|authority)(\/|$)/, 'identity:read'),
+  r(GET, /^\/v1\/(agents|delegations|revocation|identity|authority|tokens)(\/|$)/, 'identity:read'),
   r(['POST'], /^\/v1\/(agents|delegations|identity|authority)(\/|$)/, 'identity:write'),
   r(['POST'], /^\/v1\/directory\/sync$/, 'directory:sync'),
   r(GET, /^\/v1\/directory(\/|$)/, 'directory:read'),

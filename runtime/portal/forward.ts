@@ -27,6 +27,7 @@ export const IDENTITY_ALLOWLIST: readonly Allowed[] = [
   { method: 'GET', path: /^\/v1\/governance\/agents$/, query: ['tenant', 'status'] },
   { method: 'GET', path: /^\/v1\/governance\/issues$/, query: ['tenant'] },
   { method: 'GET', path: /^\/v1\/delegations$/, query: [] },
+  { method: 'GET', path: /^\/v1\/tokens$/, query: ['tenant', 'agent', 'delegation', 'limit', 'after'] },
   { method: 'POST', path: /^\/v1\/delegations\/[A-Za-z0-9_:-][A-Za-z0-9._:-]{0,199}\/(approve|deny)$/, query: [] },
 ];
 

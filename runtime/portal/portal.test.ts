@@ -53,7 +53,7 @@ describe('portal sub-app', () => {
     const html = await page.text();
     expect(html).toContain('src="app.js"');
     expect(html).not.toMatch(/https?:\/\//);
-    for (const f of ['app.js', 'lib.js', 'overview.js', 'approvals.js', 'agents.js', 'audit.js', 'style.css', 'icon.svg']) {
+    for (const f of ['app.js', 'lib.js', 'overview.js', 'approvals.js', 'agents.js', 'audit.js', 'tokens.js', 'style.css', 'icon.svg']) {
       const r = await app.request(`/portal/${f}`);
       expect(r.status, f).toBe(200);
       // Every asset is local: nothing is loaded from another origin.
@@ -77,6 +77,9 @@ describe('portal sub-app', () => {
     expect(seen[0]!.headers.cookie).toBeUndefined();
     expect((await app.request('/portal/api/identity/v1/governance/agents?status=active')).status).toBe(200);
     expect((await app.request('/portal/api/identity/v1/delegations')).status).toBe(200);
+    const tokens = await app.request('/portal/api/identity/v1/tokens?delegation=d-1&agent=bot&limit=100&after=abc&tenant=acme');
+    expect(tokens.status).toBe(200);
+    expect(await tokens.json()).toEqual({ path: '/v1/tokens?delegation=d-1&agent=bot&limit=100&after=abc&tenant=acme' });
 
     const post = (path: string, body: string, type = 'application/json') => app.request(path, { method: 'POST', headers: { 'content-type': type }, body });
     const approved = await post('/portal/api/identity/v1/delegations/d-1/approve', '{"approver":"alice"}');
@@ -92,6 +95,8 @@ describe('portal sub-app', () => {
     for (const [method, path] of [
       ['GET', '/portal/api/identity/v1/agents'],
       ['GET', '/portal/api/identity/v1/keys'],
+      ['POST', '/portal/api/identity/v1/tokens'],
+      ['GET', '/portal/api/identity/v1/tokens/x'],
       ['POST', '/portal/api/identity/v1/governance/summary'],
       ['GET', '/portal/api/identity/v1/delegations/d-1/approve'],
       ['POST', '/portal/api/identity/v1/revoke'],
@@ -103,6 +108,7 @@ describe('portal sub-app', () => {
       expect(r.status, `${method} ${path}`).toBe(404);
     }
     expect((await app.request('/portal/api/identity/v1/governance/summary?url=http://evil')).status).toBe(400);
+    expect((await app.request('/portal/api/identity/v1/tokens?status=active')).status).toBe(400);
     expect((await post('/portal/api/identity/v1/delegations/d-1/approve', '{"approver":"a"}', 'text/plain')).status).toBe(415);
     expect((await post('/portal/api/identity/v1/delegations/d-1/approve', JSON.stringify({ approver: 'x'.repeat(20_000) }))).status).toBe(413);
     expect(seen.length).toBe(before);

@@ -15,6 +15,7 @@ import { parseForm } from './form.js';
 import { clientCredentials, tokenExchange } from './grants.js';
 import { GRANT, INTROSPECT_PATH, JWKS_PATH, JWT_BEARER_ASSERTION, METADATA_PATH, REVOKE_PATH, TOKEN_PATH, TOKEN_TYPE, type OAuthContext } from './context.js';
 import { issuerJwk } from './token.js';
+import { tokenListRoutes } from './tokens-list.js';
 
 const log = logger('identity.oauth');
 
@@ -106,5 +107,6 @@ export function oauthRoutes(o: OAuthContext): OpenAPIHono {
     });
     return {};
   });
+  app.route('/', tokenListRoutes(o));
   return app;
 }

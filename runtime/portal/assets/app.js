@@ -5,8 +5,9 @@ import * as overview from './overview.js';
 import * as approvals from './approvals.js';
 import * as agents from './agents.js';
 import * as audit from './audit.js';
+import * as tokens from './tokens.js';
 
-const VIEWS = { overview, approvals, agents, audit };
+const VIEWS = { overview, approvals, agents, audit, tokens };
 const main = document.getElementById('main');
 let current = { name: '', unmount: () => {} };
 
