@@ -12,6 +12,7 @@ import { startControlPlaneWithEgress, type RunningWithEgress } from '../control-
 import type { IdentityPort } from '../control-plane/identity-port.js';
 import type { Service } from '../control-plane/types.js';
 import { createLocalDecisionClient } from '../broker/decision-local.js';
+import type { BrokerConfig } from '../broker/config.js';
 import { startBroker, type RunningBroker } from '../broker/server.js';
 import { openTestPglite } from '../store/testing.js';
 import type { Store } from '../store/factory.js';
@@ -41,8 +42,12 @@ export interface McpHarness {
   close(): Promise<void>;
 }
 
-/** `identity`: the identity port the decisions use (default: one that verifies nothing). */
-export async function startMcpHarness(o: { identity?: IdentityPort } = {}): Promise<McpHarness> {
+/**
+ * `identity`: the identity port the decisions use (default: one that verifies nothing); `models`:
+ * the broker's model table on the same listener (default none), with `providerKey` the key it
+ * sends those providers.
+ */
+export async function startMcpHarness(o: { identity?: IdentityPort; models?: BrokerConfig['models']; providerKey?: string } = {}): Promise<McpHarness> {
   const store: Store = await openTestPglite();
   const everything = await startEverything();
   const run = await startControlPlaneWithEgress({
@@ -57,7 +62,8 @@ export async function startMcpHarness(o: { identity?: IdentityPort } = {}): Prom
   const engine = run.cp.plane.engine;
   const broker = await startBroker({
     addr: '127.0.0.1:0',
-    config: { models: [] },
+    config: { models: o.models ?? [] },
+    ...(o.providerKey ? { providerKey: o.providerKey } : {}),
     localDecisions: (timeoutMs) => createLocalDecisionClient(engine, { timeoutMs }),
     usageUrl: `http://127.0.0.1:${run.cp.mgmtPort}/v1/usage`,
     mcp: createMcpGateway({
