@@ -18,12 +18,17 @@
  * Node process costs); Writ's idle RSS is printed as a multiple of it. Targets: end - idle <= 20 MB;
  * idle <= 400 MB.
  *
- * Then, with TEST_DATABASE_URL or BENCH_DATABASE_URL set, the same for the cluster shape's control
- * plane alone on PostgreSQL (a fresh database; `runtime/control-plane/main.ts`), its peak beside
- * 75 % of the chart's memory limit for it. Not yet measured here: the identity authority and the
- * broker as their own processes.
+ * Then, with TEST_DATABASE_URL or BENCH_DATABASE_URL set, the cluster shape on PostgreSQL (a fresh
+ * database each), each component's peak beside 75 % of the chart's memory limit for it: the
+ * control plane alone (`runtime/control-plane/main.ts`, the same decisions), and the identity
+ * authority and the broker each as its own process, as the image starts them, under a load of
+ * their own (BENCH_SOAK_REQUESTS, default 20k: verify-presentation and client_credentials; chat
+ * completions decided at a control plane process and answered by a local fake provider; see
+ * soak-components.ts). BENCH_SOAK_PARTS picks rows (all-in-one,control-plane,identity,broker);
+ * BENCH_SOAK_SNAPSHOTS=<dir> has the identity authority and the broker write heap snapshots
+ * when idle and after the load (diagnosis).
  *
- *   npx tsx bench/soak.bench.ts     (BENCH_SOAK_DECISIONS=1000000 BENCH_CONNECTIONS=32 BENCH_SOAK_SETTLE=45)
+ *   npx tsx bench/soak.bench.ts     (BENCH_SOAK_DECISIONS=1000000 BENCH_CONNECTIONS=32 BENCH_SOAK_SETTLE=45 BENCH_SOAK_REQUESTS=20000)
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -33,6 +38,7 @@ import { fileURLToPath } from 'node:url';
 import { H, metric } from '../runtime/lib/brand.js';
 import { collectGarbage } from '../runtime/lib/idle-gc.js';
 import { allInOneEnv, ask, bareServer, codeUnderTest, loadAutocannon } from './lib.js';
+import { rss, sampleDuring, soakBroker, soakIdentity } from './soak-components.js';
 
 const DECISIONS = Number(process.env.BENCH_SOAK_DECISIONS ?? 1_000_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
@@ -40,19 +46,13 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
 // idle heap collection (5 s each) after it; after the load, counted once the verifier has read
 // the load back (verifierCaughtUp).
 const SETTLE_S = Number(process.env.BENCH_SOAK_SETTLE ?? 45);
+/** Requests per run for the identity authority and the broker (each request heavier than a decision). */
+const COMPONENT_REQUESTS = Number(process.env.BENCH_SOAK_REQUESTS ?? 20_000);
+/** Which rows run: all-in-one, control-plane, identity, broker (default all). */
+const PARTS = new Set((process.env.BENCH_SOAK_PARTS ?? 'all-in-one,control-plane,identity,broker').split(','));
 const code = codeUnderTest();
 const self = fileURLToPath(import.meta.url);
 const MB = 1024 * 1024;
-
-/** Resident set size of a process, bytes (Linux /proc; NaN elsewhere). */
-function rss(pid: number): number {
-  try {
-    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) * 1024 : NaN;
-  } catch {
-    return NaN;
-  }
-}
 
 async function serveWrit(): Promise<void> {
   const { startWrit } = (await import(code.from('main'))) as typeof import('../runtime/main.js');
@@ -179,12 +179,33 @@ async function drive(): Promise<void> {
   await stop(bare.proc);
   console.log(`soak bench, ${code.label}: ${DECISIONS.toLocaleString('en-US')} decisions per shape, ${CONNECTIONS} connections, RSS settled ${SETTLE_S} s`);
   console.log(`  bare node:http process (baseline)  idle ${mb(bareRss)}`);
-  await soak('--writ', 'all-in-one as npm start runs it (PGlite, durable audit, examples)', { bareRss });
+  if (PARTS.has('all-in-one')) await soak('--writ', 'all-in-one as npm start runs it (PGlite, durable audit, examples)', { bareRss });
   const url = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
   if (!url) {
-    console.log('  control plane on PostgreSQL: SKIPPED (set TEST_DATABASE_URL or BENCH_DATABASE_URL)');
+    console.log('  cluster shape on PostgreSQL: SKIPPED (set TEST_DATABASE_URL or BENCH_DATABASE_URL)');
     return;
   }
+  const row = (label: string, limitMb: number) => ({ label, limitMb, settleS: SETTLE_S });
+  if (PARTS.has('control-plane'))
+    await onFreshDatabase(url, (db) =>
+      soak('--control-plane', 'control plane alone on PostgreSQL, as the chart runs it (durable audit)', {
+        bareRss,
+        env: { ...process.env, BENCH_SOAK_DB: db },
+        limitMb: CHART_LIMIT_MB.controlPlane,
+      }),
+    );
+  if (PARTS.has('identity'))
+    await onFreshDatabase(url, (db) =>
+      soakIdentity(db, COMPONENT_REQUESTS, row('identity authority alone on PostgreSQL, as the chart runs it', CHART_LIMIT_MB.identity)),
+    );
+  if (PARTS.has('broker'))
+    await onFreshDatabase(url, (db) =>
+      soakBroker(db, COMPONENT_REQUESTS, row('broker alone, as the chart runs it (a control plane process on PostgreSQL deciding)', CHART_LIMIT_MB.broker)),
+    );
+}
+
+/** Runs `fn` with the URL of a database made for it on `url`'s server, dropped afterwards. */
+async function onFreshDatabase(url: string, fn: (dbUrl: string) => Promise<void>): Promise<void> {
   const db = `soak_${Date.now().toString(36)}`;
   const postgres = (await import('postgres')).default;
   const admin = postgres(url, { max: 1, onnotice: () => {} });
@@ -192,11 +213,7 @@ async function drive(): Promise<void> {
   try {
     const u = new URL(url);
     u.pathname = `/${db}`;
-    await soak('--control-plane', 'control plane alone on PostgreSQL, as the chart runs it (durable audit)', {
-      bareRss,
-      env: { ...process.env, BENCH_SOAK_DB: u.toString() },
-      limitMb: CHART_LIMIT_MB.controlPlane,
-    });
+    await fn(u.toString());
   } finally {
     await admin.unsafe(`drop database if exists ${db} with (force)`);
     await admin.end();
@@ -204,7 +221,7 @@ async function drive(): Promise<void> {
 }
 
 /** The chart's memory limits (charts/writ/values.yaml): a component's peak under load must stay below 75 % of its own. */
-const CHART_LIMIT_MB = { controlPlane: 1024 };
+const CHART_LIMIT_MB = { controlPlane: 1024, identity: 768, broker: 512 };
 
 async function soak(kind: Kind, label: string, o: { bareRss: number; env?: NodeJS.ProcessEnv; limitMb?: number }): Promise<void> {
   const bareRss = o.bareRss;
@@ -214,29 +231,29 @@ async function soak(kind: Kind, label: string, o: { bareRss: number; env?: NodeJ
   await sleep(SETTLE_S);
   const idle = rss(pid);
   const idleMem = await memOf(w.proc);
-  // Every sample kept, to show the shape of the load phase: a leak climbs with the decision count, heap sizing plateaus.
-  const samples: { at: number; rss: number }[] = [];
-  const sampler = setInterval(() => samples.push({ at: Date.now(), rss: rss(pid) }), 250);
   const autocannon = await loadAutocannon();
-  const t0 = Date.now();
-  const r = await autocannon({
-    url: `http://127.0.0.1:${w.port}`,
-    connections: CONNECTIONS,
-    amount: DECISIONS,
-    requests: [
-      { method: 'GET', path: '/authz/index.html', headers: { [H.service]: 'web' } },
-      {
-        method: 'POST',
-        path: '/authz/v1/chat/completions',
-        headers: { [H.actor]: 'research-agent', [H.service]: 'gpt-4o-mini', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'soak' },
-      },
-    ],
-  });
-  const secs = (Date.now() - t0) / 1000;
-  clearInterval(sampler);
-  const peak = Math.max(idle, ...samples.map((x) => x.rss));
-  // RSS when a quarter, half, three quarters and all of the load had run (by time: the rate is steady).
-  const quarters = [1, 2, 3, 4].map((q) => samples.findLast((x) => x.at <= t0 + (q * secs * 1000) / 4)?.rss ?? NaN);
+  // Every sample kept: a leak climbs with the decision count, heap sizing plateaus.
+  const {
+    result: r,
+    secs,
+    peak: loadPeak,
+    quarters,
+  } = await sampleDuring(pid, () =>
+    autocannon({
+      url: `http://127.0.0.1:${w.port}`,
+      connections: CONNECTIONS,
+      amount: DECISIONS,
+      requests: [
+        { method: 'GET', path: '/authz/index.html', headers: { [H.service]: 'web' } },
+        {
+          method: 'POST',
+          path: '/authz/v1/chat/completions',
+          headers: { [H.actor]: 'research-agent', [H.service]: 'gpt-4o-mini', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'soak' },
+        },
+      ],
+    }),
+  );
+  const peak = Math.max(idle, loadPeak);
   const verifying = await verifierCaughtUp(w.mgmt);
   await sleep(SETTLE_S);
   const end = rss(pid);
