@@ -11,6 +11,8 @@
  * Env: SIDECAR_ADDR (default 127.0.0.1:8788, loopback only), <BRAND>_IDENTITY_FILE,
  * REAL_BROKER_URL, EGRESS_PROXY_URL, AGENT_VP_AUDIENCE, SIDECAR_CA_FILE (extra CA for an https
  * broker), SIDECAR_TIMEOUT_MS, SIDECAR_RELOAD_MS (identity file re-check period).
+ * SIDECAR_CREDENTIAL=token: an access token fetched and renewed from SIDECAR_TOKEN_URL for
+ * SIDECAR_TOKEN_AUDIENCE (token.ts) is the agent's credential instead of a VP per request.
  */
 import { readFileSync, unwatchFile, watchFile, type Stats } from 'node:fs';
 import http from 'node:http';
@@ -25,6 +27,7 @@ import { close as closeServer, listen } from '../runtime/lib/http.js';
 import { errMsg, logger } from '../runtime/lib/log.js';
 import { loadIdentity, presentationFor, type LoadedIdentity } from '../runtime/identity/client.js';
 import { AgentName } from '../runtime/identity/schemas.js';
+import { createTokenSource, TokenUnavailable, type TokenSource } from './token.js';
 
 const log = logger('sidecar');
 
@@ -67,6 +70,19 @@ export interface SidecarOptions {
   /** How often the identity file is checked for a new identity (default SIDECAR_RELOAD_MS or 5000 ms). */
   reloadMs?: number;
 }
+
+/** The token source of `SIDECAR_CREDENTIAL=token` (token.ts), or undefined for a VP per request; throws on a missing setting. */
+function tokenSourceOf(c: Config['sidecar'], agent: () => { identity: LoadedIdentity; name?: string }, timeoutMs: number): TokenSource | undefined {
+  if (c.credential !== 'token') return undefined;
+  const tokenUrl = httpUrl(c.tokenUrl, 'SIDECAR_TOKEN_URL (SIDECAR_CREDENTIAL=token)');
+  if (!c.tokenAudience)
+    throw new Error('SIDECAR_TOKEN_AUDIENCE is not set (SIDECAR_CREDENTIAL=token): it names the registry entry the token is for (the broker)');
+  return createTokenSource({ tokenUrl, audience: c.tokenAudience, agent, subjectFile: c.tokenSubjectFile, timeoutMs });
+}
+
+/** An enforcement point's refusal that may be the token's (401/407, or 403 naming the access token): drop it. */
+const tokenRefused = (status: number | undefined, reason: unknown) =>
+  status === 401 || status === 407 || (status === 403 && typeof reason === 'string' && /access token/i.test(reason));
 
 export interface RunningSidecar {
   port: number;
@@ -164,6 +180,9 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
   const reloadMs = opts.reloadMs ?? c.reloadMs;
   // A mint proves the key works before the port opens.
   await presentationFor(identity, { audience, ttlSeconds: VP_TTL_SECONDS });
+  const tokens = tokenSourceOf(c, () => ({ identity, name }), timeoutMs);
+  // The first token is fetched now (a failure is each call's clear error until one is had).
+  void tokens?.current().catch((e: unknown) => log.warn('no access token yet', { err: errMsg(e) }));
 
   const proxyHost = proxy.hostname.replace(/^\[|\]$/g, '');
   const proxyPort = Number(proxy.port || 80);
@@ -185,22 +204,28 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
     void (async () => {
       let vp: string;
       try {
-        vp = await presentationFor(identity, { audience, ttlSeconds: VP_TTL_SECONDS });
+        vp = tokens ? await tokens.current() : await presentationFor(identity, { audience, ttlSeconds: VP_TTL_SECONDS });
       } catch (e) {
-        log.error('cannot mint VP', { err: errMsg(e) });
         req.resume();
+        if (e instanceof TokenUnavailable) {
+          log.error('no access token: call refused (fail closed)', { err: errMsg(e) });
+          return sendError(res, 503, 'token_unavailable', `the sidecar has no access token for its agent: ${e.message}`);
+        }
+        log.error('cannot mint VP', { err: errMsg(e) });
         return sendError(res, 500, 'vp_mint_failed', 'the sidecar could not mint a presentation');
       }
       const headers = forwardHeaders(req);
       headers.host = brokerAuthority;
-      // The VP is also the agent token (SPEC 4.1 egress: `Authorization: Bearer`), so the broker's
-      // own /authz decision can verify the caller (required in vc mode); the agent's dummy key is replaced.
+      // The VP (or the access token) is also the agent token (SPEC 4.1 egress: `Authorization:
+      // Bearer`), so the broker's own /authz decision can verify the caller (required in vc mode);
+      // the agent's dummy key is replaced.
       headers.authorization = `Bearer ${vp}`;
-      headers[H.agentVp] = vp;
+      if (!tokens) headers[H.agentVp] = vp;
       if (name) headers[H.actor] = name;
       const path = prefix + url;
       const proxyAuth = `Bearer ${vp}`;
       const onUpstream = (up: http.IncomingMessage) => {
+        if (tokens && tokenRefused(up.statusCode, up.headers[H.denyReason])) tokens.invalidate(vp);
         const out: Record<string, string | string[]> = {};
         for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP.has(k)) out[k] = v;
         res.writeHead(up.statusCode ?? 502, up.statusMessage, out);
@@ -262,6 +287,7 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
           // The proxy refused the tunnel (407 no credential, 403 deny): its status and reason go back.
           socket.destroy();
           req.resume();
+          if (tokens && tokenRefused(r.statusCode, r.headers[H.denyReason])) tokens.invalidate(vp);
           const rh = r.headers[H.denyReason];
           const reason = typeof rh === 'string' ? rh : '';
           const status = r.statusCode && r.statusCode >= 400 && r.statusCode < 600 ? r.statusCode : 502;
@@ -324,11 +350,19 @@ export async function startSidecar(opts: SidecarOptions = {}): Promise<RunningSi
     if (identityPath) unwatchFile(identityPath, onChange);
     throw e;
   }
-  log.info('sidecar listening', { port, agent: name ?? identity.did, broker: broker.origin, proxy: proxy.origin, via: brokerTls ? 'CONNECT' : 'absolute-URI' });
+  log.info('sidecar listening', {
+    port,
+    agent: name ?? identity.did,
+    broker: broker.origin,
+    proxy: proxy.origin,
+    via: brokerTls ? 'CONNECT' : 'absolute-URI',
+    credential: tokens ? 'access token' : 'VP per request',
+  });
   return {
     port,
     server,
     async close() {
+      tokens?.close();
       if (identityPath) unwatchFile(identityPath, onChange);
       await closeServer(server);
       proxyAgent.destroy();

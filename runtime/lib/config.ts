@@ -186,6 +186,14 @@ export interface SidecarConfig {
   timeoutMs: number;
   reloadMs: number;
   audience: string;
+  /** The agent's credential: a VP minted per request (`vp`), or an access token fetched and renewed (`token`). */
+  credential: 'vp' | 'token';
+  /** The token endpoint as the sidecar reaches it (credential `token`). */
+  tokenUrl?: string;
+  /** The registry entry the token is for (the broker's). */
+  tokenAudience?: string;
+  /** An approved delegation's VC: the token is exchanged for it (RFC 8693) instead of client_credentials. */
+  tokenSubjectFile?: string;
 }
 
 export type TracingMode = 'otlp' | 'stdout' | 'off';

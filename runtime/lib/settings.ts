@@ -174,6 +174,10 @@ const D = {
   sidecarCaFile: s('SIDECAR_CA_FILE', 'sidecar', text),
   sidecarTimeoutMs: s('SIDECAR_TIMEOUT_MS', 'sidecar', pos, 30_000),
   sidecarReloadMs: s('SIDECAR_RELOAD_MS', 'sidecar', pos, 5000),
+  sidecarCredential: s('SIDECAR_CREDENTIAL', 'sidecar', oneOf(['vp', 'token'] as const), 'vp'),
+  sidecarTokenUrl: s('SIDECAR_TOKEN_URL', 'sidecar', url),
+  sidecarTokenAudience: s('SIDECAR_TOKEN_AUDIENCE', 'sidecar', text),
+  sidecarTokenSubjectFile: s('SIDECAR_TOKEN_SUBJECT_FILE', 'sidecar', text),
   // tracing
   otlpEndpoint: s('OTEL_EXPORTER_OTLP_ENDPOINT', 'tracing', url),
   otlpHeaders: s('OTEL_EXPORTER_OTLP_HEADERS', 'tracing', text),

@@ -143,6 +143,10 @@ export const SLICES: Builders = {
     timeoutMs: v.sidecarTimeoutMs,
     reloadMs: v.sidecarReloadMs,
     audience: v.agentVpAudience,
+    credential: v.sidecarCredential,
+    tokenUrl: v.sidecarTokenUrl,
+    tokenAudience: v.sidecarTokenAudience,
+    tokenSubjectFile: v.sidecarTokenSubjectFile,
   }),
   tracing: (v) =>
     tracingConfig({

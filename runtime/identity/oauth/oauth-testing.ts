@@ -42,17 +42,19 @@ async function oidcIssuer(): Promise<{ url: string; key: CryptoKey; close(): Pro
   return { url: `http://127.0.0.1:${port}/jwks`, key: privateKey, close: () => new Promise((r) => server.close(() => r())) };
 }
 
-export async function openBed(b: TestBackend): Promise<OAuthBed> {
+/** `env`: more identity-authority settings (e.g. a short `IDP_TOKEN_TTL_SECONDS`). */
+export async function openBed(b: TestBackend, env: Record<string, string> = {}): Promise<OAuthBed> {
   const store = await b.open();
   const oidc = await oidcIssuer();
-  const env = {
+  const settings = {
+    ...env,
     IDP_ISSUER_HOST: 'idp.test',
     IDP_PUBLIC_URL: ISSUER,
     OIDC_ISSUER,
     OIDC_JWKS_URL: oidc.url,
     OIDC_AUDIENCE: 'writ',
   };
-  const started = await startIdentityAuthority({ store, config: loadConfig(env), addr: '127.0.0.1:0' });
+  const started = await startIdentityAuthority({ store, config: loadConfig(settings), addr: '127.0.0.1:0' });
   await started.authority.whenReady();
   const services = new Map<string, Service>();
   started.authority.useRegistry({ entry: async (name) => services.get(name) });
