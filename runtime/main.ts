@@ -31,6 +31,7 @@ import { startGateway } from './egress-gateway/gateway.js';
 import { startBroker } from './broker/server.js';
 import { holdForHuman } from './control-plane/approvals/hold.js';
 import { createMcpGateway } from './mcp/gateway.js';
+import { createUpstreamSecrets } from './lib/upstream-secrets.js';
 import { createLocalDecisionClient } from './broker/decision-local.js';
 import { deliverUsageLocally } from './broker/usage-local.js';
 import { inProcessIdentity } from './identity/in-process.js';
@@ -152,6 +153,7 @@ export async function startWritWith(loaded: Config): Promise<Writ> {
             engine: cp.plane.engine,
             // RFC 9728: each /mcp/{service} names the authorization server this control plane follows.
             authorizationServer: () => cp.plane.identity?.tokens?.().issuer(),
+            upstreamSecrets: createUpstreamSecrets(config.proxy.upstreamSecretsDir),
             ...(aio.brokerPublicUrl ? { publicUrl: aio.brokerPublicUrl } : {}),
             hold: (req, signal) => holdForHuman(run.gateway.queue, req, signal),
           }),

@@ -161,6 +161,24 @@ export const REGISTRY_SERVICE: CrdKind = {
           },
         },
       },
+      upstreamAuth: {
+        type: 'object',
+        description:
+          'The credential the upstream gets (the MCP gateway, the forward proxy), never the agent\'s: a key of a Secret mounted at UPSTREAM_SECRETS_DIR/<name>/<key>, sent as "<header>: <scheme> <value>". Never a literal.',
+        required: ['secretRef'],
+        properties: {
+          secretRef: {
+            type: 'object',
+            required: ['name', 'key'],
+            properties: {
+              name: str("The Secret (in the control plane's namespace).", { pattern: '^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$' }),
+              key: str('The key in its data.', { pattern: '^[-._a-zA-Z0-9]{1,253}$' }),
+            },
+          },
+          header: str('Default Authorization.', { maxLength: 64, pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$" }),
+          scheme: str('Default Bearer; empty sends the value alone.', { maxLength: 64, pattern: "^([!#$%&'*+.^_`|~0-9A-Za-z-]{1,64})?$" }),
+        },
+      },
     },
     'x-kubernetes-validations': [
       { rule: "!has(self.protocol) || self.kind == 'tool'", message: 'protocol mcp is for kind tool', fieldPath: '.protocol' },

@@ -27,6 +27,7 @@ import { createReadiness } from '../lib/readiness.js';
 import { errMsg, logger } from '../lib/log.js';
 import type { Store } from '../store/factory.js';
 import { createApprovalQueue, type ApprovalQueue, type ApprovalQueueOptions } from './approvals/index.js';
+import { createUpstreamSecrets, type UpstreamSecrets } from '../lib/upstream-secrets.js';
 import { createForwardProxy, DEFAULT_LIMITS, type ForwardProxy, type ProxyLimits } from './proxy/index.js';
 import { startControlPlane, type ControlPlaneParts, type ControlPlaneSlices, type RunningControlPlane, type StartOptions } from './server.js';
 
@@ -42,6 +43,8 @@ export interface EgressGatewayOptions {
   /** Default EGRESS_PROXY_ADDR or `:9092`. */
   addr?: string;
   limits?: Partial<ProxyLimits>;
+  /** The upstream credentials (`upstreamAuth`); default: read from UPSTREAM_SECRETS_DIR. */
+  upstreamSecrets?: UpstreamSecrets;
   /** Queue overrides (tests): hold timeout, replica id, poll period, clock. */
   queue?: Partial<Pick<ApprovalQueueOptions, 'timeoutMs' | 'replicaId' | 'pollMs' | 'now'>>;
 }
@@ -83,7 +86,13 @@ export async function startEgressGateway(o: EgressGatewayOptions): Promise<Egres
     ...o.queue,
   });
   o.plane.metrics.attach({ approvals: queue });
-  const proxy = createForwardProxy({ engine: o.plane.engine, queue: () => o.plane.approvals.queue, limits, metricsRegistry: o.plane.metrics.registry });
+  const proxy = createForwardProxy({
+    engine: o.plane.engine,
+    queue: () => o.plane.approvals.queue,
+    limits,
+    metricsRegistry: o.plane.metrics.registry,
+    upstreamSecrets: o.upstreamSecrets ?? createUpstreamSecrets(proxyConfig.upstreamSecretsDir),
+  });
   o.plane.approvals.queue = queue;
   let port: number;
   try {

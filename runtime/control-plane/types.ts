@@ -101,6 +101,31 @@ export type ToolCost = z.infer<typeof ToolCostSchema>;
 /** An HTTP path on an upstream: `/` then visible ASCII, no `?` or `#`. */
 const UPSTREAM_PATH_RE = /^\/[\x21-\x22\x24-\x3e\x40-\x7e]*$/;
 
+/** A Kubernetes object name (DNS-1123 subdomain) and a Secret data key: safe as path segments. */
+const SECRET_NAME_RE = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+const SECRET_KEY_RE = /^[-._a-zA-Z0-9]{1,253}$/;
+/** An HTTP field name / auth scheme (RFC 9110 token). */
+const HTTP_TOKEN_RE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$/;
+
+/**
+ * The credential an upstream gets instead of the agent's (issue 43 item 7): a Secret reference,
+ * never a literal; read from `UPSTREAM_SECRETS_DIR/<name>/<key>` (a mounted Secret). Sent as
+ * `<header>: <scheme> <value>` (default `Authorization: Bearer`; `scheme: ""` sends the value alone).
+ */
+export const UpstreamAuthSchema = z
+  .object({
+    secretRef: z
+      .object({
+        name: z.string().regex(SECRET_NAME_RE, 'secretRef.name must be a Secret name (DNS-1123)'),
+        key: z.string().regex(SECRET_KEY_RE, 'secretRef.key must be a Secret data key'),
+      })
+      .strict(),
+    header: z.string().regex(HTTP_TOKEN_RE, 'header must be an HTTP field name').optional(),
+    scheme: z.union([z.literal(''), z.string().regex(HTTP_TOKEN_RE, 'scheme must be an HTTP auth scheme')]).optional(),
+  })
+  .strict();
+export type UpstreamAuth = z.infer<typeof UpstreamAuthSchema>;
+
 export const ServiceSchema = z
   .object({
     name: RegistryName,
@@ -125,6 +150,8 @@ export const ServiceSchema = z
     protocol: z.enum(PROTOCOLS).optional(),
     /** The MCP endpoint's path on the upstream (protocol mcp; default `/mcp`). */
     path: z.string().max(1024).regex(UPSTREAM_PATH_RE, 'path must start with / and hold no query, fragment, space or control character').optional(),
+    /** The upstream's own credential (a Secret reference), sent by the MCP gateway and the forward proxy. */
+    upstreamAuth: UpstreamAuthSchema.optional(),
     /** Agents: rules on the tools they call (issue 42). */
     toolRules: z.array(ToolRuleSchema).max(1000).optional(),
     /** MCP services: the price of a call of each tool named (the others cost nothing). */

@@ -135,6 +135,8 @@ export interface ProxyConfig {
   maxPendingPerAgent: number;
   replicaId: string;
   limits: ProxyLimitsSetting;
+  /** UPSTREAM_SECRETS_DIR: where the Secrets registry entries' `upstreamAuth` names are mounted (`<dir>/<name>/<key>`). */
+  upstreamSecretsDir?: string;
   /** The egress gateway (runtime/egress-gateway/): EGRESS_GATEWAY_ADDR, and whether it is set. */
   gatewayAddr: string;
   gatewayAddrSet: boolean;

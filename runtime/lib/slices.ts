@@ -94,6 +94,7 @@ export const SLICES: Builders = {
     approvalTimeoutMs: v.egressApprovalTimeoutMs,
     maxPendingPerAgent: v.egressMaxPendingPerAgent,
     replicaId: v.egressReplicaId ?? (p.brandPodName || v.podName || hostname()),
+    upstreamSecretsDir: v.upstreamSecretsDir,
     limits: {
       headersTimeoutMs: v.proxyHeadersTimeoutMs,
       maxHeaderBytes: v.proxyMaxHeaderBytes,

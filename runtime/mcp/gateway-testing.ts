@@ -17,7 +17,7 @@ import { startBroker, type RunningBroker } from '../broker/server.js';
 import { openTestPglite } from '../store/testing.js';
 import type { Store } from '../store/factory.js';
 import { startEverything, type Everything } from './everything-testing.js';
-import { createMcpGateway } from './gateway.js';
+import { createMcpGateway, type McpGatewayOptions } from './gateway.js';
 import { loadConfig } from '../lib/settings.js';
 
 /** Identity is not under test here: no VP is presented, no delegation is approved. */
@@ -45,14 +45,23 @@ export interface McpHarness {
 /**
  * `identity`: the identity port the decisions use (default: one that verifies nothing); `models`:
  * the broker's model table on the same listener (default none), with `providerKey` the key it
- * sends those providers.
+ * sends those providers; `env`: settings added to the control plane's (UPSTREAM_SECRETS_DIR for the
+ * proxy); `gateway`: options added to the gateway's.
  */
-export async function startMcpHarness(o: { identity?: IdentityPort; models?: BrokerConfig['models']; providerKey?: string } = {}): Promise<McpHarness> {
+export async function startMcpHarness(
+  o: {
+    identity?: IdentityPort;
+    models?: BrokerConfig['models'];
+    providerKey?: string;
+    env?: Record<string, string>;
+    gateway?: Partial<McpGatewayOptions>;
+  } = {},
+): Promise<McpHarness> {
   const store: Store = await openTestPglite();
   const everything = await startEverything();
   const run = await startControlPlaneWithEgress({
     store,
-    config: loadConfig({ AUDIT_CHAIN_ID: 'mcp-test' }),
+    config: loadConfig({ AUDIT_CHAIN_ID: 'mcp-test', ...o.env }),
     identity: o.identity ?? identity,
     decisionAddr: '127.0.0.1:0',
     mgmtAddr: '127.0.0.1:0',
@@ -71,6 +80,7 @@ export async function startMcpHarness(o: { identity?: IdentityPort; models?: Bro
       hold: (req, signal) => holdForHuman(run.gateway.queue, req, signal),
       upstreamTimeoutMs: 5000,
       authorizationServer: () => (o.identity ?? identity).tokens?.().issuer(),
+      ...o.gateway,
     }),
   });
   await run.cp.plane.registry.upsert({ name: 'everything', upstream: everything.upstream, kind: 'tool', protocol: 'mcp' });

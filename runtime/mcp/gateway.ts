@@ -27,6 +27,7 @@ import type { Challenge } from '../lib/protected-resource.js';
 import type { EgressFacts, HoldAnswer, HoldRequest, McpCall } from '../control-plane/decision/types.js';
 import { callOf, readMessage, routableMismatch, type Message } from '../control-plane/decision/mcp-facts.js';
 import { rpcError, RPC, type RpcId } from './jsonrpc.js';
+import { upstreamCredential, type UpstreamSecrets } from '../lib/upstream-secrets.js';
 import { MCP_METADATA_PREFIX, mcpChallenge, serveMetadata, type ResourceOptions } from './resource.js';
 
 const log = logger('mcp');
@@ -47,6 +48,8 @@ export interface McpGatewayOptions extends ResourceOptions {
   streamMaxMs?: number;
   /** Largest `tools/list` answer read to be filtered (default 8 MiB). */
   maxListBytes?: number;
+  /** Reads the credential an entry's `upstreamAuth` names (sent upstream instead of anything of the agent's). */
+  upstreamSecrets?: UpstreamSecrets;
 }
 
 export interface McpGateway {
@@ -168,9 +171,11 @@ async function exchange(x: Exchange, o: McpGatewayOptions, s: Settings, upstream
   if (!verdict.decision.allow) return answerDenial(res, verdict, call, id, message, mcpChallenge(req, o, x.service, verdict.decision));
   const target = o.engine.policy.current().registry.get(x.service);
   if (!target) return sendRpc(res, 503, id, RPC.upstream, `${x.service} left the registry during the decision`);
+  const credential = upstreamCredential(target, o.upstreamSecrets);
+  if (credential && 'failed' in credential) return sendRpc(res, 502, id, RPC.upstream, credential.failed);
   await forward(
     x,
-    { origin: `http://${target.upstream}`, path: target.path ?? DEFAULT_MCP_PATH, method, body, call, id, actor: verdict.actor },
+    { origin: `http://${target.upstream}`, path: target.path ?? DEFAULT_MCP_PATH, method, body, call, id, actor: verdict.actor, credential },
     o,
     s,
     upstream,
@@ -282,14 +287,17 @@ interface Upstreamed {
   call: McpCall;
   id: RpcId;
   actor: string | undefined;
+  /** The upstream's own credential (`upstreamAuth`), the one credential that goes upstream. */
+  credential: { header: string; value: string } | undefined;
 }
 
-function upstreamHeaders(req: http.IncomingMessage): Record<string, string> {
+function upstreamHeaders(req: http.IncomingMessage, credential: Upstreamed['credential']): Record<string, string> {
   const out: Record<string, string> = {};
   for (const k of FORWARDED) {
     const v = one(req.headers[k]);
     if (v !== undefined) out[k] = v;
   }
+  if (credential) out[credential.header] = credential.value;
   return out;
 }
 
@@ -314,7 +322,7 @@ async function forward(x: Exchange, u: Upstreamed, o: McpGatewayOptions, s: Sett
       origin: u.origin,
       path: u.path,
       method: u.method as Dispatcher.HttpMethod,
-      headers: upstreamHeaders(x.req),
+      headers: upstreamHeaders(x.req, u.credential),
       body: u.body,
       signal: x.signal,
       headersTimeout: s.upstreamTimeoutMs,

@@ -5,6 +5,8 @@
  * `rawHeaders` (a flat [name, value, ...] list), which keeps order, case and repeated fields.
  */
 import { BRAND } from '../../lib/brand.js';
+import { accessTokenShaped } from '../../lib/access-token.js';
+import { bearerToken, isVpJwt } from '../decision/credentials.js';
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
 /** Prefix of the proxy's own request headers (`X-Writ-*`); the client's are never forwarded. */
@@ -103,4 +105,26 @@ export function safeHeaderValue(s: string, max = 512): string {
   // eslint-disable-next-line no-control-regex
   const v = s.replace(/[\u0000-\u0008\u000a-\u001f\u007f]+/g, ' ').replace(/[^\t\x20-\x7e]/g, '?');
   return v.length > max ? `${v.slice(0, max - 1)}~` : v;
+}
+
+/** A Writ credential in a header an upstream would read: an access token or a Membership VP as a bearer token. */
+const agentToken = (value: string) => {
+  const t = bearerToken(value);
+  return t !== undefined && (accessTokenShaped(t) || isVpJwt(t));
+};
+
+/**
+ * Forwarded fields without the agent's Writ credentials (issue 43 item 7: a Writ access token or a
+ * VP in `Authorization` never reaches an upstream; Proxy-* and X-Writ-* are already gone), and with
+ * the upstream's own credential in its header when the target has one (replacing the agent's).
+ */
+export function withoutAgentTokens(raw: string[], cred: { header: string; value: string } | undefined): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const lower = raw[i]!.toLowerCase();
+    if (lower === cred?.header || (lower === 'authorization' && agentToken(raw[i + 1]!))) continue;
+    out.push(raw[i]!, raw[i + 1]!);
+  }
+  if (cred) out.push(cred.header, cred.value);
+  return out;
 }

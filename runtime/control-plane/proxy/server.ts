@@ -25,7 +25,8 @@ import type { DecisionEngine } from '../decision/engine.js';
 import type { HoldAnswer, HoldRequest } from '../decision/types.js';
 import { H } from '../../lib/brand.js';
 import { decideProxy, type ProxyDecider, type ProxyVerdict, type VerdictOutcome } from './decide.js';
-import { rewriteRequestHeaders, rewriteResponseHeaders } from './headers.js';
+import { rewriteRequestHeaders, rewriteResponseHeaders, withoutAgentTokens } from './headers.js';
+import { upstreamCredential, type UpstreamSecrets } from '../../lib/upstream-secrets.js';
 import { DENY_REASON, REALM, denyBody, denyHeaders, rawReply, sendJson, upstreamError } from './responses.js';
 import { DEFAULTS } from '../../lib/settings.js';
 import { parseAbsoluteTarget, type ProxyTarget } from './target.js';
@@ -70,6 +71,8 @@ export interface ForwardProxyOptions {
   metricsRegistry?: PromRegistry;
   /** Answers `GET /readyz` on the proxy listener (the egress gateway); absent: 400 like any origin-form request. */
   readyz?: () => [number, object];
+  /** Reads the credential a registry target's `upstreamAuth` names (plain HTTP only: a CONNECT tunnel is the agent's TLS). */
+  upstreamSecrets?: UpstreamSecrets;
 }
 
 export interface ProxyStats {
@@ -262,7 +265,12 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     if (res.destroyed || req.socket.destroyed) return;
     // The call ticket tells the next hop (the broker's /authz) this call is already counted.
     const add = outcome.ticket ? { ...outcome.decision.headers, [H.callTicket]: outcome.ticket } : outcome.decision.headers;
-    const raw = rewriteRequestHeaders(req.rawHeaders, req.headers.connection, add, t.port === 80 ? t.host : t.hostPort);
+    const cred = upstreamCredential(engine?.policy.current().registry.findByUpstream(t.hostPort), opts.upstreamSecrets);
+    if (cred && 'failed' in cred) {
+      req.resume();
+      return sendJson(res, 502, { error: cred.failed }, {}, hasBody(req.headers));
+    }
+    const raw = withoutAgentTokens(rewriteRequestHeaders(req.rawHeaders, req.headers.connection, add, t.port === 80 ? t.host : t.hostPort), cred);
     if (closing) res.setHeader('connection', 'close');
     // Transfer-Encoding is hop-by-hop: undici re-frames a streamed body without a length as chunked.
     const body = hasBody(req.headers) ? req : null;
