@@ -60,8 +60,11 @@ export interface McpGateway {
 
 /** The request headers that go upstream: MCP's own and the trace context, nothing that identifies the agent to Writ. */
 const FORWARDED = ['content-type', 'accept', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id', 'mcp-method', 'mcp-name', 'traceparent', 'tracestate'];
-/** The upstream's response headers that come back. */
-const RETURNED = ['content-type', 'mcp-session-id', 'mcp-protocol-version', 'cache-control', 'retry-after', 'www-authenticate'];
+/**
+ * The upstream's response headers that come back. Never its `WWW-Authenticate`: the client's
+ * authorization server is Writ's, and the upstream's challenge is about the gateway's credential.
+ */
+const RETURNED = ['content-type', 'mcp-session-id', 'mcp-protocol-version', 'cache-control', 'retry-after'];
 const JSON_TYPE = 'application/json';
 
 interface Settings {
@@ -310,6 +313,17 @@ function returnedHeaders(h: Dispatcher.ResponseData['headers']): Record<string, 
   return out;
 }
 
+/**
+ * The MCP server refused what the gateway sent it (its `upstreamAuth`, or none): a configuration
+ * fault on Writ's side, not something the client's credential can fix, so a 502 and never the
+ * server's challenge, which would send the client's OAuth discovery to another authorization server.
+ */
+async function upstreamRefused(x: Exchange, r: Dispatcher.ResponseData, u: Upstreamed): Promise<void> {
+  await r.body.dump().catch(() => {});
+  log.warn('mcp upstream refused the gateway', { service: x.service, status: r.statusCode });
+  sendRpc(x.res, 502, u.id, RPC.upstream, `the MCP server of ${x.service} refused the gateway's credential (HTTP ${r.statusCode})`);
+}
+
 const TIMEOUTS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
 
 /** Sends the allowed message upstream and passes its answer back. */
@@ -337,6 +351,7 @@ async function forward(x: Exchange, u: Upstreamed, o: McpGatewayOptions, s: Sett
     log.warn('mcp upstream failed', { service: x.service, err: why });
     return sendRpc(res, timeout ? 504 : 502, u.id, RPC.upstream, why);
   }
+  if (r.statusCode === 401 || r.statusCode === 403) return upstreamRefused(x, r, u);
   const headers = returnedHeaders(r.headers);
   if (u.call.method === 'tools/list' && r.statusCode === 200 && u.actor) {
     return answerFiltered(x, r, headers, u, o, s);

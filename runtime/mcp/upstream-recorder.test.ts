@@ -57,6 +57,10 @@ function recorder(): http.Server {
           choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }],
           usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
         };
+      } else if (req.url === '/mcp' && body.includes('"refuse-me"')) {
+        // The server refuses the gateway, with a challenge naming an authorization server of its own.
+        res.writeHead(401, { 'www-authenticate': 'Bearer resource_metadata="http://elsewhere.example/.well-known/oauth-protected-resource"' }).end();
+        return;
       } else if (req.url === '/mcp')
         answer = { jsonrpc: '2.0', id: (JSON.parse(body) as { id: number }).id, result: { content: [{ type: 'text', text: 'recorded' }] } };
       const text = typeof answer === 'string' ? answer : JSON.stringify(answer);
@@ -234,5 +238,19 @@ describe('no agent credential reaches an upstream', () => {
       { jsonrpc: '2.0', id: 8, error: { code: -32002, message: 'upstream credential absent/token is not readable' } },
     ]);
     expect(seen.length).toBe(before);
+  });
+
+  it("an MCP server refusing the gateway's credential is a 502, and its challenge never reaches the client", async () => {
+    const r = await fetch(`http://127.0.0.1:${h.broker.port}/mcp/rec-mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...agentHeaders('rec-mcp') },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 'refuse-me', arguments: {} } }),
+    });
+    expect([r.status, r.headers.get('www-authenticate'), await r.json()]).toEqual([
+      502,
+      null,
+      { jsonrpc: '2.0', id: 9, error: { code: -32002, message: "the MCP server of rec-mcp refused the gateway's credential (HTTP 401)" } },
+    ]);
+    expect(seen.at(-1)?.headers.authorization).toBe('Bearer upstream-secret-mcp');
   });
 });
