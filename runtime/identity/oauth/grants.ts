@@ -26,10 +26,33 @@ export interface TokenAnswer {
   issued_token_type?: string;
 }
 
+/**
+ * The registry entry a target parameter names: the entry's name, or (RFC 8707, as MCP clients send
+ * it) the absolute URL of its MCP gateway route, `http(s)://<host>/mcp/<name>`: the resource its
+ * RFC 9728 metadata names. The token is for the entry wherever the URL points; only Writ's
+ * enforcement points take it. Anything else is taken as a name (and is then unknown).
+ */
+export function entryNamed(value: string): string {
+  if (!/^https?:\/\//i.test(value)) return value;
+  let u: URL;
+  try {
+    u = new URL(value);
+  } catch {
+    return value;
+  }
+  const m = /^\/mcp\/([^/]+)\/?$/.exec(u.pathname);
+  if (!m || u.search || u.hash || u.username || u.password) return value;
+  try {
+    return decodeURIComponent(m[1]!);
+  } catch {
+    return value;
+  }
+}
+
 /** The registry entry `audience` or `resource` (RFC 8707) names, which the agent may call. */
 async function targetFor(o: OAuthContext, form: Map<string, string>, agent: ProvedAgent): Promise<Service> {
-  const audience = form.get('audience');
-  const resource = form.get('resource');
+  const audience = form.has('audience') ? entryNamed(form.get('audience')!) : undefined;
+  const resource = form.has('resource') ? entryNamed(form.get('resource')!) : undefined;
   if (audience !== undefined && resource !== undefined && audience !== resource) throw invalidTarget('audience and resource name different entries');
   const name = audience ?? resource;
   if (name === undefined) throw invalidTarget('audience (or resource) must name the registry entry the token is for');

@@ -69,6 +69,9 @@ describe.each(testBackends())('token endpoint refusals on $name', (b) => {
       ['unknown entry', { audience: 'nope' }, 400, 'invalid_target', /unknown registry entry/],
       ['entry the agent may not call', { audience: 'hr' }, 400, 'invalid_target', /hr is not in neg-a.allowTools/],
       ['audience and resource disagree', { resource: 'plain' }, 400, 'invalid_target', /different entries/],
+      ['the MCP route URL of an entry it may not call', { audience: 'http://gw.test/mcp/hr' }, 400, 'invalid_target', /hr is not in neg-a.allowTools/],
+      ['a URL that is no MCP route', { audience: 'http://gw.test/v1/crm' }, 400, 'invalid_target', /unknown registry entry .http:\/\/gw.test\/v1\/crm./],
+      ['an MCP route URL with a query', { audience: 'http://gw.test/mcp/crm?x=1' }, 400, 'invalid_target', /unknown registry entry/],
       ['no audience', { audience: '' }, 400, 'invalid_target', /audience/],
       ['scope not offered', { scope: 'crm:write' }, 400, 'invalid_scope', /crm:write/],
       ['client_id of another agent', { client_id: 'neg-b' }, 401, 'invalid_client', /client_id/],
@@ -81,8 +84,10 @@ describe.each(testBackends())('token endpoint refusals on $name', (b) => {
       expect(r.json.error_description, name).toMatch(why);
       expect(r.headers.get('cache-control'), name).toBe('no-store');
     }
-    // The same request without the fault passes.
+    // The same request without the fault passes; so does one naming the entry's MCP route (RFC 8707, as MCP clients do).
     expect((await exchange(base)).status).toBe(200);
+    const byUrl = await exchange({ ...base, resource: 'https://gw.test/mcp/crm' });
+    expect([byUrl.status, JSON.parse(Buffer.from(String(byUrl.json.access_token).split('.')[1]!, 'base64url').toString()).aud]).toEqual([200, 'crm']);
   });
 
   it('exchange with a workforce OIDC token: the human approved it, exactly one usable delegation', async () => {
