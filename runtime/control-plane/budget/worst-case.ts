@@ -28,14 +28,31 @@ export interface Ceilings {
 
 const price = (prompt: number, out: number, r: ReserveRequest) => r9((prompt * r.priceInputPer1k + out * r.priceOutputPer1k) / 1000 + (r.costUsd ?? 0));
 
-/** The refusal of a worst case that does not fit (`res`: the ledger's answer, when it gave one). */
-export function refusal(agent: string, dimension: Refusal['dimension'], limit: number, need: number, res?: { used: number; freesAt?: number }): Refusal {
+/** What shrinks a call that never fits: a model call's request, or nothing the caller sends (a tool's fixed price). */
+function neverFitsHint(dimension: Refusal['dimension'], tool: boolean): string {
+  if (tool) return "the tool's costUsd is more than the agent's whole costUsdPerDay";
+  return dimension === 'tokensPerHour'
+    ? 'ask for fewer tokens (a lower max_tokens, a shorter prompt)'
+    : 'ask for fewer dollars (a lower max_tokens, a cheaper model)';
+}
+
+/**
+ * The refusal of a worst case that does not fit (`res`: the ledger's answer, when it gave one;
+ * `tool`: the worst case is a tool call's fixed price alone).
+ */
+export function refusal(
+  agent: string,
+  dimension: Refusal['dimension'],
+  limit: number,
+  need: number,
+  res?: { used: number; freesAt?: number },
+  tool = false,
+): Refusal {
   const used = res?.used ?? 0;
   const unit = dimension === 'tokensPerHour' ? 'tokens per hour' : 'USD per day';
   const head = `${dimension} budget of agent ${agent}: this call needs up to ${need} of ${limit} ${unit}`;
   if (neverFits({ need, limit })) {
-    const fewer = dimension === 'tokensPerHour' ? 'tokens (a lower max_tokens, a shorter prompt)' : 'dollars (a lower max_tokens, a cheaper model)';
-    return { ok: false, dimension, limit, used, need, message: `${head}, more than the whole budget: it never fits; ask for fewer ${fewer}` };
+    return { ok: false, dimension, limit, used, need, message: `${head}, more than the whole budget: it never fits; ${neverFitsHint(dimension, tool)}` };
   }
   const frees = res?.freesAt ? `; frees up from ${new Date(res.freesAt).toISOString()}` : '';
   return {
@@ -65,7 +82,7 @@ export async function chargeWorstCase(meter: Meter, r: ReserveRequest, c: Ceilin
     const t = await meter.take(r.agent, 'cost', need, price(r.promptTokens, minOut, r));
     if (!t.ok) {
       if (held.tokens > 0) meter.giveBack(r.agent, 'tokens', held.tokens, tokensBucket);
-      return refusal(r.agent, 'costUsdPerDay', c.cpd, price(r.promptTokens, minOut, r), t.result);
+      return refusal(r.agent, 'costUsdPerDay', c.cpd, price(r.promptTokens, minOut, r), t.result, r.promptTokens + r.outputTokens === 0);
     }
     held.cost = t.granted;
     if (held.cost < need && r.priceOutputPer1k > 0) shrinkToDollars(meter, r, held, minOut, tokensBucket);
