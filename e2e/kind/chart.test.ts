@@ -148,14 +148,27 @@ describe('charts/writ without a cluster', () => {
   it('the forward proxy Service maps port 80 to the proxy container port 9092, and the SPEC ports are the defaults', () => {
     const v = values as any;
     expect(v.controlPlane.proxyService.port).toBe(80);
-    expect(v.controlPlane.ports).toEqual({ decision: 9191, grpc: 9192, mgmt: 8181, proxy: 9092 });
+    expect(v.controlPlane.ports).toEqual({ decision: 9191, grpc: 9192, mgmt: 8181, proxy: 9092, mcp: 8080 });
     expect([v.identity.port, v.broker.port, v.webhook.port, v.webhook.healthPort]).toEqual([8090, 8080, 8443, 8080]);
     const docs = roughRender(template('control-plane.yaml')) as any[];
     const proxy = docs.find((d) => d?.kind === 'Service' && d.spec.ports.some((p: any) => p.name === 'http-proxy'));
     expect(proxy.spec.ports).toEqual([{ name: 'http-proxy', port: expect.stringMatching(/^tpl\d+$/), targetPort: 'proxy' }]);
     expect(template('control-plane.yaml')).toMatch(/port: \{\{ \$c\.proxyService\.port \}\}\n\s+targetPort: proxy/);
     const deploy = docs.find((d) => d?.kind === 'Deployment');
-    expect(deploy.spec.template.spec.containers[0].ports.map((p: any) => p.name)).toEqual(['decision', 'grpc', 'mgmt', 'proxy']);
+    expect(deploy.spec.template.spec.containers[0].ports.map((p: any) => p.name)).toEqual(['decision', 'grpc', 'mgmt', 'proxy', 'mcp']);
+  });
+
+  it('the MCP gateway: on by default, served by the control plane on :8080 (MCP_GATEWAY_ADDR) behind its Service', () => {
+    expect((values as any).controlPlane.mcpGateway).toEqual({ enabled: true });
+    const text = template('control-plane.yaml');
+    expect(text).toMatch(/\{\{- if \$c\.mcpGateway\.enabled \}\}\n\s+- name: MCP_GATEWAY_ADDR\n\s+value: ":\{\{ \$c\.ports\.mcp \}\}"/);
+    const docs = roughRender(text) as any[];
+    const service = docs.find((d) => d?.kind === 'Service' && d.spec.ports.some((p: any) => p.name === 'http-authz'));
+    expect(service.spec.ports.find((p: any) => p.name === 'http-mcp')).toEqual({
+      name: 'http-mcp',
+      port: expect.stringMatching(/^tpl\d+$/),
+      targetPort: 'mcp',
+    });
   });
 
   it('secrets reach pods only through secretKeyRef, and values.yaml holds none', () => {

@@ -137,6 +137,8 @@ export interface ProxyConfig {
   limits: ProxyLimitsSetting;
   /** UPSTREAM_SECRETS_DIR: where the Secrets registry entries' `upstreamAuth` names are mounted (`<dir>/<name>/<key>`). */
   upstreamSecretsDir?: string;
+  /** MCP_GATEWAY_ADDR: the control plane process's own MCP gateway listener (runtime/mcp/listener.ts); unset: none (the all-in-one serves it on the broker listener). */
+  mcpGatewayAddr?: string;
   /** The egress gateway (runtime/egress-gateway/): EGRESS_GATEWAY_ADDR, and whether it is set. */
   gatewayAddr: string;
   gatewayAddrSet: boolean;

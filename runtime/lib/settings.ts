@@ -129,6 +129,7 @@ const D = {
   egressMaxPendingPerAgent: s('EGRESS_MAX_PENDING_PER_AGENT', 'proxy', pos, 100),
   egressReplicaId: s('EGRESS_REPLICA_ID', 'proxy', text),
   upstreamSecretsDir: s('UPSTREAM_SECRETS_DIR', 'proxy', text),
+  mcpGatewayAddr: s('MCP_GATEWAY_ADDR', 'proxy', addr),
   proxyHeadersTimeoutMs: s('EGRESS_PROXY_HEADERS_TIMEOUT_MS', 'proxy', pos, 10_000),
   proxyMaxHeaderBytes: s('EGRESS_PROXY_MAX_HEADER_BYTES', 'proxy', pos, 32 * 1024),
   proxyConnectTimeoutMs: s('EGRESS_PROXY_CONNECT_TIMEOUT_MS', 'proxy', pos, 5000),

@@ -95,6 +95,7 @@ export const SLICES: Builders = {
     maxPendingPerAgent: v.egressMaxPendingPerAgent,
     replicaId: v.egressReplicaId ?? (p.brandPodName || v.podName || hostname()),
     upstreamSecretsDir: v.upstreamSecretsDir,
+    mcpGatewayAddr: v.mcpGatewayAddr,
     limits: {
       headersTimeoutMs: v.proxyHeadersTimeoutMs,
       maxHeaderBytes: v.proxyMaxHeaderBytes,

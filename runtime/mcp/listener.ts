@@ -1,0 +1,42 @@
+/**
+ * The MCP gateway on a listener of its own, for the control plane process in a cluster
+ * (MCP_GATEWAY_ADDR): there the broker runs apart, with no decision engine, registry snapshot or
+ * approval queue beside it, so the control plane serves `/mcp/{service}` and its RFC 9728
+ * metadata itself (a route or Ingress can put both behind one base URL). The all-in-one serves
+ * the same gateway on its broker listener instead.
+ */
+import http from 'node:http';
+import { close, listen, sendJson } from '../lib/http.js';
+import { MCP_PREFIX, type McpGateway } from './gateway.js';
+import { MCP_METADATA_PREFIX } from './resource.js';
+
+export interface McpListener {
+  port: number;
+  /** Ends the gateway's exchanges, then the listener. */
+  close(): Promise<void>;
+}
+
+export async function startMcpListener(addr: string, gateway: McpGateway): Promise<McpListener> {
+  const server = http.createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    if (path.startsWith(MCP_PREFIX) || path.startsWith(MCP_METADATA_PREFIX)) return gateway.handle(req, res, path);
+    req.resume();
+    sendJson(res, 404, { error: 'not_found', message: `no route ${path}: this listener serves /mcp/{service}` });
+  });
+  let port: number;
+  try {
+    port = await listen(server, addr);
+  } catch (e) {
+    await gateway.close();
+    throw e;
+  }
+  return {
+    port,
+    async close() {
+      await gateway.close();
+      await close(server);
+    },
+  };
+}
