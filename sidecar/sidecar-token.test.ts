@@ -66,6 +66,8 @@ describe('sidecar with an access token as the agent credential', () => {
     brokerPort = await listen(broker, '127.0.0.1:0');
     const entries = [
       { name: 'broker', upstream: `127.0.0.1:${brokerPort}`, kind: 'service' as const },
+      // The upstream serves a model: it is Writ's broker, the next enforcement point, so the proxy passes it the token.
+      { name: 'sc-model', upstream: `127.0.0.1:${brokerPort}`, kind: 'model' as const },
       { name: 'sc-bot', upstream: 'sc-bot.agents.svc:8080', kind: 'agent' as const, egressAllow: ['broker'] },
     ];
     const me = await agent(bed, 'sc-bot');

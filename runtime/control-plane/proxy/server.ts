@@ -270,7 +270,10 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
       req.resume();
       return sendJson(res, 502, { error: cred.failed }, {}, hasBody(req.headers));
     }
-    const raw = withoutAgentTokens(rewriteRequestHeaders(req.rawHeaders, req.headers.connection, add, t.port === 80 ? t.host : t.hostPort), cred);
+    const rewritten = rewriteRequestHeaders(req.rawHeaders, req.headers.connection, add, t.port === 80 ? t.host : t.hostPort);
+    // A ticketed hop is Writ's broker (the upstream serves a registry model): the next enforcement
+    // point, which decides again on the agent's credential and strips it before its provider.
+    const raw = outcome.ticket ? rewritten : withoutAgentTokens(rewritten, cred);
     if (closing) res.setHeader('connection', 'close');
     // Transfer-Encoding is hop-by-hop: undici re-frames a streamed body without a length as chunked.
     const body = hasBody(req.headers) ? req : null;
