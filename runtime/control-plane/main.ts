@@ -13,6 +13,7 @@ import { isMain, runUntilSignal, type Closable } from '../lib/process.js';
 import { createReadiness } from '../lib/readiness.js';
 import { initTracing, shutdownTracing } from '../lib/tracing.js';
 import { openStore } from '../store/factory.js';
+import { listenerDeadline } from '../lib/http.js';
 import { createUpstreamSecrets } from '../lib/upstream-secrets.js';
 import { createMcpGateway } from '../mcp/gateway.js';
 import { startMcpListener, type McpListener } from '../mcp/listener.js';
@@ -31,6 +32,7 @@ function startMcp(addr: string, run: RunningWithEgress, config: Config): Promise
       upstreamSecrets: createUpstreamSecrets(config.proxy.upstreamSecretsDir),
       hold: (req, signal) => holdForHuman(run.gateway.queue, req, signal),
     }),
+    listenerDeadline(config.process),
   );
 }
 

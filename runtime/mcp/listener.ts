@@ -6,7 +6,7 @@
  * the same gateway on its broker listener instead.
  */
 import http from 'node:http';
-import { close, listen, sendJson } from '../lib/http.js';
+import { close, listen, sendJson, type requestDeadline } from '../lib/http.js';
 import { MCP_PREFIX, type McpGateway } from './gateway.js';
 import { MCP_METADATA_PREFIX } from './resource.js';
 
@@ -16,8 +16,9 @@ export interface McpListener {
   close(): Promise<void>;
 }
 
-export async function startMcpListener(addr: string, gateway: McpGateway): Promise<McpListener> {
-  const server = http.createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+/** `deadline`: how long a client may take to send one request (`listenerDeadline`; streams answered after it are not cut). */
+export async function startMcpListener(addr: string, gateway: McpGateway, deadline: ReturnType<typeof requestDeadline>): Promise<McpListener> {
+  const server = http.createServer({ keepAliveTimeout: 65_000, ...deadline }, (req, res) => {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
