@@ -19,9 +19,9 @@ import { setLogLevel } from '../runtime/lib/log.js';
 import { loadConfig } from '../runtime/lib/settings.js';
 import { seedAgent } from '../runtime/identity/enterprise/governance/testkit.js';
 import { agent, openBed, type OAuthBed } from '../runtime/identity/oauth/oauth-testing.js';
-import { startControlPlaneWithEgress, type RunningWithEgress } from '../runtime/control-plane/egress-gateway.js';
-import type { Store } from '../runtime/store/factory.js';
-import { openTestPglite, testBackends } from '../runtime/store/testing.js';
+import type { RunningWithEgress } from '../runtime/control-plane/egress-gateway.js';
+import { startFollowingPlane, type FollowingPlane } from '../runtime/control-plane/following-testing.js';
+import { testBackends } from '../runtime/store/testing.js';
 import { startSidecar, type RunningSidecar } from './server.js';
 
 // Long enough that the renewal at 80% lands well before the expiry on a loaded machine.
@@ -32,7 +32,7 @@ describe('sidecar with an access token as the agent credential', () => {
   const identityFile = join(dir, 'identity.json');
   const seen: http.IncomingHttpHeaders[] = [];
   let bed: OAuthBed;
-  let cpStore: Store;
+  let plane: FollowingPlane;
   let run: RunningWithEgress;
   let broker: http.Server;
   let brokerPort = 0;
@@ -73,20 +73,12 @@ describe('sidecar with an access token as the agent credential', () => {
     const me = await agent(bed, 'sc-bot');
     for (const e of entries) bed.services.set(e.name, e);
     writeFileSync(identityFile, JSON.stringify(me));
-    cpStore = await openTestPglite();
-    run = await startControlPlaneWithEgress({
-      store: cpStore,
-      config: loadConfig({ AGENT_IDP_URL: `http://127.0.0.1:${bed.port}` }),
-      decisionAddr: '127.0.0.1:0',
-      mgmtAddr: '127.0.0.1:0',
-      proxyAddr: '127.0.0.1:0',
-    });
-    for (const e of entries) await run.cp.plane.registry.upsert(e);
+    plane = await startFollowingPlane(bed, entries);
+    run = plane.run;
   }, 120_000);
   afterAll(async () => {
     for (const s of sidecars) await s.close();
-    await run?.close();
-    await cpStore?.close();
+    await plane?.close();
     if (broker) await close(broker);
     await bed?.close();
     rmSync(dir, { recursive: true, force: true });

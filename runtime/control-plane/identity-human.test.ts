@@ -13,13 +13,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../lib/brand.js';
 import { close as closeServer, listen } from '../lib/http.js';
 import { setLogLevel } from '../lib/log.js';
-import { loadConfig } from '../lib/settings.js';
 import { entraUser } from '../identity/enterprise/directory/fixtures.js';
 import { actorVp, agent, delegation, openBed, postForm, type OAuthBed } from '../identity/oauth/oauth-testing.js';
 import type { AgentIdentity } from '../identity/client.js';
-import { openTestPglite, testBackends } from '../store/testing.js';
-import type { Store } from '../store/factory.js';
-import { startControlPlaneWithEgress, type RunningWithEgress } from './egress-gateway.js';
+import { testBackends } from '../store/testing.js';
+import type { RunningWithEgress } from './egress-gateway.js';
+import { startFollowingPlane, type FollowingPlane } from './following-testing.js';
 
 const EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
 const JWT = 'urn:ietf:params:oauth:token-type:jwt';
@@ -29,7 +28,7 @@ const bob = entraUser({ oid: '0b0b0000-0000-4000-8000-000000000002', upn: 'bob@c
 
 describe.each(testBackends())('a deactivated human at every enforcement point on $name', (b) => {
   let bed: OAuthBed;
-  let cpStore: Store;
+  let plane: FollowingPlane;
   let run: RunningWithEgress;
   let echo: http.Server;
   let me: AgentIdentity;
@@ -48,19 +47,11 @@ describe.each(testBackends())('a deactivated human at every enforcement point on
     for (const e of entries) bed.services.set(e.name, e);
     expect((await bed.api.post('/v1/directory/sync', { tenantId: 'default', users: [alice(true), bob] })).status).toBe(200);
     delegationVc = (await delegation(bed, 'hu-bot', { task: 'T-h', action: 'crm:read', resource: 'crm/*', approver: HUMAN })).vc!;
-    cpStore = await openTestPglite();
-    run = await startControlPlaneWithEgress({
-      store: cpStore,
-      config: loadConfig({ AGENT_IDP_URL: `http://127.0.0.1:${bed.port}` }),
-      decisionAddr: '127.0.0.1:0',
-      mgmtAddr: '127.0.0.1:0',
-      proxyAddr: '127.0.0.1:0',
-    });
-    for (const e of entries) await run.cp.plane.registry.upsert(e);
+    plane = await startFollowingPlane(bed, entries);
+    run = plane.run;
   }, 60_000);
   afterAll(async () => {
-    await run?.close();
-    await cpStore?.close();
+    await plane?.close();
     if (echo) await closeServer(echo);
     await bed?.close();
   });
