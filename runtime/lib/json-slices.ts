@@ -36,7 +36,7 @@ function malformed(at: number, what: string): SyntaxError {
 }
 
 /** Index just past the string starting at `i` (a quote). */
-function stringEnd(b: Buffer, i: number): number {
+export function stringEnd(b: Buffer, i: number): number {
   let j = i + 1;
   for (;;) {
     const q = b.indexOf(QUOTE, j);
@@ -50,7 +50,7 @@ function stringEnd(b: Buffer, i: number): number {
 }
 
 /** Index just past the value starting at `i` (not validated: JSON.parse does that). */
-function valueEnd(b: Buffer, i: number): number {
+export function valueEnd(b: Buffer, i: number): number {
   const c = b[i];
   if (c === QUOTE) return stringEnd(b, i);
   if (c === 0x7b || c === 0x5b) {
@@ -82,7 +82,8 @@ function valueEnd(b: Buffer, i: number): number {
   return j;
 }
 
-const skipWs = (b: Buffer, i: number): number => {
+/** Index of the first byte at or after `i` that is not JSON whitespace. */
+export const skipWs = (b: Buffer, i: number): number => {
   while (i < b.length && WS[b[i]!]) i++;
   return i;
 };

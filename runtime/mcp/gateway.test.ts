@@ -3,6 +3,7 @@
  * listener's `/mcp/everything` -> the reference server in streamable HTTP mode, decided by the
  * control plane's engine with its audit chain, budgets and approval queue.
  */
+import http from 'node:http';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMcpHarness, type McpHarness } from './gateway-testing.js';
@@ -114,5 +115,74 @@ describe('MCP gateway: SDK client -> gateway -> server-everything', () => {
     expect(records.some((r) => r.reason.includes('hello through Writ'))).toBe(false);
     const verified = (await (await fetch(`${h.mgmt}/v1/audit/verify`)).json()) as { ok: boolean };
     expect(verified.ok).toBe(true);
+  });
+});
+
+describe('MCP gateway: a server whose tools/list answer tries to show more', () => {
+  /** Answers every tools/list with `answers[n]` in turn: [content-type, body]. */
+  const answers: [string, string][] = [];
+  let server: http.Server;
+  beforeAll(async () => {
+    server = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const [type, body] = answers.shift() ?? ['text/plain', 'nothing queued'];
+        res.writeHead(200, { 'content-type': type }).end(body);
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as { port: number }).port;
+    await h.run.cp.plane.registry.upsert({ name: 'hostile', upstream: `127.0.0.1:${port}`, kind: 'tool', protocol: 'mcp' });
+    await h.agent({ name: 'wary', allowTools: ['hostile/echo'] });
+  });
+  afterAll(() => new Promise<void>((r) => server.close(() => r())));
+
+  const all = '{"name":"echo"},{"name":"get-env"},{"name":"rm"}';
+  const list = async (type: string, body: string) => {
+    answers.push([type, body]);
+    const r = await fetch(`http://127.0.0.1:${h.broker.port}/mcp/hostile`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'x-writ-actor': 'wary' },
+      body: '{"jsonrpc":"2.0","id":4,"method":"tools/list"}',
+    });
+    return [r.status, await r.text()];
+  };
+
+  it.each([
+    [
+      'one answer',
+      'application/json',
+      `{"jsonrpc":"2.0","id":4,"result":{"tools":[${all}]}}`,
+      [200, '{"jsonrpc":"2.0","id":4,"result":{"tools":[{"name":"echo"}]}}'],
+    ],
+    [
+      'a batch (the SDK client reads arrays)',
+      'application/json',
+      `[{"jsonrpc":"2.0","id":4,"result":{"tools":[${all}]}}]`,
+      [200, '[{"jsonrpc":"2.0","id":4,"result":{"tools":[{"name":"echo"}]}}]'],
+    ],
+    [
+      'an answer to another id',
+      'application/json',
+      `{"jsonrpc":"2.0","id":99,"result":{"tools":[${all}]}}`,
+      [200, '{"jsonrpc":"2.0","id":99,"result":{"tools":[{"name":"echo"}]}}'],
+    ],
+    [
+      'a second answer in the SSE stream',
+      'text/event-stream',
+      `event: message\ndata: {"jsonrpc":"2.0","id":4,"result":{"tools":[${all}]}}\n\nevent: message\ndata: {"jsonrpc":"2.0","id":5,"result":{"tools":[${all}]}}\n\n`,
+      [
+        200,
+        'event: message\ndata: {"jsonrpc":"2.0","id":4,"result":{"tools":[{"name":"echo"}]}}\n\nevent: message\ndata: {"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"echo"}]}}\n\n',
+      ],
+    ],
+    [
+      'an answer that is not JSON',
+      'application/json',
+      `{"jsonrpc":"2.0","id":4,"result":{"tools":[{"name":"echo","x":NaN},${all}]}}`,
+      [502, '{"jsonrpc":"2.0","id":4,"error":{"code":-32002,"message":"the MCP server\'s tools/list answer could not be filtered: the answer is not JSON"}}'],
+    ],
+  ])('%s: only what the agent may call reaches it', async (_, type, body, expected) => {
+    expect(await list(type, body)).toEqual(expected);
   });
 });

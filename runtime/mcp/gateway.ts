@@ -22,11 +22,12 @@ import type { DecisionEngine } from '../control-plane/decision/engine.js';
 import { withHold } from '../control-plane/decision/engine.js';
 import { factsFromHeaders } from '../control-plane/decision/facts.js';
 import { askingWithin } from '../control-plane/decision/gather.js';
-import { filterTools, methodClass } from '../control-plane/decision/tool.js';
+import { mayList, methodClass } from '../control-plane/decision/tool.js';
 import type { Challenge } from '../lib/protected-resource.js';
 import type { EgressFacts, HoldAnswer, HoldRequest, McpCall } from '../control-plane/decision/types.js';
 import { callOf, readMessage, routableMismatch, type Message } from '../control-plane/decision/mcp-facts.js';
 import { rpcError, RPC, type RpcId } from './jsonrpc.js';
+import { filterListAnswer, filterListEvents, UnreadableList } from './list-filter.js';
 import { upstreamCredential, type UpstreamSecrets } from '../lib/upstream-secrets.js';
 import { MCP_METADATA_PREFIX, mcpChallenge, serveMetadata, type ResourceOptions } from './resource.js';
 
@@ -411,41 +412,17 @@ async function answerFiltered(x: Exchange, r: Dispatcher.ResponseData, headers: 
   } finally {
     clearTimeout(limit);
   }
-  const actor = o.engine.policy.current().registry.get(u.actor ?? '');
-  const text = Buffer.concat(chunks).toString('utf8');
-  const out = isStream(headers) ? filterEvents(text, actor, x.service, u.id) : filterAnswer(text, actor, x.service, u.id);
-  delete headers['content-length'];
-  x.res.writeHead(200, { ...headers, 'content-length': String(Buffer.byteLength(out)) });
-  x.res.end(out);
-}
-
-type Actor = Parameters<typeof filterTools>[0] | undefined;
-
-/** One JSON-RPC answer with `result.tools` filtered; an answer to another id, or without tools, passes as is. */
-export function filterAnswer(text: string, actor: Actor, service: string, id: RpcId): string {
-  let v: unknown;
+  const may = mayList(o.engine.policy.current().registry.get(u.actor ?? ''), x.service);
+  let out: Buffer;
   try {
-    v = JSON.parse(text);
-  } catch {
-    return text;
+    const body = Buffer.concat(chunks);
+    out = isStream(headers) ? Buffer.from(filterListEvents(body.toString('utf8'), may)) : filterListAnswer(body, may);
+  } catch (e) {
+    if (!(e instanceof UnreadableList)) throw e;
+    log.warn('mcp tools/list answer refused', { service: x.service, err: e.message });
+    return sendRpc(x.res, 502, u.id, RPC.upstream, `the MCP server's tools/list answer could not be filtered: ${e.message}`);
   }
-  const msg = v as { id?: unknown; result?: { tools?: unknown } };
-  if (msg?.id !== id || !Array.isArray(msg.result?.tools)) return text;
-  msg.result.tools = actor ? filterTools(actor, service, msg.result.tools as unknown[]) : [];
-  return JSON.stringify(msg);
-}
-
-/** An SSE body with the `data:` of the answer to `id` filtered (events are kept in order, others untouched). */
-export function filterEvents(text: string, actor: Actor, service: string, id: RpcId): string {
-  return text
-    .split(/(\r?\n\r?\n)/)
-    .map((part) => {
-      const lines = part.split(/\r?\n/);
-      const data = lines.filter((l) => l.startsWith('data:')).map((l) => l.slice(l.startsWith('data: ') ? 6 : 5));
-      if (data.length === 0) return part;
-      const filtered = filterAnswer(data.join('\n'), actor, service, id);
-      if (filtered === data.join('\n')) return part;
-      return [...lines.filter((l) => !l.startsWith('data:')), `data: ${filtered}`].join('\n');
-    })
-    .join('');
+  delete headers['content-length'];
+  x.res.writeHead(200, { ...headers, 'content-length': String(out.length) });
+  x.res.end(out);
 }

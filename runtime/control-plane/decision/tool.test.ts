@@ -8,7 +8,7 @@ import { reconcile } from '../../../operator/reconcile.js';
 import { checkResource } from '../../../operator/resource.js';
 import { parseService, RegistryValidationError } from '../registry/service.js';
 import type { Service } from '../types.js';
-import { covers, filterTools, methodClass, toolPrice } from './tool.js';
+import { covers, filterTools, mayList, methodClass, toolPrice } from './tool.js';
 
 const agent = (allowTools: string[]): Service => ({ name: 'a', upstream: 'a:1', kind: 'agent', allowTools });
 
@@ -28,6 +28,26 @@ describe('tool layer', () => {
     expect(filterTools(agent(['fs/echo', 'fs/get-s*']), 'fs', tools)).toEqual([{ name: 'echo' }, { name: 'get-sum' }]);
     expect(filterTools(agent(['fs']), 'fs', tools)).toHaveLength(4);
     expect(filterTools(agent(['other/echo']), 'fs', tools)).toEqual([]);
+  });
+
+  it('lists exactly the names an allowTools entry covers', () => {
+    const names = ['read', 'read2', 'get-env', 'put', '', '*', 'fs'];
+    const rows: [string[], string[]][] = [
+      [['fs'], names],
+      [['fs/read'], ['read']],
+      [
+        ['fs/get-*', 'fs/put'],
+        ['get-env', 'put'],
+      ],
+      [['fs/*'], names],
+      [['fs/', 'fsx/read', 'fs2', 'other'], []],
+      [[], []],
+    ];
+    for (const [allowTools, listed] of rows) {
+      expect(names.filter(mayList(agent(allowTools), 'fs'))).toEqual(listed);
+      expect(names.filter((n) => allowTools.some((e) => covers(e, 'fs', n)))).toEqual(listed);
+    }
+    expect(mayList(undefined, 'fs')('read')).toBe(false);
   });
 
   it('decides calls, passes handshakes, lists and notifications, denies anything else', () => {

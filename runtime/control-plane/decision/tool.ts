@@ -71,15 +71,25 @@ export function allowEntry(actor: Service, service: string, name: string): strin
 }
 
 /**
- * The tools of a `tools/list` answer this agent may call: list-time filtering reads names only,
- * never a rule's `when` (no arguments exist yet). A tool without a string name is dropped.
+ * Which names of `service` a `tools/list` answer may show this agent: list-time filtering reads
+ * names only, never a rule's `when` (no arguments exist yet). No agent: none.
  */
-export function filterTools<T>(actor: Service, service: string, tools: readonly T[]): T[] {
-  const list = actor.allowTools ?? [];
-  if (list.includes(service)) return tools.filter((t) => typeof (t as { name?: unknown }).name === 'string');
+export function mayList(actor: Service | undefined, service: string): (name: string) => boolean {
+  const list = actor?.allowTools ?? [];
+  if (list.includes(service)) return () => true;
+  // `covers` by entry, with the entries of this service read once: exact names and prefixes.
+  const own = list.filter((e) => e.length > service.length + 1 && e.startsWith(`${service}/`)).map((e) => e.slice(service.length + 1));
+  const exact = new Set(own.filter((e) => !e.endsWith('*')));
+  const prefixes = own.filter((e) => e.endsWith('*')).map((e) => e.slice(0, -1));
+  return (name) => exact.has(name) || prefixes.some((p) => name.startsWith(p));
+}
+
+/** The tools of a `tools/list` answer this agent may call (`mayList`); a tool without a string name is dropped. */
+export function filterTools<T>(actor: Service | undefined, service: string, tools: readonly T[]): T[] {
+  const may = mayList(actor, service);
   return tools.filter((t) => {
     const name = (t as { name?: unknown }).name;
-    return typeof name === 'string' && list.some((e) => covers(e, service, name));
+    return typeof name === 'string' && may(name);
   });
 }
 
