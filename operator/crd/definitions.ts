@@ -164,8 +164,7 @@ export const REGISTRY_SERVICE: CrdKind = {
       upstreamAuth: {
         type: 'object',
         description:
-          'The credential the upstream gets (the MCP gateway, the forward proxy), never the agent\'s: a key of a Secret mounted at UPSTREAM_SECRETS_DIR/<name>/<key>, sent as "<header>: <scheme> <value>". Never a literal.',
-        required: ['secretRef'],
+          'What the upstream gets (the MCP gateway, the forward proxy), never the agent\'s credential; exactly one of: secretRef, a key of a Secret mounted at UPSTREAM_SECRETS_DIR/<name>/<key>, sent as "<header>: <scheme> <value>" (never a literal); or exchange: true, a Writ access token the MCP gateway exchanges (RFC 8693) for this service from the agent\'s own, of the same human (sub) and agent (act), sent as Authorization: Bearer.',
         properties: {
           secretRef: {
             type: 'object',
@@ -177,7 +176,16 @@ export const REGISTRY_SERVICE: CrdKind = {
           },
           header: str('Default Authorization.', { maxLength: 64, pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$" }),
           scheme: str('Default Bearer; empty sends the value alone.', { maxLength: 64, pattern: "^([!#$%&'*+.^_`|~0-9A-Za-z-]{1,64})?$" }),
+          exchange: { type: 'boolean', enum: [true], description: "true: the upstream gets a token exchanged for it from the agent's Writ access token." },
         },
+        'x-kubernetes-validations': [
+          { rule: 'has(self.secretRef) != has(self.exchange)', message: 'upstreamAuth names exactly one of secretRef or exchange' },
+          {
+            rule: '!has(self.exchange) || (!has(self.header) && !has(self.scheme))',
+            message: 'an exchanged token is sent as Authorization: Bearer (header and scheme are for secretRef)',
+            fieldPath: '.exchange',
+          },
+        ],
       },
     },
     'x-kubernetes-validations': [

@@ -32,7 +32,7 @@ describe('policy folder as npm start runs it', () => {
     try {
       const src = await startPolicyFolder({ dir: EXAMPLES_DIR, examples: true }, { registry, authority }, { rescanMs: 0 });
       await src.close();
-      expect(registry.list()).toHaveLength(9);
+      expect(registry.list()).toHaveLength(10);
       const agent = (await (await authority.app.request('/v1/governance/agents/research-agent')).json()) as { status: string };
       expect(agent.status).toBe('active');
       // A second start does not sync the seed again (the tenant has employees now).

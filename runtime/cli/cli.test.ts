@@ -24,14 +24,14 @@ describe('writ validate', () => {
   it('the examples are valid (exit 0)', async () => {
     const io = capture();
     expect(await main(['validate', EXAMPLES], io)).toBe(0);
-    expect(io.stdout).toEqual(['11 resource(s) in 4 file(s): all valid']);
+    expect(io.stdout).toEqual(['12 resource(s) in 4 file(s): all valid']);
   });
 
   it('invalid resources: exit 1 and file:line: message for each', async () => {
     const io = capture();
     expect(await main(['validate', INVALID], io)).toBe(1);
     const rel = relative(process.cwd(), INVALID);
-    expect(io.stderr.length).toBe(28);
+    expect(io.stderr.length).toBe(32);
     expect(io.stderr.every((l) => l.startsWith(`${rel}:`))).toBe(true);
     expect(io.stderr).toContain(`${rel}:13: RegistryService no-upstream: spec.upstream: required field is missing`);
     expect(io.stderr.find((l) => l.includes('selfish'))).toMatch(
@@ -67,7 +67,7 @@ describe('writ validate', () => {
     const r = await promisify(execFile)('npx', ['--no-install', 'writ', 'validate', 'crds/examples'], { cwd: ROOT, timeout: 60_000 }).catch(
       (e: { stdout: string; stderr: string; code: number }) => e,
     );
-    expect(r.stdout.trim()).toBe('11 resource(s) in 4 file(s): all valid');
+    expect(r.stdout.trim()).toBe('12 resource(s) in 4 file(s): all valid');
   });
 });
 
@@ -94,8 +94,8 @@ describe('writ diff (the apply route dry run)', () => {
     const io = capture();
     expect(await main(['diff', dir, '--server', server], io)).toBe(1);
     expect(io.stdout).toContain('+ research-agent');
-    expect(io.stdout.filter((l) => l.startsWith('+ '))).toHaveLength(9);
-    expect(io.stdout.at(-1)).toBe('9 change(s), 0 unchanged, 0 conflict(s), 0 rejected');
+    expect(io.stdout.filter((l) => l.startsWith('+ '))).toHaveLength(10);
+    expect(io.stdout.at(-1)).toBe('10 change(s), 0 unchanged, 0 conflict(s), 0 rejected');
     expect(cp.plane.registry.version).toBe(0);
   });
 
@@ -106,7 +106,7 @@ describe('writ diff (the apply route dry run)', () => {
     await cp.plane.registry.apply(reconcile(readFolder(dir).resources).services, { owner: folderOwner(dir) });
     let io = capture();
     expect(await main(['diff', dir, '--server', server], io)).toBe(0);
-    expect(io.stdout.at(-1)).toBe('0 change(s), 9 unchanged, 0 conflict(s), 0 rejected');
+    expect(io.stdout.at(-1)).toBe('0 change(s), 10 unchanged, 0 conflict(s), 0 rejected');
 
     writeFileSync(join(dir, 'extra.yaml'), 'apiVersion: writ.io/v1alpha1\nkind: RegistryService\nmetadata: {name: taken}\nspec: {upstream: t.svc:1}\n');
     await cp.plane.registry.upsert({ name: 'taken', upstream: 'mine.svc:2' });

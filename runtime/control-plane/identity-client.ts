@@ -28,6 +28,9 @@ import { injectTrace } from '../lib/tracing.js';
 import type { DelegationAnswer, DelegationQuery, GovernanceStanding, IdentityPort, PresentationAnswer } from './identity-port.js';
 import type { HumanStanding } from '../lib/access-token.js';
 import { followTokens, type TokenFollower } from './identity-tokens.js';
+import { parseJws } from '../lib/jws.js';
+import type { ExchangeAnswer } from '../lib/upstream-tokens.js';
+import { GRANT, TOKEN_PATH, TOKEN_TYPE } from '../identity/oauth/context.js';
 
 const log = logger('identity-client');
 
@@ -74,6 +77,7 @@ const OPERATIONS: Record<string, string> = {
   '/v1/governance/standing': 'standing',
   '/.well-known/oauth-authorization-server': 'oauth_metadata',
   '/.well-known/jwks.json': 'jwks',
+  [TOKEN_PATH]: 'token_exchange',
 };
 
 interface Entry {
@@ -160,7 +164,7 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
   ): Promise<{ status: number; json: unknown; headers: Record<string, unknown> }> {
     // The active trace context (a decision's span) travels with the call.
     const headers: Record<string, string> = injectTrace({ accept: 'application/json', ...auth, ...extra });
-    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (body !== undefined) headers['content-type'] ??= 'application/json';
     const op = OPERATIONS[path.split('?')[0] ?? ''] ?? 'other';
     const t0 = performance.now();
     let res: Awaited<ReturnType<typeof pool.request>>;
@@ -415,9 +419,28 @@ export function createIdentityClient(opts: IdentityClientOptions): IdentityClien
     return { id: out.key.id, scopes: out.key.scopes.filter((s): s is string => typeof s === 'string'), tenantId };
   }
 
+  /** The onward exchange (identity/oauth/onward.ts): the agent's token for one the upstream of `audience` gets. */
+  async function exchangeToken(subjectToken: string, audience: string): Promise<ExchangeAnswer> {
+    if (closed) return { ok: false, reason: 'identity client closed' };
+    const form = new URLSearchParams({ grant_type: GRANT.exchange, subject_token: subjectToken, subject_token_type: TOKEN_TYPE.accessToken, audience });
+    try {
+      const { status, json } = await call('POST', TOKEN_PATH, form.toString(), { 'content-type': 'application/x-www-form-urlencoded' });
+      const b = (json ?? {}) as { access_token?: unknown; error?: unknown; error_description?: unknown };
+      const exp = typeof b.access_token === 'string' ? parseJws(b.access_token)?.payload.exp : undefined;
+      if (status === 200 && typeof exp === 'number') return { ok: true, token: b.access_token as string, exp };
+      return {
+        ok: false,
+        reason: `identity authority answered ${status}${typeof b.error === 'string' ? ` ${b.error}` : ''}${typeof b.error_description === 'string' ? `: ${b.error_description}` : ''}`,
+      };
+    } catch (e) {
+      return { ok: false, reason: `identity authority unreachable: ${(e as Error).name === 'TimeoutError' ? 'timeout' : errMsg(e)}` };
+    }
+  }
+
   return {
     verifyPresentation,
     verifyApiKey,
+    exchangeToken,
     cachedPresentation: (vp, audience) => (closed ? undefined : cached(keyOf(vp, audience))),
     checkDelegation,
     pollRevocations,

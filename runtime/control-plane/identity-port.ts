@@ -41,6 +41,7 @@ export interface PresentationAnswer {
 
 import type { TokenVerifier } from '../identity/oauth/verifier.js';
 import type { HumanStanding } from '../lib/access-token.js';
+import type { ExchangeAnswer } from '../lib/upstream-tokens.js';
 
 export interface IdentityPort {
   /** GET /v1/delegations/check on the identity authority. */
@@ -56,6 +57,11 @@ export interface IdentityPort {
   standing?(): GovernanceStanding | undefined;
   /** Writ access tokens checked offline (identity-tokens.ts), when this port follows them. */
   tokens?(): TokenVerifier;
+  /**
+   * RFC 8693 exchange of the agent's Writ access token for one sent to registry entry `audience`'s
+   * upstream (identity/oauth/onward.ts; `upstreamAuth: {exchange: true}`), as an enforcement point.
+   */
+  exchangeToken?(subjectToken: string, audience: string): Promise<ExchangeAnswer>;
   /** Called when the standing's content changes. */
   onStanding?(listener: () => void): () => void;
   close?(): Promise<void>;

@@ -108,9 +108,13 @@ const SECRET_KEY_RE = /^[-._a-zA-Z0-9]{1,253}$/;
 const HTTP_TOKEN_RE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$/;
 
 /**
- * The credential an upstream gets instead of the agent's (issue 43 item 7): a Secret reference,
- * never a literal; read from `UPSTREAM_SECRETS_DIR/<name>/<key>` (a mounted Secret). Sent as
- * `<header>: <scheme> <value>` (default `Authorization: Bearer`; `scheme: ""` sends the value alone).
+ * The credential an upstream gets instead of the agent's (issue 43 item 7), exactly one of:
+ * - `secretRef`: a Secret reference, never a literal; read from `UPSTREAM_SECRETS_DIR/<name>/<key>`
+ *   (a mounted Secret). Sent as `<header>: <scheme> <value>` (default `Authorization: Bearer`;
+ *   `scheme: ""` sends the value alone).
+ * - `exchange: true`: a Writ access token exchanged (RFC 8693) for this entry from the agent's own
+ *   Writ token, carrying the same human (`sub`) and agent (`act`), sent as `Authorization: Bearer`
+ *   (lib/upstream-tokens.ts): the upstream can see who acts for whom itself.
  */
 export const UpstreamAuthSchema = z
   .object({
@@ -119,11 +123,23 @@ export const UpstreamAuthSchema = z
         name: z.string().regex(SECRET_NAME_RE, 'secretRef.name must be a Secret name (DNS-1123)'),
         key: z.string().regex(SECRET_KEY_RE, 'secretRef.key must be a Secret data key'),
       })
-      .strict(),
+      .strict()
+      .optional(),
     header: z.string().regex(HTTP_TOKEN_RE, 'header must be an HTTP field name').optional(),
     scheme: z.union([z.literal(''), z.string().regex(HTTP_TOKEN_RE, 'scheme must be an HTTP auth scheme')]).optional(),
+    exchange: z.literal(true).optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((a, ctx) => {
+    if ((a.secretRef === undefined) === (a.exchange === undefined))
+      ctx.addIssue({ code: 'custom', path: [], message: 'upstreamAuth names exactly one of secretRef or exchange' });
+    if (a.exchange && (a.header !== undefined || a.scheme !== undefined))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['exchange'],
+        message: 'an exchanged token is sent as Authorization: Bearer (header and scheme are for secretRef)',
+      });
+  });
 export type UpstreamAuth = z.infer<typeof UpstreamAuthSchema>;
 
 export const ServiceSchema = z

@@ -10,9 +10,10 @@ import { loadConfig } from '../lib/settings.js';
 
 export type Json = any;
 
-export function client(a: IdentityAuthority) {
+/** `key`: presented as `Authorization: Bearer` on every call (an authority with WRIT_API_AUTH=keys). */
+export function client(a: IdentityAuthority, key?: string) {
   const call = async (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) => {
-    const init: RequestInit = { method, headers: { ...headers } };
+    const init: RequestInit = { method, headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers } };
     if (body !== undefined) {
       init.body = typeof body === 'string' ? body : JSON.stringify(body);
       (init.headers as Record<string, string>)['content-type'] = 'application/json';

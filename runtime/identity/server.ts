@@ -67,9 +67,10 @@ function oauthContext(
   c: Pick<IdentityConfig, 'tokenTtlSeconds'>,
   registry: () => RegistryFacts | undefined,
   oidc: OAuthContext['oidc'],
+  enforcementPoint: OAuthContext['enforcementPoint'],
 ): OAuthContext {
   const issuer = id.settings.publicUrl;
-  return { id, issuer, tokenEndpoint: `${issuer}${TOKEN_PATH}`, tokenTtlSeconds: c.tokenTtlSeconds, registry, oidc };
+  return { id, issuer, tokenEndpoint: `${issuer}${TOKEN_PATH}`, tokenTtlSeconds: c.tokenTtlSeconds, registry, oidc, enforcementPoint };
 }
 
 export interface IdentityAuthority {
@@ -141,7 +142,6 @@ export function createIdentityAuthority(o: { store: Store; config?: Pick<Identit
   const auth = authOf(config.auth);
   const oidc = oidcOf(config.identity.oidc);
   let registry = registryOf(config.identity, config.auth);
-  const oauth = oauthContext(ctx, config.identity, () => registry, oidc);
   // Workforce OIDC tokens too (the OIDC_* settings), as on the control plane's management API.
   const check = credentialCheck(
     {
@@ -152,6 +152,14 @@ export function createIdentityAuthority(o: { store: Store; config?: Pick<Identit
       },
     },
     now,
+  );
+  const authorized = (authorization: string | undefined, scope: string) => authorizedFor(auth, check, authorization, scope);
+  const oauth = oauthContext(
+    ctx,
+    config.identity,
+    () => registry,
+    oidc,
+    (authorization) => authorized(authorization, 'identity:verify'),
   );
   const app = createApi({ bodyLimitFor: enterpriseBodyLimit, formPath: (p) => p.startsWith('/oauth/') });
   app.use('*', identityTracing());
@@ -173,7 +181,7 @@ export function createIdentityAuthority(o: { store: Store; config?: Pick<Identit
 
   return {
     app,
-    authorized: (authorization, scope) => authorizedFor(auth, check, authorization, scope),
+    authorized,
     ready: () => key !== undefined,
     whenReady: () => readyP,
     issuerDid: settings.issuerDid,

@@ -54,8 +54,10 @@ export interface TokenUse {
   resource?: string;
 }
 
-/** Why the token does not speak for this call, or undefined: `aud` names the target, `act` the actor. */
+/** Why the token does not speak for this call, or undefined: issued to the agent, `aud` names the target, `act` the actor. */
 export function tokenMismatch(c: AccessTokenClaims, use: TokenUse): string | undefined {
+  // A token exchanged for an upstream names the enforcement point as its client: the upstream's, not a credential.
+  if (c.client_id !== c.act.name) return `token was issued to ${JSON.stringify(c.client_id)} for an upstream, not to the agent`;
   if (c.aud !== use.target) return `token audience ${JSON.stringify(c.aud)} is not the target ${JSON.stringify(use.target)}`;
   if (use.actor !== undefined && use.actor !== c.act.name) return `token is for agent ${JSON.stringify(c.act.name)}, not ${JSON.stringify(use.actor)}`;
   return undefined;

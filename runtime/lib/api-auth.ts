@@ -67,7 +67,8 @@ export const ROUTE_SCOPES: readonly RouteScope[] = [
   r(GET, /^\/portal(\/(?!api\/).*)?$/, PUBLIC),
   r(GET, /^\/portal\/api\/config$/, PUBLIC),
   // The OAuth token endpoint authenticates the agent by its VP or client assertion (RFC 8693,
-  // 7523); revoking a token needs only the token (it takes access away, RFC 7009).
+  // 7523), and an enforcement point's onward exchange by its identity:verify credential itself
+  // (identity/oauth/onward.ts); revoking a token needs only the token (it takes access away, RFC 7009).
   r(['POST'], /^\/oauth\/(token|revoke)$/, PUBLIC),
   r(['POST'], /^\/oauth\/introspect$/, 'identity:verify'),
   // Identity authority: what the data plane asks on every request or poll.

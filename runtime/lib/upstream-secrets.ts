@@ -37,6 +37,7 @@ export function createUpstreamSecrets(dir: string | undefined, o: { ttlMs?: numb
 
   return {
     credential(auth) {
+      if (!auth.secretRef) return { failed: 'upstream credential: the entry names no secretRef' };
       const { name, key } = auth.secretRef;
       if (!dir) return { failed: `upstream credential ${name}/${key}: no Secrets are mounted (UPSTREAM_SECRETS_DIR unset)` };
       const value = read(name, key);
@@ -54,5 +55,7 @@ export function upstreamCredential(
   secrets: UpstreamSecrets | undefined,
 ): { header: string; value: string } | { failed: string } | undefined {
   if (!entry?.upstreamAuth) return undefined;
+  // An exchanged token is the MCP gateway's to send (mcp/gateway.ts): elsewhere the call is refused rather than sent bare.
+  if (entry.upstreamAuth.exchange) return { failed: `${entry.name} takes a token exchanged for it, which only the MCP gateway sends` };
   return secrets ? secrets.credential(entry.upstreamAuth) : { failed: `upstream credential for ${entry.name}: no Secrets are mounted` };
 }

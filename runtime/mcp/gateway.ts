@@ -29,6 +29,9 @@ import { callOf, readMessage, routableMismatch, type Message } from '../control-
 import { rpcError, RPC, type RpcId } from './jsonrpc.js';
 import { filterListAnswer, filterListEvents, UnreadableList } from './list-filter.js';
 import { upstreamCredential, type UpstreamSecrets } from '../lib/upstream-secrets.js';
+import { createUpstreamTokens, type UpstreamTokens } from '../lib/upstream-tokens.js';
+import { bearerToken } from '../control-plane/decision/credentials.js';
+import type { Service } from '../control-plane/types.js';
 import { MCP_METADATA_PREFIX, mcpChallenge, serveMetadata, type ResourceOptions } from './resource.js';
 
 const log = logger('mcp');
@@ -85,6 +88,12 @@ export function createMcpGateway(o: McpGatewayOptions): McpGateway {
   for (const [k, v] of Object.entries(s)) if (!(Number.isSafeInteger(v) && v > 0)) throw new Error(`mcp gateway: ${k} must be a positive integer`);
   const upstream = new Agent({ keepAliveTimeout: 30_000, connect: { timeout: Math.min(s.upstreamTimeoutMs, 10_000) } });
   const open = new Set<AbortController>();
+  // Tokens exchanged for upstreams (`upstreamAuth: {exchange: true}`) at the authority the decisions follow.
+  const tokens = createUpstreamTokens((token, audience) =>
+    o.engine.ports.identity?.exchangeToken
+      ? o.engine.ports.identity.exchangeToken(token, audience)
+      : Promise.resolve({ ok: false, reason: 'no identity authority to exchange tokens at (AGENT_IDP_URL)' }),
+  );
   return {
     handle(req, res, path) {
       if (path.startsWith(MCP_METADATA_PREFIX)) return serveMetadata(req, res, path, o, (name) => o.engine.policy.current().registry.get(name));
@@ -99,7 +108,7 @@ export function createMcpGateway(o: McpGatewayOptions): McpGateway {
         ac.abort();
         open.delete(ac);
       });
-      exchange({ req, res, service, signal: ac.signal }, o, s, upstream).catch((e: unknown) => {
+      exchange({ req, res, service, signal: ac.signal }, o, s, upstream, tokens).catch((e: unknown) => {
         log.error('mcp exchange failed', { service, err: errMsg(e) });
         if (!res.headersSent) sendRpc(res, 502, null, RPC.upstream, 'internal gateway error');
         else res.destroy();
@@ -145,7 +154,7 @@ interface Exchange {
 }
 
 /** One HTTP exchange: read and check the message, decide it, forward it or answer the denial. */
-async function exchange(x: Exchange, o: McpGatewayOptions, s: Settings, upstream: Dispatcher): Promise<void> {
+async function exchange(x: Exchange, o: McpGatewayOptions, s: Settings, upstream: Dispatcher, tokens: UpstreamTokens): Promise<void> {
   const { req, res } = x;
   const method = req.method ?? 'GET';
   const session = one(req.headers['mcp-session-id']);
@@ -175,8 +184,8 @@ async function exchange(x: Exchange, o: McpGatewayOptions, s: Settings, upstream
   if (!verdict.decision.allow) return answerDenial(res, verdict, call, id, message, mcpChallenge(req, o, x.service, verdict.decision));
   const target = o.engine.policy.current().registry.get(x.service);
   if (!target) return sendRpc(res, 503, id, RPC.upstream, `${x.service} left the registry during the decision`);
-  const credential = upstreamCredential(target, o.upstreamSecrets);
-  if (credential && 'failed' in credential) return sendRpc(res, 502, id, RPC.upstream, credential.failed);
+  const credential = await upstreamAuthFor(x, target, verdict, o, tokens);
+  if (credential && 'failed' in credential) return refuseUpstream(res, id, credential);
   await forward(
     x,
     { origin: `http://${target.upstream}`, path: target.path ?? DEFAULT_MCP_PATH, method, body, call, id, actor: verdict.actor, credential },
@@ -187,6 +196,42 @@ async function exchange(x: Exchange, o: McpGatewayOptions, s: Settings, upstream
 }
 
 const one = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
+
+type Credential = { header: string; value: string };
+/** Why nothing can be sent upstream: its HTTP status, JSON-RPC code, and the challenge of a missing credential. */
+type NoCredential = { failed: string; status: number; code: number; challenge?: Challenge };
+
+/**
+ * What goes upstream for an allowed message: the entry's Secret (`upstreamAuth.secretRef`), a token
+ * exchanged for the entry from the agent's Writ access token (`upstreamAuth.exchange`), or nothing.
+ * An exchange needs the Writ token the decision verified: a VP or a declared name proves the agent
+ * to Writ alone, and the authorization server vouches for no agent it has not seen a token of, so
+ * such a call is refused 401 with the challenge that sends an OAuth client for a token.
+ */
+async function upstreamAuthFor(
+  x: Exchange,
+  target: Service,
+  v: Verdict,
+  o: McpGatewayOptions,
+  tokens: UpstreamTokens,
+): Promise<Credential | NoCredential | undefined> {
+  if (!target.upstreamAuth?.exchange) {
+    const c = upstreamCredential(target, o.upstreamSecrets);
+    return c && 'failed' in c ? { failed: c.failed, status: 502, code: RPC.upstream } : c;
+  }
+  const raw = bearerToken(one(x.req.headers.authorization));
+  if (!v.token || !raw) {
+    const reason = `${target.name} takes a token exchanged from the agent's Writ access token: call with one (Authorization: Bearer)`;
+    const challenge = mcpChallenge(x.req, o, x.service, { status: 401, rule: 'identity', reason });
+    return { failed: reason, status: 401, code: RPC.denied, ...(challenge ? { challenge } : {}) };
+  }
+  const c = await tokens.credential({ raw, jti: v.token.jti, exp: v.token.exp }, target.name);
+  return 'failed' in c ? { failed: c.failed, status: 403, code: RPC.denied } : c;
+}
+
+function refuseUpstream(res: http.ServerResponse, id: RpcId, n: NoCredential): void {
+  sendRpc(res, n.challenge?.status ?? n.status, id, n.code, n.failed, undefined, n.challenge ? { 'www-authenticate': n.challenge.header } : {});
+}
 
 /** The POST body as one JSON-RPC message; answers the client itself (and returns undefined) when it is not one. */
 async function readMessageOf(req: http.IncomingMessage, res: http.ServerResponse, s: Settings): Promise<{ message: Message; body: Buffer } | undefined> {
@@ -292,7 +337,7 @@ interface Upstreamed {
   id: RpcId;
   actor: string | undefined;
   /** The upstream's own credential (`upstreamAuth`), the one credential that goes upstream. */
-  credential: { header: string; value: string } | undefined;
+  credential: Credential | undefined;
 }
 
 function upstreamHeaders(req: http.IncomingMessage, credential: Upstreamed['credential']): Record<string, string> {

@@ -162,6 +162,7 @@ export function egressAllowed(c: Readonly<EgressContext>, layers: Layer[]): Eval
   if (f.via === 'proxy' && target && servesModel(c.snap.registry, target.upstream)) extra.ticket = { actor: actorName, upstream: target.upstream };
   const reason = c.toolReason ? `${c.toolReason}; ${c.reason}` : c.reason;
   const ev = egressEnd(c, allow(c.rule, c.overAudit ? `${c.overAudit}; ${reason}` : reason, headers), layers, extra);
+  if (c.token) ev.token = c.token;
   if (delegation) {
     ev.delegation = delegation;
     ev.effects.audit.delegationId = delegation.id;

@@ -6,7 +6,7 @@
  * enforcement point's ports and evaluates again. HTTP, storage, clocks and remote calls are the
  * callers': /authz (HTTP and gRPC), the forward proxy, the broker's hop and the dry-run.
  */
-import type { TokenCheck } from '../../lib/access-token.js';
+import type { AccessTokenClaims, TokenCheck } from '../../lib/access-token.js';
 import type { BudgetUsage } from '../budget/policy.js';
 import type { DelegationAnswer, DelegationQuery, GovernanceStanding, PresentationAnswer } from '../identity-port.js';
 import type { OidcAnswer } from '../../lib/oidc.js';
@@ -234,6 +234,8 @@ export interface Evaluation {
   agentDid?: string;
   /** Set on delegation-allowed egress. */
   delegation?: { id: string; exp?: number };
+  /** Allowed egress: the verified Writ access token that proved the agent (an exchange for the upstream starts from it). */
+  token?: AccessTokenClaims;
 }
 
 export type Step = Evaluation | { question: Question };

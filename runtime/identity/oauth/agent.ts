@@ -51,7 +51,8 @@ async function actorFromAccessToken(o: OAuthContext, token: string): Promise<Pro
   if (!r.ok) throw invalidGrant(`actor_token: ${r.reason}`);
   const c: AccessTokenClaims = r.claims;
   // Only the agent's own token (client_credentials) proves the agent; a delegated one speaks for a human.
-  if (c.sub !== c.act.sub || c.delegation) throw invalidGrant('actor_token: an access token proves the agent only when it was issued to the agent itself');
+  if (c.sub !== c.act.sub || c.delegation || c.client_id !== c.act.name)
+    throw invalidGrant('actor_token: an access token proves the agent only when it was issued to the agent itself');
   const inactive = await storedInactivity(o, c);
   if (inactive) throw invalidGrant(`actor_token: ${inactive}`);
   return { name: c.act.name, did: c.act.sub, exp: c.exp };

@@ -1,4 +1,5 @@
 /** What the OAuth endpoints share: the identity context, their URLs, the registry port, OIDC. */
+import { BRAND } from '../../lib/brand.js';
 import type { OidcVerifier } from '../../lib/oidc.js';
 import type { IdentityContext } from '../context.js';
 import type { RegistryFacts } from './registry.js';
@@ -18,6 +19,12 @@ export const TOKEN_TYPE = {
 export const JWT_BEARER_ASSERTION = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
 export const GRANT = { exchange: 'urn:ietf:params:oauth:grant-type:token-exchange', clientCredentials: 'client_credentials' } as const;
 
+/**
+ * The `client_id` of a token an enforcement point exchanged for an upstream (onward.ts): never an
+ * agent's name, so no enforcement point takes such a token as an agent's credential.
+ */
+export const GATEWAY_CLIENT_ID = `${BRAND}-gateway`;
+
 /** The revocation list an access token's revocation is written to (identity_revocations.list). */
 export const OAUTH_LIST = 'oauth';
 
@@ -30,6 +37,8 @@ export interface OAuthContext {
   tokenTtlSeconds: number;
   /** The registry, once known (the all-in-one wires its control plane's after start). */
   registry(): RegistryFacts | undefined;
+  /** Whether `authorization` is an enforcement point's credential (identity:verify; always, with WRIT_API_AUTH off): onward.ts. */
+  enforcementPoint(authorization: string | undefined): Promise<boolean>;
   /** Workforce OIDC (OIDC_*), for subject tokens of humans. */
   oidc?: OidcVerifier;
 }

@@ -50,7 +50,7 @@ export function entryNamed(value: string): string {
 }
 
 /** The registry entry `audience` or `resource` (RFC 8707) names, which the agent may call. */
-async function targetFor(o: OAuthContext, form: Map<string, string>, agent: ProvedAgent): Promise<Service> {
+export async function targetFor(o: OAuthContext, form: Map<string, string>, agent: ProvedAgent): Promise<Service> {
   const audience = form.has('audience') ? entryNamed(form.get('audience')!) : undefined;
   const resource = form.has('resource') ? entryNamed(form.get('resource')!) : undefined;
   if (audience !== undefined && resource !== undefined && audience !== resource) throw invalidTarget('audience and resource name different entries');
@@ -64,7 +64,7 @@ async function targetFor(o: OAuthContext, form: Map<string, string>, agent: Prov
 }
 
 /** The scope granted: what was asked, each one offered; all of `offered` when nothing was asked. */
-function grantedScope(form: Map<string, string>, offered: string[]): string {
+export function grantedScope(form: Map<string, string>, offered: string[]): string {
   const asked = form.get('scope')?.split(' ').filter(Boolean);
   if (!asked) return offered.join(' ');
   const extra = asked.filter((s) => !offered.includes(s));
@@ -72,8 +72,10 @@ function grantedScope(form: Map<string, string>, offered: string[]): string {
   return [...new Set(asked)].join(' ');
 }
 
-interface Issue {
+export interface Issue {
   grant: string;
+  /** The client the token is issued to (`client_id`): the agent's name unless an enforcement point asked (onward.ts). */
+  clientId?: string;
   agent: ProvedAgent;
   sub: string;
   target: Service;
@@ -84,7 +86,7 @@ interface Issue {
 }
 
 /** Signs, records (never the value) and answers the token. */
-async function issue(o: OAuthContext, i: Issue): Promise<TokenAnswer> {
+export async function issue(o: OAuthContext, i: Issue): Promise<TokenAnswer> {
   const iat = nowSec(o);
   const exp = Math.min(iat + o.tokenTtlSeconds, i.notAfter);
   if (exp <= iat) throw invalidRequest('the grant expires now: nothing left to issue');
@@ -93,7 +95,7 @@ async function issue(o: OAuthContext, i: Issue): Promise<TokenAnswer> {
     sub: i.sub,
     aud: i.target.name,
     act: { sub: i.agent.did, name: i.agent.name },
-    client_id: i.agent.name,
+    client_id: i.clientId ?? i.agent.name,
     scope: i.scope,
     jti: `urn:uuid:${randomUUID()}`,
     iat,

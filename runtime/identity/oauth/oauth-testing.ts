@@ -42,7 +42,7 @@ async function oidcIssuer(): Promise<{ url: string; key: CryptoKey; close(): Pro
   return { url: `http://127.0.0.1:${port}/jwks`, key: privateKey, close: () => new Promise((r) => server.close(() => r())) };
 }
 
-/** `env`: more identity-authority settings (e.g. a short `IDP_TOKEN_TTL_SECONDS`). */
+/** `env`: more identity-authority settings (e.g. a short `IDP_TOKEN_TTL_SECONDS`; with a `WRIT_BOOTSTRAP_ADMIN_KEY`, `api` presents it). */
 export async function openBed(b: TestBackend, env: Record<string, string> = {}): Promise<OAuthBed> {
   const store = await b.open();
   const oidc = await oidcIssuer();
@@ -61,7 +61,7 @@ export async function openBed(b: TestBackend, env: Record<string, string> = {}):
   const origin = `http://127.0.0.1:${started.port}`;
   return {
     port: started.port,
-    api: client(started.authority),
+    api: client(started.authority, env.WRIT_BOOTSTRAP_ADMIN_KEY),
     store,
     services,
     fetchVia: (url, init) => fetch(String(url).replace(ISSUER, origin), init),

@@ -13,6 +13,7 @@ import { introspect, revoke } from './lifecycle.js';
 import { NO_STORE, OAuthError, oauthErrorResponse } from './errors.js';
 import { parseForm } from './form.js';
 import { clientCredentials, tokenExchange } from './grants.js';
+import { isOnward, onwardExchange } from './onward.js';
 import { GRANT, INTROSPECT_PATH, JWKS_PATH, JWT_BEARER_ASSERTION, METADATA_PATH, REVOKE_PATH, TOKEN_PATH, TOKEN_TYPE, type OAuthContext } from './context.js';
 import { issuerJwk } from './token.js';
 import { tokenListRoutes } from './tokens-list.js';
@@ -43,19 +44,19 @@ export function metadataOf(o: OAuthContext) {
 const oauthJson = (description: string) => json(z.record(z.string(), z.unknown()), description);
 
 /** Reads the form and runs `handle`; any OAuthError is the RFC 6749 5.2 answer. */
-async function formRoute(c: Context, handle: (form: Map<string, string>) => Promise<unknown>): Promise<Response> {
+async function formRoute(c: Context, handle: (form: Map<string, string>, c: Context) => Promise<unknown>): Promise<Response> {
   try {
     const form = parseForm(c.req.header('content-type'), await c.req.text());
-    return new Response(JSON.stringify(await handle(form)), { status: 200, headers: { 'content-type': 'application/json', ...NO_STORE } });
+    return new Response(JSON.stringify(await handle(form, c)), { status: 200, headers: { 'content-type': 'application/json', ...NO_STORE } });
   } catch (e) {
     if (e instanceof OAuthError) return oauthErrorResponse(e);
     throw e;
   }
 }
 
-async function tokenRequest(o: OAuthContext, form: Map<string, string>) {
+async function tokenRequest(o: OAuthContext, form: Map<string, string>, authorization: string | undefined) {
   const grant = form.get('grant_type');
-  if (grant === GRANT.exchange) return tokenExchange(o, form);
+  if (grant === GRANT.exchange) return isOnward(form) ? onwardExchange(o, form, authorization) : tokenExchange(o, form);
   if (grant === GRANT.clientCredentials) return clientCredentials(o, form);
   throw new OAuthError('unsupported_grant_type', grant === undefined ? 'missing parameter grant_type' : `grant_type ${grant} is not supported`);
 }
@@ -82,7 +83,7 @@ export function oauthRoutes(o: OAuthContext): OpenAPIHono {
     }),
     (c) => c.json({ keys: [issuerJwk(o.id.issuer())] }, 200),
   );
-  const post = (path: string, summary: string, handle: (form: Map<string, string>) => Promise<unknown>) =>
+  const post = (path: string, summary: string, handle: (form: Map<string, string>, c: Context) => Promise<unknown>) =>
     app.openapi(
       createRoute({
         method: 'post',
@@ -93,8 +94,8 @@ export function oauthRoutes(o: OAuthContext): OpenAPIHono {
       }),
       ((c: Context) => formRoute(c, handle)) as never,
     );
-  post(TOKEN_PATH, 'Token endpoint: RFC 8693 token exchange, client_credentials with private_key_jwt (RFC 7523)', async (form) => {
-    const answer = await tokenRequest(o, form);
+  post(TOKEN_PATH, 'Token endpoint: RFC 8693 token exchange, client_credentials with private_key_jwt (RFC 7523)', async (form, c) => {
+    const answer = await tokenRequest(o, form, c.req.header('authorization'));
     log.info('access token issued', { grant: form.get('grant_type'), audience: form.get('audience') ?? form.get('resource') });
     return answer;
   });
