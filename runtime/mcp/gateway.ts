@@ -181,7 +181,7 @@ async function exchange(x: Exchange, o: McpGatewayOptions, s: Settings, upstream
   }
   const verdict = await decideMessage(x, call, o);
   const id = message && message.kind !== 'notification' ? message.id : null;
-  if (!verdict.decision.allow) return answerDenial(res, verdict, call, id, message, mcpChallenge(req, o, x.service, verdict.decision));
+  if (!verdict.decision.allow) return answerDenial(res, verdict, call, id, message, mcpChallenge(req, o, x.service, verdict.decision, claimedBy(o)));
   const target = o.engine.policy.current().registry.get(x.service);
   if (!target) return sendRpc(res, 503, id, RPC.upstream, `${x.service} left the registry during the decision`);
   const credential = await upstreamAuthFor(x, target, verdict, o, tokens);
@@ -196,6 +196,9 @@ async function exchange(x: Exchange, o: McpGatewayOptions, s: Settings, upstream
 }
 
 const one = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
+
+/** Whether a bearer token is one Writ's authorization server issued (the token follower the decisions use). */
+const claimedBy = (o: McpGatewayOptions) => (token: string) => o.engine.ports.identity?.tokens?.().claimed(token) ?? false;
 
 type Credential = { header: string; value: string };
 /** Why nothing can be sent upstream: its HTTP status, JSON-RPC code, and the challenge of a missing credential. */
@@ -222,7 +225,7 @@ async function upstreamAuthFor(
   const raw = bearerToken(one(x.req.headers.authorization));
   if (!v.token || !raw) {
     const reason = `${target.name} takes a token exchanged from the agent's Writ access token: call with one (Authorization: Bearer)`;
-    const challenge = mcpChallenge(x.req, o, x.service, { status: 401, rule: 'identity', reason });
+    const challenge = mcpChallenge(x.req, o, x.service, { status: 401, rule: 'identity', reason }, claimedBy(o));
     return { failed: reason, status: 401, code: RPC.denied, ...(challenge ? { challenge } : {}) };
   }
   const c = await tokens.credential({ raw, jti: v.token.jti, exp: v.token.exp }, target.name);

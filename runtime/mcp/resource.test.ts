@@ -1,7 +1,8 @@
 /**
  * Each MCP gateway route is an RFC 9728 protected resource (issue 43 item 6), against a real
  * identity authority followed by the control plane: a call without a credential is answered 401
- * with `WWW-Authenticate: Bearer resource_metadata=...`; the official MCP SDK client's auth module
+ * with `WWW-Authenticate: Bearer resource_metadata=...` (so is a bearer token of another issuer:
+ * never a credential); the official MCP SDK client's auth module
  * reads the challenge and the metadata (from the challenge, and by RFC 9728 path insertion) and
  * oauth4webapi finds the authorization server it names and gets a token there (client_credentials,
  * private_key_jwt); a token lacking a scope the entry needs is answered 403 `insufficient_scope`
@@ -9,6 +10,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as oauth from 'oauth4webapi';
+import { SignJWT } from 'jose';
+import { generateKeyPairSync } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { discoverOAuthProtectedResourceMetadata, extractWWWAuthenticateParams } from '@modelcontextprotocol/sdk/client/auth.js';
@@ -111,11 +114,19 @@ describe('MCP gateway routes as OAuth protected resources (RFC 9728)', () => {
     const meta = `resource_metadata="${base}/.well-known/oauth-protected-resource/mcp/everything"`;
     const partial = await tokenWith('tools:read');
     const [hd, p] = partial.split('.');
+    const foreign = await new SignJWT({ act: { sub: 'did:key:zOther', name: 'rs-agent' } })
+      .setProtectedHeader({ alg: 'EdDSA', typ: 'at+jwt' })
+      .setIssuer('https://login.other.test')
+      .setAudience('everything')
+      .sign(generateKeyPairSync('ed25519').privateKey);
     const rows: [string, Record<string, string>, number, string][] = [
       ['nothing', {}, 401, `Bearer ${meta}`],
       ['a name, no credential, vc not required: passes', { 'x-writ-actor': 'rs-agent' }, 200, ''],
       ['an unknown name: a registry refusal, answered in JSON-RPC', { 'x-writ-actor': 'nobody' }, 200, ''],
-      ['a bearer token of another issuer, no name: a JSON-RPC refusal', { authorization: 'Bearer opaque-token' }, 200, ''],
+      ['a bearer token of another issuer, no name: no credential', { authorization: 'Bearer opaque-token' }, 401, `Bearer ${meta}`],
+      ["another issuer's access token (at+jwt), no name: no credential", { authorization: `Bearer ${foreign}` }, 401, `Bearer ${meta}`],
+      ['a Basic credential, no name: no credential', { authorization: 'Basic cnMtYWdlbnQ6cHc=' }, 401, `Bearer ${meta}`],
+      ['a bearer token of another issuer with a name: the name passes', { authorization: 'Bearer opaque-token', 'x-writ-actor': 'rs-agent' }, 200, ''],
       [
         'a token missing one scope',
         { authorization: `Bearer ${partial}` },

@@ -8,6 +8,8 @@
  */
 import type http from 'node:http';
 import { H } from '../lib/brand.js';
+import { isVpJwt } from '../lib/jws.js';
+import { bearerToken } from '../control-plane/decision/credentials.js';
 import { challengeFor, metadataUrlOf, PRM_WELL_KNOWN, resourceMetadata, type Challenge, type Refused } from '../lib/protected-resource.js';
 import type { Service } from '../control-plane/types.js';
 
@@ -33,14 +35,30 @@ export function baseUrlOf(req: http.IncomingMessage, publicUrl: string | undefin
 /** The resource identifier of `/mcp/{service}`: its absolute URL. */
 export const resourceOf = (base: string, service: string) => `${base}/mcp/${encodeURIComponent(service)}`;
 
-/** Whether the request carried a credential (a bearer token or a VP), not only a declared name. */
-export const credentialSent = (req: http.IncomingMessage) => req.headers.authorization !== undefined || req.headers[H.agentVp] !== undefined;
+/**
+ * Whether the request carried a credential, not only a declared name: a VP (its header, or as the
+ * bearer token) or a bearer token Writ's authorization server issued (`claimed`). A bearer token of
+ * anyone else is never taken as a credential (issue 43 item 5), so it is answered as none is: 401
+ * with the challenge alone, which sends an OAuth client to Writ's authorization server.
+ */
+export function credentialSent(req: http.IncomingMessage, claimed: (token: string) => boolean): boolean {
+  if (req.headers[H.agentVp] !== undefined) return true;
+  const auth = req.headers.authorization;
+  const token = bearerToken(Array.isArray(auth) ? auth[0] : auth);
+  return token !== undefined && (isVpJwt(token) || claimed(token));
+}
 
-/** The challenge for a refused message, when the refusal is a credential's. */
-export function mcpChallenge(req: http.IncomingMessage, o: ResourceOptions, service: string, d: Refused): Challenge | undefined {
+/** The challenge for a refused message, when the refusal is a credential's; `claimed` says whether a bearer token is Writ's. */
+export function mcpChallenge(
+  req: http.IncomingMessage,
+  o: ResourceOptions,
+  service: string,
+  d: Refused,
+  claimed: (token: string) => boolean,
+): Challenge | undefined {
   const base = baseUrlOf(req, o.publicUrl);
   if (!base) return undefined;
-  return challengeFor(d, credentialSent(req), metadataUrlOf(resourceOf(base, service)));
+  return challengeFor(d, credentialSent(req, claimed), metadataUrlOf(resourceOf(base, service)));
 }
 
 function sendJson(res: http.ServerResponse, status: number, body: unknown): void {
