@@ -20,11 +20,18 @@ export function median(xs: readonly number[]): number {
 }
 
 /**
- * Forks a bench file as its server process (`<file> --serve`, under tsx) and resolves once it has
+ * Forks a bench file as its server process (`<file> --serve`, or `args`, under tsx) and resolves once it has
  * sent its first message (the ports it listens on); rejects if it exits first.
  */
-export async function startServer<T>(file: string, o: { execArgv?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<{ child: ChildProcess; ready: T }> {
-  const child = fork(file, ['--serve'], { execArgv: ['--import', 'tsx', ...(o.execArgv ?? [])], stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: o.env });
+export async function startServer<T>(
+  file: string,
+  o: { execArgv?: string[]; env?: NodeJS.ProcessEnv; args?: string[] } = {},
+): Promise<{ child: ChildProcess; ready: T }> {
+  const child = fork(file, o.args ?? ['--serve'], {
+    execArgv: ['--import', 'tsx', ...(o.execArgv ?? [])],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    env: o.env,
+  });
   const ready = await new Promise<T>((resolve, reject) => {
     child.once('message', (m) => resolve(m as T));
     child.once('exit', (c) => reject(new Error(`server process exited with ${c}`)));

@@ -1,47 +1,68 @@
 /**
  * The MCP gateway's added latency (issue 42): the same undici client calls the reference MCP
- * server (`@modelcontextprotocol/server-everything`, streamable HTTP) directly (the baseline) and
- * through the gateway on the broker listener (the decision by the control plane's engine in
- * process, the audit chain in memory, the call counted against a budget), `tools/call echo` one at
- * a time, interleaved in rounds so drift hits both alike. The servers run in a child process.
+ * server (`@modelcontextprotocol/server-everything`, streamable HTTP, in a process of its own)
+ * directly (the baseline), through the gateway on the broker listener (its own process: the
+ * decision by the control plane's engine in process, the audit chain in memory, the call counted
+ * against a budget), and through a bare forwarder (its own process: node:http in, undici out, the
+ * answer piped back, nothing decided: the floor of any gateway on this machine), `tools/call echo`
+ * one at a time, interleaved in rounds so drift hits all alike, with each process's CPU per call.
  * Then `tools/list` filtering of 1,000 tools for an agent with 20 allowTools entries (exact names
  * and prefixes), as the gateway does it (list-filter.ts: the kept tools spliced out of the answer),
  * against the whole answer parsed, filtered and written again, interleaved.
  *
  *   npx tsx bench/mcp.bench.ts     (BENCH_REQUESTS=2000 per target per round, BENCH_ROUNDS=5,
- *                                   BENCH_PROFILE=<dir> for a CPU profile of the server process)
+ *                                   BENCH_PROFILE=<dir> for a CPU profile of the gateway process;
+ *                                   the gateway runs from dist/ when built: npm run build)
  *
  * Targets: added p50 <= 0.5 ms and p99 <= 2 ms; filtering <= 1 ms.
  */
+import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { H } from '../runtime/lib/brand.js';
 import { mayList } from '../runtime/control-plane/decision/tool.js';
 import { filterListAnswer } from '../runtime/mcp/list-filter.js';
 import type { Service } from '../runtime/control-plane/types.js';
-import { median, startServer } from './lib.js';
+import { ask, codeUnderTest, median, startServer } from './lib.js';
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 2000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 500);
+const SELF = fileURLToPath(import.meta.url);
 
-interface Ports {
-  everything: number;
-  broker: number;
+/** Each server process answers its port first, then its CPU time (process.cpuUsage, µs) when asked. */
+function answerCpu(): void {
+  process.on('message', (m) => {
+    if (m === 'cpu') {
+      const u = process.cpuUsage();
+      process.send?.(u.user + u.system);
+    } else process.exit(0);
+  });
 }
 
-async function serve(): Promise<void> {
-  const { setLogLevel } = await import('../runtime/lib/log.js');
-  setLogLevel('warn');
-  const { openStore } = await import('../runtime/store/factory.js');
-  const { startControlPlane } = await import('../runtime/control-plane/server.js');
-  const { startBroker } = await import('../runtime/broker/server.js');
-  const { createMcpGateway } = await import('../runtime/mcp/gateway.js');
+async function serveEverything(): Promise<void> {
   const { startEverything } = await import('../runtime/mcp/everything-testing.js');
   const everything = await startEverything();
+  // The bench measures the gateway, not the reference server's bookkeeping of what it was sent.
+  setInterval(() => {
+    everything.received.length = 0;
+    everything.headers.length = 0;
+  }, 1000).unref();
+  process.send?.(everything.port);
+  answerCpu();
+}
+
+async function serveGateway(upstream: string): Promise<void> {
+  const { from } = codeUnderTest();
+  const { setLogLevel } = (await import(from('lib/log'))) as typeof import('../runtime/lib/log.js');
+  setLogLevel('warn');
+  const { openStore } = (await import(from('store/factory'))) as typeof import('../runtime/store/factory.js');
+  const { startControlPlane } = (await import(from('control-plane/server'))) as typeof import('../runtime/control-plane/server.js');
+  const { startBroker } = (await import(from('broker/server'))) as typeof import('../runtime/broker/server.js');
+  const { createMcpGateway } = (await import(from('mcp/gateway'))) as typeof import('../runtime/mcp/gateway.js');
   const store = await openStore({ backend: 'memory' });
   const cp = await startControlPlane({ store, decisionAddr: '127.0.0.1:0', mgmtAddr: '127.0.0.1:0' });
-  await cp.plane.registry.upsert({ name: 'everything', upstream: everything.upstream, kind: 'tool', protocol: 'mcp' });
+  await cp.plane.registry.upsert({ name: 'everything', upstream, kind: 'tool', protocol: 'mcp' });
   await cp.plane.registry.upsert({
     name: 'bot',
     upstream: 'bot.agents.svc:8080',
@@ -56,19 +77,34 @@ async function serve(): Promise<void> {
     providerKey: 'sk-bench',
     mcp: createMcpGateway({ engine: cp.plane.engine }),
   });
-  // The bench measures the gateway, not the reference server's bookkeeping of what it was sent.
-  setInterval(() => {
-    everything.received.length = 0;
-    everything.headers.length = 0;
-  }, 1000).unref();
-  process.send?.({ everything: everything.port, broker: broker.port } satisfies Ports);
-  process.on('message', async () => {
-    await broker.close(0);
-    await cp.close();
-    await store.close();
-    await everything.close();
-    process.exit(0);
+  process.send?.(broker.port);
+  answerCpu();
+}
+
+/** The floor: the MCP headers and body forwarded by undici, the answer piped back, nothing read or decided. */
+async function serveForwarder(upstream: string): Promise<void> {
+  const dispatcher = new Agent({ keepAliveTimeout: 30_000 });
+  const pass = ['content-type', 'accept', 'mcp-session-id', 'mcp-protocol-version'];
+  const server = http.createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const headers: Record<string, string> = {};
+      for (const k of pass) if (typeof req.headers[k] === 'string') headers[k] = req.headers[k];
+      request(`http://${upstream}/mcp`, { method: 'POST', headers, body: Buffer.concat(chunks), dispatcher })
+        .then(async (up) => {
+          const back: Record<string, string> = {};
+          for (const k of ['content-type', 'mcp-session-id']) if (typeof up.headers[k] === 'string') back[k] = up.headers[k];
+          res.writeHead(up.statusCode, back);
+          for await (const c of up.body) res.write(c);
+          res.end();
+        })
+        .catch(() => res.destroy());
+    });
   });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  process.send?.((server.address() as { port: number }).port);
+  answerCpu();
 }
 
 const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
@@ -103,46 +139,79 @@ async function session(url: string, client: Agent): Promise<() => Promise<number
   };
 }
 
+interface Target {
+  label: string;
+  call: () => Promise<number>;
+  /** The process that serves it (its CPU per call), when it is not the reference server itself. */
+  child?: import('node:child_process').ChildProcess;
+  times: number[];
+  p50: number[];
+  p99: number[];
+  cpuUs: number;
+}
+
 async function latency(): Promise<void> {
-  // BENCH_PROFILE=<dir>: the server process writes a V8 CPU profile there (node --cpu-prof).
+  const { label } = codeUnderTest();
+  const everything = await startServer<number>(SELF, { args: ['--everything'] });
+  const upstream = `127.0.0.1:${everything.ready}`;
+  const env = { ...process.env, BENCH_UPSTREAM: upstream };
+  // BENCH_PROFILE=<dir>: the gateway process writes a V8 CPU profile there (node --cpu-prof).
   const profile = process.env.BENCH_PROFILE;
-  const execArgv = profile ? ['--cpu-prof', '--cpu-prof-dir', profile] : [];
-  const { child, ready: ports } = await startServer<Ports>(fileURLToPath(import.meta.url), { execArgv });
+  const gateway = await startServer<number>(SELF, { env, execArgv: profile ? ['--cpu-prof', '--cpu-prof-dir', profile] : [] });
+  const forwarder = await startServer<number>(SELF, { env, args: ['--forwarder'] });
   const client = new Agent({ keepAliveTimeout: 60_000, connections: 1 });
-  const direct = await session(`http://127.0.0.1:${ports.everything}/mcp`, client);
-  const gateway = await session(`http://127.0.0.1:${ports.broker}/mcp/everything`, client);
-  for (let i = 0; i < WARMUP; i++) {
-    await direct();
-    await gateway();
+  const target = async (name: string, url: string, child?: typeof gateway.child): Promise<Target> => ({
+    label: name,
+    call: await session(url, client),
+    child,
+    times: [],
+    p50: [],
+    p99: [],
+    cpuUs: 0,
+  });
+  const targets = [
+    await target('direct', `http://${upstream}/mcp`),
+    await target('gateway', `http://127.0.0.1:${gateway.ready}/mcp/everything`, gateway.child),
+    await target('forwarder', `http://127.0.0.1:${forwarder.ready}/mcp`, forwarder.child),
+  ];
+  for (let i = 0; i < WARMUP; i++) for (const t of targets) await t.call();
+  for (let round = 0; round < ROUNDS; round++) await timedRound(round % 2 ? [...targets].reverse() : targets);
+  report(targets, label);
+  for (const c of [everything.child, gateway.child, forwarder.child]) {
+    c.send('stop');
+    await new Promise((r) => c.once('exit', r));
   }
-  const d: number[] = [];
-  const g: number[] = [];
-  const added50: number[] = [];
-  const added99: number[] = [];
-  for (let round = 0; round < ROUNDS; round++) {
-    const rd: number[] = [];
-    const rg: number[] = [];
-    for (let i = 0; i < REQUESTS; i++) {
-      rd.push(await direct());
-      rg.push(await gateway());
-    }
-    rd.sort((a, b) => a - b);
-    rg.sort((a, b) => a - b);
-    added50.push(pct(rg, 50) - pct(rd, 50));
-    added99.push(pct(rg, 99) - pct(rd, 99));
-    d.push(...rd);
-    g.push(...rg);
-  }
-  d.sort((a, b) => a - b);
-  g.sort((a, b) => a - b);
-  const f = (n: number) => n.toFixed(3);
-  console.log(`tools/call echo, ${ROUNDS} rounds x ${REQUESTS} each way, interleaved`);
-  console.log(`  direct   p50 ${f(pct(d, 50))} ms  p99 ${f(pct(d, 99))} ms`);
-  console.log(`  gateway  p50 ${f(pct(g, 50))} ms  p99 ${f(pct(g, 99))} ms`);
-  console.log(`  added    p50 ${f(median(added50))} ms  p99 ${f(median(added99))} ms (median of the rounds; targets 0.5 / 2)`);
-  child.send('stop');
-  await new Promise((r) => child.once('exit', r));
   await client.close();
+}
+
+/** One round: each target called in turn, REQUESTS times; its p50 and p99, and its server's CPU. */
+async function timedRound(targets: Target[]): Promise<void> {
+  const cpu = async (t: Target) => (t.child ? await ask<number>(t.child, 'cpu') : 0);
+  const before = await Promise.all(targets.map(cpu));
+  const rounds: number[][] = targets.map(() => []);
+  for (let i = 0; i < REQUESTS; i++) for (let k = 0; k < targets.length; k++) rounds[k]!.push(await targets[k]!.call());
+  const after = await Promise.all(targets.map(cpu));
+  targets.forEach((t, k) => {
+    const r = rounds[k]!.sort((a, b) => a - b);
+    t.p50.push(pct(r, 50));
+    t.p99.push(pct(r, 99));
+    t.times.push(...r);
+    t.cpuUs += after[k]! - before[k]!;
+  });
+}
+
+function report(targets: Target[], label: string): void {
+  const f = (n: number) => n.toFixed(3);
+  const [direct] = targets;
+  console.log(`tools/call echo, ${ROUNDS} rounds x ${REQUESTS} per target, interleaved (order reversed every other round); gateway: ${label}`);
+  for (const t of targets) {
+    const all = [...t.times].sort((a, b) => a - b);
+    const added =
+      t === direct ? '' : `  added p50 ${f(median(t.p50.map((v, i) => v - direct!.p50[i]!)))} p99 ${f(median(t.p99.map((v, i) => v - direct!.p99[i]!)))}`;
+    const cpu = t.child ? `  server CPU ${f(t.cpuUs / 1000 / (ROUNDS * REQUESTS))} ms/call` : '';
+    console.log(`  ${t.label.padEnd(9)} p50 ${f(pct(all, 50))} ms  p99 ${f(pct(all, 99))} ms${added}${cpu}`);
+  }
+  console.log("  (added: the median over rounds of each round's figure minus direct's; targets for the gateway 0.5 / 2 ms)");
 }
 
 function filtering(): void {
@@ -187,7 +256,10 @@ function filtering(): void {
   console.log(`  parsed and written again   ${f(parsed)}`);
 }
 
-if (process.argv.includes('--serve')) await serve();
+const upstreamOf = () => process.env.BENCH_UPSTREAM ?? '';
+if (process.argv.includes('--everything')) await serveEverything();
+else if (process.argv.includes('--serve')) await serveGateway(upstreamOf());
+else if (process.argv.includes('--forwarder')) await serveForwarder(upstreamOf());
 else {
   filtering();
   await latency();

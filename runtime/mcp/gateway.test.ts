@@ -121,11 +121,19 @@ describe('MCP gateway: SDK client -> gateway -> server-everything', () => {
 describe('MCP gateway: a server whose tools/list answer tries to show more', () => {
   /** Answers every tools/list with `answers[n]` in turn: [content-type, body]. */
   const answers: [string, string][] = [];
+  let streamsClosed = 0;
   let server: http.Server;
   beforeAll(async () => {
     server = http.createServer((req, res) => {
-      req.resume();
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
+        if (Buffer.concat(chunks).includes('"slow"')) {
+          // A long tool: one progress event, then nothing until the gateway lets go of the stream.
+          res.writeHead(200, { 'content-type': 'text/event-stream' }).write('event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n');
+          res.on('close', () => streamsClosed++);
+          return;
+        }
         const [type, body] = answers.shift() ?? ['text/plain', 'nothing queued'];
         res.writeHead(200, { 'content-type': type }).end(body);
       });
@@ -133,7 +141,7 @@ describe('MCP gateway: a server whose tools/list answer tries to show more', () 
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const port = (server.address() as { port: number }).port;
     await h.run.cp.plane.registry.upsert({ name: 'hostile', upstream: `127.0.0.1:${port}`, kind: 'tool', protocol: 'mcp' });
-    await h.agent({ name: 'wary', allowTools: ['hostile/echo'] });
+    await h.agent({ name: 'wary', allowTools: ['hostile/echo', 'hostile/slow'] });
   });
   afterAll(() => new Promise<void>((r) => server.close(() => r())));
 
@@ -184,5 +192,21 @@ describe('MCP gateway: a server whose tools/list answer tries to show more', () 
     ],
   ])('%s: only what the agent may call reaches it', async (_, type, body, expected) => {
     expect(await list(type, body)).toEqual(expected);
+  });
+
+  it('a client that leaves mid-stream ends the upstream call', async () => {
+    const ac = new AbortController();
+    const r = await fetch(`http://127.0.0.1:${h.broker.port}/mcp/hostile`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'x-writ-actor': 'wary' },
+      body: '{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slow","arguments":{}}}',
+      signal: ac.signal,
+    });
+    const reader = r.body!.getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).toContain('notifications/progress');
+    const before = streamsClosed;
+    ac.abort();
+    for (const until = Date.now() + 5000; streamsClosed === before && Date.now() < until;) await new Promise((w) => setTimeout(w, 10));
+    expect(streamsClosed).toBe(before + 1);
   });
 });

@@ -105,7 +105,9 @@ export function createMcpGateway(o: McpGatewayOptions): McpGateway {
       const ac = new AbortController();
       open.add(ac);
       res.on('close', () => {
-        ac.abort();
+        // Only a client that left before its answer ended aborts the upstream call (an abort
+        // builds a DOMException with its stack: not for every answered request).
+        if (!res.writableFinished) ac.abort();
         open.delete(ac);
       });
       exchange({ req, res, service, signal: ac.signal }, o, s, upstream, tokens).catch((e: unknown) => {
