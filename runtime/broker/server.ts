@@ -30,8 +30,8 @@ import { createDecisionClient, type DecisionClient } from './decision-client.js'
 import { methodNotAllowed, notFound, upstreamFailed } from './openai-error.js';
 import { createSettlements } from './settlement.js';
 import { createUsageReporter, type UsageDelivery, type UsageReporter } from './usage-reporter.js';
-import { MCP_PREFIX, type McpGateway } from '../mcp/gateway.js';
-import { MCP_METADATA_PREFIX } from '../mcp/resource.js';
+import type { McpGateway } from '../mcp/gateway.js';
+import { isGatewayPath } from '../mcp/resource.js';
 
 const log = logger('broker');
 
@@ -106,7 +106,7 @@ function createHandler(d: Deps, active: Set<Promise<void>>, mcp: McpGateway | un
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
     const method = req.method ?? 'GET';
-    if (mcp && (path.startsWith(MCP_PREFIX) || path.startsWith(MCP_METADATA_PREFIX))) return mcp.handle(req, res, path);
+    if (mcp && isGatewayPath(path)) return mcp.handle(req, res, path);
     if (path === '/v1/chat/completions' || path === '/chat/completions') {
       if (method !== 'POST') {
         req.resume();

@@ -23,7 +23,7 @@ import { withHold } from '../control-plane/decision/engine.js';
 import { factsFromHeaders } from '../control-plane/decision/facts.js';
 import { askingWithin } from '../control-plane/decision/gather.js';
 import { mayList, methodClass } from '../control-plane/decision/tool.js';
-import type { Challenge } from '../lib/protected-resource.js';
+import { PRM_WELL_KNOWN, type Challenge } from '../lib/protected-resource.js';
 import type { EgressFacts, HoldAnswer, HoldRequest, McpCall } from '../control-plane/decision/types.js';
 import { callOf, readMessage, routableMismatch, type Message } from '../control-plane/decision/mcp-facts.js';
 import { rpcError, RPC, type RpcId } from './jsonrpc.js';
@@ -32,11 +32,11 @@ import { upstreamCredential, type UpstreamSecrets } from '../lib/upstream-secret
 import { createUpstreamTokens, type UpstreamTokens } from '../lib/upstream-tokens.js';
 import { bearerToken } from '../control-plane/decision/credentials.js';
 import type { Service } from '../control-plane/types.js';
-import { MCP_METADATA_PREFIX, mcpChallenge, serveMetadata, type ResourceOptions } from './resource.js';
+import { MCP_PREFIX, mcpChallenge, serveMetadata, type ResourceOptions } from './resource.js';
 
 const log = logger('mcp');
 
-export const MCP_PREFIX = '/mcp/';
+export { MCP_PREFIX } from './resource.js';
 /** The MCP endpoint's path on an upstream when its registry entry names none. */
 export const DEFAULT_MCP_PATH = '/mcp';
 
@@ -57,7 +57,7 @@ export interface McpGatewayOptions extends ResourceOptions {
 }
 
 export interface McpGateway {
-  /** Handles a request whose path starts with `/mcp/` or `/.well-known/oauth-protected-resource/mcp/` (its RFC 9728 metadata). */
+  /** Handles a request whose path `isGatewayPath` (resource.ts): `/mcp/{service}`, its RFC 9728 metadata, the root metadata. */
   handle(req: http.IncomingMessage, res: http.ServerResponse, path: string): void;
   close(): Promise<void>;
 }
@@ -96,7 +96,7 @@ export function createMcpGateway(o: McpGatewayOptions): McpGateway {
   );
   return {
     handle(req, res, path) {
-      if (path.startsWith(MCP_METADATA_PREFIX)) return serveMetadata(req, res, path, o, (name) => o.engine.policy.current().registry.get(name));
+      if (path.startsWith(PRM_WELL_KNOWN)) return serveMetadata(req, res, path, o, (name) => o.engine.policy.current().registry.get(name));
       const service = decodeService(path);
       if (service === undefined) {
         req.resume();

@@ -7,8 +7,8 @@
  */
 import http from 'node:http';
 import { close, listen, sendJson, type requestDeadline } from '../lib/http.js';
-import { MCP_PREFIX, type McpGateway } from './gateway.js';
-import { MCP_METADATA_PREFIX } from './resource.js';
+import type { McpGateway } from './gateway.js';
+import { isGatewayPath } from './resource.js';
 
 export interface McpListener {
   port: number;
@@ -22,7 +22,7 @@ export async function startMcpListener(addr: string, gateway: McpGateway, deadli
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
-    if (path.startsWith(MCP_PREFIX) || path.startsWith(MCP_METADATA_PREFIX)) return gateway.handle(req, res, path);
+    if (isGatewayPath(path)) return gateway.handle(req, res, path);
     req.resume();
     sendJson(res, 404, { error: 'not_found', message: `no route ${path}: this listener serves /mcp/{service}` });
   });

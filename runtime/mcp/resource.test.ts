@@ -14,7 +14,7 @@ import { SignJWT } from 'jose';
 import { generateKeyPairSync } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { discoverOAuthProtectedResourceMetadata, extractWWWAuthenticateParams } from '@modelcontextprotocol/sdk/client/auth.js';
+import { discoverOAuthProtectedResourceMetadata, extractWWWAuthenticateParams, selectResourceURL } from '@modelcontextprotocol/sdk/client/auth.js';
 import { createIdentityClient, type IdentityClient } from '../control-plane/identity-client.js';
 import { testBackends } from '../store/testing.js';
 import { agent, agentKey, ISSUER, openBed, tool, type OAuthBed } from '../identity/oauth/oauth-testing.js';
@@ -168,11 +168,37 @@ describe('MCP gateway routes as OAuth protected resources (RFC 9728)', () => {
       ['GET', '/.well-known/oauth-protected-resource/mcp/a/b', 404],
       ['POST', '/.well-known/oauth-protected-resource/mcp/everything', 405],
       ['GET', '/.well-known/oauth-protected-resource/mcp/everything', 200],
+      ['POST', '/.well-known/oauth-protected-resource', 405],
+      ['GET', '/.well-known/oauth-protected-resource', 200],
+      ['GET', '/.well-known/oauth-protected-resourcex', 404],
     ];
     for (const [method, path, status] of rows) {
       const res = await fetch(`${base}${path}`, { method });
       await res.arrayBuffer();
       expect([method, path, res.status]).toEqual([method, path, status]);
     }
+  });
+
+  it('root metadata (RFC 9728 3.1): where the SDK falls back when a route has no document; it names the base, for which no token is issued', async () => {
+    const root = {
+      resource: base,
+      authorization_servers: ['http://idp.test'],
+      bearer_methods_supported: ['header'],
+      resource_name: `Writ MCP gateway (a token is for one route: ${base}/mcp/{service})`,
+    };
+    // No document at /.well-known/oauth-protected-resource/mcp/nope (404): the SDK's fallback reads the root one.
+    expect(await discoverOAuthProtectedResourceMetadata(`${base}/mcp/nope`)).toEqual(root);
+    expect(await (await fetch(`${base}/.well-known/oauth-protected-resource`)).json()).toEqual(root);
+    // The SDK takes the base as the RFC 8707 resource of any route under it; the token endpoint says what to ask for instead.
+    expect(String(await selectResourceURL(`${base}/mcp/everything`, {} as never, root))).toBe(`${base}/`);
+    const as = await oauth.processDiscoveryResponse(new URL(ISSUER), await oauth.discoveryRequest(new URL(ISSUER), { algorithm: 'oauth2', ...opts() }));
+    const res = await oauth.clientCredentialsGrantRequest(as, { client_id: 'rs-agent' }, oauth.PrivateKeyJwt(await agentKey(me)), { resource: base }, opts());
+    expect([res.status, await res.json()]).toEqual([
+      400,
+      {
+        error: 'invalid_target',
+        error_description: `${base} is no MCP gateway route: a token is for one registry entry, named by its route (http(s)://<host>/mcp/<name>) or its name`,
+      },
+    ]);
   });
 });

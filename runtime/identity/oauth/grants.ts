@@ -50,9 +50,21 @@ export function entryNamed(value: string): string {
 }
 
 /** The registry entry `audience` or `resource` (RFC 8707) names, which the agent may call. */
+/**
+ * The entry a target parameter names. An absolute URL that is no MCP gateway route (a listener's
+ * base, as its root RFC 9728 document names it) is refused here: no registry name holds `//`, and
+ * a token is for one entry.
+ */
+function targetNamed(value: string): string {
+  const name = entryNamed(value);
+  if (name === value && /^https?:\/\//i.test(value))
+    throw invalidTarget(`${value} is no MCP gateway route: a token is for one registry entry, named by its route (http(s)://<host>/mcp/<name>) or its name`);
+  return name;
+}
+
 export async function targetFor(o: OAuthContext, form: Map<string, string>, agent: ProvedAgent): Promise<Service> {
-  const audience = form.has('audience') ? entryNamed(form.get('audience')!) : undefined;
-  const resource = form.has('resource') ? entryNamed(form.get('resource')!) : undefined;
+  const audience = form.has('audience') ? targetNamed(form.get('audience')!) : undefined;
+  const resource = form.has('resource') ? targetNamed(form.get('resource')!) : undefined;
   if (audience !== undefined && resource !== undefined && audience !== resource) throw invalidTarget('audience and resource name different entries');
   const name = audience ?? resource;
   if (name === undefined) throw invalidTarget('audience (or resource) must name the registry entry the token is for');
