@@ -9,7 +9,8 @@
  * a top-level object, or is small, goes to JSON.parse whole.
  */
 
-const WS = new Uint8Array(256);
+/** JSON's whitespace bytes (1), indexed by byte. */
+export const WS = new Uint8Array(256);
 for (const c of [0x20, 0x09, 0x0a, 0x0d]) WS[c] = 1;
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;

@@ -10,7 +10,7 @@
  * the scan does not expect takes the whole-parse path, which keeps what JSON.parse keeps. An answer that is not JSON is
  * refused, never passed on unfiltered: a lenient client might read what JSON.parse refuses.
  */
-import { skipWs, stringEnd, valueEnd } from '../lib/json-slices.js';
+import { skipWs, stringEnd, valueEnd, WS } from '../lib/json-slices.js';
 
 /** May the agent see the tool of this name? (control-plane/decision/tool.ts `mayList`) */
 export type MayList = (name: string) => boolean;
@@ -24,8 +24,6 @@ const OPEN_OBJECT = 0x7b;
 const OPEN_ARRAY = 0x5b;
 const CLOSE_ARRAY = 0x5d;
 const CLOSE_OBJECT = 0x7d;
-const WS = new Uint8Array(256);
-for (const c of [0x20, 0x09, 0x0a, 0x0d]) WS[c] = 1;
 const COMMA = 0x2c;
 const COMMA_BUF = Buffer.from(',');
 const OPEN_BUF = Buffer.from('[');
