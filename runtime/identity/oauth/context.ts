@@ -5,6 +5,8 @@ import type { IdentityContext } from '../context.js';
 import type { RegistryFacts } from './registry.js';
 
 export const TOKEN_PATH = '/oauth/token';
+/** The authorization endpoint: published because clients require one (RFC 8414 lists it); it refuses every request. */
+export const AUTHORIZE_PATH = '/oauth/authorize';
 export const INTROSPECT_PATH = '/oauth/introspect';
 export const REVOKE_PATH = '/oauth/revoke';
 export const JWKS_PATH = '/.well-known/jwks.json';

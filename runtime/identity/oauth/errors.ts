@@ -1,5 +1,5 @@
 /**
- * OAuth 2.0 error answers (RFC 6749 5.2, RFC 8693 2.2.2, RFC 8707 2, RFC 7009 2.2.1): a JSON body
+ * OAuth 2.0 error answers (RFC 6749 5.2 and 4.1.2.1, RFC 8693 2.2.2, RFC 8707 2, RFC 7009 2.2.1): a JSON body
  * `{error, error_description}` with `Cache-Control: no-store`. Every refusal of the token,
  * introspection and revocation endpoints is an OAuthError thrown by the pure code and answered by
  * `oauthErrorResponse`; nothing else reaches the client from those routes.
@@ -13,6 +13,7 @@ export type OAuthErrorCode =
   | 'invalid_scope'
   | 'invalid_target'
   | 'unsupported_token_type'
+  | 'unsupported_response_type'
   | 'temporarily_unavailable';
 
 export class OAuthError extends Error {

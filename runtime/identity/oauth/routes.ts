@@ -14,7 +14,18 @@ import { NO_STORE, OAuthError, oauthErrorResponse } from './errors.js';
 import { parseForm } from './form.js';
 import { clientCredentials, tokenExchange } from './grants.js';
 import { isOnward, onwardExchange } from './onward.js';
-import { GRANT, INTROSPECT_PATH, JWKS_PATH, JWT_BEARER_ASSERTION, METADATA_PATH, REVOKE_PATH, TOKEN_PATH, TOKEN_TYPE, type OAuthContext } from './context.js';
+import {
+  AUTHORIZE_PATH,
+  GRANT,
+  INTROSPECT_PATH,
+  JWKS_PATH,
+  JWT_BEARER_ASSERTION,
+  METADATA_PATH,
+  REVOKE_PATH,
+  TOKEN_PATH,
+  TOKEN_TYPE,
+  type OAuthContext,
+} from './context.js';
 import { issuerJwk } from './token.js';
 import { tokenListRoutes } from './tokens-list.js';
 
@@ -24,6 +35,9 @@ const log = logger('identity.oauth');
 export function metadataOf(o: OAuthContext) {
   return {
     issuer: o.issuer,
+    // No interactive grant is served, but MCP clients (the official SDK's metadata schema) require
+    // the field: the endpoint exists and refuses (authorizeRefusal).
+    authorization_endpoint: `${o.issuer}${AUTHORIZE_PATH}`,
     token_endpoint: o.tokenEndpoint,
     jwks_uri: `${o.issuer}${JWKS_PATH}`,
     introspection_endpoint: `${o.issuer}${INTROSPECT_PATH}`,
@@ -40,6 +54,17 @@ export function metadataOf(o: OAuthContext) {
     actor_token_types_supported: [TOKEN_TYPE.jwt, TOKEN_TYPE.accessToken],
   };
 }
+
+/**
+ * The authorization endpoint's one answer. No client has a redirect URI registered here, so no
+ * request can be redirected back with an error: it is told to the caller (RFC 6749 4.1.2.1), as
+ * `unsupported_response_type`, saying where tokens are had instead.
+ */
+export const authorizeRefusal = (o: OAuthContext): OAuthError =>
+  new OAuthError(
+    'unsupported_response_type',
+    `no interactive authorization here: agents get tokens at ${o.tokenEndpoint} (token exchange, RFC 8693, for a human's delegation; client_credentials with private_key_jwt, RFC 7523)`,
+  );
 
 const oauthJson = (description: string) => json(z.record(z.string(), z.unknown()), description);
 
@@ -83,6 +108,17 @@ export function oauthRoutes(o: OAuthContext): OpenAPIHono {
     }),
     (c) => c.json({ keys: [issuerJwk(o.id.issuer())] }, 200),
   );
+  for (const method of ['get', 'post'] as const)
+    app.openapi(
+      createRoute({
+        method,
+        path: AUTHORIZE_PATH,
+        tags: ['oauth'],
+        summary: 'Authorization endpoint (RFC 6749 3.1): refuses every request with unsupported_response_type; tokens come from the token endpoint',
+        responses: { 400: oauthJson('RFC 6749 4.1.2.1 error') },
+      }),
+      (() => oauthErrorResponse(authorizeRefusal(o))) as never,
+    );
   const post = (path: string, summary: string, handle: (form: Map<string, string>, c: Context) => Promise<unknown>) =>
     app.openapi(
       createRoute({
