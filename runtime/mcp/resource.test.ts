@@ -7,13 +7,17 @@
  * oauth4webapi finds the authorization server it names and gets a token there (client_credentials,
  * private_key_jwt); a token lacking a scope the entry needs is answered 403 `insufficient_scope`
  * naming every scope needed, in one challenge; with all of them the SDK client calls the tool.
+ * The SDK's own OAuth client (`PrivateKeyJwtProvider`) does the whole dance itself: the 401, the
+ * metadata, Writ's authorization server (whose metadata names an authorization endpoint, which
+ * MCP clients require, that refuses), a client_credentials token with an EdDSA assertion, the call.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as oauth from 'oauth4webapi';
-import { SignJWT } from 'jose';
-import { generateKeyPairSync } from 'node:crypto';
+import { createLocalJWKSet, jwtVerify, SignJWT, type JSONWebKeySet } from 'jose';
+import { generateKeyPairSync, webcrypto } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { PrivateKeyJwtProvider } from '@modelcontextprotocol/sdk/client/auth-extensions.js';
 import { discoverOAuthProtectedResourceMetadata, extractWWWAuthenticateParams, selectResourceURL } from '@modelcontextprotocol/sdk/client/auth.js';
 import { createIdentityClient, type IdentityClient } from '../control-plane/identity-client.js';
 import { testBackends } from '../store/testing.js';
@@ -67,6 +71,13 @@ const post = (headers: Record<string, string> = {}) =>
   });
 
 const opts = () => ({ [oauth.customFetch]: bed.fetchVia as typeof fetch, [oauth.allowInsecureRequests]: true });
+
+/** The agent's did:key private key as a JWK (OKP, Ed25519), as the SDK's provider takes it. */
+async function privateJwk(a: AgentIdentity): Promise<Record<string, unknown>> {
+  const pkcs8 = Buffer.concat([Buffer.from('302e020100300506032b657004220420', 'hex'), Buffer.from(a.privateKeyB64, 'base64')]);
+  const key = await webcrypto.subtle.importKey('pkcs8', pkcs8, { name: 'Ed25519' }, true, ['sign']);
+  return (await webcrypto.subtle.exportKey('jwk', key)) as Record<string, unknown>;
+}
 
 async function tokenWith(scope: string): Promise<string> {
   const as = await oauth.processDiscoveryResponse(new URL(ISSUER), await oauth.discoveryRequest(new URL(ISSUER), { algorithm: 'oauth2', ...opts() }));
@@ -157,6 +168,41 @@ describe('MCP gateway routes as OAuth protected resources (RFC 9728)', () => {
       expect(r.content[0]!.text).toBe('Echo: scoped');
     } finally {
       await c.close();
+    }
+  });
+
+  it("the SDK's own OAuth (PrivateKeyJwtProvider): 401 -> metadata -> authorization server -> client_credentials -> the call", async () => {
+    const provider = new PrivateKeyJwtProvider({ clientId: 'rs-agent', privateKey: await privateJwk(me), algorithm: 'EdDSA', expectedIssuer: ISSUER });
+    const c = new Client({ name: 'sdk-oauth', version: '1.0.0' });
+    await c.connect(new StreamableHTTPClientTransport(new URL(h.url), { authProvider: provider, fetch: bed.fetchVia as typeof fetch }));
+    try {
+      const r = (await c.callTool({ name: 'echo', arguments: { message: 'with my own token' } })) as { content: { text: string }[] };
+      expect(r.content[0]!.text).toBe('Echo: with my own token');
+    } finally {
+      await c.close();
+    }
+    // The token the SDK got (the scopes the metadata lists, for the route), verified independently against the JWKS.
+    const jwks = createLocalJWKSet((await (await bed.fetchVia(`${ISSUER}/.well-known/jwks.json`)).json()) as JSONWebKeySet);
+    const { payload } = await jwtVerify(provider.tokens()!.access_token, jwks, { issuer: ISSUER, audience: 'everything' });
+    expect([payload.sub, payload.act, payload.scope]).toEqual([me.did, { sub: me.did, name: 'rs-agent' }, 'tools:read tools:write']);
+    for (const seen of h.everything.headers) expect(seen.authorization).toBeUndefined();
+  });
+
+  it('the authorization endpoint the metadata names (MCP clients require one) exists and refuses, saying where tokens are had', async () => {
+    const meta = (await (await bed.fetchVia(`${ISSUER}/.well-known/oauth-authorization-server`)).json()) as { authorization_endpoint: string };
+    expect(meta.authorization_endpoint).toBe(`${ISSUER}/oauth/authorize`);
+    for (const init of [{}, { method: 'POST', body: new URLSearchParams({ response_type: 'code', client_id: 'rs-agent' }) }]) {
+      const res = await bed.fetchVia(`${meta.authorization_endpoint}?response_type=code&client_id=rs-agent&redirect_uri=https://evil.example/cb`, init);
+      expect([res.status, res.headers.get('location'), res.headers.get('cache-control'), await res.json()]).toEqual([
+        400,
+        null,
+        'no-store',
+        {
+          error: 'unsupported_response_type',
+          error_description:
+            "no interactive authorization here: agents get tokens at http://idp.test/oauth/token (token exchange, RFC 8693, for a human's delegation; client_credentials with private_key_jwt, RFC 7523)",
+        },
+      ]);
     }
   });
 
