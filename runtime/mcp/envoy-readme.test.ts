@@ -17,26 +17,14 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { H } from '../lib/brand.js';
+import { findObjects, yamlBlocks, type Doc } from '../lib/readme-yaml-testing.js';
 import { startMcpHarness, type McpHarness } from './gateway-testing.js';
 
-type Doc = Record<string, unknown>;
 const text = readFileSync(new URL('./README.md', import.meta.url), 'utf8');
 const section = text.slice(text.indexOf('### Envoy in front of an MCP server'));
-const block = /```yaml\n([\s\S]*?)```/.exec(section)![1]!;
+const block = yamlBlocks(section)[0]!;
 const config = parseAllDocuments(block)[0]!.toJS() as Doc;
-
-function find(pred: (v: Doc) => boolean): Doc[] {
-  const out: Doc[] = [];
-  const walk = (v: unknown) => {
-    if (Array.isArray(v)) v.forEach(walk);
-    else if (v && typeof v === 'object') {
-      if (pred(v as Doc)) out.push(v as Doc);
-      Object.values(v).forEach(walk);
-    }
-  };
-  walk(config);
-  return out;
-}
+const find = (pred: (v: Doc) => boolean): Doc[] => findObjects(config, pred);
 
 const extAuthz = find((v) => v.with_request_body !== undefined)[0]!;
 const httpService = extAuthz.http_service as Doc;

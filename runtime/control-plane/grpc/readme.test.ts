@@ -8,24 +8,12 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { H } from '../../lib/brand.js';
+import { findObjects, yamlBlocks, yamlDocs, type Doc } from '../../lib/readme-yaml-testing.js';
 
 const text = readFileSync(new URL('./README.md', import.meta.url), 'utf8');
-const blocks = [...text.matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]!);
-type Doc = Record<string, unknown>;
-const docs = blocks.map((b) => parseAllDocuments(b).map((d) => d.toJS() as unknown));
-
-function find(pred: (v: Doc) => boolean): Doc[] {
-  const out: Doc[] = [];
-  const walk = (v: unknown) => {
-    if (Array.isArray(v)) v.forEach(walk);
-    else if (v && typeof v === 'object') {
-      if (pred(v as Doc)) out.push(v as Doc);
-      Object.values(v).forEach(walk);
-    }
-  };
-  walk(docs);
-  return out;
-}
+const blocks = yamlBlocks(text);
+const docs = yamlDocs(blocks);
+const find = (pred: (v: Doc) => boolean): Doc[] => findObjects(docs, pred);
 
 describe('grpc/README.md snippets', () => {
   it('every yaml block parses', () => {
