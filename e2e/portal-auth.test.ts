@@ -9,14 +9,12 @@
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
+import { CHROMIUM, SHOTS } from './browser-testing.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metric } from '../runtime/lib/brand.js';
 import { startWrit, type Writ } from '../runtime/main.js';
 
-const CHROMIUM = '/usr/bin/chromium';
-const SHOTS = fileURLToPath(new URL('../.artifacts/portal/', import.meta.url));
 const BOOT = 'bootstrap-secret-for-the-portal-auth-test-0123456789';
 
 describe.skipIf(!existsSync(CHROMIUM))('operator portal with WRIT_API_AUTH=keys, in Chromium', () => {

@@ -11,15 +11,13 @@
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
+import { CHROMIUM, openBrowser, SHOTS } from './browser-testing.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H } from '../runtime/lib/brand.js';
 import { startWrit, type Writ } from '../runtime/main.js';
 import { startEverything, type Everything } from '../runtime/mcp/everything-testing.js';
 
-const CHROMIUM = '/usr/bin/chromium';
-const SHOTS = fileURLToPath(new URL('../.artifacts/portal/', import.meta.url));
 /** What the page's elements look like to code evaluated in the browser (no DOM lib here). */
 type El = { textContent: string | null; dataset: Record<string, string | undefined>; querySelectorAll(s: string): ArrayLike<El> };
 
@@ -100,22 +98,7 @@ describe.skipIf(!existsSync(CHROMIUM))('portal: MCP tool calls in the feed, Agen
     session = init.headers.get('mcp-session-id') ?? '';
     await init.text();
     expect(session).not.toBe('');
-    ctx = await chromium.launchPersistentContext(join(dir, 'chromium-profile'), {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-      viewport: { width: 1366, height: 860 },
-    });
-    page = ctx.pages()[0] ?? (await ctx.newPage());
-    page.on('pageerror', (e) => pageErrors.push(String(e)));
+    ({ ctx, page } = await openBrowser(dir, pageErrors));
   }, 300_000);
 
   afterAll(async () => {

@@ -11,8 +11,8 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
+import { CHROMIUM, openBrowser, SHOTS } from './browser-testing.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { H, metric } from '../runtime/lib/brand.js';
 import { close as closeServer, listen } from '../runtime/lib/http.js';
@@ -21,8 +21,6 @@ import { startWrit, type Writ } from '../runtime/main.js';
 import { openStore } from '../runtime/store/factory.js';
 import { curl } from '../runtime/control-plane/proxy/testkit.js';
 
-const CHROMIUM = '/usr/bin/chromium';
-const SHOTS = fileURLToPath(new URL('../.artifacts/portal/', import.meta.url));
 const TENANT = 'acme';
 /** What the page's elements look like to code evaluated in the browser (no DOM lib here). */
 type El = { dataset: Record<string, string | undefined> };
@@ -134,23 +132,7 @@ describe.skipIf(!existsSync(CHROMIUM))('operator portal in Chromium against the 
       await ok(`${idp()}/v1/agents/${name}/provision`, 'POST');
     }
 
-    ctx = await chromium.launchPersistentContext(join(dir, 'chromium-profile'), {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-      viewport: { width: 1366, height: 860 },
-    });
-    page = ctx.pages()[0] ?? (await ctx.newPage());
-    page.on('pageerror', (e) => pageErrors.push(String(e)));
+    ({ ctx, page } = await openBrowser(dir, pageErrors));
     page.on('console', (m) => {
       if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) pageErrors.push(m.text());
     });
