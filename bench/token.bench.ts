@@ -127,7 +127,10 @@ async function serve(): Promise<void> {
     addr: '127.0.0.1:0',
   });
   await idp.authority.whenReady();
-  idp.authority.useRegistry({ entry: async (n) => services.find((x) => x.name === n) });
+  idp.authority.useRegistry({
+    entry: async (n) => services.find((x) => x.name === n),
+    byResource: async (url) => services.find((x) => (x as { oauthResource?: string }).oauthResource === url),
+  });
   const idpUrl = `http://127.0.0.1:${idp.port}`;
   const json = (body: unknown) => ({ method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   await fetch(`${idpUrl}/v1/agents`, json({ name: 'bot', role: 'worker', capabilities: [] }));

@@ -74,6 +74,7 @@ function serviceOf(r: Observed): Service {
     if (s.path) out.path = s.path;
     if (s.tools?.length) out.tools = s.tools.map((t: { name: string; costUsd: number }) => ({ name: t.name, costUsd: t.costUsd }));
     if (s.upstreamAuth) out.upstreamAuth = s.upstreamAuth;
+    if (s.oauthResource) out.oauthResource = s.oauthResource;
     return out;
   }
   const out: Service = { name: s.agent, upstream: s.upstream ?? defaultAgentUpstream(s.agent, r.namespace), kind: 'agent' };

@@ -31,6 +31,7 @@ import { startGateway } from './egress-gateway/gateway.js';
 import { startBroker } from './broker/server.js';
 import { holdForHuman } from './control-plane/approvals/hold.js';
 import { createMcpGateway } from './mcp/gateway.js';
+import { localRegistry } from './identity/oauth/registry.js';
 import { createUpstreamSecrets } from './lib/upstream-secrets.js';
 import { createLocalDecisionClient } from './broker/decision-local.js';
 import { deliverUsageLocally } from './broker/usage-local.js';
@@ -127,7 +128,13 @@ export async function startWritWith(loaded: Config): Promise<Writ> {
     closers.push({ name: 'control plane', close: () => run.close() });
     const cp = run.cp;
     // The token endpoint reads this process's registry snapshot (IDP_REGISTRY_URL unset).
-    if (!config.identity.registryUrl) idp.authority.useRegistry({ entry: async (name) => cp.plane.registry.get(name) });
+    if (!config.identity.registryUrl)
+      idp.authority.useRegistry(
+        localRegistry(
+          (name) => cp.plane.registry.get(name),
+          () => cp.plane.registry.list(),
+        ),
+      );
 
     if (policy) {
       const folder = await startPolicyFolder(policy, { registry: cp.plane.registry, authority: idp.authority });

@@ -161,6 +161,10 @@ export const REGISTRY_SERVICE: CrdKind = {
           },
         },
       },
+      oauthResource: str(
+        "An OAuth protected resource behind Envoy (opt-in): the service's URL as its clients reach it. /authz answers a refusal for want of a credential 401 with WWW-Authenticate: Bearer resource_metadata naming the metadata the control plane serves for it (MGMT_PUBLIC_URL); a token is asked for with this URL as resource.",
+        { maxLength: 2048, pattern: '^[hH][tT][tT][pP][sS]?://[^\\s#]+$' },
+      ),
       upstreamAuth: {
         type: 'object',
         description:
@@ -192,6 +196,11 @@ export const REGISTRY_SERVICE: CrdKind = {
       { rule: "!has(self.protocol) || self.kind == 'tool'", message: 'protocol mcp is for kind tool', fieldPath: '.protocol' },
       { rule: '!has(self.path) || has(self.protocol)', message: 'path is for protocol mcp', fieldPath: '.path' },
       { rule: '!has(self.tools) || has(self.protocol)', message: 'tools are for protocol mcp', fieldPath: '.tools' },
+      {
+        rule: "!has(self.oauthResource) || (self.kind != 'agent' && self.kind != 'model' && !has(self.protocol))",
+        message: 'oauthResource is for a service or tool behind Envoy (an MCP server has its gateway route)',
+        fieldPath: '.oauthResource',
+      },
       {
         rule: "!self.public || !has(self.requireScope) || self.requireScope == ''",
         message: 'a public service cannot require a scope',

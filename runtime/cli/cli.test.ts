@@ -31,7 +31,7 @@ describe('writ validate', () => {
     const io = capture();
     expect(await main(['validate', INVALID], io)).toBe(1);
     const rel = relative(process.cwd(), INVALID);
-    expect(io.stderr.length).toBe(32);
+    expect(io.stderr.length).toBe(34);
     expect(io.stderr.every((l) => l.startsWith(`${rel}:`))).toBe(true);
     expect(io.stderr).toContain(`${rel}:13: RegistryService no-upstream: spec.upstream: required field is missing`);
     expect(io.stderr.find((l) => l.includes('selfish'))).toMatch(

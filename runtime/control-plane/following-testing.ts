@@ -15,11 +15,12 @@ export interface FollowingPlane {
   close(): Promise<void>;
 }
 
-export async function startFollowingPlane(bed: OAuthBed, entries: Service[]): Promise<FollowingPlane> {
+/** `env`: more control-plane settings (e.g. MGMT_PUBLIC_URL). */
+export async function startFollowingPlane(bed: OAuthBed, entries: Service[], env: Record<string, string> = {}): Promise<FollowingPlane> {
   const store = await openTestPglite();
   const run = await startControlPlaneWithEgress({
     store,
-    config: loadConfig({ AGENT_IDP_URL: `http://127.0.0.1:${bed.port}` }),
+    config: loadConfig({ ...env, AGENT_IDP_URL: `http://127.0.0.1:${bed.port}` }),
     decisionAddr: '127.0.0.1:0',
     mgmtAddr: '127.0.0.1:0',
     proxyAddr: '127.0.0.1:0',

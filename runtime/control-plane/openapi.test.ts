@@ -28,6 +28,7 @@ const EXPECTED: Record<string, string[]> = {
   '/v1/audit/consistency': ['post'],
   '/v1/audit/export': ['get'],
   [`/.well-known/${BRAND}-audit-key`]: ['get'],
+  '/.well-known/oauth-protected-resource/services/{name}': ['get'],
   '/v1/decisions/dry-run': ['post'],
   '/v1/budgets/{agent}': ['get'],
   '/v1/budgets/{agent}/reservations': ['post'],

@@ -38,6 +38,7 @@ import { createIdentityClient, type IdentityClient, type IdentityClientOptions, 
 import { approvalRoutes, type ApprovalQueue } from './approvals/index.js';
 import { createMetrics, type ControlPlaneMetrics } from './metrics.js';
 import { createMgmtApp } from './mgmt.js';
+import { resourceMetadataRoutes } from './resource-metadata.js';
 import { createOidcVerifier, oidcOf } from '../lib/oidc.js';
 import { createOpaClient, type OpaClient } from './opa.js';
 import { portalApp } from '../portal/index.js';
@@ -196,6 +197,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
     requireGoverned: cp.requireGoverned,
     governanceMaxAgeMs: Math.max(3 * (pollMs > 0 ? pollMs : 500), 2000),
     connectPorts: new Set(opts.connectPorts ?? config.proxy.connectPorts),
+    ...(cp.mgmtPublicUrl ? { metadataBase: cp.mgmtPublicUrl.replace(/\/+$/, '') } : {}),
   };
   const tickets = createCallTickets(await callTicketKey(opts.store), now);
   const engine = createDecisionEngine({
@@ -252,6 +254,7 @@ export async function createControlPlane(opts: ControlPlaneOptions): Promise<Con
       budgetRoutes({ registry, budget, reservations, now }),
       approvalRoutes({ queue: () => approvals.queue }),
       portalApp({ identityUrl: cp.idpUrl }),
+      resourceMetadataRoutes({ entry: (name) => registry.get(name), issuer: () => identity?.tokens?.().issuer() }),
     ],
   });
   const authzServer = createAuthzServer(engine);

@@ -168,6 +168,17 @@ export const ServiceSchema = z
     path: z.string().max(1024).regex(UPSTREAM_PATH_RE, 'path must start with / and hold no query, fragment, space or control character').optional(),
     /** The upstream's own credential (a Secret reference), sent by the MCP gateway and the forward proxy. */
     upstreamAuth: UpstreamAuthSchema.optional(),
+    /**
+     * An OAuth protected resource behind Envoy (issue 43 item 6, opt-in): the service's URL as its
+     * clients reach it (RFC 8707 / RFC 9728 `resource`). `/authz` then answers a refusal for want of
+     * a credential 401 with `WWW-Authenticate: Bearer resource_metadata=...` naming the metadata the
+     * control plane serves for it (MGMT_PUBLIC_URL); the token endpoint takes this URL as `resource`.
+     */
+    oauthResource: z
+      .string()
+      .max(2048)
+      .regex(/^https?:\/\/[^\s#]+$/i, 'oauthResource must be an absolute http(s) URL without fragment or space')
+      .optional(),
     /** Agents: rules on the tools they call (issue 42). */
     toolRules: z.array(ToolRuleSchema).max(1000).optional(),
     /** MCP services: the price of a call of each tool named (the others cost nothing). */
@@ -186,6 +197,12 @@ export const ServiceSchema = z
   .strict()
   .superRefine((s, ctx) => {
     if (s.protocol === 'mcp' && s.kind !== 'tool') ctx.addIssue({ code: 'custom', path: ['protocol'], message: 'protocol mcp is for kind tool' });
+    if (s.oauthResource !== undefined && (s.kind === 'agent' || s.kind === 'model' || s.protocol === 'mcp'))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['oauthResource'],
+        message: 'oauthResource is for a service or tool behind Envoy (an MCP server has its gateway route)',
+      });
     if (s.protocol === 'mcp' && s.name.includes('/'))
       ctx.addIssue({ code: 'custom', path: ['name'], message: 'an mcp service name has no "/": allowTools reads <service>/<tool>' });
     if (s.path !== undefined && s.protocol !== 'mcp') ctx.addIssue({ code: 'custom', path: ['path'], message: 'path is for protocol mcp' });
@@ -264,7 +281,10 @@ export interface Decision {
   headers: Record<string, string>;
   /** Set when the egress target needs a human decision (regulated, no delegation). */
   needsApproval?: boolean;
-  /** Proxy: no usable credential was presented (answered 407 with a challenge). */
+  /**
+   * No usable credential was presented: the proxy answers 407 with a challenge; `/authz`, for a
+   * service that opts in (`oauthResource`), 401 with the RFC 9728 challenge (decision/egress-challenge.ts).
+   */
   challenge?: boolean;
   /** The scopes an access token lacks for this target (every one it needs: `requireScope`), answered 403 `insufficient_scope`. */
   insufficientScope?: string[];

@@ -57,6 +57,8 @@ export const ROUTE_SCOPES: readonly RouteScope[] = [
   // Public on both listeners.
   r(GET, /^\/(healthz|readyz|livez)$/, PUBLIC),
   r(GET, /^\/\.well-known\/[^/]+$/, PUBLIC),
+  // RFC 9728 metadata of a service behind Envoy that opts in (control-plane/resource-metadata.ts).
+  r(GET, /^\/\.well-known\/oauth-protected-resource\/services\/[^/]+$/, PUBLIC),
   r(GET, /^\/v1\/issuer$/, PUBLIC),
   r(GET, /^\/status(\/[^/]+)?$/, PUBLIC),
   r(GET, /^\/(openapi\.json|docs|metrics)$/, PUBLIC),

@@ -80,6 +80,11 @@ export interface ControlPlaneConfig {
   /** True when DECISION_GRPC_ADDR is set. */
   grpcAddrSet: boolean;
   mgmtAddr: string;
+  /**
+   * MGMT_PUBLIC_URL: the management listener's base URL as clients reach it; the RFC 9728 metadata
+   * of services that opt in (`oauthResource`) is served there and named in `/authz` challenges.
+   */
+  mgmtPublicUrl?: string;
   store: StoreSetting;
   identityMode: 'header' | 'vc';
   /** AGENT_IDP_URL: the identity authority (delegation check, VPs, forward proxy). */

@@ -102,6 +102,7 @@ const D = {
   decisionAddr: s('DECISION_ADDR', 'control-plane', addr, ':9191'),
   decisionGrpcAddr: s('DECISION_GRPC_ADDR', 'control-plane', addr, ':9192'),
   mgmtAddr: s('MGMT_ADDR', 'control-plane', addr, ':8181'),
+  mgmtPublicUrl: s('MGMT_PUBLIC_URL', 'control-plane', url),
   registryBackend: s('REGISTRY_BACKEND', 'control-plane', backend),
   registryDbUrl: s('REGISTRY_DB_URL', 'control-plane', url),
   registryDataDir: s('REGISTRY_DATA_DIR', 'control-plane', text, '.data/control-plane'),

@@ -54,6 +54,7 @@ export const SLICES: Builders = {
     grpcAddr: v.decisionGrpcAddr,
     grpcAddrSet: g.decisionGrpcAddr !== undefined,
     mgmtAddr: v.mgmtAddr,
+    mgmtPublicUrl: v.mgmtPublicUrl,
     store: store(v.registryBackend, v.registryDbUrl, v.registryDataDir, true),
     identityMode: v.identityMode,
     idpUrl: v.agentIdpUrl,

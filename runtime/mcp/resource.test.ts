@@ -243,7 +243,7 @@ describe('MCP gateway routes as OAuth protected resources (RFC 9728)', () => {
       400,
       {
         error: 'invalid_target',
-        error_description: `${base} is no MCP gateway route: a token is for one registry entry, named by its route (http(s)://<host>/mcp/<name>) or its name`,
+        error_description: `${base} is no MCP gateway route nor a service's oauthResource: a token is for one registry entry, named by its route (http(s)://<host>/mcp/<name>), its resource or its name`,
       },
     ]);
   });

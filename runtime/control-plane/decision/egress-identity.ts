@@ -31,7 +31,8 @@ function agentIdentity(c: Readonly<EgressContext>, a: Answers): V {
   const candidate = bearer && accessTokenShaped(bearer) ? bearer : undefined;
   // An /authz call naming its hop (the egress gateway) may leave the actor to the VP it carries;
   // an access token names its agent (`act`) itself, as an OAuth client's only credential.
-  if (!c.actorName && !candidate && actorRequired(c)) return no('empty actor');
+  // No VP and no Writ-shaped token: no credential at all (the challenge of a service that opts in, egress-challenge.ts).
+  if (!c.actorName && !candidate && actorRequired(c)) return no('empty actor', undefined, !given && !(bearer && isVpJwt(bearer)));
   if (f.repeatedCredential) return no(`${f.repeatedCredential} sent more than once: one credential speaks for the agent`);
   if (s.identityMode === 'vc' && !s.identityAuthority) return no('vc identity mode needs the identity authority (AGENT_IDP_URL)');
   let proved: Proved = { actorName: c.actorName, agentDid: undefined, token: undefined };
@@ -45,7 +46,8 @@ function agentIdentity(c: Readonly<EgressContext>, a: Answers): V {
   // Through the proxy a claimed token is the credential; anything else there is taken as a VP.
   const headerVp = f.via === 'proxy' && proved.token ? undefined : given;
   const tokenVp = f.via === 'authz' && bearer && bearer !== headerVp && isVpJwt(bearer) ? bearer : undefined;
-  if (!headerVp && !tokenVp && !proved.token && s.identityMode === 'vc') return no('agent VP or access token required (vc identity mode)');
+  if (!headerVp && !tokenVp && !proved.token && s.identityMode === 'vc')
+    return no('agent VP or access token required (vc identity mode)', undefined, f.via === 'authz');
   for (const vp of [headerVp, tokenVp]) {
     if (!vp) continue;
     const v = provedBy(c, a, vp, proved);
@@ -63,7 +65,8 @@ const actorRequired = (c: Readonly<EgressContext>) => c.facts.via === 'authz' &&
 /** A Writ access token: ignored when not Writ's; else it must hold and name the actor declared. */
 function tokenProves(c: Readonly<EgressContext>, t: TokenAnswer | Failure, so: Proved): V {
   if (isFailure(t)) return refuse(401, 'identity', t.failed);
-  if (!t.claimed) return so.actorName || !actorRequired(c) ? pass(so) : no('empty actor');
+  // Another issuer's token is no credential: with no VP either, none was presented.
+  if (!t.claimed) return so.actorName || !actorRequired(c) ? pass(so) : no('empty actor', undefined, !c.facts.vp?.trim());
   if (!t.ok) return refuse(401, 'identity', `invalid access token: ${t.reason}`);
   const agent = t.claims.act;
   if (so.actorName && agent.name !== so.actorName)

@@ -7,6 +7,7 @@
  * function of `(context, answers)` (with what it adds to the context declared on the context
  * type) and one entry in a list below, where its place in the order is decided.
  */
+import { withChallenge } from './egress-challenge.js';
 import { drive, type Path } from './driver.js';
 import { egressAllowed, egressContext, egressEnd, egressVeto, type EgressContext } from './egress.js';
 import { budgetLayer } from './egress-budget.js';
@@ -46,7 +47,7 @@ export const EGRESS: Path<EgressFacts, EgressContext> = {
     toolApprovalLayer,
     egressVeto,
   ],
-  denied: egressEnd,
+  denied: (c, d, layers) => egressEnd(c, withChallenge(c, d), layers),
   allowed: egressAllowed,
 };
 

@@ -32,6 +32,8 @@ export interface DecisionSettings {
   governanceMaxAgeMs: number;
   /** Ports CONNECT may reach on hosts outside the registry. */
   connectPorts: ReadonlySet<number>;
+  /** MGMT_PUBLIC_URL (no trailing `/`): where `/authz` challenges send clients for a service's RFC 9728 metadata (`oauthResource`). */
+  metadataBase?: string;
 }
 
 /** Read-only registry view (registry/snapshot.ts implements it). */

@@ -84,6 +84,7 @@ export function storedShape(s: Service, registeredAt: string): Service {
   if (s.dataClass) out.dataClass = s.dataClass;
   if (s.protocol) out.protocol = s.protocol;
   if (s.path !== undefined) out.path = s.path;
+  if (s.oauthResource !== undefined) out.oauthResource = s.oauthResource;
   if (s.upstreamAuth) out.upstreamAuth = { ...s.upstreamAuth, ...(s.upstreamAuth.secretRef ? { secretRef: { ...s.upstreamAuth.secretRef } } : {}) };
   if (s.toolRules?.length) out.toolRules = s.toolRules.map((r) => ({ ...r }));
   if (s.tools?.length) out.tools = s.tools.map((t) => ({ name: t.name, costUsd: t.costUsd }));

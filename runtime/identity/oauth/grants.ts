@@ -11,7 +11,7 @@ import { humanInactivity } from './activity.js';
 import { invalidClient, invalidGrant, invalidRequest, invalidScope, invalidTarget } from './errors.js';
 import { required } from './form.js';
 import { GRANT, JWT_BEARER_ASSERTION, nowSec, TOKEN_TYPE, type OAuthContext } from './context.js';
-import { callRefusal, readEntry } from './registry.js';
+import { callRefusal, readEntry, readResource } from './registry.js';
 import { oauthStore } from './store.js';
 import { delegationFromSubject } from './subject.js';
 import { mintAccessToken } from './token.js';
@@ -49,22 +49,26 @@ export function entryNamed(value: string): string {
   }
 }
 
-/** The registry entry `audience` or `resource` (RFC 8707) names, which the agent may call. */
 /**
- * The entry a target parameter names. An absolute URL that is no MCP gateway route (a listener's
- * base, as its root RFC 9728 document names it) is refused here: no registry name holds `//`, and
- * a token is for one entry.
+ * The entry a target parameter names: an MCP gateway route's URL or a name (`entryNamed`), or the
+ * `oauthResource` URL of a service behind Envoy that opts in. Another absolute URL (a listener's
+ * base, as its root RFC 9728 document names it) is refused: no registry name holds `//`, and a
+ * token is for one entry.
  */
-function targetNamed(value: string): string {
+async function targetNamed(o: OAuthContext, value: string): Promise<string> {
   const name = entryNamed(value);
-  if (name === value && /^https?:\/\//i.test(value))
-    throw invalidTarget(`${value} is no MCP gateway route: a token is for one registry entry, named by its route (http(s)://<host>/mcp/<name>) or its name`);
-  return name;
+  if (name !== value || !/^https?:\/\//i.test(value)) return name;
+  const e = await readResource(o.registry(), value);
+  if (e) return e.name;
+  throw invalidTarget(
+    `${value} is no MCP gateway route nor a service's oauthResource: a token is for one registry entry, named by its route (http(s)://<host>/mcp/<name>), its resource or its name`,
+  );
 }
 
+/** The registry entry `audience` or `resource` (RFC 8707) names, which the agent may call. */
 export async function targetFor(o: OAuthContext, form: Map<string, string>, agent: ProvedAgent): Promise<Service> {
-  const audience = form.has('audience') ? targetNamed(form.get('audience')!) : undefined;
-  const resource = form.has('resource') ? targetNamed(form.get('resource')!) : undefined;
+  const audience = form.has('audience') ? await targetNamed(o, form.get('audience')!) : undefined;
+  const resource = form.has('resource') ? await targetNamed(o, form.get('resource')!) : undefined;
   if (audience !== undefined && resource !== undefined && audience !== resource) throw invalidTarget('audience and resource name different entries');
   const name = audience ?? resource;
   if (name === undefined) throw invalidTarget('audience (or resource) must name the registry entry the token is for');

@@ -16,6 +16,7 @@ import { presentationFor, type AgentIdentity } from '../client.js';
 import { client, type Client } from '../server-testing.js';
 import { startIdentityAuthority } from '../server.js';
 import { loadConfig } from '../../lib/settings.js';
+import { localRegistry } from './registry.js';
 
 export const ISSUER = 'http://idp.test';
 export const TOKEN_ENDPOINT = `${ISSUER}/oauth/token`;
@@ -57,7 +58,12 @@ export async function openBed(b: TestBackend, env: Record<string, string> = {}):
   const started = await startIdentityAuthority({ store, config: loadConfig(settings), addr: '127.0.0.1:0' });
   await started.authority.whenReady();
   const services = new Map<string, Service>();
-  started.authority.useRegistry({ entry: async (name) => services.get(name) });
+  started.authority.useRegistry(
+    localRegistry(
+      (name) => services.get(name),
+      () => services.values(),
+    ),
+  );
   const origin = `http://127.0.0.1:${started.port}`;
   return {
     port: started.port,

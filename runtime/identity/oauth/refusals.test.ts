@@ -77,7 +77,7 @@ describe.each(testBackends())('token endpoint refusals on $name', (b) => {
         { resource: 'http://gw.test' },
         400,
         'invalid_target',
-        /^http:\/\/gw.test is no MCP gateway route: a token is for one registry entry/,
+        /^http:\/\/gw.test is no MCP gateway route nor a service's oauthResource: a token is for one registry entry/,
       ],
       ['no audience', { audience: '' }, 400, 'invalid_target', /audience/],
       ['scope not offered', { scope: 'crm:write' }, 400, 'invalid_scope', /crm:write/],

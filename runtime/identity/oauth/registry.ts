@@ -14,6 +14,19 @@ import { OAuthError } from './errors.js';
 export interface RegistryFacts {
   /** The entry named `name`, or undefined when there is none; throws when the registry cannot be read. */
   entry(name: string): Promise<Service | undefined>;
+  /** The entry whose `oauthResource` is `url` (a service behind Envoy that opts in), or undefined; throws as `entry`. */
+  byResource(url: string): Promise<Service | undefined>;
+}
+
+/** A registry in this process (the all-in-one's snapshot, a test's map): its entries by name, and the list. */
+export function localRegistry(get: (name: string) => Service | undefined, list: () => Iterable<Service>): RegistryFacts {
+  return {
+    entry: async (name) => get(name),
+    byResource: async (url) => {
+      for (const s of list()) if (s.oauthResource === url) return s;
+      return undefined;
+    },
+  };
 }
 
 /** How long an answer of the management API is reused (ms). */
@@ -24,7 +37,22 @@ export function httpRegistry(o: { baseUrl: string; apiKey?: string; timeoutMs?: 
   const now = o.now ?? Date.now;
   const base = o.baseUrl.replace(/\/+$/, '');
   const cache = new Map<string, { at: number; entry: Service | undefined }>();
+  let all: { at: number; list: Service[] } | undefined;
   return {
+    async byResource(url) {
+      if (!all || now() - all.at >= REGISTRY_CACHE_MS) {
+        const res = await fetch(`${base}/v1/registry/services`, {
+          headers: { accept: 'application/json', ...(o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {}) },
+          signal: AbortSignal.timeout(o.timeoutMs ?? 2000),
+        });
+        if (res.status !== 200) {
+          await res.body?.cancel();
+          throw new Error(`registry answered ${res.status}`);
+        }
+        all = { at: now(), list: (await res.json()) as Service[] };
+      }
+      return all.list.find((s) => s.oauthResource === url);
+    },
     async entry(name) {
       const hit = cache.get(name);
       if (hit && now() - hit.at < REGISTRY_CACHE_MS) return hit.entry;
@@ -46,9 +74,18 @@ export function httpRegistry(o: { baseUrl: string; apiKey?: string; timeoutMs?: 
 
 /** A registry read that failed is an outage of the grant, not a refusal of it. */
 export async function readEntry(registry: RegistryFacts | undefined, name: string): Promise<Service | undefined> {
+  return read(registry, (r) => r.entry(name));
+}
+
+/** The entry a service's `oauthResource` URL names (RFC 8707 `resource` from its RFC 9728 metadata). */
+export async function readResource(registry: RegistryFacts | undefined, url: string): Promise<Service | undefined> {
+  return read(registry, (r) => r.byResource(url));
+}
+
+async function read(registry: RegistryFacts | undefined, f: (r: RegistryFacts) => Promise<Service | undefined>): Promise<Service | undefined> {
   if (!registry) throw new OAuthError('temporarily_unavailable', 'the registry is not reachable from the identity authority (IDP_REGISTRY_URL)');
   try {
-    return await registry.entry(name);
+    return await f(registry);
   } catch (e) {
     throw new OAuthError('temporarily_unavailable', `registry unreachable: ${errMsg(e)}`);
   }
