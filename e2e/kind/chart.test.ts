@@ -189,6 +189,15 @@ describe('charts/writ without a cluster', () => {
     expect((values as any).apiAuth).toBe('keys');
   });
 
+  it('upstream Secrets: mounted read-only at UPSTREAM_SECRETS_DIR/<name>, their volumes named by index (a Secret name may hold dots, a volume name may not)', () => {
+    const cp = template('control-plane.yaml');
+    expect(cp).toContain('- name: UPSTREAM_SECRETS_DIR');
+    expect(cp.match(/\{\{- range \$i, \$name := \$c\.upstreamSecrets \}\}/g)).toHaveLength(2);
+    expect(cp).toContain('- name: upstream-secret-{{ $i }}\n              mountPath: /var/run/writ/upstream-secrets/{{ $name }}\n              readOnly: true');
+    expect(cp).toContain('- name: upstream-secret-{{ $i }}\n          secret:\n            secretName: {{ $name }}');
+    expect(cp).not.toMatch(/name: upstream-\{\{ \. \}\}/);
+  });
+
   it('every component runs from the image with probes, resources and a PodDisruptionBudget', () => {
     for (const [file, component] of [
       ['control-plane.yaml', 'control-plane'],
@@ -276,7 +285,13 @@ describe('charts/writ rendered by helm', () => {
   it('helm lint and helm template render every component', (ctx) => {
     if (!helm) return ctx.skip('helm is not installed here: lint and render skipped');
     execFileSync('helm', ['lint', '--strict', CHART], { stdio: 'pipe' });
-    const out = execFileSync('helm', ['template', 'writ', CHART, '--namespace', 'writ-system'], { encoding: 'utf8', maxBuffer: 64 << 20 });
+    const out = execFileSync('helm', ['template', 'writ', CHART, '--namespace', 'writ-system', '--set', 'controlPlane.upstreamSecrets={api.keys,search}'], {
+      encoding: 'utf8',
+      maxBuffer: 64 << 20,
+    });
+    // Every volume name is a DNS-1123 label, a dotted Secret's included.
+    for (const v of out.matchAll(/^\s+volumes:\n((?:\s+- name: .*\n(?:\s{10,}.*\n)*)+)/gm))
+      for (const n of v[1]!.matchAll(/- name: (\S+)/g)) expect(n[1]).toMatch(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/);
     const kinds = parseAllDocuments(out)
       .map((d) => (d.toJS() as { kind?: string } | null)?.kind)
       .filter(Boolean);
