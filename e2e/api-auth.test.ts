@@ -94,6 +94,8 @@ describe('WRIT_API_AUTH=keys on the all-in-one', () => {
     expect(requiredScope('POST', '/v1/keys')).toBe('keys:admin');
     expect(requiredScope('POST', '/v1/directory/sync')).toBe('directory:sync');
     expect(requiredScope('GET', '/portal/api/config')).toBe(PUBLIC);
+    expect(['GET', 'POST'].map((m) => requiredScope(m, '/oauth/authorize'))).toEqual([PUBLIC, PUBLIC]);
+    expect(requiredScope('POST', '/oauth/introspect')).toBe('identity:verify');
     expect(requiredScope('GET', '/portal/api/identity/v1/delegations')).toBe('authenticated');
     expect(requiredScope('GET', '/v1/nothing-here')).toBe(ADMIN);
     expect(requiredScope('POST', '/healthz')).toBe(ADMIN);

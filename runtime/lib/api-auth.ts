@@ -72,6 +72,8 @@ export const ROUTE_SCOPES: readonly RouteScope[] = [
   // 7523), and an enforcement point's onward exchange by its identity:verify credential itself
   // (identity/oauth/onward.ts); revoking a token needs only the token (it takes access away, RFC 7009).
   r(['POST'], /^\/oauth\/(token|revoke)$/, PUBLIC),
+  // The authorization endpoint refuses everyone alike (identity/oauth/routes.ts authorizeRefusal).
+  r([...GET, 'POST'], /^\/oauth\/authorize$/, PUBLIC),
   r(['POST'], /^\/oauth\/introspect$/, 'identity:verify'),
   // Identity authority: what the data plane asks on every request or poll.
   r(['POST'], /^\/v1\/agents\/verify-presentation$/, 'identity:verify'),
