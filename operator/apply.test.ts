@@ -39,6 +39,7 @@ describe('applier against the real registry and identity authority', () => {
       'research-agent',
       'search',
       'summarizer',
+      'tickets',
       'tool-agent',
       'web',
     ]);
@@ -62,7 +63,7 @@ describe('applier against the real registry and identity authority', () => {
     const second = await applier.run(examples, first.statuses);
     expect(t.registry.version).toBe(version);
     expect(t.audits.length).toBe(audits);
-    expect(second.outcome.apply!.unchanged).toHaveLength(9);
+    expect(second.outcome.apply!.unchanged).toHaveLength(10);
     for (const [k, s] of second.statuses) expect(sameStatus(s, first.statuses.get(k)), k).toBe(true);
   });
 
@@ -194,6 +195,7 @@ describe('applier against the real registry and identity authority', () => {
       ['registry', 'research-agent', 0],
       ['registry', 'search', 0],
       ['registry', 'summarizer', 0],
+      ['registry', 'tickets', 0],
       ['registry', 'tool-agent', 0],
       ['registry', 'web', 0],
       ['revocations', '0', 0],

@@ -31,6 +31,8 @@ async function until(check: () => boolean | Promise<boolean>, what: string, ms =
   }
 }
 
+/** The registry entries crds/examples programs (RegistryServices, and the agents' own entries). */
+const EXAMPLE_ENTRIES = 10;
 const ready = (obj: any) => obj?.status?.conditions?.find((c: { type: string }) => c.type === 'Ready');
 
 describe('Kubernetes source against the in-test API server', () => {
@@ -77,11 +79,13 @@ describe('Kubernetes source against the in-test API server', () => {
     for (const d of exampleDocs()) api.apply(d);
     const s = start('op-a');
     await s.synced;
-    await until(() => api.list('governedagents').every((g) => ready(g)?.status === 'True') && t.registry.list().length === 9, 'all Ready').catch((e) => {
-      throw new Error(
-        `${(e as Error).message}: ${JSON.stringify(api.list('governedagents').map((g) => [g.metadata.name, ready(g)]))} registry ${t.registry.list().length}`,
-      );
-    });
+    await until(() => api.list('governedagents').every((g) => ready(g)?.status === 'True') && t.registry.list().length === EXAMPLE_ENTRIES, 'all Ready').catch(
+      (e) => {
+        throw new Error(
+          `${(e as Error).message}: ${JSON.stringify(api.list('governedagents').map((g) => [g.metadata.name, ready(g)]))} registry ${t.registry.list().length}`,
+        );
+      },
+    );
     expect(s.owner).toBe('kubernetes:test');
     expect(t.registry.ownerOf('research-agent')).toBe('kubernetes:test');
     for (const plural of ['registryservices', 'agentpolicies', 'governedagents']) {
@@ -107,7 +111,7 @@ describe('Kubernetes source against the in-test API server', () => {
     for (const d of exampleDocs()) api.apply(d);
     const s = start('op-a');
     await s.synced;
-    await until(() => t.registry.list().length === 9 && ready(api.get('registryservices', 'default', 'web'))?.status === 'True', 'programmed');
+    await until(() => t.registry.list().length === EXAMPLE_ENTRIES && ready(api.get('registryservices', 'default', 'web'))?.status === 'True', 'programmed');
 
     const web = api.get('registryservices', 'default', 'web')!;
     api.apply({ ...web, spec: { ...web.spec, upstream: 'web.default.svc:81' } });
@@ -192,7 +196,7 @@ describe('Kubernetes source against the in-test API server', () => {
     try {
       await until(() => a.isLeader() || b.isLeader(), 'a leader');
       const [leader, follower] = a.isLeader() ? [a, b] : [b, a];
-      await until(() => t.registry.list().length === 9, 'programmed by the leader');
+      await until(() => t.registry.list().length === EXAMPLE_ENTRIES, 'programmed by the leader');
       expect(follower.isLeader()).toBe(false);
       expect(await follower.resync()).toBe(0); // a follower never writes
       const killedAt = Date.now();
@@ -226,7 +230,7 @@ describe('Kubernetes source against the in-test API server', () => {
     for (const d of exampleDocs()) api.apply(d);
     const s = start('op-a');
     await s.synced;
-    await until(() => t.registry.list().length === 9, 'programmed');
+    await until(() => t.registry.list().length === EXAMPLE_ENTRIES, 'programmed');
     api.remove('registryservices', 'default', 'web');
     await until(() => api.get('registryservices', 'default', 'web') === undefined, 'deleted');
     await s.close();
