@@ -168,7 +168,7 @@ export const REGISTRY_SERVICE: CrdKind = {
       upstreamAuth: {
         type: 'object',
         description:
-          'What the upstream gets (the MCP gateway, the forward proxy), never the agent\'s credential; exactly one of: secretRef, a key of a Secret mounted at UPSTREAM_SECRETS_DIR/<name>/<key>, sent as "<header>: <scheme> <value>" (never a literal); or exchange: true, a Writ access token the MCP gateway exchanges (RFC 8693) for this service from the agent\'s own, of the same human (sub) and agent (act), sent as Authorization: Bearer.',
+          'What the upstream gets (the MCP gateway, the forward proxy), never the agent\'s credential; exactly one of: secretRef, a key of a Secret mounted at UPSTREAM_SECRETS_DIR/<name>/<key>, sent as "<header>: <scheme> <value>" (never a literal); or exchange: true, a Writ access token the MCP gateway or the forward proxy exchanges (RFC 8693) for this service from the agent\'s own, of the same human (sub) and agent (act), sent as Authorization: Bearer.',
         properties: {
           secretRef: {
             type: 'object',

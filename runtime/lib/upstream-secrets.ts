@@ -55,7 +55,7 @@ export function upstreamCredential(
   secrets: UpstreamSecrets | undefined,
 ): { header: string; value: string } | { failed: string } | undefined {
   if (!entry?.upstreamAuth) return undefined;
-  // An exchanged token is the MCP gateway's to send (mcp/gateway.ts): elsewhere the call is refused rather than sent bare.
-  if (entry.upstreamAuth.exchange) return { failed: `${entry.name} takes a token exchanged for it, which only the MCP gateway sends` };
+  // An exchanged token is upstream-tokens.ts `upstreamAuthOf`'s: a caller that cannot send one refuses rather than send the call bare.
+  if (entry.upstreamAuth.exchange) return { failed: `${entry.name} takes a token exchanged for it, which is not sent here` };
   return secrets ? secrets.credential(entry.upstreamAuth) : { failed: `upstream credential for ${entry.name}: no Secrets are mounted` };
 }

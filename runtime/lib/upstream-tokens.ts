@@ -6,8 +6,13 @@
  * `Authorization: Bearer`. One exchange serves many calls: the answer is kept per (agent token
  * `jti`, entry) until EXPIRY_MARGIN_S before its `exp`; concurrent calls share one exchange; a
  * refusal is not kept (the next call asks again) and refuses the call (fail closed). Token values
- * are never logged.
+ * are never logged. The MCP gateway and the forward proxy (plain HTTP) send them, through
+ * `upstreamAuthOf`, the one choice of what goes upstream.
  */
+
+import type { IdentityPort } from '../control-plane/identity-port.js';
+import type { Service } from '../control-plane/types.js';
+import { upstreamCredential, type UpstreamSecrets } from './upstream-secrets.js';
 
 export type ExchangeAnswer = { ok: true; token: string; exp: number } | { ok: false; reason: string };
 /** RFC 8693 exchange of `subjectToken` (an agent's Writ access token) for registry entry `audience`. */
@@ -69,4 +74,37 @@ export function createUpstreamTokens(exchange: ExchangeToken, o: { now?: () => n
     },
     size: () => kept.size,
   };
+}
+
+/** The exchanges of `identity` (the port the decisions use); without one every exchange is refused. */
+export function upstreamTokensVia(identity: () => IdentityPort | undefined): UpstreamTokens {
+  return createUpstreamTokens((token, audience) => {
+    const id = identity();
+    return id?.exchangeToken
+      ? id.exchangeToken(token, audience)
+      : Promise.resolve({ ok: false, reason: 'no identity authority to exchange tokens at (AGENT_IDP_URL)' });
+  });
+}
+
+/**
+ * What goes upstream for an allowed call to `entry` (issue 43 item 7): its Secret
+ * (`upstreamAuth.secretRef`), a token exchanged for it from the agent's Writ access token
+ * (`upstreamAuth.exchange`), nothing, or why nothing can be sent (the call is then refused before
+ * the upstream): `secret` (unreadable), `no-agent-token` (the agent proved itself with a VP or a
+ * declared name: the authorization server vouches only for an agent it has seen a token of),
+ * `exchange` (the authority refused). `agent`: the verified Writ token the decision took and its
+ * value as sent.
+ */
+export async function upstreamAuthOf(
+  entry: Service | undefined,
+  o: { secrets: UpstreamSecrets | undefined; tokens: UpstreamTokens },
+  agent: AgentToken | undefined,
+): Promise<{ header: string; value: string } | { failed: string; why: 'secret' | 'no-agent-token' | 'exchange' } | undefined> {
+  if (!entry?.upstreamAuth?.exchange) {
+    const c = upstreamCredential(entry, o.secrets);
+    return c && 'failed' in c ? { failed: c.failed, why: 'secret' } : c;
+  }
+  if (!agent) return { failed: `${entry.name} takes a token exchanged from the agent's Writ access token: call with one`, why: 'no-agent-token' };
+  const c = await o.tokens.credential(agent, entry.name);
+  return 'failed' in c ? { failed: c.failed, why: 'exchange' } : c;
 }

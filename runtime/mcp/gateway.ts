@@ -28,8 +28,8 @@ import type { EgressFacts, HoldAnswer, HoldRequest, McpCall } from '../control-p
 import { callOf, readMessage, routableMismatch, type Message } from '../control-plane/decision/mcp-facts.js';
 import { rpcError, RPC, type RpcId } from './jsonrpc.js';
 import { filterListAnswer, filterListEvents, UnreadableList } from './list-filter.js';
-import { upstreamCredential, type UpstreamSecrets } from '../lib/upstream-secrets.js';
-import { createUpstreamTokens, type UpstreamTokens } from '../lib/upstream-tokens.js';
+import type { UpstreamSecrets } from '../lib/upstream-secrets.js';
+import { upstreamAuthOf, upstreamTokensVia, type UpstreamTokens } from '../lib/upstream-tokens.js';
 import { bearerToken } from '../control-plane/decision/credentials.js';
 import type { Service } from '../control-plane/types.js';
 import { MCP_PREFIX, mcpChallenge, serveMetadata, type ResourceOptions } from './resource.js';
@@ -89,11 +89,7 @@ export function createMcpGateway(o: McpGatewayOptions): McpGateway {
   const upstream = new Agent({ keepAliveTimeout: 30_000, connect: { timeout: Math.min(s.upstreamTimeoutMs, 10_000) } });
   const open = new Set<AbortController>();
   // Tokens exchanged for upstreams (`upstreamAuth: {exchange: true}`) at the authority the decisions follow.
-  const tokens = createUpstreamTokens((token, audience) =>
-    o.engine.ports.identity?.exchangeToken
-      ? o.engine.ports.identity.exchangeToken(token, audience)
-      : Promise.resolve({ ok: false, reason: 'no identity authority to exchange tokens at (AGENT_IDP_URL)' }),
-  );
+  const tokens = upstreamTokensVia(() => o.engine.ports.identity);
   return {
     handle(req, res, path) {
       if (path.startsWith(PRM_WELL_KNOWN)) return serveMetadata(req, res, path, o, (name) => o.engine.policy.current().registry.get(name));
@@ -206,13 +202,7 @@ type Credential = { header: string; value: string };
 /** Why nothing can be sent upstream: its HTTP status, JSON-RPC code, and the challenge of a missing credential. */
 type NoCredential = { failed: string; status: number; code: number; challenge?: Challenge };
 
-/**
- * What goes upstream for an allowed message: the entry's Secret (`upstreamAuth.secretRef`), a token
- * exchanged for the entry from the agent's Writ access token (`upstreamAuth.exchange`), or nothing.
- * An exchange needs the Writ token the decision verified: a VP or a declared name proves the agent
- * to Writ alone, and the authorization server vouches for no agent it has not seen a token of, so
- * such a call is refused 401 with the challenge that sends an OAuth client for a token.
- */
+/** What goes upstream for an allowed message (`upstreamAuthOf`); a refusal as the client gets it. */
 async function upstreamAuthFor(
   x: Exchange,
   target: Service,
@@ -220,18 +210,16 @@ async function upstreamAuthFor(
   o: McpGatewayOptions,
   tokens: UpstreamTokens,
 ): Promise<Credential | NoCredential | undefined> {
-  if (!target.upstreamAuth?.exchange) {
-    const c = upstreamCredential(target, o.upstreamSecrets);
-    return c && 'failed' in c ? { failed: c.failed, status: 502, code: RPC.upstream } : c;
-  }
   const raw = bearerToken(one(x.req.headers.authorization));
-  if (!v.token || !raw) {
-    const reason = `${target.name} takes a token exchanged from the agent's Writ access token: call with one (Authorization: Bearer)`;
-    const challenge = mcpChallenge(x.req, o, x.service, { status: 401, rule: 'identity', reason }, claimedBy(o));
-    return { failed: reason, status: 401, code: RPC.denied, ...(challenge ? { challenge } : {}) };
-  }
-  const c = await tokens.credential({ raw, jti: v.token.jti, exp: v.token.exp }, target.name);
-  return 'failed' in c ? { failed: c.failed, status: 403, code: RPC.denied } : c;
+  const agent = v.token && raw ? { raw, jti: v.token.jti, exp: v.token.exp } : undefined;
+  const c = await upstreamAuthOf(target, { secrets: o.upstreamSecrets, tokens }, agent);
+  if (!c || !('failed' in c)) return c;
+  if (c.why === 'secret') return { failed: c.failed, status: 502, code: RPC.upstream };
+  if (c.why === 'exchange') return { failed: c.failed, status: 403, code: RPC.denied };
+  // No Writ token: 401 with the challenge that sends an OAuth client for one.
+  const reason = `${c.failed} (Authorization: Bearer)`;
+  const challenge = mcpChallenge(x.req, o, x.service, { status: 401, rule: 'identity', reason }, claimedBy(o));
+  return { failed: reason, status: 401, code: RPC.denied, ...(challenge ? { challenge } : {}) };
 }
 
 function refuseUpstream(res: http.ServerResponse, id: RpcId, n: NoCredential): void {

@@ -16,7 +16,8 @@ import { close as closeServer, listen } from '../lib/http.js';
 import { setLogLevel } from '../lib/log.js';
 import { eventually } from '../lib/poll-testing.js';
 import { actorVp, agent, delegation, ISSUER, openBed, postForm, type OAuthBed } from '../identity/oauth/oauth-testing.js';
-import type { AgentIdentity } from '../identity/client.js';
+import { presentationFor, type AgentIdentity } from '../identity/client.js';
+import { VP_AUDIENCE } from '../lib/brand.js';
 import { testBackends } from '../store/testing.js';
 import { startFollowingPlane, type FollowingPlane } from '../control-plane/following-testing.js';
 import { createLocalDecisionClient } from '../broker/decision-local.js';
@@ -33,30 +34,39 @@ describe.each(testBackends())('exchanged upstream tokens on $name', (b) => {
   let plane: FollowingPlane;
   let broker: RunningBroker;
   let recorder: http.Server;
+  /** The same recorder on a port of its own: the plain HTTP tool the proxy resolves by host:port. */
+  let httpRecorder: http.Server;
   let me: AgentIdentity;
+  let recorderPort = 0;
   const got: { authorization: string | undefined; body: string }[] = [];
 
   beforeAll(async () => {
     setLogLevel('error');
     bed = await openBed(b);
-    recorder = http.createServer((req, res) => {
+    const record: http.RequestListener = (req, res) => {
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
         const body = Buffer.concat(chunks).toString('utf8');
         got.push({ authorization: req.headers.authorization, body });
+        if (req.url !== '/mcp') return void res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
         const id = (JSON.parse(body) as { id: number }).id;
         res
           .writeHead(200, { 'content-type': 'application/json' })
           .end(JSON.stringify({ jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: 'recorded' }] } }));
       });
-    });
+    };
+    recorder = http.createServer(record);
+    httpRecorder = http.createServer(record);
     const port = await listen(recorder, '127.0.0.1:0');
+    recorderPort = await listen(httpRecorder, '127.0.0.1:0');
     const mcp = (name: string): Service => ({ name, upstream: `127.0.0.1:${port}`, kind: 'tool', protocol: 'mcp', upstreamAuth: { exchange: true } });
     const entries: Service[] = [
       mcp('ex-mcp'),
       mcp('ex-gone'),
-      { name: 'ex-bot', upstream: 'ex-bot.agents.svc:8080', kind: 'agent', allowTools: ['ex-mcp', 'ex-gone'] },
+      // A plain HTTP tool reached through the forward proxy.
+      { name: 'ex-http', upstream: `127.0.0.1:${recorderPort}`, kind: 'tool', upstreamAuth: { exchange: true } },
+      { name: 'ex-bot', upstream: 'ex-bot.agents.svc:8080', kind: 'agent', allowTools: ['ex-mcp', 'ex-gone', 'ex-http'] },
     ];
     me = await agent(bed, 'ex-bot');
     for (const e of entries) bed.services.set(e.name, e);
@@ -74,6 +84,7 @@ describe.each(testBackends())('exchanged upstream tokens on $name', (b) => {
     await broker?.close(0);
     await plane?.close();
     if (recorder) await closeServer(recorder);
+    if (httpRecorder) await closeServer(httpRecorder);
     await bed?.close();
   });
 
@@ -224,6 +235,37 @@ describe.each(testBackends())('exchanged upstream tokens on $name', (b) => {
         error: { code: -32001, message: "ex-mcp takes a token exchanged from the agent's Writ access token: call with one (Authorization: Bearer)" },
       },
     ]);
+    expect(got.length).toBe(before);
+  });
+
+  it('through the forward proxy (plain HTTP): the upstream gets the exchanged token; a VP is refused before it', async () => {
+    const mine = await agentToken('ex-http', 'T-x5');
+    const viaProxy = (headers: Record<string, string>) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const target = `http://127.0.0.1:${recorderPort}/data`;
+        const req = http.request(
+          { host: '127.0.0.1', port: plane.run.gateway.port, method: 'GET', path: target, headers: { host: `127.0.0.1:${recorderPort}`, ...headers } },
+          (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (c: Buffer) => chunks.push(c));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+          },
+        );
+        req.on('error', reject);
+        req.end();
+      });
+    expect(await viaProxy({ 'proxy-authorization': `Bearer ${mine.token}` })).toEqual({ status: 200, body: 'ok' });
+    const sent = got.at(-1)!.authorization!.replace(/^Bearer /, '');
+    expect(sent).not.toBe(mine.token);
+    const c = decodeJwt(sent);
+    expect([c.aud, c.sub, c.act, c.client_id]).toEqual(['ex-http', 'alice', { sub: me.did, name: 'ex-bot' }, 'writ-gateway']);
+
+    const before = got.length;
+    const vp = await presentationFor(me, { audience: VP_AUDIENCE });
+    expect(await viaProxy({ 'proxy-authorization': `Bearer ${vp}` })).toEqual({
+      status: 403,
+      body: JSON.stringify({ error: "ex-http takes a token exchanged from the agent's Writ access token: call with one" }),
+    });
     expect(got.length).toBe(before);
   });
 });

@@ -9,6 +9,7 @@
  *   no usable Proxy-Authorization -> challenge (407); deny -> 403; allow -> forward (with the
  *   call ticket for the upstream hop, when the upstream serves a registry model: a broker).
  */
+import type { AccessTokenClaims } from '../../lib/access-token.js';
 import { startDecisionSpan } from '../../lib/tracing.js';
 import { NO_USAGE } from '../budget/policy.js';
 import { commit, type Committed } from '../decision/commit.js';
@@ -34,6 +35,8 @@ export interface VerdictOutcome {
   decision: { reason: string; rule: string; headers?: Record<string, string> };
   /** The call ticket to stamp on the upstream request. */
   ticket?: string;
+  /** The verified Writ access token the allow rests on (the in-plane decision): an exchange for the upstream starts from it. */
+  token?: AccessTokenClaims;
 }
 
 export interface ProxyVerdict {

@@ -26,7 +26,9 @@ import type { HoldAnswer, HoldRequest } from '../decision/types.js';
 import { H } from '../../lib/brand.js';
 import { decideProxy, type ProxyDecider, type ProxyVerdict, type VerdictOutcome } from './decide.js';
 import { rewriteRequestHeaders, rewriteResponseHeaders, withoutAgentTokens } from './headers.js';
-import { upstreamCredential, type UpstreamSecrets } from '../../lib/upstream-secrets.js';
+import type { UpstreamSecrets } from '../../lib/upstream-secrets.js';
+import { upstreamAuthOf, upstreamTokensVia } from '../../lib/upstream-tokens.js';
+import { bearerToken } from '../decision/credentials.js';
 import { DENY_REASON, REALM, denyBody, denyHeaders, rawReply, sendJson, upstreamError } from './responses.js';
 import { DEFAULTS } from '../../lib/settings.js';
 import { parseAbsoluteTarget, type ProxyTarget } from './target.js';
@@ -106,6 +108,8 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   const engine = opts.engine;
   if (!engine && !opts.decide) throw new Error('a forward proxy needs a decision engine or a decide function');
   const decide: ProxyDecider = opts.decide ?? ((r, h) => decideProxy(r, engine!, h));
+  // Tokens exchanged for upstreams (`upstreamAuth: {exchange: true}`) at the authority the decisions follow.
+  const tokens = upstreamTokensVia(() => engine?.ports.identity);
   const limits: ProxyLimits = { ...DEFAULT_LIMITS, ...opts.limits };
   const queueOf = (): ApprovalQueue | undefined => (typeof opts.queue === 'function' ? opts.queue() : opts.queue);
 
@@ -261,15 +265,30 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     }
   }
 
-  function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: VerdictOutcome): void {
+  /** What goes upstream (`upstreamAuthOf`: the entry's Secret or a token exchanged for it), then the call; a refusal answered here. */
+  async function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: VerdictOutcome): Promise<void> {
+    const entry = engine?.policy.current().registry.findByUpstream(t.hostPort);
+    const raw = bearerToken(req.headers['proxy-authorization']);
+    const agent = outcome.token && raw ? { raw, jti: outcome.token.jti, exp: outcome.token.exp } : undefined;
+    // A ticketed hop is Writ's broker, the next enforcement point: it gets the agent's credential, not the upstream's.
+    const cred = outcome.ticket ? undefined : await upstreamAuthOf(entry, { secrets: opts.upstreamSecrets, tokens }, agent);
+    if (cred && 'failed' in cred) {
+      req.resume();
+      return sendJson(res, cred.why === 'secret' ? 502 : 403, { error: cred.failed }, {}, hasBody(req.headers));
+    }
+    dispatchHttp(req, res, t, outcome, cred);
+  }
+
+  function dispatchHttp(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    t: ProxyTarget,
+    outcome: VerdictOutcome,
+    cred: { header: string; value: string } | undefined,
+  ): void {
     if (res.destroyed || req.socket.destroyed) return;
     // The call ticket tells the next hop (the broker's /authz) this call is already counted.
     const add = outcome.ticket ? { ...outcome.decision.headers, [H.callTicket]: outcome.ticket } : outcome.decision.headers;
-    const cred = upstreamCredential(engine?.policy.current().registry.findByUpstream(t.hostPort), opts.upstreamSecrets);
-    if (cred && 'failed' in cred) {
-      req.resume();
-      return sendJson(res, 502, { error: cred.failed }, {}, hasBody(req.headers));
-    }
     const rewritten = rewriteRequestHeaders(req.rawHeaders, req.headers.connection, add, t.port === 80 ? t.host : t.hostPort);
     // A ticketed hop is Writ's broker (the upstream serves a registry model): the next enforcement
     // point, which decides again on the agent's credential and strips it before its provider.
@@ -306,7 +325,13 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   }
 
   function replyPlain(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, v: ProxyVerdict, requestId?: string): void {
-    if (v.kind === 'allow') return forwardHttp(req, res, t, v.outcome);
+    if (v.kind === 'allow') {
+      forwardHttp(req, res, t, v.outcome).catch((e: unknown) => {
+        log.error('forwarding failed', { target: t.hostPort, err: errMsg(e) });
+        res.destroy();
+      });
+      return;
+    }
     if (v.kind === 'challenge') {
       return sendJson(res, 407, denyBody(v.outcome), { 'proxy-authenticate': `Bearer realm="${REALM}"`, ...denyHeaders(v.outcome) }, hasBody(req.headers));
     }
