@@ -14,14 +14,12 @@ import { H } from '../lib/brand.js';
 import { close as closeServer, listen } from '../lib/http.js';
 import { setLogLevel } from '../lib/log.js';
 import { entraUser } from '../identity/enterprise/directory/fixtures.js';
-import { actorVp, agent, delegation, openBed, postForm, type OAuthBed } from '../identity/oauth/oauth-testing.js';
+import { agent, delegation, exchangeDelegation, openBed, postForm, type OAuthBed } from '../identity/oauth/oauth-testing.js';
 import type { AgentIdentity } from '../identity/client.js';
 import { testBackends } from '../store/testing.js';
 import type { RunningWithEgress } from './egress-gateway.js';
 import { startFollowingPlane, type FollowingPlane } from './following-testing.js';
 
-const EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
-const JWT = 'urn:ietf:params:oauth:token-type:jwt';
 const HUMAN = 'alice@corp.test';
 const alice = (active: boolean) => entraUser({ oid: '0a11ce00-0000-4000-8000-000000000001', upn: HUMAN, given: 'Alice', family: 'Doe', active });
 const bob = entraUser({ oid: '0b0b0000-0000-4000-8000-000000000002', upn: 'bob@corp.test', given: 'Bob', family: 'Roe' });
@@ -56,15 +54,7 @@ describe.each(testBackends())('a deactivated human at every enforcement point on
     await bed?.close();
   });
 
-  const exchange = async () =>
-    postForm(bed, '/oauth/token', {
-      grant_type: EXCHANGE,
-      subject_token: delegationVc,
-      subject_token_type: JWT,
-      actor_token: await actorVp(me),
-      actor_token_type: JWT,
-      audience: 'crm',
-    });
+  const exchange = () => exchangeDelegation(bed, me, delegationVc, 'crm');
 
   /** Status (and deny reason) at /authz egress and through the forward proxy, with the token as the agent's credential. */
   async function statuses(token: string): Promise<[string, string]> {

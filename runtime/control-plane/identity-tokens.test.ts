@@ -10,24 +10,14 @@ import { SignJWT } from 'jose';
 import { generateKeyPairSync } from 'node:crypto';
 import { seedAgent } from '../identity/enterprise/governance/testkit.js';
 import { testBackends } from '../store/testing.js';
-import { actorVp, agent, delegation, postForm, tool, useBed, type OAuthBed } from '../identity/oauth/oauth-testing.js';
+import { agent, delegation, exchangeDelegation, postForm, tool, useBed, type OAuthBed } from '../identity/oauth/oauth-testing.js';
 import { createIdentityClient } from './identity-client.js';
-
-const EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
-const JWT = 'urn:ietf:params:oauth:token-type:jwt';
 
 async function tokenFor(bed: OAuthBed, name: string, task: string): Promise<{ token: string; vcJti: string }> {
   const me = await agent(bed, name, ['crm']);
   tool(bed, 'crm');
   const d = await delegation(bed, name, { task, action: 'crm:read', resource: 'crm/*' });
-  const r = await postForm(bed, '/oauth/token', {
-    grant_type: EXCHANGE,
-    subject_token: d.vc!,
-    subject_token_type: JWT,
-    actor_token: await actorVp(me),
-    actor_token_type: JWT,
-    audience: 'crm',
-  });
+  const r = await exchangeDelegation(bed, me, d.vc!, 'crm');
   expect(r.status).toBe(200);
   return { token: r.json.access_token, vcJti: d.vcJti! };
 }

@@ -15,7 +15,7 @@ import { createLocalJWKSet, decodeJwt, jwtVerify } from 'jose';
 import { close as closeServer, listen } from '../lib/http.js';
 import { setLogLevel } from '../lib/log.js';
 import { eventually } from '../lib/poll-testing.js';
-import { actorVp, agent, delegation, ISSUER, openBed, postForm, type OAuthBed } from '../identity/oauth/oauth-testing.js';
+import { agent, delegation, exchangeDelegation, ISSUER, openBed, postForm, type OAuthBed } from '../identity/oauth/oauth-testing.js';
 import { presentationFor, type AgentIdentity } from '../identity/client.js';
 import { VP_AUDIENCE } from '../lib/brand.js';
 import { testBackends } from '../store/testing.js';
@@ -26,7 +26,6 @@ import type { Service } from '../control-plane/types.js';
 import { createMcpGateway } from './gateway.js';
 
 const EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
-const JWT = 'urn:ietf:params:oauth:token-type:jwt';
 const ACCESS = 'urn:ietf:params:oauth:token-type:access_token';
 
 describe.each(testBackends())('exchanged upstream tokens on $name', (b) => {
@@ -91,14 +90,7 @@ describe.each(testBackends())('exchanged upstream tokens on $name', (b) => {
   /** The agent's own token for `audience`, exchanged from a delegation alice approved. */
   async function agentToken(audience: string, task: string): Promise<{ token: string; delegationId: string; vcJti: string }> {
     const d = await delegation(bed, 'ex-bot', { task, action: 'tools/call', resource: `${audience}/*` });
-    const r = await postForm(bed, '/oauth/token', {
-      grant_type: EXCHANGE,
-      subject_token: d.vc!,
-      subject_token_type: JWT,
-      actor_token: await actorVp(me),
-      actor_token_type: JWT,
-      audience,
-    });
+    const r = await exchangeDelegation(bed, me, d.vc!, audience);
     expect(r.status).toBe(200);
     return { token: r.json.access_token as string, delegationId: d.id, vcJti: d.vcJti! };
   }
@@ -283,14 +275,7 @@ describe.each(testBackends())('the onward exchange with WRIT_API_AUTH=keys on $n
     const me = await agent(bed, 'ex-keyed', ['ex-keyed-mcp']);
     bed.services.set('ex-keyed-mcp', { name: 'ex-keyed-mcp', upstream: 'k.tools:80', kind: 'tool', protocol: 'mcp', upstreamAuth: { exchange: true } });
     const d = await delegation(bed, 'ex-keyed', { task: 'T-k', action: 'tools/call', resource: 'ex-keyed-mcp/*' });
-    const own = await postForm(bed, '/oauth/token', {
-      grant_type: EXCHANGE,
-      subject_token: d.vc!,
-      subject_token_type: JWT,
-      actor_token: await actorVp(me),
-      actor_token_type: JWT,
-      audience: 'ex-keyed-mcp',
-    });
+    const own = await exchangeDelegation(bed, me, d.vc!, 'ex-keyed-mcp');
     const form = { grant_type: EXCHANGE, subject_token: own.json.access_token as string, subject_token_type: ACCESS, audience: 'ex-keyed-mcp' };
     const rows = [
       ['none', await postForm(bed, '/oauth/token', form)],

@@ -147,6 +147,18 @@ export async function delegation(bed: OAuthBed, agentName: string, d: Delegation
 /** The agent's Membership VP for the token endpoint (audience the issuer unless told). */
 export const actorVp = (a: AgentIdentity, audience = ISSUER) => presentationFor(a, { audience });
 
+/** RFC 8693 exchange of a delegation's VC (the subject) with the agent's Membership VP (the actor) for `audience`: the token endpoint's answer. */
+export async function exchangeDelegation(bed: OAuthBed, a: AgentIdentity, vc: string, audience: string) {
+  return postForm(bed, '/oauth/token', {
+    grant_type: 'urn:ietf:params:oauth:grant-type:token-exchange',
+    subject_token: vc,
+    subject_token_type: 'urn:ietf:params:oauth:token-type:jwt',
+    actor_token: await actorVp(a),
+    actor_token_type: 'urn:ietf:params:oauth:token-type:jwt',
+    audience,
+  });
+}
+
 /** POSTs a form to `path` over the listener: status and JSON answer. */
 export async function postForm(bed: OAuthBed, path: string, params: Record<string, string>, headers: Record<string, string> = {}) {
   const res = await bed.fetchVia(`${ISSUER}${path}`, {

@@ -6,10 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { testBackends } from '../../store/testing.js';
-import { actorVp, agent, delegation, postForm, tool, useBed } from './oauth-testing.js';
-
-const EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
-const JWT = 'urn:ietf:params:oauth:token-type:jwt';
+import { agent, delegation, exchangeDelegation, postForm, tool, useBed } from './oauth-testing.js';
 
 describe.each(testBackends())('issued tokens list on $name', (b) => {
   const bed = useBed(b);
@@ -20,14 +17,7 @@ describe.each(testBackends())('issued tokens list on $name', (b) => {
     const d1 = await delegation(bed, 'tl-a', { task: 'T-1', action: 'crm:read', resource: 'crm/*', approver: 'ann@corp.test' });
     const d2 = await delegation(bed, 'tl-a', { task: 'T-2', action: 'crm:read', resource: 'crm/2', approver: 'bo@corp.test' });
     const exchange = async (vc: string) => {
-      const r = await postForm(bed, '/oauth/token', {
-        grant_type: EXCHANGE,
-        subject_token: vc,
-        subject_token_type: JWT,
-        actor_token: await actorVp(me),
-        actor_token_type: JWT,
-        audience: 'crm',
-      });
+      const r = await exchangeDelegation(bed, me, vc, 'crm');
       expect(r.status).toBe(200);
       return r.json.access_token as string;
     };
