@@ -52,6 +52,7 @@ async function pool(): Promise<string[]> {
         aud: 'crm',
         act: { sub: 'did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK', name: 'agent-1' },
         client_id: 'agent-1',
+        membership_jti: 'urn:uuid:membership-1',
         scope: 'crm:read',
         jti: `urn:uuid:bench-${i}`,
         iat: nowSec,

@@ -1,7 +1,7 @@
 /**
  * The control plane's token follower against a real identity authority over HTTP: the key is read
  * from the published metadata and JWKS; a token verifies offline (once); a revoked token, a
- * revoked delegation and a suspended agent are refused after the next poll of the feeds the
+ * revoked delegation, a suspended agent and one whose Membership VC is revoked (re-provisioned) are refused after the next poll of the feeds the
  * identity client already follows (every 500 ms and 250 ms by default: within 1 s), never by a
  * call per request; a bearer token of another issuer is not claimed.
  */
@@ -35,11 +35,14 @@ describe.each(testBackends())('control-plane token follower on $name', (b) => {
       const a = await tokenFor(bed, 'f-a', 'T-1');
       const b2 = await tokenFor(bed, 'f-b', 'T-2');
       const c = await tokenFor(bed, 'f-c', 'T-3');
-      for (const t of [a, b2, c]) expect(tokens.check(t.token)).toMatchObject({ ok: true });
+      const d = await tokenFor(bed, 'f-d', 'T-4');
+      for (const t of [a, b2, c, d]) expect(tokens.check(t.token)).toMatchObject({ ok: true });
       expect(tokens.check(a.token)).toMatchObject({ ok: true, claims: { aud: 'crm', act: { name: 'f-a' }, delegation: { task: 'T-1' } } });
-      expect(tokens.signatureChecks()).toBe(3);
+      expect(tokens.signatureChecks()).toBe(4);
 
-      // RFC 7009 revocation of the token, the delegation VC revoked, the agent suspended.
+      // RFC 7009 revocation of the token, the delegation VC revoked, the agent suspended, the
+      // agent re-provisioned (its Membership VC revoked, a new key).
+      expect((await bed.api.post('/v1/agents/f-d/provision')).status).toBe(200);
       expect((await postForm(bed, '/oauth/revoke', { token: a.token })).status).toBe(200);
       expect((await bed.api.post('/v1/revoke', { vcJti: b2.vcJti })).status).toBe(200);
       const now = new Date().toISOString();
@@ -49,7 +52,10 @@ describe.each(testBackends())('control-plane token follower on $name', (b) => {
       expect(tokens.check(a.token)).toEqual({ ok: false, reason: 'token revoked' });
       expect(tokens.check(b2.token)).toEqual({ ok: false, reason: 'delegation revoked' });
       expect(tokens.check(c.token)).toEqual({ ok: false, reason: 'agent "f-c" is suspended (governance)' });
-      expect(tokens.signatureChecks()).toBe(3);
+      expect(tokens.check(d.token)).toEqual({ ok: false, reason: "agent's Membership VC revoked" });
+      expect(tokens.signatureChecks()).toBe(4);
+      // Introspection (the authority's own view) agrees.
+      for (const t of [a, b2, c, d]) expect((await postForm(bed, '/oauth/introspect', { token: t.token })).json).toEqual({ active: false });
 
       // Altered: claimed (Writ's issuer) and refused. Another issuer's at+jwt: not claimed.
       const [h, p] = c.token.split('.');

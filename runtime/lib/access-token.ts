@@ -29,6 +29,11 @@ export interface AccessTokenClaims {
   /** RFC 8693 4.1: the agent acting, its DID and registry name. */
   act: { sub: string; name: string };
   client_id: string;
+  /**
+   * The jti of the agent's Membership VC when the token was issued: revoking that VC (revocation,
+   * re-provisioning) makes the token inactive wherever the revocation list reaches.
+   */
+  membership_jti: string;
   scope: string;
   jti: string;
   iat: number;

@@ -32,6 +32,7 @@ const token = (aud: string) => {
     aud,
     act: { sub: 'did:key:zTooler', name: 'tooler' },
     client_id: 'tooler',
+    membership_jti: 'urn:uuid:membership-tooler',
     scope: '',
     jti: `urn:uuid:${aud}`,
     iat: now,

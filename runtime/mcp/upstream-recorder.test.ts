@@ -77,6 +77,7 @@ const token = (aud: string) => {
     aud,
     act: { sub: DID, name: 'rec-agent' },
     client_id: 'rec-agent',
+    membership_jti: 'urn:uuid:membership-rec',
     scope: '',
     jti: `urn:uuid:rec-${aud}`,
     iat: now,

@@ -29,6 +29,7 @@ const claims = (over: Partial<AccessTokenClaims> = {}): AccessTokenClaims => ({
   aud: 'ledger',
   act: { sub: 'did:key:zBot', name: 'bot' },
   client_id: 'bot',
+  membership_jti: 'urn:uuid:membership-bot',
   scope: 'ledger:read',
   jti: 'urn:uuid:tok-1',
   iat: NOW - 10,

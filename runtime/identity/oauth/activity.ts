@@ -1,6 +1,6 @@
 /**
  * Whether an issued token is still active, from the store (introspection, an access token used as
- * actor token): not revoked, its delegation still approved, unexpired and unrevoked, its agent in
+ * actor token): not revoked, nor the agent's Membership VC it was issued under, its delegation still approved, unexpired and unrevoked, its agent in
  * standing and still holding the key the token names, its human not deactivated in the directory.
  * Enforcement points decide the rest offline
  * (token.ts `tokenActive`) from the revocation and standing feeds.
@@ -14,10 +14,11 @@ import { humanDenial, humanRef, type AccessTokenClaims } from '../../lib/access-
 /** Why the token is inactive, or undefined when it is active. */
 export async function storedInactivity(o: OAuthContext, c: AccessTokenClaims): Promise<string | undefined> {
   const repo = identityRepo(o.id.store);
-  const jtis = c.delegation ? [c.jti, c.delegation.vc_jti] : [c.jti];
+  const jtis = c.delegation ? [c.jti, c.membership_jti, c.delegation.vc_jti] : [c.jti, c.membership_jti];
   const revoked = await repo.revokedAmong(jtis);
   if (revoked.has(c.jti)) return 'token revoked';
   if (c.delegation && revoked.has(c.delegation.vc_jti)) return 'delegation revoked';
+  if (revoked.has(c.membership_jti)) return "agent's Membership VC revoked";
   const status = await repo.governanceStatus(c.act.name);
   if (status !== undefined && status !== 'active') return `agent ${c.act.name} is ${status} (governance)`;
   const agent = await repo.getAgent(c.act.name);

@@ -109,16 +109,20 @@ export function sameClient(clientId: string | undefined, agent: ProvedAgent): vo
     throw invalidClient(`client_id ${JSON.stringify(clientId)} is not the agent the actor_token proves`);
 }
 
-/**
- * Refuses an agent that is governed and not active, or whose Membership VC is revoked; resolves
- * with that VC's expiry (no token outlives the agent's identity).
- */
-export async function inStanding(o: OAuthContext, agent: ProvedAgent): Promise<number> {
+/** The agent's Membership VC as a token is issued under it. */
+export interface Membership {
+  jti: string;
+  /** Its expiry (epoch s): no token outlives the agent's identity. */
+  exp: number;
+}
+
+/** Refuses an agent that is governed and not active, or whose Membership VC is revoked; resolves with that VC. */
+export async function inStanding(o: OAuthContext, agent: ProvedAgent): Promise<Membership> {
   const repo = identityRepo(o.id.store);
   const status = await repo.governanceStatus(agent.name);
   if (status !== undefined && status !== 'active') throw invalidGrant(`agent ${agent.name} is ${status} (governance)`);
   const row = await repo.getAgent(agent.name);
   if (!row || row.did !== agent.did) throw invalidGrant(`agent ${agent.name} no longer holds this key`);
   if (!row.membershipJti || (await repo.revokedAmong([row.membershipJti])).size > 0) throw invalidGrant(`agent ${agent.name}'s Membership VC is revoked`);
-  return row.membershipExp ?? 0;
+  return { jti: row.membershipJti, exp: row.membershipExp ?? 0 };
 }

@@ -93,6 +93,8 @@ export interface Issue {
   /** The client the token is issued to (`client_id`): the agent's name unless an enforcement point asked (onward.ts). */
   clientId?: string;
   agent: ProvedAgent;
+  /** The agent's Membership VC jti the token is issued under (`membership_jti`). */
+  membershipJti: string;
   sub: string;
   target: Service;
   scope: string;
@@ -112,6 +114,7 @@ export async function issue(o: OAuthContext, i: Issue): Promise<TokenAnswer> {
     aud: i.target.name,
     act: { sub: i.agent.did, name: i.agent.name },
     client_id: i.clientId ?? i.agent.name,
+    membership_jti: i.membershipJti,
     scope: i.scope,
     jti: `urn:uuid:${randomUUID()}`,
     iat,
@@ -141,7 +144,7 @@ export async function tokenExchange(o: OAuthContext, form: Map<string, string>):
   if (rt !== undefined && rt !== TOKEN_TYPE.accessToken && rt !== TOKEN_TYPE.jwt) throw invalidRequest(`requested_token_type ${rt} is not issued here`);
   const agent = await actorFromToken(o, form.get('actor_token'), form.get('actor_token_type'));
   sameClient(form.get('client_id'), agent);
-  const membershipExp = await inStanding(o, agent);
+  const membership = await inStanding(o, agent);
   const target = await targetFor(o, form, agent);
   const d = await delegationFromSubject(o, form, agent);
   const human = await humanInactivity(o, d.human);
@@ -155,7 +158,8 @@ export async function tokenExchange(o: OAuthContext, form: Map<string, string>):
     target,
     scope,
     delegation: d.delegation,
-    notAfter: Math.min(d.notAfter, membershipExp),
+    membershipJti: membership.jti,
+    notAfter: Math.min(d.notAfter, membership.exp),
   });
   return { ...answer, issued_token_type: TOKEN_TYPE.accessToken };
 }
@@ -165,7 +169,7 @@ export async function clientCredentials(o: OAuthContext, form: Map<string, strin
   const type = form.get('client_assertion_type');
   if (type !== JWT_BEARER_ASSERTION) throw invalidClient(`client authentication must be private_key_jwt (client_assertion_type ${JWT_BEARER_ASSERTION})`);
   const proved = await agentFromAssertion(o, required(form, 'client_assertion'), form.get('client_id'));
-  const membershipExp = await inStanding(o, proved);
+  const membership = await inStanding(o, proved);
   // Recorded only once the signature verified: nobody else can spend the agent's jtis.
   if (!(await oauthStore(o.id.store).firstUse(proved.name, proved.jti, proved.exp, nowSec(o)))) {
     throw invalidClient('client_assertion replayed: its jti was already used');
@@ -173,5 +177,5 @@ export async function clientCredentials(o: OAuthContext, form: Map<string, strin
   const target = await targetFor(o, form, proved);
   if (target.dataClass === 'regulated') throw invalidTarget(`${target.name} is regulated: it needs a human's delegation (token exchange)`);
   const scope = grantedScope(form, neededScopes(target.requireScope));
-  return issue(o, { grant: GRANT.clientCredentials, agent: proved, sub: proved.did, target, scope, notAfter: membershipExp });
+  return issue(o, { grant: GRANT.clientCredentials, agent: proved, membershipJti: membership.jti, sub: proved.did, target, scope, notAfter: membership.exp });
 }

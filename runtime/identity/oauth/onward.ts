@@ -48,7 +48,7 @@ export async function onwardExchange(o: OAuthContext, form: Map<string, string>,
     throw invalidClient('an access token is exchanged for an upstream only by an enforcement point (Authorization: Bearer with identity:verify)');
   const c = await subjectToken(o, form.get('subject_token'));
   const agent: ProvedAgent = { name: c.act.name, did: c.act.sub, exp: c.exp };
-  const membershipExp = await inStanding(o, agent);
+  const membership = await inStanding(o, agent);
   const target = await targetFor(o, form, agent);
   if (target.name !== c.aud) throw invalidTarget(`the agent token is for ${JSON.stringify(c.aud)}: it is exchanged only for the entry it was issued for`);
   const scope = grantedScope(form, c.scope.split(' ').filter(Boolean));
@@ -60,7 +60,8 @@ export async function onwardExchange(o: OAuthContext, form: Map<string, string>,
     target,
     scope,
     ...(c.delegation ? { delegation: c.delegation } : {}),
-    notAfter: Math.min(c.exp, membershipExp),
+    membershipJti: membership.jti,
+    notAfter: Math.min(c.exp, membership.exp),
   });
   return { ...answer, issued_token_type: TOKEN_TYPE.accessToken };
 }

@@ -22,6 +22,7 @@ const claims = (over: Partial<AccessTokenClaims> = {}): AccessTokenClaims => ({
   aud: 'crm',
   act: { sub: 'did:key:z6MkAgent', name: 'agent-1' },
   client_id: 'agent-1',
+  membership_jti: 'urn:uuid:m-1',
   scope: 'crm:read',
   jti: 'urn:uuid:t-1',
   iat: NOW - 10,
@@ -58,6 +59,7 @@ describe('access token check', () => {
         'token is not an access token (typ)',
       ],
       ['no act', await mintAccessToken(issuer, { ...claims(), act: undefined as never }), 'token lacks act'],
+      ['no membership_jti', await mintAccessToken(issuer, { ...claims(), membership_jti: undefined as never }), 'token lacks membership_jti'],
       ['not a JWS', 'abc.def', 'token is not a compact JWS'],
     ];
     for (const [name, token, reason] of cases) {
@@ -103,6 +105,9 @@ describe('access token check', () => {
     revoked.clear();
     revoked.add('urn:uuid:t-1');
     expect(v.check(token)).toEqual({ ok: false, reason: 'token revoked' });
+    revoked.clear();
+    revoked.add('urn:uuid:m-1');
+    expect(v.check(token)).toEqual({ ok: false, reason: "agent's Membership VC revoked" });
     revoked.clear();
     now = (NOW + 291) * 1000;
     expect(v.check(token)).toEqual({ ok: false, reason: 'token expired' });

@@ -59,6 +59,7 @@ function delegationOf(v: unknown): TokenDelegation | undefined | false {
 function claimsOf(p: Record<string, unknown>): AccessTokenClaims | string {
   const act = p.act as { sub?: unknown; name?: unknown } | undefined;
   if (!str(p.sub) || !str(p.aud) || !str(p.jti) || !str(p.client_id)) return 'token lacks sub, aud, jti or client_id';
+  if (!str(p.membership_jti)) return 'token lacks membership_jti';
   if (!act || typeof act !== 'object' || !str(act.sub) || !str(act.name)) return 'token lacks act';
   if (!num(p.exp) || !num(p.iat)) return 'token lacks exp or iat';
   const delegation = delegationOf(p.delegation);
@@ -69,6 +70,7 @@ function claimsOf(p: Record<string, unknown>): AccessTokenClaims | string {
     aud: p.aud,
     act: { sub: act.sub, name: act.name },
     client_id: p.client_id,
+    membership_jti: p.membership_jti,
     scope: typeof p.scope === 'string' ? p.scope : '',
     jti: p.jti,
     iat: p.iat,
@@ -122,9 +124,13 @@ export interface TokenState {
   humanDenial?(sub: string, iat: number): string | undefined;
 }
 
-/** A verified token still usable now: neither it nor its delegation revoked, the agent in standing, its human not deactivated. */
+/**
+ * A verified token still usable now: neither it, its delegation nor the agent's Membership VC
+ * revoked, the agent in standing, its human not deactivated.
+ */
 export function tokenActive(c: AccessTokenClaims, state: TokenState): string | undefined {
   if (state.isRevoked(c.jti)) return 'token revoked';
   if (c.delegation && state.isRevoked(c.delegation.vc_jti)) return 'delegation revoked';
+  if (state.isRevoked(c.membership_jti)) return "agent's Membership VC revoked";
   return state.agentDenial(c.act.name) ?? (c.delegation ? state.humanDenial?.(c.sub, c.iat) : undefined);
 }
