@@ -16,7 +16,7 @@ import { H } from '../lib/brand.js';
 import { BodyTooLarge, readBody } from '../lib/http.js';
 import { errMsg, logger } from '../lib/log.js';
 import { startDecisionSpan } from '../lib/tracing.js';
-import { commit, type Committed } from '../control-plane/decision/commit.js';
+import { commit, denied, type Committed } from '../control-plane/decision/commit.js';
 import { decide } from '../control-plane/decision/decide.js';
 import type { DecisionEngine } from '../control-plane/decision/engine.js';
 import { withHold } from '../control-plane/decision/engine.js';
@@ -24,14 +24,14 @@ import { factsFromHeaders } from '../control-plane/decision/facts.js';
 import { askingWithin } from '../control-plane/decision/gather.js';
 import { mayList, methodClass } from '../control-plane/decision/tool.js';
 import { PRM_WELL_KNOWN, type Challenge } from '../lib/protected-resource.js';
-import type { EgressFacts, HoldAnswer, HoldRequest, McpCall } from '../control-plane/decision/types.js';
+import type { EgressFacts, Evaluation, HoldAnswer, HoldRequest, McpCall } from '../control-plane/decision/types.js';
 import { callOf, readMessage, routableMismatch, type Message } from '../control-plane/decision/mcp-facts.js';
 import { rpcError, RPC, type RpcId } from './jsonrpc.js';
 import { filterListAnswer, filterListEvents, UnreadableList } from './list-filter.js';
 import type { UpstreamSecrets } from '../lib/upstream-secrets.js';
 import { upstreamAuthOf, upstreamTokensVia, type UpstreamTokens } from '../lib/upstream-tokens.js';
 import { bearerToken } from '../control-plane/decision/credentials.js';
-import type { Service } from '../control-plane/types.js';
+import type { Rule } from '../control-plane/types.js';
 import { MCP_PREFIX, mcpChallenge, serveMetadata, type ResourceOptions } from './resource.js';
 
 const log = logger('mcp');
@@ -177,13 +177,13 @@ async function exchange(x: Exchange, o: McpGatewayOptions, s: Settings, upstream
     res.setHeader('allow', 'GET, POST, DELETE');
     return sendRpc(res, 405, null, RPC.invalidRequest, `method ${method} is not allowed on an MCP endpoint`);
   }
-  const verdict = await decideMessage(x, call, o);
+  const verdict = await decideMessage(x, call, o, (ev) => upstreamAuthFor(x, ev, o, tokens));
   const id = message && message.kind !== 'notification' ? message.id : null;
+  const credential = verdict.upstream;
+  if (credential && 'failed' in credential) return refuseUpstream(res, id, credential, verdict.seq);
   if (!verdict.decision.allow) return answerDenial(res, verdict, call, id, message, mcpChallenge(req, o, x.service, verdict.decision, claimedBy(o)));
   const target = o.engine.policy.current().registry.get(x.service);
   if (!target) return sendRpc(res, 503, id, RPC.upstream, `${x.service} left the registry during the decision`);
-  const credential = await upstreamAuthFor(x, target, verdict, o, tokens);
-  if (credential && 'failed' in credential) return refuseUpstream(res, id, credential);
   await forward(
     x,
     { origin: `http://${target.upstream}`, path: target.path ?? DEFAULT_MCP_PATH, method, body, call, id, actor: verdict.actor, credential },
@@ -199,31 +199,33 @@ const one = (v: string | string[] | undefined): string | undefined => (Array.isA
 const claimedBy = (o: McpGatewayOptions) => (token: string) => o.engine.ports.identity?.tokens?.().claimed(token) ?? false;
 
 type Credential = { header: string; value: string };
-/** Why nothing can be sent upstream: its HTTP status, JSON-RPC code, and the challenge of a missing credential. */
-type NoCredential = { failed: string; status: number; code: number; challenge?: Challenge };
+/**
+ * Why nothing can be sent upstream: its HTTP status, JSON-RPC code, the challenge of a missing
+ * credential, and the rule the audit record names (the entry's Secret: registry; the agent's token: identity).
+ */
+type NoCredential = { failed: string; status: number; code: number; rule: Rule; challenge?: Challenge };
+type UpstreamAuth = Credential | NoCredential | undefined;
 
 /** What goes upstream for an allowed message (`upstreamAuthOf`); a refusal as the client gets it. */
-async function upstreamAuthFor(
-  x: Exchange,
-  target: Service,
-  v: Verdict,
-  o: McpGatewayOptions,
-  tokens: UpstreamTokens,
-): Promise<Credential | NoCredential | undefined> {
+async function upstreamAuthFor(x: Exchange, ev: Evaluation, o: McpGatewayOptions, tokens: UpstreamTokens): Promise<UpstreamAuth> {
+  const target = o.engine.policy.current().registry.get(x.service);
+  if (!target) return undefined; // gone from the registry: answered 503 once the decision is committed
   const raw = bearerToken(one(x.req.headers.authorization));
-  const agent = v.token && raw ? { raw, jti: v.token.jti, exp: v.token.exp } : undefined;
+  const agent = ev.token && raw ? { raw, jti: ev.token.jti, exp: ev.token.exp } : undefined;
   const c = await upstreamAuthOf(target, { secrets: o.upstreamSecrets, tokens }, agent);
   if (!c || !('failed' in c)) return c;
-  if (c.why === 'secret') return { failed: c.failed, status: 502, code: RPC.upstream };
-  if (c.why === 'exchange') return { failed: c.failed, status: 403, code: RPC.denied };
+  if (c.why === 'secret') return { failed: c.failed, status: 502, code: RPC.upstream, rule: 'registry' };
+  if (c.why === 'exchange') return { failed: c.failed, status: 403, code: RPC.denied, rule: 'identity' };
   // No Writ token: 401 with the challenge that sends an OAuth client for one.
   const reason = `${c.failed} (Authorization: Bearer)`;
   const challenge = mcpChallenge(x.req, o, x.service, { status: 401, rule: 'identity', reason }, claimedBy(o));
-  return { failed: reason, status: 401, code: RPC.denied, ...(challenge ? { challenge } : {}) };
+  return { failed: reason, status: 401, code: RPC.denied, rule: 'identity', ...(challenge ? { challenge } : {}) };
 }
 
-function refuseUpstream(res: http.ServerResponse, id: RpcId, n: NoCredential): void {
-  sendRpc(res, n.challenge?.status ?? n.status, id, n.code, n.failed, undefined, n.challenge ? { 'www-authenticate': n.challenge.header } : {});
+function refuseUpstream(res: http.ServerResponse, id: RpcId, n: NoCredential, seq: number | undefined): void {
+  const ref = seq === undefined ? '' : ` (audit record ${seq})`;
+  const data = seq === undefined ? undefined : { rule: n.rule, reason: n.failed, auditSeq: seq };
+  sendRpc(res, n.challenge?.status ?? n.status, id, n.code, `${n.failed}${ref}`, data, n.challenge ? { 'www-authenticate': n.challenge.header } : {});
 }
 
 /** The POST body as one JSON-RPC message; answers the client itself (and returns undefined) when it is not one. */
@@ -259,6 +261,8 @@ interface Verdict extends Committed {
   seq?: number;
   /** The agent the decision allowed (its allowTools filter a `tools/list` answer). */
   actor?: string;
+  /** What goes upstream for an allowed message, or why nothing can (then the committed decision is that deny). */
+  upstream?: UpstreamAuth;
 }
 
 /** The MCP message as egress facts: the agent's identity headers, the service from the path, the message itself. */
@@ -277,8 +281,12 @@ export function mcpFacts(headers: http.IncomingHttpHeaders, rawHeaders: readonly
   return e;
 }
 
-/** Decides and commits one message; the audit record's seq rides along for the denial's text. */
-async function decideMessage(x: Exchange, call: McpCall, o: McpGatewayOptions): Promise<Verdict> {
+/**
+ * Decides one message, resolves what goes upstream for an allow (a Secret, a token exchanged for
+ * the entry), and commits: a call nothing can be sent for is recorded as the deny it is, never as
+ * an allow. The audit record's seq rides along for the denial's text.
+ */
+async function decideMessage(x: Exchange, call: McpCall, o: McpGatewayOptions, upstreamFor: (ev: Evaluation) => Promise<UpstreamAuth>): Promise<Verdict> {
   const { engine } = o;
   const facts = mcpFacts(x.req.headers, x.req.rawHeaders, x.service, call);
   let seq: number | undefined;
@@ -300,10 +308,13 @@ async function decideMessage(x: Exchange, call: McpCall, o: McpGatewayOptions): 
   const span = startDecisionSpan('mcp', x.req.headers.traceparent, x.req.headers.tracestate);
   const startedAt = performance.now();
   const ev = await decide(facts, engine.policy.current, askingWithin(gather, span), engine.now);
-  const done = await commit(ev, sinks, startedAt);
+  const upstream = ev.decision.allow ? await upstreamFor(ev) : undefined;
+  const refused = upstream && 'failed' in upstream ? upstream : undefined;
+  const final = refused ? denied(ev, refused.failed, { rule: refused.rule, status: refused.status === 401 ? 401 : 403 }) : ev;
+  const done = await commit(final, sinks, startedAt);
   const d = done.decision;
   span.end({ rule: d.rule, allow: d.allow, status: d.status, service: x.service });
-  return { ...done, seq, actor: d.headers[H.actor] };
+  return { ...done, seq, actor: d.headers[H.actor], ...(upstream ? { upstream } : {}) };
 }
 
 function answerDenial(res: http.ServerResponse, v: Verdict, call: McpCall, id: RpcId, message: Message | undefined, challenge?: Challenge): void {

@@ -205,29 +205,44 @@ describe.each(testBackends())('exchanged upstream tokens on $name', (b) => {
     // The authority's registry no longer has the entry; the control plane's still does.
     bed.services.delete('ex-gone');
     const before = got.length;
-    expect(await call('ex-gone', { authorization: `Bearer ${gone.token}` }, 5)).toEqual([
+    const refusedGone = await call('ex-gone', { authorization: `Bearer ${gone.token}` }, 5);
+    const goneWhy = "token exchange for ex-gone refused: identity authority answered 400 invalid_target: unknown registry entry 'ex-gone'";
+    const goneSeq = (refusedGone[2] as { error: { data: { auditSeq: number } } }).error.data.auditSeq;
+    expect(refusedGone).toEqual([
       403,
       null,
       {
         jsonrpc: '2.0',
         id: 5,
-        error: {
-          code: -32001,
-          message: "token exchange for ex-gone refused: identity authority answered 400 invalid_target: unknown registry entry 'ex-gone'",
-        },
+        error: { code: -32001, message: `${goneWhy} (audit record ${goneSeq})`, data: { rule: 'identity', reason: goneWhy, auditSeq: goneSeq } },
       },
     ]);
     const meta = `http://127.0.0.1:${broker.port}/.well-known/oauth-protected-resource/mcp/ex-mcp`;
-    expect(await call('ex-mcp', { 'x-writ-actor': 'ex-bot' }, 6)).toEqual([
+    const refusedBare = await call('ex-mcp', { 'x-writ-actor': 'ex-bot' }, 6);
+    const bareWhy = "ex-mcp takes a token exchanged from the agent's Writ access token: call with one (Authorization: Bearer)";
+    const bareSeq = (refusedBare[2] as { error: { data: { auditSeq: number } } }).error.data.auditSeq;
+    expect(refusedBare).toEqual([
       401,
       `Bearer resource_metadata="${meta}"`,
       {
         jsonrpc: '2.0',
         id: 6,
-        error: { code: -32001, message: "ex-mcp takes a token exchanged from the agent's Writ access token: call with one (Authorization: Bearer)" },
+        error: { code: -32001, message: `${bareWhy} (audit record ${bareSeq})`, data: { rule: 'identity', reason: bareWhy, auditSeq: bareSeq } },
       },
     ]);
     expect(got.length).toBe(before);
+    // The chain records both calls as the denials they were, not as allows.
+    const records = (await (await fetch(`http://127.0.0.1:${plane.run.cp.mgmtPort}/v1/audit?limit=1000`)).json()) as {
+      seq: number;
+      allow: boolean;
+      rule: string;
+      reason: string;
+    }[];
+    for (const [seq, why] of [
+      [goneSeq, goneWhy],
+      [bareSeq, bareWhy],
+    ] as const)
+      expect(records.find((r) => r.seq === seq)).toMatchObject({ allow: false, rule: 'identity', reason: why });
   });
 
   it('through the forward proxy (plain HTTP): the upstream gets the exchanged token; a VP is refused before it', async () => {

@@ -234,11 +234,17 @@ describe('no agent credential reaches an upstream', () => {
       headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...agentHeaders('rec-nosecret') },
       body: JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'ping' }),
     });
-    expect([r.status, await r.json()]).toEqual([
+    const why = 'upstream credential absent/token is not readable';
+    const body = (await r.json()) as { error: { data: { auditSeq: number } } };
+    const seq = body.error.data.auditSeq;
+    expect([r.status, body]).toEqual([
       502,
-      { jsonrpc: '2.0', id: 8, error: { code: -32002, message: 'upstream credential absent/token is not readable' } },
+      { jsonrpc: '2.0', id: 8, error: { code: -32002, message: `${why} (audit record ${seq})`, data: { rule: 'registry', reason: why, auditSeq: seq } } },
     ]);
     expect(seen.length).toBe(before);
+    // Recorded as the deny it is: nothing was sent.
+    const records = (await (await fetch(`${h.mgmt}/v1/audit?limit=1000`)).json()) as { seq: number; allow: boolean; rule: string; reason: string }[];
+    expect(records.find((x) => x.seq === seq)).toMatchObject({ allow: false, rule: 'registry', reason: why });
   });
 
   it("an MCP server refusing the gateway's credential is a 502, and its challenge never reaches the client", async () => {

@@ -12,7 +12,7 @@ import { errMsg, logger } from '../../lib/log.js';
 import { formatReservation } from '../../lib/reservation-header.js';
 import { retryAfterSeconds } from '../budget/policy.js';
 import type { BudgetPort, ReserveAnswer, Reservations } from '../budget/ports.js';
-import type { AuditEntry } from '../types.js';
+import type { AuditEntry, Rule } from '../types.js';
 import { deny } from './outcome.js';
 import type { Effects, Evaluation } from './types.js';
 
@@ -50,14 +50,18 @@ export interface Committed extends Evaluation {
   ticket?: string;
 }
 
-/** The same decision turned into a deny (its audit row says so); `headers` ride on the deny. */
-function denied(ev: Evaluation, reason: string, headers?: Record<string, string>): Evaluation {
-  const d = deny(403, ev.decision.rule, reason, headers ? { headers } : {});
+/**
+ * The same decision turned into a deny (its audit row says so), before it is committed: by the
+ * decision's own rule unless another is named; `headers` ride on the deny.
+ */
+export function denied(ev: Evaluation, reason: string, o: { headers?: Record<string, string>; rule?: Rule; status?: 401 | 403 } = {}): Evaluation {
+  const rule = o.rule ?? ev.decision.rule;
+  const d = deny(o.status ?? 403, rule, reason, o.headers ? { headers: o.headers } : {});
   return {
     ...ev,
     decision: d,
-    layers: [...ev.layers, { layer: ev.decision.rule, verdict: 'deny', reason }],
-    effects: { audit: { ...ev.effects.audit, allow: false, reason }, serviceLabel: ev.effects.serviceLabel },
+    layers: [...ev.layers, { layer: rule, verdict: 'deny', reason }],
+    effects: { audit: { ...ev.effects.audit, allow: false, reason, ...(o.rule ? { rule: o.rule } : {}) }, serviceLabel: ev.effects.serviceLabel },
     delegation: undefined,
   };
 }
@@ -105,7 +109,7 @@ async function reserveTokens(
   sinks: Sinks,
 ): Promise<{ ev: Evaluation; undo?: () => void; settle?: () => void }> {
   const rs = sinks.reservations;
-  const unavailable = (why: string) => ({ ev: denied(ev, why, { [H.reservation]: formatReservation({ kind: 'unavailable' }) }) });
+  const unavailable = (why: string) => ({ ev: denied(ev, why, { headers: { [H.reservation]: formatReservation({ kind: 'unavailable' }) } }) });
   if (!rs) return unavailable('budget reservations are not kept by this decision point (fail closed)');
   let a: ReserveAnswer;
   try {
@@ -119,7 +123,7 @@ async function reserveTokens(
     const retry = retryAfterSeconds(a, sinks.now());
     const headers: Record<string, string> = { [H.reservation]: formatReservation({ kind: 'refused', retryAfterSeconds: retry }) };
     if (retry !== undefined) headers['retry-after'] = String(retry);
-    return { ev: denied(ev, a.message, headers) };
+    return { ev: denied(ev, a.message, { headers }) };
   }
   const id = a.id;
   const headers: Record<string, string> = Object.assign({}, ev.decision.headers);
