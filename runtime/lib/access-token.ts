@@ -34,6 +34,11 @@ export interface AccessTokenClaims {
    * re-provisioning) makes the token inactive wherever the revocation list reaches.
    */
   membership_jti: string;
+  /**
+   * A token exchanged for an upstream (identity/oauth/onward.ts): the jti of the agent's token it
+   * was exchanged from; revoking that one makes this one inactive too.
+   */
+  parent_jti?: string;
   scope: string;
   jti: string;
   iat: number;

@@ -185,6 +185,17 @@ describe.each(testBackends())('exchanged upstream tokens on $name', (b) => {
     ]);
   });
 
+  it('revoking the agent token (RFC 7009) makes the token exchanged from it inactive too, for an upstream that introspects', async () => {
+    const mine = await agentToken('ex-mcp', 'T-x6');
+    const first = await postForm(bed, '/oauth/token', { grant_type: EXCHANGE, subject_token: mine.token, subject_token_type: ACCESS, audience: 'ex-mcp' });
+    const exchanged = first.json.access_token as string;
+    expect(decodeJwt(exchanged).parent_jti).toBe(decodeJwt(mine.token).jti);
+    const introspect = async () => (await postForm(bed, '/oauth/introspect', { token: exchanged })).json;
+    expect(await introspect()).toMatchObject({ active: true, client_id: 'writ-gateway' });
+    expect((await postForm(bed, '/oauth/revoke', { token: mine.token })).status).toBe(200);
+    expect(await introspect()).toEqual({ active: false });
+  });
+
   it('a revoked delegation: no exchanged token, the call refused before the upstream', async () => {
     const mine = await agentToken('ex-mcp', 'T-x3');
     expect((await bed.api.post('/v1/revoke', { vcJti: mine.vcJti })).status).toBe(200);

@@ -14,11 +14,12 @@ import { humanDenial, humanRef, type AccessTokenClaims } from '../../lib/access-
 /** Why the token is inactive, or undefined when it is active. */
 export async function storedInactivity(o: OAuthContext, c: AccessTokenClaims): Promise<string | undefined> {
   const repo = identityRepo(o.id.store);
-  const jtis = c.delegation ? [c.jti, c.membership_jti, c.delegation.vc_jti] : [c.jti, c.membership_jti];
+  const jtis = [c.jti, c.membership_jti, ...(c.delegation ? [c.delegation.vc_jti] : []), ...(c.parent_jti ? [c.parent_jti] : [])];
   const revoked = await repo.revokedAmong(jtis);
   if (revoked.has(c.jti)) return 'token revoked';
   if (c.delegation && revoked.has(c.delegation.vc_jti)) return 'delegation revoked';
   if (revoked.has(c.membership_jti)) return "agent's Membership VC revoked";
+  if (c.parent_jti && revoked.has(c.parent_jti)) return 'the agent token it was exchanged from is revoked';
   const status = await repo.governanceStatus(c.act.name);
   if (status !== undefined && status !== 'active') return `agent ${c.act.name} is ${status} (governance)`;
   const agent = await repo.getAgent(c.act.name);

@@ -95,6 +95,8 @@ export interface Issue {
   agent: ProvedAgent;
   /** The agent's Membership VC jti the token is issued under (`membership_jti`). */
   membershipJti: string;
+  /** An onward exchange: the agent token's jti it is exchanged from (`parent_jti`). */
+  parentJti?: string;
   sub: string;
   target: Service;
   scope: string;
@@ -120,6 +122,7 @@ export async function issue(o: OAuthContext, i: Issue): Promise<TokenAnswer> {
     iat,
     exp,
     ...(i.delegation ? { delegation: i.delegation } : {}),
+    ...(i.parentJti ? { parent_jti: i.parentJti } : {}),
   };
   const token = await mintAccessToken(o.id.issuer(), claims);
   await oauthStore(o.id.store).recordToken({

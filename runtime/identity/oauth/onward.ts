@@ -61,6 +61,7 @@ export async function onwardExchange(o: OAuthContext, form: Map<string, string>,
     scope,
     ...(c.delegation ? { delegation: c.delegation } : {}),
     membershipJti: membership.jti,
+    parentJti: c.jti,
     notAfter: Math.min(c.exp, membership.exp),
   });
   return { ...answer, issued_token_type: TOKEN_TYPE.accessToken };

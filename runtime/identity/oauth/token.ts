@@ -60,6 +60,7 @@ function claimsOf(p: Record<string, unknown>): AccessTokenClaims | string {
   const act = p.act as { sub?: unknown; name?: unknown } | undefined;
   if (!str(p.sub) || !str(p.aud) || !str(p.jti) || !str(p.client_id)) return 'token lacks sub, aud, jti or client_id';
   if (!str(p.membership_jti)) return 'token lacks membership_jti';
+  if (p.parent_jti !== undefined && !str(p.parent_jti)) return 'token parent_jti claim is malformed';
   if (!act || typeof act !== 'object' || !str(act.sub) || !str(act.name)) return 'token lacks act';
   if (!num(p.exp) || !num(p.iat)) return 'token lacks exp or iat';
   const delegation = delegationOf(p.delegation);
@@ -77,6 +78,7 @@ function claimsOf(p: Record<string, unknown>): AccessTokenClaims | string {
     exp: p.exp,
   };
   if (delegation) claims.delegation = delegation;
+  if (str(p.parent_jti)) claims.parent_jti = p.parent_jti;
   return claims;
 }
 
@@ -132,5 +134,6 @@ export function tokenActive(c: AccessTokenClaims, state: TokenState): string | u
   if (state.isRevoked(c.jti)) return 'token revoked';
   if (c.delegation && state.isRevoked(c.delegation.vc_jti)) return 'delegation revoked';
   if (state.isRevoked(c.membership_jti)) return "agent's Membership VC revoked";
+  if (c.parent_jti !== undefined && state.isRevoked(c.parent_jti)) return 'the agent token it was exchanged from is revoked';
   return state.agentDenial(c.act.name) ?? (c.delegation ? state.humanDenial?.(c.sub, c.iat) : undefined);
 }
