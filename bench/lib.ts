@@ -4,7 +4,7 @@
  * throwaway PostgreSQL schema for the benches that also run on PostgreSQL.
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import http from 'node:http';
@@ -106,12 +106,28 @@ export async function configFor(from: (module: string) => string, env: Record<st
 }
 
 /**
- * The environment every bench process starts with (bench/run.ts, bench/compare.ts): glibc's
- * malloc arenas as `npm start` and the image set them (package.json, Dockerfile). glibc reads
- * MALLOC_ARENA_MAX when a process starts, so it is set on the bench process, not on a server's env.
+ * The allocator `npm start` and the image give node (package.json, Dockerfile): jemalloc preloaded
+ * where Debian's libjemalloc2 is installed (unless LD_PRELOAD is set, even empty: `LD_PRELOAD=`
+ * runs glibc's malloc), its background thread giving freed pages back; glibc's arenas capped at 2
+ * where it is not preloaded. Read when a process starts, so set on each process the bench starts.
  */
+export function allocatorEnv(): Record<string, string> {
+  const lib = () =>
+    readdirSync('/usr/lib', { withFileTypes: true })
+      .filter((d) => d.isDirectory() && d.name.endsWith('-linux-gnu'))
+      .map((d) => join('/usr/lib', d.name, 'libjemalloc.so.2'))
+      .find((f) => existsSync(f));
+  const jemalloc = process.env.LD_PRELOAD === undefined && existsSync('/usr/lib') ? lib() : undefined;
+  return {
+    ...(jemalloc ? { LD_PRELOAD: jemalloc } : {}),
+    MALLOC_CONF: process.env.MALLOC_CONF || 'background_thread:true',
+    MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX || '2',
+  };
+}
+
+/** The environment every bench process starts with (bench/run.ts, bench/compare.ts): the allocator as `npm start` has it. */
 export function benchProcessEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  return { ...process.env, MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2', ...extra };
+  return { ...process.env, ...allocatorEnv(), ...extra };
 }
 
 /**

@@ -25,7 +25,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
 import { H } from '../runtime/lib/brand.js';
-import { BENCH_PG_URL, codeUnderTest, median } from './lib.js';
+import { allocatorEnv, BENCH_PG_URL, codeUnderTest, median } from './lib.js';
 
 const RESTARTS = Number(process.env.BENCH_RESTARTS ?? 5);
 const PORT = { decision: 25090, mgmt: 25091, grpc: 25092, bare: 25093 };
@@ -154,7 +154,7 @@ async function main(): Promise<void> {
     : ['--import', 'tsx', fileURLToPath(new URL('../runtime/control-plane/main.ts', import.meta.url))];
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
-    MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2',
+    ...allocatorEnv(),
     LOG_LEVEL: process.env.LOG_LEVEL ?? 'debug',
     REGISTRY_DB_URL: u.toString(),
     AUDIT_CHAIN_ID: 'cp-restart-bench',

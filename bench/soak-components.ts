@@ -21,7 +21,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadIdentity, presentationFor, type AgentIdentity } from '../runtime/identity/client.js';
 import { H } from '../runtime/lib/brand.js';
-import { codeUnderTest, loadAutocannon, type AutocannonResult } from './lib.js';
+import { allocatorEnv, codeUnderTest, loadAutocannon, type AutocannonResult } from './lib.js';
+import { attribute, formatAttribution, formatGrowth, parseSmaps, type Attribution } from './smaps.js';
 
 const MB = 1024 * 1024;
 /**
@@ -46,17 +47,53 @@ export function rss(pid: number): number {
   }
 }
 
-/** RSS every 250 ms while `load` runs: the peak and the samples at each quarter of it (by time). */
-export async function sampleDuring<T>(pid: number, load: () => Promise<T>): Promise<{ result: T; secs: number; peak: number; quarters: number[] }> {
+/** `pid`'s resident memory by mapping (smaps.ts: WASM memories, V8 heaps, malloc arenas, ...); undefined without /proc. */
+export function byMapping(pid: number): Attribution | undefined {
+  try {
+    return attribute(parseSmaps(readFileSync(`/proc/${pid}/smaps`, 'utf8')));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * RSS every 250 ms while `load` runs: the peak and the samples at each quarter of it (by time),
+ * and the mappings at the highest sample they were read at (read again at most once a second,
+ * each time RSS reaches a new high).
+ */
+export async function sampleDuring<T>(
+  pid: number,
+  load: () => Promise<T>,
+): Promise<{ result: T; secs: number; peak: number; quarters: number[]; peakMappings: Attribution | undefined }> {
   const samples: { at: number; rss: number }[] = [];
-  const sampler = setInterval(() => samples.push({ at: Date.now(), rss: rss(pid) }), 250);
+  let high = 0;
+  let readAt = 0;
+  let peakMappings: Attribution | undefined;
+  const sampler = setInterval(() => {
+    const now = rss(pid);
+    samples.push({ at: Date.now(), rss: now });
+    if (now <= high || Date.now() - readAt < 1000) return;
+    high = now;
+    readAt = Date.now();
+    peakMappings = byMapping(pid) ?? peakMappings;
+  }, 250);
   const t0 = Date.now();
   const result = await load();
   const secs = (Date.now() - t0) / 1000;
   clearInterval(sampler);
   const peak = Math.max(...samples.map((x) => x.rss));
   const quarters = [1, 2, 3, 4].map((q) => samples.findLast((x) => x.at <= t0 + (q * secs * 1000) / 4)?.rss ?? NaN);
-  return { result, secs, peak, quarters };
+  return { result, secs, peak, quarters, peakMappings };
+}
+
+/** The attribution rows of a soak: each moment's shares (MB of RSS), then settled - idle per share. */
+export function printMappings(moments: [string, Attribution | undefined][]): void {
+  const idle = moments[0]?.[1];
+  const settled = moments.at(-1)?.[1];
+  if (!idle || !settled) return;
+  console.log('  RSS by mapping, MB (bench/smaps.ts: wasm = WebAssembly memories, v8 = V8 heap pages of every isolate, arenas/brk = glibc malloc)');
+  for (const [label, a] of moments) if (a) console.log(`    ${label.padEnd(16)}${formatAttribution(a)}`);
+  console.log(`    ${`${moments.at(-1)![0]} - ${moments[0]![0]}`.padEnd(16)}${formatGrowth(idle, settled)}`);
 }
 
 interface Spawned {
@@ -65,17 +102,11 @@ interface Spawned {
   stop(): Promise<void>;
 }
 
-/** glibc's malloc settings of this process (MALLOC_ARENA_MAX 2 as `npm start` and the image set it; any other MALLOC_* passed on). */
-function mallocEnv(): Record<string, string> {
-  const own = Object.entries(process.env).filter((e): e is [string, string] => e[0].startsWith('MALLOC_') && e[1] !== undefined);
-  return { MALLOC_ARENA_MAX: '2', ...Object.fromEntries(own) };
-}
-
 /** Starts `runtime/<component>/main` as the image does (built JavaScript when there is a build) and resolves at its `up` line. */
 function spawnComponent(component: string, env: Record<string, string>): Promise<Spawned> {
   const main = code.built ? [code.from(`${component}/main`)] : ['--import', 'tsx', fileURLToPath(new URL(`../runtime/${component}/main.ts`, import.meta.url))];
   const proc = spawn(process.execPath, main, {
-    env: { PATH: process.env.PATH ?? '', ...mallocEnv(), LOG_LEVEL: 'info', OTEL_SDK_DISABLED: 'true', ...SNAPSHOTS.env, ...env },
+    env: { PATH: process.env.PATH ?? '', ...allocatorEnv(), LOG_LEVEL: 'info', OTEL_SDK_DISABLED: 'true', ...SNAPSHOTS.env, ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
     cwd: SNAPSHOTS.dir,
   });
@@ -140,11 +171,13 @@ async function measure(pid: number, row: Row, load: () => Promise<AutocannonResu
   const start = rss(pid);
   await sleep(row.settleS);
   const idle = rss(pid);
+  const idleMappings = byMapping(pid);
   await snapshot(pid);
-  const { result: r, secs, peak, quarters } = await sampleDuring(pid, load);
+  const { result: r, secs, peak, quarters, peakMappings } = await sampleDuring(pid, load);
   const end = rss(pid);
   await sleep(row.settleS);
   const settled = rss(pid);
+  const settledMappings = byMapping(pid);
   await snapshot(pid);
   const cap = 0.75 * row.limitMb * MB;
   console.log(
@@ -155,6 +188,11 @@ async function measure(pid: number, row: Row, load: () => Promise<AutocannonResu
     `  peak under load ${mb(peak)} (target < 75% of the chart's ${row.limitMb} MB limit, ${(cap / MB).toFixed(0)} MB: ${peak < cap ? 'met' : 'MISSED'}); at 1/4, 1/2, 3/4 and all of the load ${quarters.map(mb).join(', ')}`,
   );
   console.log(`  at the end of the load ${mb(end)}, settled ${mb(settled)}  settled - idle ${((settled - idle) / MB).toFixed(1)} MB`);
+  printMappings([
+    ['idle', idleMappings],
+    ['peak', peakMappings],
+    ['settled', settledMappings],
+  ]);
 }
 
 /** The identity authority alone on PostgreSQL (`dbUrl`, a fresh database) under verify-presentation and client_credentials. */

@@ -14,6 +14,13 @@
  *           long burst it works on for minutes: memory it holds then is work, not a leak), then the
  *           same wait
  *
+ * Where it lives, read from outside the process at idle, at the peak, after the load and after a
+ * forced full collection: RSS by mapping (smaps.ts: WebAssembly memories, the V8 heap pages of
+ * every isolate, glibc's malloc arenas and main heap, other anonymous memory, compiled code,
+ * files), and every isolate's V8 heap (the diagnostic report: the main thread's and the PGlite
+ * engine thread's). BENCH_SOAK_VARIANTS runs the all-in-one once per environment variant
+ * (`;`-separated, each `K=V K=V`: allocators side by side in one run).
+ *
  * Baseline: a bare node:http process started and settled the same way, in the same run (what any
  * Node process costs); Writ's idle RSS is printed as a multiple of it. Targets: end - idle <= 20 MB;
  * idle <= 400 MB.
@@ -37,8 +44,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { H, metric } from '../runtime/lib/brand.js';
 import { collectGarbage } from '../runtime/lib/idle-gc.js';
-import { allInOneEnv, ask, bareServer, codeUnderTest, loadAutocannon } from './lib.js';
-import { rss, sampleDuring, soakBroker, soakIdentity } from './soak-components.js';
+import { allInOneEnv, ask, bareServer, benchProcessEnv, codeUnderTest, loadAutocannon } from './lib.js';
+import { byMapping, printMappings, rss, sampleDuring, soakBroker, soakIdentity } from './soak-components.js';
 
 const DECISIONS = Number(process.env.BENCH_SOAK_DECISIONS ?? 1_000_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
@@ -48,6 +55,21 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
 const SETTLE_S = Number(process.env.BENCH_SOAK_SETTLE ?? 45);
 /** Requests per run for the identity authority and the broker (each request heavier than a decision). */
 const COMPONENT_REQUESTS = Number(process.env.BENCH_SOAK_REQUESTS ?? 20_000);
+/**
+ * The all-in-one once per variant of its environment, `;`-separated, each `K=V K=V` over the
+ * bench's own, in one run: `;LD_PRELOAD=` runs it as `npm start` does (jemalloc where installed),
+ * then on glibc's malloc; `LD_PRELOAD= MALLOC_ARENA_MAX=0` on glibc with its default of 8 arenas
+ * per core. Default: one row, as `npm start` runs it (lib.ts, allocatorEnv).
+ */
+const VARIANTS = (process.env.BENCH_SOAK_VARIANTS ?? '').split(';').map((v) =>
+  Object.fromEntries(
+    v
+      .trim()
+      .split(/\s+/)
+      .filter(Boolean)
+      .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+  ),
+);
 /** Which rows run: all-in-one, control-plane, identity, broker (default all). */
 const PARTS = new Set((process.env.BENCH_SOAK_PARTS ?? 'all-in-one,control-plane,identity,broker').split(','));
 const code = codeUnderTest();
@@ -70,16 +92,26 @@ async function serveWrit(): Promise<void> {
   else if (settings.loadConfig) idle?.startIdleGc({ intervalMs: settings.loadConfig(env).process.idleGcIntervalMs });
   process.send?.({ decision: writ.ports.decision, mgmt: writ.ports.mgmt });
   process.on('message', async (m) => {
-    // Where the memory is: this isolate's heap and buffers (the rest of RSS is the PGlite engine thread and native).
-    if (m === 'mem') return process.send?.({ mem: process.memoryUsage() });
-    if (m === 'gc') {
-      collectGarbage();
-      return process.send?.({ mem: process.memoryUsage() });
-    }
+    // Where the memory is: this isolate's heap and buffers, and every isolate's heap (the PGlite engine thread's).
+    if (m === 'mem' || m === 'gc') return answerMem(m);
     await writ.close();
     rmSync(dir, { recursive: true, force: true });
     process.exit(0);
   });
+}
+
+/** The V8 heap of each isolate of this process, bytes: the diagnostic report reads worker threads' too (the PGlite engine's). */
+function isolateHeaps(): Heap[] {
+  type Js = { javascriptHeap: { totalMemory: number; usedMemory: number } };
+  const report = process.report.getReport() as unknown as Js & { workers?: (Js & { header: { threadId: number } })[] };
+  const heap = (thread: string, r: Js) => ({ thread, total: r.javascriptHeap.totalMemory, used: r.javascriptHeap.usedMemory });
+  return [heap('main', report), ...(report.workers ?? []).map((w) => heap(`worker ${w.header.threadId}`, w))];
+}
+
+/** Answers `mem` (and `gc`, after a full collection of this isolate) with process.memoryUsage() and every isolate's heap. */
+function answerMem(question: 'mem' | 'gc'): void {
+  if (question === 'gc') collectGarbage();
+  process.send?.({ mem: process.memoryUsage(), heaps: isolateHeaps() });
 }
 
 /**
@@ -115,11 +147,7 @@ async function serveControlPlane(): Promise<void> {
   }
   process.send?.({ decision: cp.ports!.decision, mgmt });
   process.on('message', async (m) => {
-    if (m === 'mem') return process.send?.({ mem: process.memoryUsage() });
-    if (m === 'gc') {
-      collectGarbage();
-      return process.send?.({ mem: process.memoryUsage() });
-    }
+    if (m === 'mem' || m === 'gc') return answerMem(m);
     await cp.close();
     process.exit(0);
   });
@@ -132,7 +160,7 @@ function serveBare(): void {
 
 type Kind = '--writ' | '--bare' | '--control-plane';
 
-async function start(kind: Kind, env: NodeJS.ProcessEnv = process.env): Promise<{ proc: ChildProcess; port: number; mgmt: number }> {
+async function start(kind: Kind, env: NodeJS.ProcessEnv = benchProcessEnv()): Promise<{ proc: ChildProcess; port: number; mgmt: number }> {
   const proc = fork(self, [kind], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'], env });
   const ports = await new Promise<{ decision: number; mgmt: number }>((resolve, reject) => {
     proc.once('message', (m: { decision: number; mgmt: number }) => resolve(m));
@@ -153,9 +181,15 @@ async function verifierCaughtUp(mgmt: number): Promise<number> {
   return (Date.now() - t0) / 1000;
 }
 
-/** The child's own account of its main isolate (heap, external, array buffers). */
-const memOf = async (proc: ChildProcess, question: 'mem' | 'gc' = 'mem') => (await ask<{ mem: NodeJS.MemoryUsage }>(proc, question)).mem;
-const split = (u: NodeJS.MemoryUsage) => `heap ${mb(u.heapUsed)} of ${mb(u.heapTotal)}, external ${mb(u.external)} (array buffers ${mb(u.arrayBuffers)})`;
+interface Heap {
+  thread: string;
+  total: number;
+  used: number;
+}
+/** The child's own account of its main isolate (heap, external, array buffers) and of every isolate's heap. */
+const memOf = (proc: ChildProcess, question: 'mem' | 'gc' = 'mem') => ask<{ mem: NodeJS.MemoryUsage; heaps: Heap[] }>(proc, question);
+const split = ({ mem: u, heaps }: { mem: NodeJS.MemoryUsage; heaps: Heap[] }) =>
+  `heap ${mb(u.heapUsed)} of ${mb(u.heapTotal)}, external ${mb(u.external)} (array buffers ${mb(u.arrayBuffers)}); V8 heaps used of committed: ${heaps.map((h) => `${h.thread} ${mb(h.used)} of ${mb(h.total)}`).join(', ')}`;
 
 async function stop(proc: ChildProcess): Promise<void> {
   const done = new Promise((r) => proc.once('exit', r));
@@ -179,7 +213,12 @@ async function drive(): Promise<void> {
   await stop(bare.proc);
   console.log(`soak bench, ${code.label}: ${DECISIONS.toLocaleString('en-US')} decisions per shape, ${CONNECTIONS} connections, RSS settled ${SETTLE_S} s`);
   console.log(`  bare node:http process (baseline)  idle ${mb(bareRss)}`);
-  if (PARTS.has('all-in-one')) await soak('--writ', 'all-in-one as npm start runs it (PGlite, durable audit, examples)', { bareRss });
+  for (const variant of PARTS.has('all-in-one') ? VARIANTS : []) {
+    const env = benchProcessEnv(variant);
+    const shown = Object.entries(env).filter(([k]) => k.startsWith('MALLOC_') || k === 'LD_PRELOAD' || k in variant);
+    const label = `all-in-one as npm start runs it (PGlite, durable audit, examples; ${shown.map(([k, v]) => `${k}=${v}`).join(' ')})`;
+    await soak('--writ', label, { bareRss, env });
+  }
   const url = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
   if (!url) {
     console.log('  cluster shape on PostgreSQL: SKIPPED (set TEST_DATABASE_URL or BENCH_DATABASE_URL)');
@@ -190,7 +229,7 @@ async function drive(): Promise<void> {
     await onFreshDatabase(url, (db) =>
       soak('--control-plane', 'control plane alone on PostgreSQL, as the chart runs it (durable audit)', {
         bareRss,
-        env: { ...process.env, BENCH_SOAK_DB: db },
+        env: benchProcessEnv({ BENCH_SOAK_DB: db }),
         limitMb: CHART_LIMIT_MB.controlPlane,
       }),
     );
@@ -230,6 +269,7 @@ async function soak(kind: Kind, label: string, o: { bareRss: number; env?: NodeJ
   const startRss = rss(pid);
   await sleep(SETTLE_S);
   const idle = rss(pid);
+  const idleMappings = byMapping(pid);
   const idleMem = await memOf(w.proc);
   const autocannon = await loadAutocannon();
   // Every sample kept: a leak climbs with the decision count, heap sizing plateaus.
@@ -238,6 +278,7 @@ async function soak(kind: Kind, label: string, o: { bareRss: number; env?: NodeJ
     secs,
     peak: loadPeak,
     quarters,
+    peakMappings,
   } = await sampleDuring(pid, () =>
     autocannon({
       url: `http://127.0.0.1:${w.port}`,
@@ -257,11 +298,13 @@ async function soak(kind: Kind, label: string, o: { bareRss: number; env?: NodeJ
   const verifying = await verifierCaughtUp(w.mgmt);
   await sleep(SETTLE_S);
   const end = rss(pid);
+  const endMappings = byMapping(pid);
   const endMem = await memOf(w.proc);
   const gcMem = await memOf(w.proc, 'gc');
   // V8 hands freed pages back from a background thread: read RSS once it has.
   await sleep(3);
   const gcRss = rss(pid);
+  const gcMappings = byMapping(pid);
   await stop(w.proc);
 
   const answered = r.requests.total;
@@ -282,6 +325,12 @@ async function soak(kind: Kind, label: string, o: { bareRss: number; env?: NodeJ
   );
   console.log(`    main isolate                     ${split(endMem)}`);
   console.log(`  after a full GC (diagnosis)        ${mb(gcRss)} 3 s later; main isolate ${split(gcMem)}`);
+  printMappings([
+    ['idle', idleMappings],
+    ['peak', peakMappings],
+    ['after GC', gcMappings],
+    ['after', endMappings],
+  ]);
 }
 
 function readFileSyncSafe(p: string): string | undefined {

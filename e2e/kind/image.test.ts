@@ -45,6 +45,17 @@ describe('Dockerfile', () => {
     expect(final).not.toMatch(/COPY\s+(runtime|operator|webhook|sidecar)\b/);
   });
 
+  it('preloads jemalloc from the libjemalloc2 it installs, its background thread on, as npm start does where installed', () => {
+    const final = dockerfile.slice([...dockerfile.matchAll(/^FROM\s+/gim)].at(-1)!.index);
+    expect(final).toMatch(/apt-get install [^\n]*\blibjemalloc2\b/);
+    const link = /ln -s "\$\(dpkg-query -L libjemalloc2 \| grep '[^']+'\)" (\S+)/.exec(final)?.[1];
+    expect(link).toBe('/usr/local/lib/libjemalloc.so.2');
+    expect(/^\s+LD_PRELOAD=(\S+)/m.exec(final)?.[1]).toBe(link);
+    expect(/^\s+MALLOC_CONF=(\S+)/m.exec(final)?.[1]).toBe('background_thread:true');
+    const start = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
+    expect(start).toMatch(/libjemalloc\.so\.2.*LD_PRELOAD=\$\{LD_PRELOAD-\$jemalloc\} MALLOC_CONF=\$\{MALLOC_CONF:-background_thread:true\}/);
+  });
+
   it('shipped code imports no devDependency (the image has production dependencies only)', () => {
     expect(devImportsInShippedCode()).toEqual([]);
   });

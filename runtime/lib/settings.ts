@@ -87,7 +87,9 @@ const D = {
   examples: s(envName('EXAMPLES'), 'all-in-one', bool, true),
   policyDir: s(envName('POLICY_DIR'), 'all-in-one', text),
   brokerEnabled: s('BROKER_ENABLED', 'all-in-one', bool, true),
-  // Read by glibc, not by Writ: set to 2 by `npm start` and the image.
+  // Read by the dynamic loader, jemalloc and glibc, not by Writ: set by `npm start` and the image.
+  ldPreload: s('LD_PRELOAD', 'all-in-one', text),
+  mallocConf: s('MALLOC_CONF', 'all-in-one', text),
   mallocArenaMax: s('MALLOC_ARENA_MAX', 'all-in-one', nonneg),
   // Every entry point (runtime/lib/process.ts): 0 turns the idle collection off.
   idleGcIntervalMs: s('IDLE_GC_INTERVAL_MS', 'all-in-one', nonneg, 5000),
