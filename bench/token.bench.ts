@@ -23,7 +23,7 @@ import { SignJWT } from 'jose';
 import { H } from '../runtime/lib/brand.js';
 import { loadIdentity, type AgentIdentity } from '../runtime/identity/client.js';
 import { makeIssuer } from '../runtime/identity/testkit.js';
-import { codeUnderTest, configFor, loadAutocannon, median, startServer } from './lib.js';
+import { ask, codeUnderTest, configFor, loadAutocannon, median, startServer } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_CRYPTO_SECONDS ?? 2);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -166,7 +166,12 @@ async function serve(): Promise<void> {
   });
   for (const x of services) await cp.plane.registry.upsert(x);
   process.send?.({ authz: cp.decisionPort, token: t.access_token } satisfies Ports);
-  process.on('message', async () => {
+  process.on('message', async (m) => {
+    if (m === 'cpu') {
+      const u = process.cpuUsage();
+      process.send?.(u.user + u.system);
+      return;
+    }
     await cp.close();
     await store.close();
     await idp.close();
@@ -177,7 +182,9 @@ async function serve(): Promise<void> {
 
 async function authzPart(): Promise<void> {
   const autocannon = await loadAutocannon();
-  const { child, ready } = await startServer<Ports>(fileURLToPath(import.meta.url));
+  // BENCH_PROFILE=<dir>: the server process writes a V8 CPU profile there (node --cpu-prof).
+  const profile = process.env.BENCH_PROFILE;
+  const { child, ready } = await startServer<Ports>(fileURLToPath(import.meta.url), { execArgv: profile ? ['--cpu-prof', '--cpu-prof-dir', profile] : [] });
   try {
     const headers = { [H.actor]: 'bot', [H.service]: 'search', [H.onBehalfOf]: 'alice@example.com', [H.task]: 'bench' };
     const withToken = { ...headers, authorization: `Bearer ${ready.token}` };
@@ -188,26 +195,31 @@ async function authzPart(): Promise<void> {
     const altered = (await fetch(url, { headers: { ...headers, authorization: `Bearer ${th}.${tp}.${'A'.repeat(86)}` } })).status;
     const good = (await fetch(url, { headers: withToken })).status;
     if (altered !== 401 || good !== 200) throw new Error(`token probe: altered ${altered}, good ${good}`);
+    // Each run: req/s, and the server process's CPU per request (user + system, µs).
     const run = async (h: Record<string, string>) => {
       const o = { url, connections: CONNECTIONS, pipelining: 1, headers: h };
       await autocannon({ ...o, duration: WARMUP });
+      const before = await ask<number>(child, 'cpu');
       const r = await autocannon({ ...o, duration: HTTP_SECONDS });
+      const cpu = (await ask<number>(child, 'cpu')) - before;
       if (r.errors || r.non2xx) throw new Error(`${r.errors} errors, ${r.non2xx} non-2xx`);
-      return r.requests.average;
+      return { rps: r.requests.average, cpuUs: cpu / r.requests.total };
     };
-    const plain: number[] = [];
-    const token: number[] = [];
+    const plain: { rps: number; cpuUs: number }[] = [];
+    const token: { rps: number; cpuUs: number }[] = [];
     for (let i = 0; i < ROUNDS; i++) {
       const order = i % 2 === 0 ? [plain, token] : [token, plain];
       for (const into of order) into.push(await run(into === plain ? headers : withToken));
     }
-    const p = plain.reduce((a, b) => a + b, 0) / plain.length;
-    const t = token.reduce((a, b) => a + b, 0) / token.length;
+    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+    const p = mean(plain.map((x) => x.rps));
+    const t = mean(token.map((x) => x.rps));
+    const cpu = (xs: { cpuUs: number }[]) => `server CPU ${mean(xs.map((x) => x.cpuUs)).toFixed(0)} µs/req`;
     console.log(
       `token bench (b): /authz egress, header mode, ${CONNECTIONS} connections, ${HTTP_SECONDS} s after ${WARMUP} s, mean of ${ROUNDS} interleaved runs; ${code.label}`,
     );
-    console.log(`  without a token                ${Math.round(p)} req/s   1.00x`);
-    console.log(`  with an access token           ${Math.round(t)} req/s   ${(t / p).toFixed(2)}x   (target >= 0.80x)`);
+    console.log(`  without a token                ${Math.round(p)} req/s   1.00x   ${cpu(plain)}`);
+    console.log(`  with an access token           ${Math.round(t)} req/s   ${(t / p).toFixed(2)}x   ${cpu(token)}   (target >= 0.80x)`);
   } finally {
     child.send('stop');
     await new Promise((r) => child.once('exit', r));

@@ -4,7 +4,7 @@
  * delegation covers the call). Signing and signature verification are the identity authority's
  * (identity/oauth/token.ts); the decision point imports only this.
  */
-import { parseJws } from './jws.js';
+import { jwsHeader, parseJws } from './jws.js';
 import { resourceMatches } from './resource-glob.js';
 
 export const ACCESS_TOKEN_TYP = 'at+jwt';
@@ -50,7 +50,7 @@ export type TokenCheck = { ok: true; claims: AccessTokenClaims } | { ok: false; 
 
 /** Whether `token` is shaped as an access token (a compact JWS with `typ: at+jwt`), unverified. */
 export function accessTokenShaped(token: string): boolean {
-  return parseJws(token)?.header.typ === ACCESS_TOKEN_TYP;
+  return jwsHeader(token)?.typ === ACCESS_TOKEN_TYP;
 }
 
 /** The call a token is presented for (SPEC 4.1 egress headers). */

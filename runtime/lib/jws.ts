@@ -35,6 +35,15 @@ function partsOf(token: unknown): [string, string, string] | undefined {
   return parts as [string, string, string];
 }
 
+/**
+ * The (unverified) protected header of a compact JWS of at most MAX_JWT_CHARS, decoding nothing
+ * else: what a caller needs to route a token (its `typ`) costs no payload decode.
+ */
+export function jwsHeader(token: unknown): Json | undefined {
+  const parts = partsOf(token);
+  return parts ? decodeJson(parts[0]) : undefined;
+}
+
 /** Parses a compact JWS (at most MAX_JWT_CHARS); undefined when it is not one. */
 export function parseJws(token: unknown): Jws | undefined {
   const parts = partsOf(token);

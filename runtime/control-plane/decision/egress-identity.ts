@@ -45,7 +45,8 @@ function agentIdentity(c: Readonly<EgressContext>, a: Answers): V {
   }
   // Through the proxy a claimed token is the credential; anything else there is taken as a VP.
   const headerVp = f.via === 'proxy' && proved.token ? undefined : given;
-  const tokenVp = f.via === 'authz' && bearer && bearer !== headerVp && isVpJwt(bearer) ? bearer : undefined;
+  // A bearer that proved itself a Writ access token is not also a VP (no second decode of it).
+  const tokenVp = f.via === 'authz' && bearer && bearer !== headerVp && !proved.token && isVpJwt(bearer) ? bearer : undefined;
   if (!headerVp && !tokenVp && !proved.token && s.identityMode === 'vc')
     return no('agent VP or access token required (vc identity mode)', undefined, f.via === 'authz');
   for (const vp of [headerVp, tokenVp]) {

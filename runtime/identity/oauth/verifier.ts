@@ -57,7 +57,8 @@ export function createTokenVerifier(o: TokenVerifierOptions): TokenVerifier {
   }
 
   return {
-    claimed: (token) => claimsIssuer(token, o.issuer),
+    // A token verified before is this issuer's: no decode of it again.
+    claimed: (token) => cache.has(token) || claimsIssuer(token, o.issuer),
     check(token) {
       const r = verified(token, Math.floor(now() / 1000));
       if (!r.ok) return r;
