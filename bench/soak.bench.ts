@@ -19,7 +19,8 @@
  * every isolate, glibc's malloc arenas and main heap, other anonymous memory, compiled code,
  * files), and every isolate's V8 heap (the diagnostic report: the main thread's and the PGlite
  * engine thread's). BENCH_SOAK_VARIANTS runs the all-in-one once per environment variant
- * (`;`-separated, each `K=V K=V`: allocators side by side in one run).
+ * (`;`-separated, each `K=V K=V`: allocators side by side in one run); BENCH_SOAK_IDLE_GC_MIN_MB
+ * in a variant gives the main isolate's idle collector another trigger (a what-if for its default).
  *
  * Baseline: a bare node:http process started and settled the same way, in the same run (what any
  * Node process costs); Writ's idle RSS is printed as a multiple of it. Targets: end - idle <= 20 MB;
@@ -88,8 +89,10 @@ async function serveWrit(): Promise<void> {
   // The collector the entry point starts once up (a build from before the typed configuration: idleGcFromEnv).
   const settings = (await import(code.from('lib/settings'))) as Partial<typeof import('../runtime/lib/settings.js')>;
   const old = idle as { idleGcFromEnv?: (e: typeof env) => unknown } | undefined;
+  // BENCH_SOAK_IDLE_GC_MIN_MB: what-if for the idle collector's trigger (its default is idle-gc.ts's).
+  const minGrowth = process.env.BENCH_SOAK_IDLE_GC_MIN_MB ? { minGrowthBytes: Number(process.env.BENCH_SOAK_IDLE_GC_MIN_MB) * MB } : {};
   if (old?.idleGcFromEnv) old.idleGcFromEnv(env);
-  else if (settings.loadConfig) idle?.startIdleGc({ intervalMs: settings.loadConfig(env).process.idleGcIntervalMs });
+  else if (settings.loadConfig) idle?.startIdleGc({ intervalMs: settings.loadConfig(env).process.idleGcIntervalMs, ...minGrowth });
   process.send?.({ decision: writ.ports.decision, mgmt: writ.ports.mgmt });
   process.on('message', async (m) => {
     // Where the memory is: this isolate's heap and buffers, and every isolate's heap (the PGlite engine thread's).
