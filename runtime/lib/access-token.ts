@@ -4,7 +4,7 @@
  * delegation covers the call). Signing and signature verification are the identity authority's
  * (identity/oauth/token.ts); the decision point imports only this.
  */
-import { jwsHeader, parseJws } from './jws.js';
+import { jwsHeader } from './jws.js';
 import { resourceMatches } from './resource-glob.js';
 
 export const ACCESS_TOKEN_TYP = 'at+jwt';
