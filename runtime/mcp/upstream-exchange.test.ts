@@ -285,6 +285,18 @@ describe.each(testBackends())('exchanged upstream tokens on $name', (b) => {
       body: JSON.stringify({ error: "ex-http takes a token exchanged from the agent's Writ access token: call with one" }),
     });
     expect(got.length).toBe(before);
+    // Recorded as the deny it is (settled before the decision was committed), not as an allow.
+    const records = (await (await fetch(`http://127.0.0.1:${plane.run.cp.mgmtPort}/v1/audit?limit=1000`)).json()) as {
+      action: string;
+      allow: boolean;
+      rule: string;
+      reason: string;
+    }[];
+    expect(records.filter((r) => r.action === 'egress.proxy').at(-1)).toMatchObject({
+      allow: false,
+      rule: 'identity',
+      reason: "ex-http takes a token exchanged from the agent's Writ access token: call with one",
+    });
   });
 });
 

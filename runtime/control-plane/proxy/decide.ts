@@ -12,12 +12,13 @@
 import type { AccessTokenClaims } from '../../lib/access-token.js';
 import { startDecisionSpan } from '../../lib/tracing.js';
 import { NO_USAGE } from '../budget/policy.js';
-import { commit, type Committed } from '../decision/commit.js';
+import { commit, denied, type Committed } from '../decision/commit.js';
 import { decide, type AnswerOf, type Gatherer } from '../decision/decide.js';
 import { withHold, type DecisionEngine } from '../decision/engine.js';
 import { askingWithin } from '../decision/gather.js';
 import { proxyFacts, type HeaderBag } from '../decision/facts.js';
-import type { EgressFacts, HoldAnswer, HoldRequest, Question } from '../decision/types.js';
+import type { EgressFacts, Evaluation, HoldAnswer, HoldRequest, Question } from '../decision/types.js';
+import type { Rule } from '../types.js';
 import type { ProxyTarget } from './target.js';
 
 export interface ProxyRequest {
@@ -28,7 +29,16 @@ export interface ProxyRequest {
   headers: HeaderBag;
   /** node's raw header lines (a repeated scoping header is denied). */
   rawHeaders?: readonly string[];
+  /**
+   * What goes upstream for an allowed request (the entry's Secret, a token exchanged for it),
+   * settled before the decision is committed: a request nothing can be sent for is recorded as
+   * the deny it is, never as an allow. Absent: the caller settles it after the decision.
+   */
+  upstreamFor?: (ev: Evaluation) => Promise<UpstreamChoice>;
 }
+
+/** What goes upstream (`credential`, none when undefined), or why nothing can: the deny's reason, rule and HTTP status. */
+export type UpstreamChoice = { credential?: { header: string; value: string } } | { refused: string; rule: Rule; status: 403 | 502 };
 
 /** What answering a verdict needs of its decision: a committed one, or an /authz answer (the egress gateway). */
 export interface VerdictOutcome {
@@ -37,6 +47,8 @@ export interface VerdictOutcome {
   ticket?: string;
   /** The verified Writ access token the allow rests on (the in-plane decision): an exchange for the upstream starts from it. */
   token?: AccessTokenClaims;
+  /** Settled in the decision (`ProxyRequest.upstreamFor`): what goes upstream, or the status of the deny it became. */
+  upstream?: UpstreamChoice;
 }
 
 export interface ProxyVerdict {
@@ -103,7 +115,9 @@ export async function decideProxy(req: ProxyRequest, engine: DecisionEngine, hol
   });
   const span = startDecisionSpan('proxy', req.headers.traceparent, req.headers.tracestate);
   const ev = await decide(facts, engine.policy.current, askingWithin(gather, span), engine.now);
-  const outcome = await commit(ev, engine.sinks, startedAt);
+  const upstream = ev.decision.allow && req.upstreamFor ? await req.upstreamFor(ev) : undefined;
+  const final = upstream && 'refused' in upstream ? denied(ev, upstream.refused, { rule: upstream.rule }) : ev;
+  const outcome: VerdictOutcome & Committed = { ...(await commit(final, engine.sinks, startedAt)), ...(upstream ? { upstream } : {}) };
   const d = outcome.decision;
   span.end({ rule: d.rule, allow: d.allow, status: d.status, service: t.hostPort });
   if (!d.allow) return { kind: d.challenge ? 'challenge' : 'deny', outcome, requestId };

@@ -24,7 +24,8 @@ import type { ApprovalQueue } from '../approvals/queue.js';
 import type { DecisionEngine } from '../decision/engine.js';
 import type { HoldAnswer, HoldRequest } from '../decision/types.js';
 import { H } from '../../lib/brand.js';
-import { decideProxy, type ProxyDecider, type ProxyVerdict, type VerdictOutcome } from './decide.js';
+import { decideProxy, type ProxyDecider, type ProxyVerdict, type UpstreamChoice, type VerdictOutcome } from './decide.js';
+import type { Evaluation } from '../decision/types.js';
 import { rewriteRequestHeaders, rewriteResponseHeaders, withoutAgentTokens } from './headers.js';
 import type { UpstreamSecrets } from '../../lib/upstream-secrets.js';
 import { upstreamAuthOf, upstreamTokensVia } from '../../lib/upstream-tokens.js';
@@ -265,18 +266,33 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
     }
   }
 
-  /** What goes upstream (`upstreamAuthOf`: the entry's Secret or a token exchanged for it), then the call; a refusal answered here. */
-  async function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: VerdictOutcome): Promise<void> {
+  /**
+   * What goes upstream for an allowed request (`upstreamAuthOf`: the entry's Secret or a token
+   * exchanged for it), or why nothing can: the deny it becomes (the Secret's: registry, 502; the
+   * agent token's: identity, 403).
+   */
+  async function upstreamChoice(req: http.IncomingMessage, t: ProxyTarget, token: VerdictOutcome['token'], ticketed: boolean): Promise<UpstreamChoice> {
+    // A ticketed hop is Writ's broker, the next enforcement point: it gets the agent's credential, not the upstream's.
+    if (ticketed) return {};
     const entry = engine?.policy.current().registry.findByUpstream(t.hostPort);
     const raw = bearerToken(req.headers['proxy-authorization']);
-    const agent = outcome.token && raw ? { raw, jti: outcome.token.jti, exp: outcome.token.exp } : undefined;
-    // A ticketed hop is Writ's broker, the next enforcement point: it gets the agent's credential, not the upstream's.
-    const cred = outcome.ticket ? undefined : await upstreamAuthOf(entry, { secrets: opts.upstreamSecrets, tokens }, agent);
-    if (cred && 'failed' in cred) {
-      req.resume();
-      return sendJson(res, cred.why === 'secret' ? 502 : 403, { error: cred.failed }, {}, hasBody(req.headers));
-    }
-    dispatchHttp(req, res, t, outcome, cred);
+    const agent = token && raw ? { raw, jti: token.jti, exp: token.exp } : undefined;
+    const c = await upstreamAuthOf(entry, { secrets: opts.upstreamSecrets, tokens }, agent);
+    if (c && 'failed' in c)
+      return c.why === 'secret' ? { refused: c.failed, rule: 'registry', status: 502 } : { refused: c.failed, rule: 'identity', status: 403 };
+    return c ? { credential: c } : {};
+  }
+
+  /** The call with what goes upstream: settled in the decision (in plane), or here after an /authz answer (the egress gateway). */
+  async function forwardHttp(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, outcome: VerdictOutcome): Promise<void> {
+    const choice = outcome.upstream ?? (await upstreamChoice(req, t, outcome.token, !!outcome.ticket));
+    if ('refused' in choice) return refuseUpstream(req, res, choice);
+    dispatchHttp(req, res, t, outcome, choice.credential);
+  }
+
+  function refuseUpstream(req: http.IncomingMessage, res: http.ServerResponse, r: { refused: string; status: number }): void {
+    req.resume();
+    sendJson(res, r.status, { error: r.refused }, {}, hasBody(req.headers));
   }
 
   function dispatchHttp(
@@ -325,6 +341,8 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   }
 
   function replyPlain(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget, v: ProxyVerdict, requestId?: string): void {
+    const settled = v.outcome.upstream;
+    if (settled && 'refused' in settled) return refuseUpstream(req, res, settled);
     if (v.kind === 'allow') {
       forwardHttp(req, res, t, v.outcome).catch((e: unknown) => {
         log.error('forwarding failed', { target: t.hostPort, err: errMsg(e) });
@@ -342,7 +360,8 @@ export function createForwardProxy(opts: ForwardProxyOptions): ForwardProxy {
   async function decidePlain(req: http.IncomingMessage, res: http.ServerResponse, t: ProxyTarget): Promise<void> {
     let v: ProxyVerdict;
     try {
-      v = await decide({ via: 'http', method: req.method ?? 'GET', target: t, headers: req.headers, rawHeaders: req.rawHeaders }, (input) =>
+      const upstreamFor = (ev: Evaluation) => upstreamChoice(req, t, ev.token, !!ev.effects.ticket);
+      v = await decide({ via: 'http', method: req.method ?? 'GET', target: t, headers: req.headers, rawHeaders: req.rawHeaders, upstreamFor }, (input) =>
         hold(input, (abort) => {
           const onClose = () => {
             if (!res.writableFinished) abort();
