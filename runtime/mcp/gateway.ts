@@ -308,7 +308,15 @@ async function decideMessage(x: Exchange, call: McpCall, o: McpGatewayOptions, u
   const span = startDecisionSpan('mcp', x.req.headers.traceparent, x.req.headers.tracestate);
   const startedAt = performance.now();
   const ev = await decide(facts, engine.policy.current, askingWithin(gather, span), engine.now);
-  const upstream = ev.decision.allow ? await upstreamFor(ev) : undefined;
+  // Settling it may not throw past the commit: every decided message keeps its audit record.
+  const upstream = ev.decision.allow
+    ? await upstreamFor(ev).catch((e: unknown): UpstreamAuth => ({
+        failed: `upstream credential: ${errMsg(e)}`,
+        status: 502,
+        code: RPC.upstream,
+        rule: 'registry',
+      }))
+    : undefined;
   const refused = upstream && 'failed' in upstream ? upstream : undefined;
   const final = refused ? denied(ev, refused.failed, { rule: refused.rule, status: refused.status === 401 ? 401 : 403 }) : ev;
   const done = await commit(final, sinks, startedAt);

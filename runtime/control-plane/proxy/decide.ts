@@ -10,6 +10,7 @@
  *   call ticket for the upstream hop, when the upstream serves a registry model: a broker).
  */
 import type { AccessTokenClaims } from '../../lib/access-token.js';
+import { errMsg } from '../../lib/log.js';
 import { startDecisionSpan } from '../../lib/tracing.js';
 import { NO_USAGE } from '../budget/policy.js';
 import { commit, denied, type Committed } from '../decision/commit.js';
@@ -115,7 +116,11 @@ export async function decideProxy(req: ProxyRequest, engine: DecisionEngine, hol
   });
   const span = startDecisionSpan('proxy', req.headers.traceparent, req.headers.tracestate);
   const ev = await decide(facts, engine.policy.current, askingWithin(gather, span), engine.now);
-  const upstream = ev.decision.allow && req.upstreamFor ? await req.upstreamFor(ev) : undefined;
+  // Settling it may not throw past the commit: every request keeps its one audit row.
+  const upstream =
+    ev.decision.allow && req.upstreamFor
+      ? await req.upstreamFor(ev).catch((e: unknown): UpstreamChoice => ({ refused: `upstream credential: ${errMsg(e)}`, rule: 'registry', status: 502 }))
+      : undefined;
   const final = upstream && 'refused' in upstream ? denied(ev, upstream.refused, { rule: upstream.rule }) : ev;
   const outcome: VerdictOutcome & Committed = { ...(await commit(final, engine.sinks, startedAt)), ...(upstream ? { upstream } : {}) };
   const d = outcome.decision;
