@@ -7,22 +7,10 @@
  */
 import { identityRepo } from '../repo.js';
 import { storedInactivity } from './activity.js';
-import { nowSec, OAUTH_LIST, type OAuthContext } from './context.js';
+import { OAUTH_LIST, type OAuthContext } from './context.js';
 import { required } from './form.js';
-import { verifyAccessToken } from './token.js';
-import { type AccessTokenClaims, type TokenCheck } from '../../lib/access-token.js';
-
-/** Signature, issuer, typ and shape; `ignoreExpiry` for revocation (an expired token may be revoked, harmlessly). */
-function ours(o: OAuthContext, token: string, ignoreExpiry = false): TokenCheck {
-  const issuer = o.id.issuer();
-  return verifyAccessToken(token, {
-    issuer: o.issuer,
-    keyFor: (kid) => (kid === issuer.kid ? issuer.publicKey : undefined),
-    nowSec: nowSec(o),
-    skewSec: o.id.settings.clockSkewSeconds,
-    ignoreLifetime: ignoreExpiry,
-  });
-}
+import { verifyIssuedHere } from './token.js';
+import { type AccessTokenClaims } from '../../lib/access-token.js';
 
 const activeAnswer = (c: AccessTokenClaims) => ({
   active: true,
@@ -40,7 +28,7 @@ const activeAnswer = (c: AccessTokenClaims) => ({
 });
 
 export async function introspect(o: OAuthContext, form: Map<string, string>): Promise<Record<string, unknown>> {
-  const r = ours(o, required(form, 'token'));
+  const r = verifyIssuedHere(o, required(form, 'token'));
   if (!r.ok) return { active: false };
   return (await storedInactivity(o, r.claims)) ? { active: false } : activeAnswer(r.claims);
 }
@@ -48,7 +36,7 @@ export async function introspect(o: OAuthContext, form: Map<string, string>): Pr
 /** Revokes the token's jti when it is an access token of this server; anything else is ignored (RFC 7009 2.2). */
 export async function revoke(o: OAuthContext, form: Map<string, string>): Promise<void> {
   const token = required(form, 'token');
-  const r = ours(o, token, true);
+  const r = verifyIssuedHere(o, token, true);
   if (!r.ok) return;
   await identityRepo(o.id.store).revoke(r.claims.jti, o.id.now(), OAUTH_LIST);
   o.id.verifyIndex?.noteRevoked(r.claims.jti);

@@ -18,9 +18,9 @@
 import { inStanding, type ProvedAgent } from './agent.js';
 import { storedInactivity } from './activity.js';
 import { invalidClient, invalidGrant, invalidTarget } from './errors.js';
-import { GATEWAY_CLIENT_ID, GRANT, nowSec, TOKEN_TYPE, type OAuthContext } from './context.js';
+import { GATEWAY_CLIENT_ID, GRANT, TOKEN_TYPE, type OAuthContext } from './context.js';
 import { grantedScope, issue, targetFor, type TokenAnswer } from './grants.js';
-import { verifyAccessToken } from './token.js';
+import { verifyIssuedHere } from './token.js';
 import type { AccessTokenClaims } from '../../lib/access-token.js';
 
 /** Whether a token request is an onward exchange: an access token as subject and no actor. */
@@ -29,13 +29,7 @@ export const isOnward = (form: Map<string, string>) => !form.has('actor_token') 
 /** The agent's own token, verified and active: the subject of the exchange. */
 async function subjectToken(o: OAuthContext, token: string | undefined): Promise<AccessTokenClaims> {
   if (token === undefined) throw invalidGrant('missing parameter subject_token: the agent access token to exchange');
-  const issuer = o.id.issuer();
-  const r = verifyAccessToken(token, {
-    issuer: o.issuer,
-    keyFor: (kid) => (kid === issuer.kid ? issuer.publicKey : undefined),
-    nowSec: nowSec(o),
-    skewSec: o.id.settings.clockSkewSeconds,
-  });
+  const r = verifyIssuedHere(o, token);
   if (!r.ok) throw invalidGrant(`subject_token: ${r.reason}`);
   if (r.claims.client_id !== r.claims.act.name) throw invalidGrant('subject_token was itself issued for an upstream: only an agent token is exchanged');
   const inactive = await storedInactivity(o, r.claims);

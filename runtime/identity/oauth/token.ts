@@ -8,6 +8,7 @@ import { SignJWT } from 'jose';
 import { parseJws } from '../../lib/jws.js';
 import { ACCESS_TOKEN_TYP, type AccessTokenClaims, type TokenCheck, type TokenDelegation } from '../../lib/access-token.js';
 import type { IssuerKey } from '../vc.js';
+import { nowSec, type OAuthContext } from './context.js';
 
 export async function mintAccessToken(issuer: IssuerKey, claims: AccessTokenClaims): Promise<string> {
   const { iss, sub, aud, jti, iat, exp, ...rest } = claims;
@@ -109,6 +110,21 @@ export function verifyAccessToken(token: string, o: VerifyTokenOptions): TokenCh
   if (typeof claims === 'string') return { ok: false, reason: claims };
   if (o.ignoreLifetime) return { ok: true, claims };
   return lifetimeOk(claims, o.nowSec, o.skewSec ?? 0);
+}
+
+/**
+ * A token this authorization server issued: verified with its own issuer key, its lifetime within
+ * the authority's clock skew (`ignoreLifetime` for revocation: an expired token may be revoked).
+ */
+export function verifyIssuedHere(o: OAuthContext, token: string, ignoreLifetime = false): TokenCheck {
+  const issuer = o.id.issuer();
+  return verifyAccessToken(token, {
+    issuer: o.issuer,
+    keyFor: (kid) => (kid === issuer.kid ? issuer.publicKey : undefined),
+    nowSec: nowSec(o),
+    skewSec: o.id.settings.clockSkewSeconds,
+    ignoreLifetime,
+  });
 }
 
 function lifetimeOk(claims: AccessTokenClaims, nowSec: number, skewSec: number): TokenCheck {
