@@ -23,7 +23,7 @@ import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { H } from '../runtime/lib/brand.js';
-import { codeUnderTest, startServer } from './lib.js';
+import { codeUnderTest, COMPLETION, startServer } from './lib.js';
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 3000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -41,14 +41,6 @@ interface Ports {
   localUsage: boolean;
 }
 
-const COMPLETION = JSON.stringify({
-  id: 'c1',
-  object: 'chat.completion',
-  created: 1,
-  model: 'provider-mini',
-  choices: [{ index: 0, message: { role: 'assistant', content: 'Hello there, how can I help?' }, finish_reason: 'stop' }],
-  usage: { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 },
-});
 const chunk = (content: string) =>
   `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'p', choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`;
 const STREAM =

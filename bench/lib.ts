@@ -1,7 +1,8 @@
 /**
  * Pieces the benchmarks share: the bare node:http baseline server, the autocannon loader with
  * the part of its result the benches read, asking a server process a question over IPC, and a
- * throwaway PostgreSQL schema for the benches that also run on PostgreSQL.
+ * throwaway PostgreSQL schema for the benches that also run on PostgreSQL, and the completion a
+ * bench's fake provider answers.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
@@ -11,6 +12,16 @@ import http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
 import type { Config } from '../runtime/lib/config.js';
+
+/** What the benches' fake OpenAI-compatible provider answers a chat completion with (usage included). */
+export const COMPLETION = JSON.stringify({
+  id: 'c1',
+  object: 'chat.completion',
+  created: 1,
+  model: 'provider-mini',
+  choices: [{ index: 0, message: { role: 'assistant', content: 'Hello there, how can I help?' }, finish_reason: 'stop' }],
+  usage: { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 },
+});
 
 /** The median of `xs` (the mean of the middle two for an even count). */
 export function median(xs: readonly number[]): number {

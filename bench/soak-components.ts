@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadIdentity, presentationFor, type AgentIdentity } from '../runtime/identity/client.js';
 import { H } from '../runtime/lib/brand.js';
-import { allocatorEnv, codeUnderTest, loadAutocannon, type AutocannonResult } from './lib.js';
+import { allocatorEnv, codeUnderTest, COMPLETION, loadAutocannon, type AutocannonResult } from './lib.js';
 import { attribute, formatAttribution, formatGrowth, parseSmaps, type Attribution } from './smaps.js';
 
 const MB = 1024 * 1024;
@@ -287,15 +287,6 @@ function clientCredentials(key: KeyObject): string {
     audience: 'search',
   }).toString();
 }
-
-const COMPLETION = JSON.stringify({
-  id: 'c1',
-  object: 'chat.completion',
-  created: 1,
-  model: 'provider-mini',
-  choices: [{ index: 0, message: { role: 'assistant', content: 'Hello there, how can I help?' }, finish_reason: 'stop' }],
-  usage: { prompt_tokens: 12, completion_tokens: 8, total_tokens: 20 },
-});
 
 /** The broker alone, deciding at a control plane process on PostgreSQL (`dbUrl`), answered by a local fake provider. */
 export async function soakBroker(dbUrl: string, requests: number, row: Row): Promise<void> {
