@@ -50,6 +50,20 @@ export async function startServer<T>(
   return { child, ready };
 }
 
+/**
+ * In a bench's server process: answers the message 'cpu' with the process's CPU time so far
+ * (user + system, µs, every thread) and says it did; `serverCpuUs` asks it.
+ */
+export function answeredCpu(m: unknown): boolean {
+  if (m !== 'cpu') return false;
+  const u = process.cpuUsage();
+  process.send?.(u.user + u.system);
+  return true;
+}
+
+/** A bench server process's CPU time so far (µs), as `answeredCpu` gives it. */
+export const serverCpuUs = (child: ChildProcess): Promise<number> => ask<number>(child, 'cpu');
+
 /** Sends a bench's server process one message and resolves with its answer (one question at a time). */
 export function ask<T = unknown>(child: ChildProcess, message: string | object): Promise<T> {
   return new Promise((resolve) => {

@@ -23,21 +23,16 @@ import { H } from '../runtime/lib/brand.js';
 import { mayList } from '../runtime/control-plane/decision/tool.js';
 import { filterListAnswer } from '../runtime/mcp/list-filter.js';
 import type { Service } from '../runtime/control-plane/types.js';
-import { ask, codeUnderTest, median, startServer } from './lib.js';
+import { answeredCpu, codeUnderTest, median, serverCpuUs, startServer } from './lib.js';
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 2000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 500);
 const SELF = fileURLToPath(import.meta.url);
 
-/** Each server process answers its port first, then its CPU time (process.cpuUsage, µs) when asked. */
+/** Each server process answers its port first, then its CPU time when asked; any other message stops it. */
 function answerCpu(): void {
-  process.on('message', (m) => {
-    if (m === 'cpu') {
-      const u = process.cpuUsage();
-      process.send?.(u.user + u.system);
-    } else process.exit(0);
-  });
+  process.on('message', (m) => answeredCpu(m) || process.exit(0));
 }
 
 async function serveEverything(): Promise<void> {
@@ -186,7 +181,7 @@ async function latency(): Promise<void> {
 
 /** One round: each target called in turn, REQUESTS times; its p50 and p99, and its server's CPU. */
 async function timedRound(targets: Target[]): Promise<void> {
-  const cpu = async (t: Target) => (t.child ? await ask<number>(t.child, 'cpu') : 0);
+  const cpu = async (t: Target) => (t.child ? await serverCpuUs(t.child) : 0);
   const before = await Promise.all(targets.map(cpu));
   const rounds: number[][] = targets.map(() => []);
   for (let i = 0; i < REQUESTS; i++) for (let k = 0; k < targets.length; k++) rounds[k]!.push(await targets[k]!.call());

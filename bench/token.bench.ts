@@ -23,7 +23,7 @@ import { SignJWT } from 'jose';
 import { H } from '../runtime/lib/brand.js';
 import { loadIdentity, type AgentIdentity } from '../runtime/identity/client.js';
 import { makeIssuer } from '../runtime/identity/testkit.js';
-import { ask, codeUnderTest, configFor, loadAutocannon, median, startServer } from './lib.js';
+import { answeredCpu, codeUnderTest, configFor, loadAutocannon, median, serverCpuUs, startServer } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_CRYPTO_SECONDS ?? 2);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -167,11 +167,7 @@ async function serve(): Promise<void> {
   for (const x of services) await cp.plane.registry.upsert(x);
   process.send?.({ authz: cp.decisionPort, token: t.access_token } satisfies Ports);
   process.on('message', async (m) => {
-    if (m === 'cpu') {
-      const u = process.cpuUsage();
-      process.send?.(u.user + u.system);
-      return;
-    }
+    if (answeredCpu(m)) return;
     await cp.close();
     await store.close();
     await idp.close();
@@ -199,9 +195,9 @@ async function authzPart(): Promise<void> {
     const run = async (h: Record<string, string>) => {
       const o = { url, connections: CONNECTIONS, pipelining: 1, headers: h };
       await autocannon({ ...o, duration: WARMUP });
-      const before = await ask<number>(child, 'cpu');
+      const before = await serverCpuUs(child);
       const r = await autocannon({ ...o, duration: HTTP_SECONDS });
-      const cpu = (await ask<number>(child, 'cpu')) - before;
+      const cpu = (await serverCpuUs(child)) - before;
       if (r.errors || r.non2xx) throw new Error(`${r.errors} errors, ${r.non2xx} non-2xx`);
       return { rps: r.requests.average, cpuUs: cpu / r.requests.total };
     };
